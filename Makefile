@@ -1,0 +1,40 @@
+# Toolmark Gateway: the two commands a person needs are `make run` and `make test`.
+# Everything else here is what those two (and CI, through .ci/run) are made of.
+
+CARGO ?= cargo
+FUZZ_SECONDS ?= 60
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: run test deps lint unit bench fuzz clean
+
+## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
+run:
+	$(CARGO) run --release -p toolmark-gateway --bin toolmark-gateway
+
+## test: install what the tests need, then lint and every test
+test: deps lint unit
+
+## deps: install the system packages the tests use when they are missing (Debian)
+deps:
+	@scripts/deps.sh
+
+## lint: formatting and clippy, warnings are errors
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+## unit: every Rust test of the workspace (unit, integration, property)
+unit:
+	$(CARGO) test --workspace --locked
+
+## bench: criterion benchmarks; figures go to docs/benchmarks.md by hand with the machine
+bench:
+	$(CARGO) bench -p toolmark-proto --bench decode
+
+## fuzz: the cargo-fuzz target on inbound decoding, for FUZZ_SECONDS (stable toolchain)
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	cd proto/fuzz && mkdir -p corpus/decode && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run decode corpus/decode seeds/decode -- -max_total_time=$(FUZZ_SECONDS) -max_len=65536
+
+clean:
+	$(CARGO) clean

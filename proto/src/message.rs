@@ -1,0 +1,249 @@
+//! The seven top-level messages of protocol v1. Every message carries `protocol: 1`, a `type`
+//! and the page's `clientId`; serialization adds the first two.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::{Direction, Message, ToolManifestSummary, ToolResult, validate};
+
+/// `manifest`: the page's tool list at revision `rev` (replaces any earlier one).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    /// The page load's id.
+    pub client_id: String,
+    /// Registry revision.
+    pub rev: u64,
+    /// Entries visible to caller `inapp`.
+    pub tools: Vec<ToolManifestSummary>,
+}
+
+/// `changed`: the registry moved to `rev` (onChange: 'changed' mode).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Changed {
+    /// The page load's id.
+    pub client_id: String,
+    /// New revision.
+    pub rev: u64,
+}
+
+/// `result`: the answer to one call or describe.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultMessage {
+    /// The page load's id.
+    pub client_id: String,
+    /// The request id it answers.
+    pub id: String,
+    /// The outcome.
+    pub result: ToolResult,
+}
+
+/// `confirmed`: the final outcome of a deferred confirmation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Confirmed {
+    /// The page load's id.
+    pub client_id: String,
+    /// The confirmId of the `needs_confirmation` it resolves.
+    pub confirm_id: String,
+    /// The final outcome.
+    pub result: ToolResult,
+}
+
+/// `call`: run a tool as caller `inapp`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Call {
+    /// The addressed page load.
+    pub client_id: String,
+    /// Unguessable request id, bound before sending.
+    pub id: String,
+    /// The manifest revision the agent saw (D18).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rev: Option<u64>,
+    /// Full tool name.
+    pub tool: String,
+    /// Tool input; `{}` when the tool takes none.
+    pub input: Value,
+}
+
+/// `describe`: fetch a full manifest entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Describe {
+    /// The addressed page load.
+    pub client_id: String,
+    /// Unguessable request id, bound before sending.
+    pub id: String,
+    /// Full tool name.
+    pub tool: String,
+}
+
+/// `cancel`: abort the in-flight call `id`; never answered.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cancel {
+    /// The addressed page load.
+    pub client_id: String,
+    /// The call to abort.
+    pub id: String,
+}
+
+/// A page → agent message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PageMessage {
+    /// `manifest`
+    Manifest(Manifest),
+    /// `changed`
+    Changed(Changed),
+    /// `result`
+    Result(ResultMessage),
+    /// `confirmed`
+    Confirmed(Confirmed),
+}
+
+/// An agent → page message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentMessage {
+    /// `call`
+    Call(Call),
+    /// `describe`
+    Describe(Describe),
+    /// `cancel`
+    Cancel(Cancel),
+}
+
+impl PageMessage {
+    /// The `type` string.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PageMessage::Manifest(_) => "manifest",
+            PageMessage::Changed(_) => "changed",
+            PageMessage::Result(_) => "result",
+            PageMessage::Confirmed(_) => "confirmed",
+        }
+    }
+
+    /// The sending page's clientId.
+    pub fn client_id(&self) -> &str {
+        match self {
+            PageMessage::Manifest(m) => &m.client_id,
+            PageMessage::Changed(m) => &m.client_id,
+            PageMessage::Result(m) => &m.client_id,
+            PageMessage::Confirmed(m) => &m.client_id,
+        }
+    }
+}
+
+impl AgentMessage {
+    /// The `type` string.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AgentMessage::Call(_) => "call",
+            AgentMessage::Describe(_) => "describe",
+            AgentMessage::Cancel(_) => "cancel",
+        }
+    }
+
+    /// The addressed page's clientId.
+    pub fn client_id(&self) -> &str {
+        match self {
+            AgentMessage::Call(m) => &m.client_id,
+            AgentMessage::Describe(m) => &m.client_id,
+            AgentMessage::Cancel(m) => &m.client_id,
+        }
+    }
+
+    /// The request id.
+    pub fn id(&self) -> &str {
+        match self {
+            AgentMessage::Call(m) => &m.id,
+            AgentMessage::Describe(m) => &m.id,
+            AgentMessage::Cancel(m) => &m.id,
+        }
+    }
+
+    /// The message as one JSON text frame.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| unreachable_serialization())
+    }
+}
+
+impl PageMessage {
+    /// The message as one JSON text frame.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| unreachable_serialization())
+    }
+}
+
+/// Every field is a string, integer, bool or `Value` with string keys: serializing to JSON
+/// cannot fail. Kept out of line so the hot path carries no formatting code.
+#[cold]
+fn unreachable_serialization() -> String {
+    String::from("{}")
+}
+
+#[derive(Serialize)]
+struct Envelope<'a, T> {
+    protocol: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
+fn envelope<S: Serializer, T: Serialize>(
+    s: S,
+    kind: &'static str,
+    body: &T,
+) -> Result<S::Ok, S::Error> {
+    Envelope {
+        protocol: crate::PROTOCOL_VERSION,
+        kind,
+        body,
+    }
+    .serialize(s)
+}
+
+impl Serialize for PageMessage {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            PageMessage::Manifest(m) => envelope(s, self.kind(), m),
+            PageMessage::Changed(m) => envelope(s, self.kind(), m),
+            PageMessage::Result(m) => envelope(s, self.kind(), m),
+            PageMessage::Confirmed(m) => envelope(s, self.kind(), m),
+        }
+    }
+}
+
+impl Serialize for AgentMessage {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            AgentMessage::Call(m) => envelope(s, self.kind(), m),
+            AgentMessage::Describe(m) => envelope(s, self.kind(), m),
+            AgentMessage::Cancel(m) => envelope(s, self.kind(), m),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PageMessage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match validate(Value::deserialize(d)?, Direction::ToAgent) {
+            Ok(Message::ToAgent(m)) => Ok(m),
+            Ok(Message::ToPage(_)) => Err(serde::de::Error::custom("wrong direction")),
+            Err(e) => Err(serde::de::Error::custom(e)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for AgentMessage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match validate(Value::deserialize(d)?, Direction::ToPage) {
+            Ok(Message::ToPage(m)) => Ok(m),
+            Ok(Message::ToAgent(_)) => Err(serde::de::Error::custom("wrong direction")),
+            Err(e) => Err(serde::de::Error::custom(e)),
+        }
+    }
+}

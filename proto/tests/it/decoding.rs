@@ -1,0 +1,105 @@
+//! Decoding gives typed messages, says why it refused, and serializes back to the same JSON.
+
+use serde_json::{Value, json};
+use toolmark_proto::{
+    AgentMessage, Call, DecodeError, Direction, Limits, Message, PageMessage, RejectReason,
+    ToolResult, decode, decode_to_agent, validate,
+};
+
+use crate::corpus::cases;
+
+#[test]
+fn corpus_decodes_as_labelled_and_valid_messages_round_trip() {
+    for case in cases() {
+        let raw = serde_json::to_vec(&case.message).unwrap();
+        let got = decode(&raw, case.direction, &Limits::default());
+        assert_eq!(got.is_ok(), case.valid, "{}: {:?}", case.name, got);
+        if let Ok(message) = got {
+            let back = match &message {
+                Message::ToAgent(m) => serde_json::to_value(m).unwrap(),
+                Message::ToPage(m) => serde_json::to_value(m).unwrap(),
+            };
+            // Serialization writes protocol as the integer 1 and revs as integers.
+            let mut expected = case.message.clone();
+            expected["protocol"] = json!(1);
+            if expected.get("rev").is_some_and(Value::is_f64) {
+                expected["rev"] = json!(expected["rev"].as_f64().unwrap() as u64);
+            }
+            assert_eq!(back, expected, "{} did not round trip", case.name);
+        }
+    }
+}
+
+#[test]
+fn refusals_say_why_with_a_pointer() {
+    let check = |v: Value, dir: Direction| validate(v, dir).unwrap_err();
+    let e = check(
+        json!({"protocol": 1, "type": "changed", "clientId": "c", "rev": 1, "x": 1}),
+        Direction::ToAgent,
+    );
+    assert_eq!(e.pointer(), Some("/x"));
+    assert_eq!(e.reason(), RejectReason::Invalid);
+    let e = check(
+        json!({"protocol": 1, "type": "manifest", "clientId": "c", "rev": 1, "tools": [
+            {"name": "a", "llmName": "a", "description": "d", "hints": {}},
+            {"name": "b", "llmName": "b.c", "description": "d", "hints": {}}]}),
+        Direction::ToAgent,
+    );
+    assert_eq!(e.pointer(), Some("/tools/1/llmName"));
+    let e = check(
+        json!({"protocol": 1, "type": "result", "clientId": "c", "id": "i",
+        "result": {"status": "invalid", "issues": [{"path": "a", "message": 3}]}}),
+        Direction::ToAgent,
+    );
+    assert_eq!(e.pointer(), Some("/result/issues/0/message"));
+    assert!(e.to_string().contains("expected string"), "{e}");
+    let e = check(
+        json!({"protocol": 2, "type": "changed", "clientId": "c", "rev": 1}),
+        Direction::ToAgent,
+    );
+    assert_eq!(e, DecodeError::UnsupportedProtocol);
+    let e = check(
+        json!({"protocol": 1, "type": "call", "clientId": "c", "id": "i", "tool": "t", "input": {}}),
+        Direction::ToAgent,
+    );
+    assert_eq!(e.reason(), RejectReason::WrongDirection);
+    let e = decode(b"not json", Direction::ToAgent, &Limits::default()).unwrap_err();
+    assert_eq!(e.reason(), RejectReason::Malformed);
+    let e = decode(&[0xff, 0xfe], Direction::ToAgent, &Limits::default()).unwrap_err();
+    assert_eq!(e.reason(), RejectReason::Malformed);
+}
+
+#[test]
+fn typed_fields_carry_the_message() {
+    let raw = br#"{"protocol":1,"type":"result","clientId":"p1","id":"call-9","result":{"status":"needs_confirmation","confirmId":"k9","summary":"Submit"}}"#;
+    let PageMessage::Result(r) = decode_to_agent(raw, &Limits::default()).unwrap() else {
+        panic!("not a result")
+    };
+    assert_eq!((r.client_id.as_str(), r.id.as_str()), ("p1", "call-9"));
+    assert_eq!(r.result.confirm_id(), Some("k9"));
+    assert_eq!(r.result.status(), "needs_confirmation");
+
+    let call = AgentMessage::Call(Call {
+        client_id: "p1".into(),
+        id: "call-9".into(),
+        rev: None,
+        tool: "todo.add".into(),
+        input: json!({"text": "milk"}),
+    });
+    let frame = call.to_json();
+    let v: Value = serde_json::from_str(&frame).unwrap();
+    assert_eq!(
+        v,
+        json!({"protocol": 1, "type": "call", "clientId": "p1", "id": "call-9", "tool": "todo.add", "input": {"text": "milk"}})
+    );
+    let back: AgentMessage = serde_json::from_str(&frame).unwrap();
+    assert_eq!(back, call);
+    // serde's Deserialize goes through the same strict validator.
+    assert!(
+        serde_json::from_str::<AgentMessage>(
+            r#"{"protocol":1,"type":"cancel","clientId":"p","id":"i","x":1}"#
+        )
+        .is_err()
+    );
+    assert!(serde_json::from_str::<ToolResult>(r#"{"status":"ok","data":1,"more":2}"#).is_err());
+}

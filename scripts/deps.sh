@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what `make test` needs on a fresh Debian machine, only when it is missing.
+# Fails loudly, with the package to install, when it cannot.
+set -euo pipefail
+
+need_apt=()
+command -v cargo >/dev/null || { echo "deps: cargo is required (install a Rust toolchain)" >&2; exit 1; }
+
+apt_install() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "deps: missing $*; install with: sudo apt-get install -y $*" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  apt_install "${need_apt[@]}"
+fi
+echo "deps: ok"
