@@ -1,0 +1,128 @@
+//! Shared state and routing of gateway nodes behind one [`Broker`] trait: call and confirmation
+//! bindings with their single-use checks, the latest manifest per page, routing of agent → page
+//! frames, cluster-wide limits and the event log. [`memory::MemoryBroker`] serves one process;
+//! a Redis implementation serves many nodes with the same contract.
+
+mod error;
+pub mod memory;
+mod types;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::{broadcast, oneshot};
+use toolmark_proto::{AgentMessage, Manifest, ToolResult};
+
+pub use error::{AdmitError, BrokerError, RateLimited, Rejection, SubmitError};
+pub use types::{
+    AdmitLimits, CallBinding, CallKind, CallRecord, CallState, ConfirmBinding, ConvKey,
+    ConversationState, Event, EventType, Outcome, PageIdentity, PageInfo, PageLeft, event_id_after,
+    now_ms,
+};
+
+/// Where a node delivers agent → page frames: its own sockets of a conversation.
+pub trait PageSink: Send + Sync + 'static {
+    /// Writes `frame` to this node's sockets of `conv` whose clientId is `client_id` or not yet
+    /// known (each page filters by clientId, rule 1).
+    fn deliver(&self, conv: &ConvKey, client_id: &str, frame: Arc<str>);
+}
+
+/// Receives the final outcome of one call: its result, or a timeout. Exactly one arrives.
+pub type OutcomeWaiter = oneshot::Receiver<Outcome>;
+
+/// Events of one tenant: what was retained after the resume point, then the live feed.
+#[derive(Debug)]
+pub struct EventFeed {
+    /// Retained events after the requested id, oldest first.
+    pub backlog: Vec<Event>,
+    /// Events emitted from now on (may repeat the tail of `backlog`; skip ids not after it).
+    pub live: broadcast::Receiver<Event>,
+}
+
+/// The state and routing every gateway node shares.
+///
+/// Every check-and-mark (a result against its binding, a timeout against a result, a
+/// confirmation against its single use) is atomic in each implementation, so a call and its
+/// timeout can never both win.
+#[async_trait]
+pub trait Broker: Send + Sync + 'static {
+    /// This node's id (results are routed back to the node whose agent request waits).
+    fn node_id(&self) -> &str;
+
+    /// Whether the shared state is reachable.
+    async fn ready(&self) -> Result<(), BrokerError>;
+
+    /// Stores the binding (before anything is sent), registers this node as the waiter and
+    /// publishes `frame` to the pages of the binding's conversation.
+    async fn send_call(
+        &self,
+        binding: CallBinding,
+        frame: AgentMessage,
+    ) -> Result<OutcomeWaiter, BrokerError>;
+
+    /// Checks a page's `result` against the call's binding (conversation, clientId, pending,
+    /// deadline) and marks it answered; the outcome goes to the waiting node.
+    async fn submit_result(
+        &self,
+        from: &PageIdentity,
+        id: &str,
+        result: ToolResult,
+    ) -> Result<CallRecord, SubmitError>;
+
+    /// Marks a pending call timed out, sends the page a `cancel` and resolves the waiter with
+    /// [`Outcome::Timeout`]. `None` when the call was no longer pending (its result won).
+    async fn time_out(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError>;
+
+    /// Sends the protocol `cancel` for a pending call; its own result stays the outcome.
+    async fn cancel(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError>;
+
+    /// A call of `tenant` by id.
+    async fn call(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError>;
+
+    /// Accepts a page's `confirmed` once per confirmId, only from the page that sent the
+    /// `needs_confirmation`; returns what the confirmation was bound to.
+    async fn submit_confirmed(
+        &self,
+        from: &PageIdentity,
+        confirm_id: &str,
+    ) -> Result<ConfirmBinding, SubmitError>;
+
+    /// Counts a new page socket against the tenant's and the conversation's limits.
+    async fn admit_page(&self, conv: &ConvKey, limits: &AdmitLimits) -> Result<(), AdmitError>;
+
+    /// Records that a socket of `conv` is the page load `client_id`.
+    async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError>;
+
+    /// Releases a socket admitted by [`Broker::admit_page`].
+    async fn release_page(
+        &self,
+        conv: &ConvKey,
+        client_id: Option<&str>,
+    ) -> Result<PageLeft, BrokerError>;
+
+    /// Keeps `manifest` as the latest of its page and makes that page the conversation's
+    /// current one (new calls go there; D23).
+    async fn put_manifest(&self, conv: &ConvKey, manifest: &Manifest) -> Result<(), BrokerError>;
+
+    /// The conversation's current page, its latest manifest and the connected pages.
+    async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError>;
+
+    /// Takes one call from the tenant's rate (`per_second`, burst twice that).
+    async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), RateLimited>;
+
+    /// Appends an event to the tenant's log and feeds live readers.
+    async fn emit(
+        &self,
+        tenant: &str,
+        kind: EventType,
+        conv: &ConvKey,
+        data: Value,
+    ) -> Result<Event, BrokerError>;
+
+    /// The tenant's events after `after` (an event id; `None` means only live ones).
+    async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError>;
+}
+
+/// A shareable broker handle.
+pub type SharedBroker = Arc<dyn Broker>;

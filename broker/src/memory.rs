@@ -1,0 +1,570 @@
+//! The embedded broker: all shared state in one process, behind short `std` mutex sections
+//! (no `.await` while locked). Deliveries to pages go straight to the node's [`PageSink`].
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use serde_json::Value;
+use tokio::sync::{broadcast, oneshot};
+use tokio_util::sync::CancellationToken;
+use toolmark_proto::{AgentMessage, Cancel, Manifest, ToolResult};
+
+use crate::{
+    AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallState,
+    ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
+    OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, RateLimited, Rejection,
+    SubmitError, event_id_after, now_ms,
+};
+
+/// How long the memory broker keeps things nobody can still need.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    /// A finished call stays readable at `GET /calls/{id}` this long.
+    pub finished_calls: Duration,
+    /// A confirmId binding lives this long (the page's confirmation expiry is 600 s).
+    pub confirmations: Duration,
+    /// A conversation without sockets keeps its manifests this long (reconnects keep state).
+    pub idle_conversations: Duration,
+    /// Events kept per tenant for `Last-Event-ID` resumption.
+    pub events_per_tenant: usize,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            finished_calls: Duration::from_secs(300),
+            confirmations: Duration::from_secs(900),
+            idle_conversations: Duration::from_secs(600),
+            events_per_tenant: 10_000,
+        }
+    }
+}
+
+struct CallEntry {
+    record: CallRecord,
+    waiter: Option<oneshot::Sender<Outcome>>,
+    finished: Option<Instant>,
+}
+
+struct ConfirmEntry {
+    binding: ConfirmBinding,
+    used: bool,
+    expires: Instant,
+}
+
+#[derive(Default)]
+struct Conv {
+    current: Option<String>,
+    manifests: HashMap<String, Manifest>,
+    sockets: u32,
+    pages: BTreeMap<String, u32>,
+    idle_since: Option<Instant>,
+}
+
+#[derive(Default)]
+struct State {
+    calls: HashMap<String, CallEntry>,
+    confirms: HashMap<String, ConfirmEntry>,
+    convs: HashMap<ConvKey, Conv>,
+    tenant_sockets: HashMap<String, u64>,
+}
+
+struct TenantLog {
+    events: VecDeque<Event>,
+    last: (u64, u64),
+    live: broadcast::Sender<Event>,
+}
+
+/// Shared state of one gateway process.
+pub struct MemoryBroker {
+    node: String,
+    sink: Arc<dyn PageSink>,
+    retention: Retention,
+    state: Mutex<State>,
+    logs: Mutex<HashMap<String, TenantLog>>,
+    limiters: Mutex<HashMap<String, Arc<DefaultDirectRateLimiter>>>,
+}
+
+impl std::fmt::Debug for MemoryBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBroker").field("node", &self.node).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn cancel_frame(binding: &CallBinding) -> Arc<str> {
+    AgentMessage::Cancel(Cancel { client_id: binding.client_id.clone(), id: binding.id.clone() })
+        .to_json()
+        .into()
+}
+
+impl MemoryBroker {
+    /// A broker delivering to `sink`, with default retention.
+    pub fn new(node: impl Into<String>, sink: Arc<dyn PageSink>) -> Self {
+        Self::with_retention(node, sink, Retention::default())
+    }
+
+    /// A broker with explicit retention.
+    pub fn with_retention(node: impl Into<String>, sink: Arc<dyn PageSink>, retention: Retention) -> Self {
+        MemoryBroker {
+            node: node.into(),
+            sink,
+            retention,
+            state: Mutex::default(),
+            logs: Mutex::default(),
+            limiters: Mutex::default(),
+        }
+    }
+
+    /// Removes what retention allows and times out pending calls whose deadline passed with no
+    /// one left to do it. Returns the calls it timed out.
+    pub fn sweep(&self) -> Vec<CallRecord> {
+        let now = Instant::now();
+        let now_ms = now_ms();
+        let mut timed_out = Vec::new();
+        let mut frames = Vec::new();
+        {
+            let mut st = lock(&self.state);
+            let finished_for = self.retention.finished_calls;
+            st.calls.retain(|_, e| e.finished.is_none_or(|t| now.duration_since(t) < finished_for));
+            for e in st.calls.values_mut() {
+                // One second of grace: the waiting request's own timer normally gets there first.
+                if e.record.state == CallState::Pending && now_ms > e.record.binding.deadline_ms + 1000 {
+                    e.record.state = CallState::TimedOut;
+                    e.record.outcome = Some(Outcome::Timeout);
+                    e.finished = Some(now);
+                    if let Some(w) = e.waiter.take() {
+                        let _ = w.send(Outcome::Timeout);
+                    }
+                    frames.push((e.record.binding.conv.clone(), e.record.binding.client_id.clone(), cancel_frame(&e.record.binding)));
+                    timed_out.push(e.record.clone());
+                }
+            }
+            st.confirms.retain(|_, c| c.expires > now);
+            let idle_for = self.retention.idle_conversations;
+            st.convs.retain(|_, c| c.sockets > 0 || c.idle_since.is_none_or(|t| now.duration_since(t) < idle_for));
+        }
+        for (conv, client_id, frame) in frames {
+            self.sink.deliver(&conv, &client_id, frame);
+        }
+        timed_out
+    }
+
+    /// Runs [`MemoryBroker::sweep`] every `every` until `shutdown`.
+    pub async fn run_janitor(self: Arc<Self>, every: Duration, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => {
+                    for record in self.sweep() {
+                        tracing::info!(call_id = %record.binding.id, tenant = %record.binding.conv.tenant, "orphaned call timed out by sweep");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Number of calls held (pending and recently finished), for tests and metrics.
+    pub fn calls_held(&self) -> usize {
+        lock(&self.state).calls.len()
+    }
+}
+
+#[async_trait]
+impl Broker for MemoryBroker {
+    fn node_id(&self) -> &str {
+        &self.node
+    }
+
+    async fn ready(&self) -> Result<(), BrokerError> {
+        Ok(())
+    }
+
+    async fn send_call(&self, binding: CallBinding, frame: AgentMessage) -> Result<OutcomeWaiter, BrokerError> {
+        let (tx, rx) = oneshot::channel();
+        let conv = binding.conv.clone();
+        let client_id = binding.client_id.clone();
+        {
+            let mut st = lock(&self.state);
+            let record = CallRecord { binding, state: CallState::Pending, outcome: None };
+            st.calls.insert(record.binding.id.clone(), CallEntry { record, waiter: Some(tx), finished: None });
+        }
+        self.sink.deliver(&conv, &client_id, frame.to_json().into());
+        Ok(rx)
+    }
+
+    async fn submit_result(&self, from: &PageIdentity, id: &str, result: ToolResult) -> Result<CallRecord, SubmitError> {
+        let (record, waiter) = {
+            let mut st = lock(&self.state);
+            let Some(entry) = st.calls.get_mut(id) else {
+                return Err(SubmitError::Rejected(Rejection::UnknownId));
+            };
+            let b = &entry.record.binding;
+            if b.conv != from.conv || b.client_id != from.client_id {
+                return Err(SubmitError::Rejected(Rejection::Mismatch));
+            }
+            match entry.record.state {
+                CallState::Answered => return Err(SubmitError::Rejected(Rejection::Duplicate)),
+                CallState::TimedOut => return Err(SubmitError::Rejected(Rejection::Late)),
+                CallState::Pending if now_ms() > b.deadline_ms => {
+                    return Err(SubmitError::Rejected(Rejection::Late));
+                }
+                CallState::Pending => {}
+            }
+            entry.record.state = CallState::Answered;
+            entry.record.outcome = Some(Outcome::Result(result.clone()));
+            entry.finished = Some(Instant::now());
+            let waiter = entry.waiter.take();
+            let record = entry.record.clone();
+            if let Some(confirm_id) = result.confirm_id() {
+                let expires = Instant::now() + self.retention.confirmations;
+                st.confirms.entry(confirm_id.to_owned()).or_insert_with(|| ConfirmEntry {
+                    binding: ConfirmBinding {
+                        confirm_id: confirm_id.to_owned(),
+                        call_id: record.binding.id.clone(),
+                        tool: record.binding.tool.clone(),
+                        conv: record.binding.conv.clone(),
+                        client_id: record.binding.client_id.clone(),
+                        untrusted: record.binding.untrusted,
+                    },
+                    used: false,
+                    expires,
+                });
+            }
+            (record, waiter)
+        };
+        if let Some(w) = waiter {
+            let _ = w.send(Outcome::Result(result));
+        }
+        Ok(record)
+    }
+
+    async fn time_out(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
+        let (record, waiter) = {
+            let mut st = lock(&self.state);
+            let Some(entry) = st.calls.get_mut(id) else { return Ok(None) };
+            if entry.record.binding.conv.tenant != tenant || entry.record.state != CallState::Pending {
+                return Ok(None);
+            }
+            entry.record.state = CallState::TimedOut;
+            entry.record.outcome = Some(Outcome::Timeout);
+            entry.finished = Some(Instant::now());
+            (entry.record.clone(), entry.waiter.take())
+        };
+        if let Some(w) = waiter {
+            let _ = w.send(Outcome::Timeout);
+        }
+        let b = &record.binding;
+        self.sink.deliver(&b.conv, &b.client_id, cancel_frame(b));
+        Ok(Some(record))
+    }
+
+    async fn cancel(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
+        let record = self.call(tenant, id).await?;
+        if let Some(r) = &record {
+            if r.state == CallState::Pending {
+                let b = &r.binding;
+                self.sink.deliver(&b.conv, &b.client_id, cancel_frame(b));
+            }
+        }
+        Ok(record)
+    }
+
+    async fn call(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
+        let st = lock(&self.state);
+        Ok(st.calls.get(id).filter(|e| e.record.binding.conv.tenant == tenant).map(|e| e.record.clone()))
+    }
+
+    async fn submit_confirmed(&self, from: &PageIdentity, confirm_id: &str) -> Result<ConfirmBinding, SubmitError> {
+        let mut st = lock(&self.state);
+        let Some(entry) = st.confirms.get_mut(confirm_id) else {
+            return Err(SubmitError::Rejected(Rejection::UnknownConfirm));
+        };
+        if entry.binding.conv != from.conv || entry.binding.client_id != from.client_id {
+            return Err(SubmitError::Rejected(Rejection::Mismatch));
+        }
+        if entry.used {
+            return Err(SubmitError::Rejected(Rejection::Duplicate));
+        }
+        entry.used = true;
+        Ok(entry.binding.clone())
+    }
+
+    async fn admit_page(&self, conv: &ConvKey, limits: &AdmitLimits) -> Result<(), AdmitError> {
+        let mut st = lock(&self.state);
+        let tenant_count = st.tenant_sockets.get(&conv.tenant).copied().unwrap_or(0);
+        if tenant_count >= limits.max_connections {
+            return Err(AdmitError::TenantConnections);
+        }
+        let c = st.convs.entry(conv.clone()).or_default();
+        if c.sockets >= limits.max_pages_per_conversation {
+            return Err(AdmitError::ConversationPages);
+        }
+        c.sockets += 1;
+        c.idle_since = None;
+        *st.tenant_sockets.entry(conv.tenant.clone()).or_default() += 1;
+        Ok(())
+    }
+
+    async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
+        let mut st = lock(&self.state);
+        let c = st.convs.entry(conv.clone()).or_default();
+        *c.pages.entry(client_id.to_owned()).or_default() += 1;
+        Ok(())
+    }
+
+    async fn release_page(&self, conv: &ConvKey, client_id: Option<&str>) -> Result<PageLeft, BrokerError> {
+        let mut st = lock(&self.state);
+        if let Some(n) = st.tenant_sockets.get_mut(&conv.tenant) {
+            *n = n.saturating_sub(1);
+        }
+        let mut page_gone = false;
+        if let Some(c) = st.convs.get_mut(conv) {
+            c.sockets = c.sockets.saturating_sub(1);
+            if c.sockets == 0 {
+                c.idle_since = Some(Instant::now());
+            }
+            if let Some(id) = client_id {
+                if let Some(n) = c.pages.get_mut(id) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        c.pages.remove(id);
+                        page_gone = true;
+                    }
+                }
+            }
+        }
+        Ok(PageLeft { page_gone })
+    }
+
+    async fn put_manifest(&self, conv: &ConvKey, manifest: &Manifest) -> Result<(), BrokerError> {
+        let mut st = lock(&self.state);
+        let c = st.convs.entry(conv.clone()).or_default();
+        c.manifests.insert(manifest.client_id.clone(), manifest.clone());
+        c.current = Some(manifest.client_id.clone());
+        Ok(())
+    }
+
+    async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError> {
+        let st = lock(&self.state);
+        let Some(c) = st.convs.get(conv) else { return Ok(ConversationState::default()) };
+        let current = c.current.as_ref().and_then(|id| c.manifests.get(id));
+        Ok(ConversationState {
+            client_id: current.map(|m| m.client_id.clone()),
+            rev: current.map(|m| m.rev),
+            tools: current.map(|m| m.tools.clone()).unwrap_or_default(),
+            pages: c
+                .pages
+                .iter()
+                .map(|(id, n)| PageInfo {
+                    client_id: id.clone(),
+                    rev: c.manifests.get(id).map(|m| m.rev),
+                    sockets: *n,
+                })
+                .collect(),
+        })
+    }
+
+    async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), RateLimited> {
+        let limiter = {
+            let mut limiters = lock(&self.limiters);
+            Arc::clone(limiters.entry(tenant.to_owned()).or_insert_with(|| {
+                let rate = NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN);
+                let burst = rate.saturating_mul(NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN));
+                Arc::new(RateLimiter::direct(Quota::per_second(rate).allow_burst(burst)))
+            }))
+        };
+        limiter.check().map_err(|not_until| RateLimited {
+            retry_after: not_until.wait_time_from(DefaultClock::default().now()),
+        })
+    }
+
+    async fn emit(&self, tenant: &str, kind: EventType, conv: &ConvKey, data: Value) -> Result<Event, BrokerError> {
+        let mut logs = lock(&self.logs);
+        let log = logs.entry(tenant.to_owned()).or_insert_with(|| TenantLog {
+            events: VecDeque::new(),
+            last: (0, 0),
+            live: broadcast::channel(1024).0,
+        });
+        let ms = now_ms().max(log.last.0);
+        let seq = if ms == log.last.0 { log.last.1 + 1 } else { 0 };
+        log.last = (ms, seq);
+        let event = Event {
+            id: format!("{ms}-{seq}"),
+            kind,
+            timestamp: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            user: conv.user.clone(),
+            conversation: conv.conversation.clone(),
+            data,
+        };
+        log.events.push_back(event.clone());
+        while log.events.len() > self.retention.events_per_tenant {
+            log.events.pop_front();
+        }
+        let _ = log.live.send(event.clone());
+        Ok(event)
+    }
+
+    async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError> {
+        let mut logs = lock(&self.logs);
+        let log = logs.entry(tenant.to_owned()).or_insert_with(|| TenantLog {
+            events: VecDeque::new(),
+            last: (0, 0),
+            live: broadcast::channel(1024).0,
+        });
+        let live = log.live.subscribe();
+        let backlog = match after {
+            None => Vec::new(),
+            Some(after) => log.events.iter().filter(|e| event_id_after(&e.id, after)).cloned().collect(),
+        };
+        Ok(EventFeed { backlog, live })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CallKind;
+    use serde_json::json;
+    use toolmark_proto::Call;
+
+    #[derive(Default)]
+    struct Frames(Mutex<Vec<(ConvKey, String, String)>>);
+    impl PageSink for Frames {
+        fn deliver(&self, conv: &ConvKey, client_id: &str, frame: Arc<str>) {
+            lock(&self.0).push((conv.clone(), client_id.to_owned(), frame.to_string()));
+        }
+    }
+
+    fn setup() -> (Arc<Frames>, MemoryBroker) {
+        let frames = Arc::new(Frames::default());
+        (frames.clone(), MemoryBroker::new("n1", frames))
+    }
+
+    fn binding(id: &str, deadline_ms: u64) -> CallBinding {
+        CallBinding {
+            id: id.into(),
+            conv: ConvKey::new("t", "u", "c"),
+            client_id: "p1".into(),
+            tool: "todo.add".into(),
+            kind: CallKind::Call,
+            deadline_ms,
+            node: "n1".into(),
+            untrusted: false,
+            respond_async: false,
+        }
+    }
+
+    fn frame(id: &str) -> AgentMessage {
+        AgentMessage::Call(Call { client_id: "p1".into(), id: id.into(), rev: None, tool: "todo.add".into(), input: json!({}) })
+    }
+
+    fn page(client: &str) -> PageIdentity {
+        PageIdentity { conv: ConvKey::new("t", "u", "c"), client_id: client.into() }
+    }
+
+    fn ok() -> ToolResult {
+        ToolResult::Ok { data: None }
+    }
+
+    #[tokio::test]
+    async fn a_result_and_a_timeout_never_both_win() {
+        let (frames, b) = setup();
+        let rx = b.send_call(binding("a", now_ms() + 60_000), frame("a")).await.unwrap();
+        assert!(b.submit_result(&page("p1"), "a", ok()).await.is_ok());
+        assert_eq!(b.time_out("t", "a").await.unwrap(), None);
+        assert_eq!(rx.await.unwrap(), Outcome::Result(ok()));
+
+        let rx = b.send_call(binding("b", now_ms() + 60_000), frame("b")).await.unwrap();
+        assert!(b.time_out("t", "b").await.unwrap().is_some());
+        assert_eq!(b.submit_result(&page("p1"), "b", ok()).await, Err(SubmitError::Rejected(Rejection::Late)));
+        assert_eq!(rx.await.unwrap(), Outcome::Timeout);
+        let sent = lock(&frames.0);
+        assert!(sent.last().unwrap().2.contains(r#""type":"cancel""#), "timeout sends a cancel");
+    }
+
+    #[tokio::test]
+    async fn results_are_checked_against_their_binding() {
+        let (_, b) = setup();
+        let _rx = b.send_call(binding("a", now_ms() + 60_000), frame("a")).await.unwrap();
+        let rej = |e| Err(SubmitError::Rejected(e));
+        assert_eq!(b.submit_result(&page("p1"), "nope", ok()).await, rej(Rejection::UnknownId));
+        assert_eq!(b.submit_result(&page("p2"), "a", ok()).await, rej(Rejection::Mismatch));
+        let other_user = PageIdentity { conv: ConvKey::new("t", "u2", "c"), client_id: "p1".into() };
+        assert_eq!(b.submit_result(&other_user, "a", ok()).await, rej(Rejection::Mismatch));
+        let other_tenant = PageIdentity { conv: ConvKey::new("t2", "u", "c"), client_id: "p1".into() };
+        assert_eq!(b.submit_result(&other_tenant, "a", ok()).await, rej(Rejection::Mismatch));
+        assert!(b.submit_result(&page("p1"), "a", ok()).await.is_ok());
+        assert_eq!(b.submit_result(&page("p1"), "a", ok()).await, rej(Rejection::Duplicate));
+        let _rx = b.send_call(binding("late", now_ms() - 1), frame("late")).await.unwrap();
+        assert_eq!(b.submit_result(&page("p1"), "late", ok()).await, rej(Rejection::Late));
+    }
+
+    #[tokio::test]
+    async fn confirm_ids_are_single_use_and_bound_to_their_page() {
+        let (_, b) = setup();
+        let _rx = b.send_call(binding("a", now_ms() + 60_000), frame("a")).await.unwrap();
+        let needs = ToolResult::NeedsConfirmation { confirm_id: "k1".into(), summary: "s".into(), changes: None };
+        b.submit_result(&page("p1"), "a", needs).await.unwrap();
+        let rej = |e| Err(SubmitError::Rejected(e));
+        assert_eq!(b.submit_confirmed(&page("p1"), "k2").await, rej(Rejection::UnknownConfirm));
+        assert_eq!(b.submit_confirmed(&page("p2"), "k1").await, rej(Rejection::Mismatch));
+        let bound = b.submit_confirmed(&page("p1"), "k1").await.unwrap();
+        assert_eq!((bound.call_id.as_str(), bound.tool.as_str()), ("a", "todo.add"));
+        assert_eq!(b.submit_confirmed(&page("p1"), "k1").await, rej(Rejection::Duplicate));
+    }
+
+    #[tokio::test]
+    async fn sweep_times_out_orphans_and_forgets_finished_calls() {
+        let frames = Arc::new(Frames::default());
+        let retention = Retention { finished_calls: Duration::ZERO, ..Retention::default() };
+        let b = MemoryBroker::with_retention("n1", frames, retention);
+        let rx = b.send_call(binding("old", now_ms() - 5_000), frame("old")).await.unwrap();
+        let swept = b.sweep();
+        assert_eq!(swept.len(), 1);
+        assert_eq!(rx.await.unwrap(), Outcome::Timeout);
+        b.sweep();
+        assert_eq!(b.calls_held(), 0);
+    }
+
+    #[tokio::test]
+    async fn page_limits_count_sockets_and_release_them() {
+        let (_, b) = setup();
+        let conv = ConvKey::new("t", "u", "c");
+        let limits = AdmitLimits { max_connections: 3, max_pages_per_conversation: 2 };
+        b.admit_page(&conv, &limits).await.unwrap();
+        b.admit_page(&conv, &limits).await.unwrap();
+        assert_eq!(b.admit_page(&conv, &limits).await, Err(AdmitError::ConversationPages));
+        let other = ConvKey::new("t", "u", "c2");
+        b.admit_page(&other, &limits).await.unwrap();
+        assert_eq!(b.admit_page(&other, &limits).await, Err(AdmitError::TenantConnections));
+        b.page_identified(&conv, "p1").await.unwrap();
+        assert!(b.release_page(&conv, Some("p1")).await.unwrap().page_gone);
+        b.admit_page(&other, &limits).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn events_resume_after_an_id_and_tenants_are_apart() {
+        let (_, b) = setup();
+        let conv = ConvKey::new("t", "u", "c");
+        let e1 = b.emit("t", EventType::PageManifest, &conv, json!({"n": 1})).await.unwrap();
+        let e2 = b.emit("t", EventType::CallTimeout, &conv, json!({"n": 2})).await.unwrap();
+        b.emit("other", EventType::CallTimeout, &conv, json!({"n": 3})).await.unwrap();
+        assert!(event_id_after(&e2.id, &e1.id));
+        let feed = b.events("t", Some(&e1.id)).await.unwrap();
+        assert_eq!(feed.backlog, vec![e2]);
+        assert!(b.events("t", None).await.unwrap().backlog.is_empty());
+        let all = b.events("other", Some("0-0")).await.unwrap();
+        assert_eq!(all.backlog.len(), 1);
+    }
+}

@@ -1,0 +1,283 @@
+//! The records the broker keeps and hands out.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Value, json};
+use toolmark_proto::{ToolManifestSummary, ToolResult};
+
+/// Milliseconds since the Unix epoch (deadlines are absolute so every node agrees).
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| {
+        // Milliseconds since 1970 fit in u64 for the next 500 million years.
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    })
+}
+
+/// One conversation of one user of one tenant: the unit of page channels and bindings.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ConvKey {
+    /// Tenant id.
+    pub tenant: String,
+    /// User id (token `sub`).
+    pub user: String,
+    /// Conversation id (token `cnv`).
+    pub conversation: String,
+}
+
+impl ConvKey {
+    /// A key from its three parts.
+    pub fn new(tenant: &str, user: &str, conversation: &str) -> Self {
+        ConvKey { tenant: tenant.into(), user: user.into(), conversation: conversation.into() }
+    }
+}
+
+/// Who sent a page frame: the socket's authenticated conversation and its bound clientId.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PageIdentity {
+    /// From the socket's token.
+    pub conv: ConvKey,
+    /// The clientId the socket bound with its first message.
+    pub client_id: String,
+}
+
+/// Whether a request is a `call` or a `describe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallKind {
+    /// A protocol `call`.
+    Call,
+    /// A protocol `describe`.
+    Describe,
+}
+
+/// What a call id is bound to, stored before the call is sent (Security MUST 2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallBinding {
+    /// UUID v4 minted by the gateway.
+    pub id: String,
+    /// Tenant, user and conversation.
+    pub conv: ConvKey,
+    /// The page load the call was sent to.
+    pub client_id: String,
+    /// Full tool name.
+    pub tool: String,
+    /// Call or describe.
+    pub kind: CallKind,
+    /// Absolute deadline, ms since the epoch.
+    pub deadline_ms: u64,
+    /// Node whose agent request waits for the outcome.
+    pub node: String,
+    /// The tool's manifest entry had `hints.untrustedContent`.
+    pub untrusted: bool,
+    /// The agent asked for `Prefer: respond-async`: the outcome is emitted as `call.result`.
+    pub respond_async: bool,
+}
+
+/// Where a call stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallState {
+    /// Sent, no outcome yet.
+    Pending,
+    /// The page's result won.
+    Answered,
+    /// The deadline won.
+    TimedOut,
+}
+
+/// The outcome an agent sees: the page's result, or a server-side timeout.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The page's tool result.
+    Result(ToolResult),
+    /// The deadline passed first (`{"status":"timeout"}`).
+    Timeout,
+}
+
+impl Serialize for Outcome {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Outcome::Result(r) => r.serialize(s),
+            Outcome::Timeout => json!({"status": "timeout"}).serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Outcome {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        if v == json!({"status": "timeout"}) {
+            return Ok(Outcome::Timeout);
+        }
+        ToolResult::from_value(v).map(Outcome::Result).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A call as the broker holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// What it is bound to.
+    pub binding: CallBinding,
+    /// Where it stands.
+    pub state: CallState,
+    /// Set once `state` is not pending.
+    pub outcome: Option<Outcome>,
+}
+
+/// What a confirmId is bound to, stored when its `needs_confirmation` result is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfirmBinding {
+    /// Minted by the page.
+    pub confirm_id: String,
+    /// The call whose result carried it.
+    pub call_id: String,
+    /// That call's tool.
+    pub tool: String,
+    /// Tenant, user and conversation.
+    pub conv: ConvKey,
+    /// The page that must send the `confirmed`.
+    pub client_id: String,
+    /// The tool is marked `untrustedContent`.
+    pub untrusted: bool,
+}
+
+/// Limits checked when a page socket is admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmitLimits {
+    /// Page sockets of the tenant, cluster-wide.
+    pub max_connections: u64,
+    /// Page sockets of one conversation.
+    pub max_pages_per_conversation: u32,
+}
+
+/// What releasing a socket meant for its page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageLeft {
+    /// It was the last socket of its clientId: the page is gone (`page.disconnected`).
+    pub page_gone: bool,
+}
+
+/// One connected page of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PageInfo {
+    /// The page load's id.
+    pub client_id: String,
+    /// Revision of its latest manifest, if one arrived.
+    pub rev: Option<u64>,
+    /// Sockets of this page (a reconnect may briefly overlap).
+    pub sockets: u32,
+}
+
+/// A conversation as the agent API shows it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConversationState {
+    /// The page new calls go to (the latest that sent a manifest).
+    pub client_id: Option<String>,
+    /// Its manifest revision.
+    pub rev: Option<u64>,
+    /// Its tools.
+    pub tools: Vec<ToolManifestSummary>,
+    /// Connected pages.
+    pub pages: Vec<PageInfo>,
+}
+
+/// Event types of the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventType {
+    /// A page published a manifest.
+    #[serde(rename = "page.manifest")]
+    PageManifest,
+    /// The last socket of a page closed.
+    #[serde(rename = "page.disconnected")]
+    PageDisconnected,
+    /// The outcome of an async call.
+    #[serde(rename = "call.result")]
+    CallResult,
+    /// A call's deadline passed without a result.
+    #[serde(rename = "call.timeout")]
+    CallTimeout,
+    /// A deferred confirmation reached its outcome.
+    #[serde(rename = "confirmation.resolved")]
+    ConfirmationResolved,
+}
+
+impl EventType {
+    /// The wire name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EventType::PageManifest => "page.manifest",
+            EventType::PageDisconnected => "page.disconnected",
+            EventType::CallResult => "call.result",
+            EventType::CallTimeout => "call.timeout",
+            EventType::ConfirmationResolved => "confirmation.resolved",
+        }
+    }
+}
+
+/// One event of a tenant's log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// `<ms>-<seq>`, increasing within a tenant.
+    pub id: String,
+    /// The event type.
+    #[serde(rename = "type")]
+    pub kind: EventType,
+    /// RFC 3339 time of emission.
+    pub timestamp: String,
+    /// For filtering by user.
+    #[serde(skip)]
+    pub user: String,
+    /// For filtering by conversation.
+    #[serde(skip)]
+    pub conversation: String,
+    /// The payload.
+    pub data: Value,
+}
+
+impl Event {
+    /// The contract's body, the same on SSE and in webhooks:
+    /// `{"type", "id", "timestamp", "data"}`.
+    pub fn body(&self) -> Value {
+        json!({"type": self.kind.as_str(), "id": self.id, "timestamp": self.timestamp, "data": self.data})
+    }
+}
+
+/// Parses an event id `<ms>-<seq>`.
+fn parse_event_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+/// Whether event id `id` comes after `after` (ids that do not parse come after nothing).
+pub fn event_id_after(id: &str, after: &str) -> bool {
+    match (parse_event_id(id), parse_event_id(after)) {
+        (Some(a), Some(b)) => a > b,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_timeout_round_trips_and_results_stay_strict() {
+        let t: Outcome = serde_json::from_value(json!({"status": "timeout"})).unwrap();
+        assert_eq!(t, Outcome::Timeout);
+        assert_eq!(serde_json::to_value(&t).unwrap(), json!({"status": "timeout"}));
+        let r: Outcome = serde_json::from_value(json!({"status": "ok", "data": 1})).unwrap();
+        assert!(matches!(r, Outcome::Result(ToolResult::Ok { .. })));
+        assert!(serde_json::from_value::<Outcome>(json!({"status": "timeout", "x": 1})).is_err());
+    }
+
+    #[test]
+    fn event_ids_order_numerically() {
+        assert!(event_id_after("10-0", "9-5"));
+        assert!(event_id_after("10-10", "10-9"));
+        assert!(!event_id_after("10-9", "10-9"));
+        assert!(event_id_after("1-0", "garbage"));
+    }
+}
