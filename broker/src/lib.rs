@@ -46,7 +46,7 @@ pub struct EventFeed {
 /// confirmation against its single use) is atomic in each implementation, so a call and its
 /// timeout can never both win.
 #[async_trait]
-pub trait Broker: Send + Sync + 'static {
+pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
     /// This node's id (results are routed back to the node whose agent request waits).
     fn node_id(&self) -> &str;
 

@@ -372,6 +372,7 @@ impl Broker for MemoryBroker {
                     sockets: *n,
                 })
                 .collect(),
+            sockets: c.sockets,
         })
     }
 

@@ -179,8 +179,11 @@ pub struct ConversationState {
     pub rev: Option<u64>,
     /// Its tools.
     pub tools: Vec<ToolManifestSummary>,
-    /// Connected pages.
+    /// Connected pages whose clientId is known.
     pub pages: Vec<PageInfo>,
+    /// Open sockets of the conversation, including those whose clientId is not known yet
+    /// (a reconnected page is silent until it has something to say).
+    pub sockets: u32,
 }
 
 /// Event types of the contract.

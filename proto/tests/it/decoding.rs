@@ -103,3 +103,14 @@ fn typed_fields_carry_the_message() {
     );
     assert!(serde_json::from_str::<ToolResult>(r#"{"status":"ok","data":1,"more":2}"#).is_err());
 }
+
+/// Found by the fuzzer: numbers with many digits must survive decode → encode → decode
+/// unchanged, so that a page's data reaches the agent exactly as sent.
+#[test]
+fn long_numbers_round_trip_exactly() {
+    let digits = format!("{}1", "7".repeat(100));
+    let raw = format!(r#"{{"protocol":1,"type":"result","clientId":"c","id":"i","result":{{"status":"ok","data":{digits}}}}}"#);
+    let first = decode_to_agent(raw.as_bytes(), &Limits::default()).unwrap();
+    let again = decode_to_agent(first.to_json().as_bytes(), &Limits::default()).unwrap();
+    assert_eq!(first, again);
+}

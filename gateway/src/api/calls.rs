@@ -1,0 +1,288 @@
+//! Calls and describes: bind, send, and supervise each call until its result or its deadline.
+//! The supervisor runs as its own task, so a call is timed out and cancelled at its deadline
+//! even when the agent's HTTP request went away.
+
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use toolmark_broker::{CallBinding, CallKind, CallRecord, CallState, ConvKey, EventType, Outcome, now_ms};
+use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
+use toolmark_proto::{AgentMessage, Call, Describe, ids, is_valid_tool_name};
+
+use super::{Authed, check_ids, parse_body};
+use crate::problem::Problem;
+use crate::state::AppState;
+use crate::tenants::Tenant;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CallBody {
+    tool: String,
+    #[serde(default = "empty_object")]
+    input: Value,
+    rev: Option<u64>,
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct DescribeBody {
+    tool: String,
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InvokeBody {
+    name: String,
+    #[serde(default = "empty_object")]
+    input: Value,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PageCallInput {
+    tool: String,
+    #[serde(default = "empty_object")]
+    input: Value,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PageDescribeInput {
+    tool: String,
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+/// A request to start on the page.
+struct Request {
+    kind: CallKind,
+    tool: String,
+    input: Value,
+    rev: Option<u64>,
+    timeout_ms: Option<u64>,
+}
+
+/// A call that was bound and sent.
+struct Started {
+    id: String,
+    client_id: String,
+    untrusted: bool,
+    outcome: oneshot::Receiver<Outcome>,
+}
+
+fn wants_async(headers: &HeaderMap) -> bool {
+    headers
+        .get_all("prefer")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim().eq_ignore_ascii_case("respond-async"))
+}
+
+fn check_tool(pointer: &str, tool: &str) -> Result<(), Problem> {
+    if is_valid_tool_name(tool) {
+        Ok(())
+    } else {
+        Err(Problem::invalid(pointer, "tool names match ^[A-Za-z0-9_.-]{1,128}$"))
+    }
+}
+
+/// `POST /users/{u}/conversations/{c}/calls`
+pub async fn call(
+    State(app): State<AppState>,
+    Authed(tenant): Authed,
+    Path((_, user, conversation)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Problem> {
+    check_ids(&user, &conversation)?;
+    let b: CallBody = parse_body(&tenant, &body)?;
+    check_tool("/tool", &b.tool)?;
+    let req = Request { kind: CallKind::Call, tool: b.tool, input: b.input, rev: b.rev, timeout_ms: b.timeout_ms };
+    respond(&app, &tenant, ConvKey::new(&tenant.id, &user, &conversation), req, wants_async(&headers)).await
+}
+
+/// `POST /users/{u}/conversations/{c}/describe`
+pub async fn describe(
+    State(app): State<AppState>,
+    Authed(tenant): Authed,
+    Path((_, user, conversation)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Problem> {
+    check_ids(&user, &conversation)?;
+    let b: DescribeBody = parse_body(&tenant, &body)?;
+    check_tool("/tool", &b.tool)?;
+    let req = Request { kind: CallKind::Describe, tool: b.tool, input: Value::Null, rev: None, timeout_ms: b.timeout_ms };
+    respond(&app, &tenant, ConvKey::new(&tenant.id, &user, &conversation), req, wants_async(&headers)).await
+}
+
+async fn respond(app: &AppState, tenant: &Tenant, conv: ConvKey, req: Request, respond_async: bool) -> Result<Response, Problem> {
+    let started = start(app, tenant, conv, req, respond_async).await?;
+    if respond_async {
+        return Ok((StatusCode::ACCEPTED, Json(json!({"id": started.id, "clientId": started.client_id}))).into_response());
+    }
+    let outcome = started.outcome.await.unwrap_or(Outcome::Timeout);
+    Ok(Json(json!({"id": started.id, "clientId": started.client_id, "outcome": outcome})).into_response())
+}
+
+/// `POST /users/{u}/conversations/{c}/llm-tools/invoke`: `page_call` / `page_describe` as the
+/// model produced them; `content` is what to hand back to the model.
+pub async fn invoke(
+    State(app): State<AppState>,
+    Authed(tenant): Authed,
+    Path((_, user, conversation)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Result<Response, Problem> {
+    check_ids(&user, &conversation)?;
+    let b: InvokeBody = parse_body(&tenant, &body)?;
+    let req = match b.name.as_str() {
+        PAGE_CALL => {
+            let i: PageCallInput = serde_path_to_error::deserialize(b.input)
+                .map_err(|e| Problem::invalid(format!("/input/{}", e.path()).replace('.', "/"), e.into_inner().to_string()))?;
+            check_tool("/input/tool", &i.tool)?;
+            Request { kind: CallKind::Call, tool: i.tool, input: i.input, rev: None, timeout_ms: None }
+        }
+        PAGE_DESCRIBE => {
+            let i: PageDescribeInput = serde_path_to_error::deserialize(b.input)
+                .map_err(|e| Problem::invalid(format!("/input/{}", e.path()).replace('.', "/"), e.into_inner().to_string()))?;
+            check_tool("/input/tool", &i.tool)?;
+            Request { kind: CallKind::Describe, tool: i.tool, input: Value::Null, rev: None, timeout_ms: None }
+        }
+        _ => return Err(Problem::invalid("/name", "name is page_call or page_describe")),
+    };
+    let started = start(&app, &tenant, ConvKey::new(&tenant.id, &user, &conversation), req, false).await?;
+    let outcome = started.outcome.await.unwrap_or(Outcome::Timeout);
+    let content = match &outcome {
+        Outcome::Result(r) => model_content(r, started.untrusted),
+        Outcome::Timeout => json!(outcome),
+    };
+    Ok(Json(json!({"id": started.id, "outcome": outcome, "content": content})).into_response())
+}
+
+async fn start(app: &AppState, tenant: &Tenant, conv: ConvKey, req: Request, respond_async: bool) -> Result<Started, Problem> {
+    let limits = &tenant.limits;
+    let timeout_ms = req.timeout_ms.unwrap_or(limits.default_call_timeout_ms);
+    if timeout_ms == 0 || timeout_ms > limits.max_call_timeout_ms {
+        return Err(Problem::invalid("/timeoutMs", format!("timeoutMs is between 1 and {}", limits.max_call_timeout_ms)));
+    }
+    app.broker.take_call(&tenant.id, limits.calls_per_second).await.map_err(Problem::rate_limited)?;
+    let state = app.broker.conversation(&conv).await?;
+    let client_id = match state.client_id {
+        Some(c) if state.sockets > 0 => c,
+        _ => return Err(Problem::no_page()),
+    };
+    let untrusted = state.tools.iter().any(|t| t.name == req.tool && t.hints.is_untrusted());
+    let id = ids::new_call_id();
+    let binding = CallBinding {
+        id: id.clone(),
+        conv,
+        client_id: client_id.clone(),
+        tool: req.tool.clone(),
+        kind: req.kind,
+        deadline_ms: now_ms() + timeout_ms,
+        node: app.broker.node_id().to_owned(),
+        untrusted,
+        respond_async,
+    };
+    let frame = match req.kind {
+        CallKind::Call => AgentMessage::Call(Call {
+            client_id: client_id.clone(),
+            id: id.clone(),
+            rev: req.rev.or(state.rev),
+            tool: req.tool,
+            input: req.input,
+        }),
+        CallKind::Describe => AgentMessage::Describe(Describe { client_id: client_id.clone(), id: id.clone(), tool: req.tool }),
+    };
+    let waiter = app.broker.send_call(binding.clone(), frame).await?;
+    let (tx, rx) = oneshot::channel();
+    app.tasks.spawn(supervise(app.clone(), binding, Duration::from_millis(timeout_ms), waiter, tx));
+    Ok(Started { id, client_id, untrusted, outcome: rx })
+}
+
+/// Waits for the call's outcome or its deadline, whichever comes first; the broker's atomic
+/// check-and-mark decides the winner. Emits `call.timeout`, and `call.result` for async calls.
+async fn supervise(app: AppState, binding: CallBinding, timeout: Duration, mut waiter: oneshot::Receiver<Outcome>, reply: oneshot::Sender<Outcome>) {
+    let started = Instant::now();
+    let outcome = tokio::select! {
+        o = &mut waiter => o.unwrap_or(Outcome::Timeout),
+        () = tokio::time::sleep(timeout) => {
+            if let Err(e) = app.broker.time_out(&binding.conv.tenant, &binding.id).await {
+                tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded");
+            }
+            // Either the timeout won, or the result won a moment before it: the waiter has it.
+            waiter.await.unwrap_or(Outcome::Timeout)
+        }
+    };
+    let kind = match binding.kind {
+        CallKind::Call => "call",
+        CallKind::Describe => "describe",
+    };
+    let status = match &outcome {
+        Outcome::Result(r) => r.status(),
+        Outcome::Timeout => "timeout",
+    };
+    app.metrics.call_finished(kind, status, started.elapsed().as_secs_f64());
+    tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
+    let data = json!({
+        "id": binding.id, "user": binding.conv.user, "conversation": binding.conv.conversation,
+        "clientId": binding.client_id, "tool": binding.tool, "outcome": outcome,
+    });
+    if outcome == Outcome::Timeout {
+        app.emit(EventType::CallTimeout, &binding.conv, data.clone()).await;
+    }
+    if binding.respond_async {
+        app.emit(EventType::CallResult, &binding.conv, data).await;
+    }
+    let _ = reply.send(outcome);
+}
+
+/// `GET /calls/{id}`
+pub async fn get_call(
+    State(app): State<AppState>,
+    Authed(tenant): Authed,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Json<Value>, Problem> {
+    let record = app.broker.call(&tenant.id, &id).await?.ok_or_else(|| Problem::not_found("Call"))?;
+    Ok(Json(call_json(&record)))
+}
+
+/// `POST /calls/{id}/cancel`
+pub async fn cancel(
+    State(app): State<AppState>,
+    Authed(tenant): Authed,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, Problem> {
+    app.broker.cancel(&tenant.id, &id).await?.ok_or_else(|| Problem::not_found("Call"))?;
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+fn call_json(r: &CallRecord) -> Value {
+    let b = &r.binding;
+    let state = match r.state {
+        CallState::Pending => "pending",
+        CallState::Answered => "answered",
+        CallState::TimedOut => "timed_out",
+    };
+    let deadline = humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(b.deadline_ms)).to_string();
+    let mut v = json!({
+        "id": b.id, "user": b.conv.user, "conversation": b.conv.conversation, "clientId": b.client_id,
+        "tool": b.tool, "kind": b.kind, "state": state, "deadline": deadline,
+    });
+    if let Some(o) = &r.outcome {
+        v["outcome"] = json!(o);
+    }
+    v
+}

@@ -1,0 +1,122 @@
+//! Conversation state, LLM tool definitions and page-token minting.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use toolmark_broker::ConvKey;
+use toolmark_proto::llm::{LlmFormat, tool_definitions};
+
+use super::{Authed, check_ids, parse_body};
+use crate::problem::Problem;
+use crate::state::AppState;
+use crate::tenants::PageClaims;
+
+/// Default and largest lifetime of a minted page token.
+const DEFAULT_TOKEN_TTL: u64 = 3600;
+const MAX_TOKEN_TTL: u64 = 86_400;
+
+/// `GET /users/{u}/conversations/{c}`
+pub async fn state(
+    State(app): State<AppState>,
+    Authed(tenant): Authed,
+    Path((_, user, conversation)): Path<(String, String, String)>,
+) -> Result<Json<serde_json::Value>, Problem> {
+    check_ids(&user, &conversation)?;
+    let conv = ConvKey::new(&tenant.id, &user, &conversation);
+    let s = app.broker.conversation(&conv).await?;
+    Ok(Json(json!({
+        "user": user,
+        "conversation": conversation,
+        "clientId": s.client_id,
+        "rev": s.rev,
+        "tools": s.tools,
+        "pages": s.pages,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FormatQuery {
+    format: Option<String>,
+}
+
+/// `GET /users/{u}/conversations/{c}/llm-tools?format=anthropic|openai`
+pub async fn llm_tools(
+    State(app): State<AppState>,
+    Authed(tenant): Authed,
+    Path((_, user, conversation)): Path<(String, String, String)>,
+    Query(q): Query<FormatQuery>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    check_ids(&user, &conversation)?;
+    let format: LlmFormat = match q.format.as_deref() {
+        None => LlmFormat::Anthropic,
+        Some(f) => f.parse().map_err(|_| Problem::invalid("/format", "format is anthropic or openai"))?,
+    };
+    let conv = ConvKey::new(&tenant.id, &user, &conversation);
+    let s = app.broker.conversation(&conv).await?;
+    let tools = tool_definitions(&s.tools, format);
+    let bytes = serde_json::to_vec(&tools).unwrap_or_default();
+    let etag = format!("\"{}\"", hex::encode(&Sha256::digest(&bytes)[..16]));
+    let etag_header = HeaderValue::from_str(&etag).unwrap_or(HeaderValue::from_static("\"\""));
+    if headers.get(header::IF_NONE_MATCH).is_some_and(|v| v.as_bytes() == etag.as_bytes()) {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag_header)]).into_response());
+    }
+    let body = json!({"tools": tools, "rev": s.rev, "etag": etag});
+    Ok(([(header::ETAG, etag_header)], Json(body)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TokenRequest {
+    user: String,
+    conversation: String,
+    ttl_seconds: Option<u64>,
+}
+
+/// `POST /tokens`: a page token for a user and conversation (HS256 tenants).
+pub async fn mint_token(
+    Authed(tenant): Authed,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Problem> {
+    let req: TokenRequest = parse_body(&tenant, &body)?;
+    if !crate::ids::is_valid_id(&req.user) {
+        return Err(Problem::invalid("/user", "user ids match ^[A-Za-z0-9_-]{1,128}$"));
+    }
+    if !crate::ids::is_valid_id(&req.conversation) {
+        return Err(Problem::invalid("/conversation", "conversation ids match ^[A-Za-z0-9_-]{1,128}$"));
+    }
+    let ttl = req.ttl_seconds.unwrap_or(DEFAULT_TOKEN_TTL);
+    if ttl == 0 || ttl > MAX_TOKEN_TTL {
+        return Err(Problem::invalid("/ttlSeconds", format!("ttlSeconds is between 1 and {MAX_TOKEN_TTL}")));
+    }
+    let now = toolmark_broker::now_ms() / 1000;
+    let claims = PageClaims {
+        sub: req.user,
+        cnv: req.conversation,
+        aud: tenant.id.clone(),
+        exp: now + ttl,
+        iat: Some(now),
+        nbf: None,
+        jti: Some(toolmark_proto::ids::new_call_id()),
+    };
+    let token = tenant.tokens.mint(&claims).ok_or_else(|| {
+        Problem::invalid("", "this tenant verifies page tokens with a public key; mint them with the matching private key")
+    })?;
+    let url = page_url(&headers, &tenant.id, &token);
+    let expires_at = humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(claims.exp)).to_string();
+    Ok((StatusCode::CREATED, Json(json!({"token": token, "expiresAt": expires_at, "url": url}))).into_response())
+}
+
+/// The page WebSocket URL as the caller reached this gateway (`X-Forwarded-Proto` aware).
+pub fn page_url(headers: &HeaderMap, tenant: &str, token: &str) -> String {
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("localhost");
+    let secure = headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|p| p.eq_ignore_ascii_case("https"));
+    let scheme = if secure { "wss" } else { "ws" };
+    format!("{scheme}://{host}/v1/tenants/{tenant}/page?token={token}")
+}

@@ -1,0 +1,60 @@
+//! `GET /events?user=&conversation=`: the tenant's events as Server-Sent Events, resumable with
+//! `Last-Event-ID`. A reader too slow for the live feed is ended; it resumes from its last id.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures_util::stream::{self, Stream, StreamExt};
+use serde::Deserialize;
+use tokio_stream::wrappers::BroadcastStream;
+use toolmark_broker::{Event, event_id_after};
+
+use super::Authed;
+use crate::problem::Problem;
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize)]
+pub struct EventQuery {
+    user: Option<String>,
+    conversation: Option<String>,
+}
+
+fn to_sse(e: &Event) -> SseEvent {
+    SseEvent::default().id(e.id.clone()).event(e.kind.as_str()).data(e.body().to_string())
+}
+
+/// The SSE handler.
+pub async fn stream(
+    State(app): State<AppState>,
+    Authed(tenant): Authed,
+    Query(q): Query<EventQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, Problem> {
+    let last_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let feed = app.broker.events(&tenant.id, last_id.as_deref()).await?;
+    let wanted = move |e: &Event| {
+        q.user.as_deref().is_none_or(|u| u == e.user) && q.conversation.as_deref().is_none_or(|c| c == e.conversation)
+    };
+    let wanted_live = wanted.clone();
+    let mut seen = feed.backlog.last().map(|e| e.id.clone()).or(last_id);
+    let backlog = stream::iter(feed.backlog.into_iter().filter(move |e| wanted(e)).map(|e| Ok(to_sse(&e))));
+    let live = BroadcastStream::new(feed.live)
+        // A lagged reader ends here; the client reconnects with Last-Event-ID.
+        .take_while(|r| std::future::ready(r.is_ok()))
+        .filter_map(move |r| {
+            let item = match r {
+                Ok(e) if seen.as_deref().is_none_or(|s| event_id_after(&e.id, s)) => {
+                    seen = Some(e.id.clone());
+                    wanted_live(&e).then(|| Ok(to_sse(&e)))
+                }
+                _ => None,
+            };
+            std::future::ready(item)
+        });
+    let shutdown = app.shutdown.clone();
+    let events = backlog.chain(live).take_until(async move { shutdown.cancelled().await });
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}

@@ -1,0 +1,100 @@
+//! The agent HTTP API under `/v1/tenants/{tenant}/…`: API-key authentication, request parsing
+//! with problem+json errors, and the routes.
+
+mod calls;
+mod conversations;
+mod events;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{FromRequestParts, RawPathParams};
+use axum::http::request::Parts;
+use axum::routing::{get, post};
+use serde::de::DeserializeOwned;
+
+use crate::problem::Problem;
+use crate::state::AppState;
+use crate::tenants::Tenant;
+
+/// The agent API routes.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/tenants/{tenant}/tokens", post(conversations::mint_token))
+        .route("/v1/tenants/{tenant}/users/{user}/conversations/{conversation}", get(conversations::state))
+        .route("/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/calls", post(calls::call))
+        .route("/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/describe", post(calls::describe))
+        .route("/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/llm-tools", get(conversations::llm_tools))
+        .route("/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/llm-tools/invoke", post(calls::invoke))
+        .route("/v1/tenants/{tenant}/calls/{id}", get(calls::get_call))
+        .route("/v1/tenants/{tenant}/calls/{id}/cancel", post(calls::cancel))
+        .route("/v1/tenants/{tenant}/events", get(events::stream))
+}
+
+/// A request authenticated with one of the path tenant's API keys.
+#[derive(Debug, Clone)]
+pub struct Authed(pub Arc<Tenant>);
+
+impl FromRequestParts<AppState> for Authed {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Problem> {
+        let params = RawPathParams::from_request_parts(parts, app).await.map_err(|_| Problem::unauthorized())?;
+        let tenant_id = params.iter().find(|(k, _)| *k == "tenant").map(|(_, v)| v.to_owned()).ok_or_else(Problem::unauthorized)?;
+        let header = parts.headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let key = crate::auth::bearer(header).ok_or_else(Problem::unauthorized)?;
+        let tenant = app.tenants.get(&tenant_id).ok_or_else(Problem::unauthorized)?;
+        if !crate::auth::key_matches(key, &tenant.api_keys) {
+            return Err(Problem::unauthorized());
+        }
+        Ok(Authed(tenant))
+    }
+}
+
+/// Parses a JSON body strictly, under the tenant's message size limit; errors carry the JSON
+/// pointer of the offending field.
+pub fn parse_body<T: DeserializeOwned>(tenant: &Tenant, body: &Bytes) -> Result<T, Problem> {
+    let limit = tenant.limits.max_message_bytes;
+    if body.len() > limit {
+        return Err(Problem::too_large(limit));
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let pointer = pointer_of(e.path());
+        Problem::invalid(pointer, e.into_inner().to_string())
+    })?;
+    de.end().map_err(|e| Problem::invalid("", e.to_string()))?;
+    Ok(value)
+}
+
+fn pointer_of(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for seg in path.iter() {
+        match seg {
+            Segment::Seq { index } => out.push_str(&format!("/{index}")),
+            Segment::Map { key } => {
+                out.push('/');
+                out.push_str(&key.replace('~', "~0").replace('/', "~1"));
+            }
+            Segment::Enum { variant } => {
+                out.push('/');
+                out.push_str(variant);
+            }
+            Segment::Unknown => {}
+        }
+    }
+    out
+}
+
+/// Checks the user and conversation path segments.
+pub fn check_ids(user: &str, conversation: &str) -> Result<(), Problem> {
+    if !crate::ids::is_valid_id(user) {
+        return Err(Problem::invalid("/user", "user ids match ^[A-Za-z0-9_-]{1,128}$"));
+    }
+    if !crate::ids::is_valid_id(conversation) {
+        return Err(Problem::invalid("/conversation", "conversation ids match ^[A-Za-z0-9_-]{1,128}$"));
+    }
+    Ok(())
+}

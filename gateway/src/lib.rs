@@ -1,0 +1,141 @@
+//! Toolmark Gateway: the edges of the product. Page WebSockets, the agent HTTP API, events,
+//! ops endpoints and the dev-mode demo, over a [`toolmark_broker::Broker`].
+//!
+//! [`run`] takes a bound listener and a stop future, so tests start real servers on port 0.
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod demo;
+pub mod ids;
+pub mod metrics;
+pub mod ops;
+pub mod page;
+pub mod problem;
+pub mod registry;
+pub mod state;
+pub mod telemetry;
+pub mod tenants;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::response::Redirect;
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use toolmark_broker::memory::MemoryBroker;
+
+use crate::config::{Config, TenantConfig};
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+use crate::state::{AppState, DevInfo};
+use crate::tenants::{Tenant, Tenants};
+
+/// A server that could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A tenant's keys could not be loaded (validated config makes this rare).
+    #[error("tenant {tenant}: {reason}")]
+    Tenant {
+        /// Tenant id.
+        tenant: String,
+        /// Why.
+        reason: String,
+    },
+    /// Serving failed.
+    #[error("serve: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The dev tenant for a bound address: random API key and token secret, the gateway's own
+/// origins allowed (the demo page is served from them).
+pub fn dev_tenant(addr: SocketAddr) -> (TenantConfig, DevInfo, String) {
+    let api_key = format!("tmk_dev_{}", random_hex(24));
+    let secret = random_hex(32);
+    let port = addr.port();
+    let tenant = TenantConfig {
+        id: demo::DEV_TENANT.into(),
+        api_keys: vec![auth::key_hash_string(&api_key)],
+        token_secret: Some(secret.clone()),
+        token_public_key: None,
+        allowed_origins: vec![format!("http://127.0.0.1:{port}"), format!("http://localhost:{port}"), format!("http://{addr}")],
+        pusher_key: None,
+        pusher_secret: None,
+        pusher_old_keys: Vec::new(),
+        webhook_url: None,
+        webhook_secret: None,
+        limits: config::TenantLimits::default(),
+    };
+    (tenant, DevInfo { api_key }, secret)
+}
+
+fn random_hex(bytes: usize) -> String {
+    use rand::RngExt;
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill(&mut buf[..]);
+    hex::encode(buf)
+}
+
+/// Serves `config` on `listener` until `stop` resolves, then drains: `/readyz` turns 503, pages
+/// are closed with 1001, in-flight requests get up to `drain_timeout_ms`.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    dev: Option<DevInfo>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let tenants = config
+        .tenants
+        .iter()
+        .map(|t| Tenant::from_config(t).map_err(|reason| RunError::Tenant { tenant: t.id.clone(), reason }))
+        .collect::<Result<Vec<_>, _>>()?;
+    let node_id = config.server.node_id.clone().unwrap_or_else(|| format!("node-{}", random_hex(6)));
+    let registry = Arc::new(Registry::default());
+    let broker = Arc::new(MemoryBroker::new(node_id.clone(), registry.clone()));
+    let shutdown = CancellationToken::new();
+    let app = AppState::new(Tenants::new(tenants), broker.clone(), registry, Arc::new(Metrics::new()), shutdown.clone(), dev);
+    tokio::spawn(broker.run_janitor(Duration::from_secs(5), shutdown.clone()));
+
+    let router = router(app.clone(), config.dev_mode);
+    let drain = Duration::from_millis(config.server.drain_timeout_ms);
+    let stopping = CancellationToken::new();
+    let stopping_signal = stopping.clone();
+    let drain_app = app.clone();
+    tokio::spawn(async move {
+        stop.await;
+        tracing::info!(node = %node_id, "draining");
+        drain_app.start_drain();
+        stopping_signal.cancel();
+    });
+    let server = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(stopping.clone().cancelled_owned());
+    let server = tokio::spawn(async move { server.await });
+    stopping.cancelled().await;
+    // In-flight agent requests get up to the drain timeout; then the process stops anyway.
+    match tokio::time::timeout(drain, server).await {
+        Ok(Ok(result)) => result?,
+        Ok(Err(join)) => tracing::error!(error = %join, "server task failed"),
+        Err(_) => tracing::warn!("drain timeout reached with requests still in flight"),
+    }
+    app.tasks.close();
+    Ok(())
+}
+
+/// All routes of a node.
+pub fn router(app: AppState, dev_mode: bool) -> Router {
+    let mut r = Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/v1/tenants/{tenant}/page", get(page::upgrade))
+        .merge(api::router());
+    if dev_mode {
+        r = r.merge(demo::router()).route("/", get(|| async { Redirect::temporary("/demo") }));
+    }
+    r.layer(DefaultBodyLimit::max(config::MAX_FRAME_BYTES)).with_state(app)
+}

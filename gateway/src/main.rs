@@ -1,0 +1,116 @@
+//! `toolmark-gateway`: load config, bind, serve until SIGTERM/SIGINT, drain, exit.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use toolmark_gateway::config::{Config, Overrides};
+
+#[derive(Debug, Parser)]
+#[command(name = "toolmark-gateway", version, about = "Toolmark Gateway: the hosted server side of the Toolmark bridge protocol v1.")]
+struct Cli {
+    /// TOML configuration file; without it the gateway starts in dev mode.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Listen address (overrides server.listen).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Redis URL (sets broker.kind = "redis" and broker.url).
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// This node's id (overrides server.node_id).
+    #[arg(long = "node-id", value_name = "ID")]
+    node_id: Option<String>,
+    /// Validate the configuration and exit (0 when valid, 2 when not).
+    #[arg(long)]
+    check_config: bool,
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("toolmark-gateway: {message}");
+    ExitCode::from(code)
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let first = e.render().to_string();
+            let line = first.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ");
+            return fail(2, &format!("{line} (see --help)"));
+        }
+    };
+    let overrides = Overrides { listen: cli.listen, redis: cli.redis, node_id: cli.node_id };
+    let env = std::env::vars();
+    let loaded = match &cli.config {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => Config::load(&text, env, &overrides),
+            Err(e) => return fail(2, &format!("config: cannot read {}: {e}", path.display())),
+        },
+        None => Config::dev(env, &overrides),
+    };
+    let config = match loaded {
+        Ok(c) => c,
+        Err(e) => return fail(2, &format!("config: {e}")),
+    };
+    if cli.check_config {
+        eprintln!("toolmark-gateway: configuration is valid");
+        return ExitCode::SUCCESS;
+    }
+    toolmark_gateway::telemetry::init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(1, &format!("cannot start the runtime: {e}")),
+    };
+    runtime.block_on(serve(config))
+}
+
+async fn serve(mut config: Config) -> ExitCode {
+    let addr = match config.listen_addr() {
+        Ok(a) => a,
+        Err(e) => return fail(2, &format!("config: {e}")),
+    };
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => return fail(1, &format!("cannot listen on {addr}: {e}")),
+    };
+    let bound = listener.local_addr().unwrap_or(addr);
+    let mut dev = None;
+    if config.dev_mode {
+        let (tenant, info, secret) = toolmark_gateway::dev_tenant(bound);
+        eprintln!("toolmark-gateway: dev mode: tenant \"dev\", API key {}, token secret {secret}", info.api_key);
+        eprintln!("toolmark-gateway: demo page http://{bound}/demo, agent console http://{bound}/demo/agent");
+        config.tenants.push(tenant);
+        dev = Some(info);
+    }
+    println!("toolmark-gateway listening on http://{bound}");
+    match toolmark_gateway::run(listener, config, dev, shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(1, &e.to_string()),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

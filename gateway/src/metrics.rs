@@ -1,0 +1,119 @@
+//! Prometheus metrics of one gateway process.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CallLabels {
+    pub kind: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CodeLabel {
+    pub code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TypeLabel {
+    pub r#type: &'static str,
+}
+
+/// Every metric the gateway exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Open page sockets.
+    pub connections: Gauge,
+    /// Page sockets refused or closed, by close code.
+    pub(crate) closes: Family<CodeLabel, Counter>,
+    /// Agent calls and describes by outcome status.
+    pub(crate) calls: Family<CallLabels, Counter>,
+    /// Agent request → outcome latency, seconds.
+    pub call_latency: Histogram,
+    /// Results and confirmations dropped by a security rule.
+    pub(crate) results_rejected: Family<ReasonLabel, Counter>,
+    /// Page frames dropped before reaching the broker.
+    pub(crate) inbound_rejected: Family<ReasonLabel, Counter>,
+    /// Events emitted, by type.
+    pub(crate) events: Family<TypeLabel, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric; label values known up front start at 0.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let connections = Gauge::default();
+        let closes = Family::<CodeLabel, Counter>::default();
+        let calls = Family::<CallLabels, Counter>::default();
+        let call_latency = Histogram::new([
+            0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 600.0,
+        ]);
+        let results_rejected = Family::<ReasonLabel, Counter>::default();
+        let inbound_rejected = Family::<ReasonLabel, Counter>::default();
+        let events = Family::<TypeLabel, Counter>::default();
+        registry.register("toolmark_page_connections", "Open page WebSockets", connections.clone());
+        registry.register("toolmark_page_closes", "Page WebSockets closed by the gateway, by close code", closes.clone());
+        registry.register("toolmark_calls", "Agent calls and describes by outcome", calls.clone());
+        registry.register("toolmark_call_duration_seconds", "Agent call round trip, request to outcome", call_latency.clone());
+        registry.register("toolmark_results_rejected", "Page results and confirmations dropped by a security rule", results_rejected.clone());
+        registry.register("toolmark_inbound_rejected", "Page frames dropped before processing", inbound_rejected.clone());
+        registry.register("toolmark_events", "Events emitted, by type", events.clone());
+        for r in toolmark_broker::Rejection::ALL {
+            let _ = results_rejected.get_or_create(&ReasonLabel { reason: r.as_str() });
+        }
+        for r in toolmark_proto::RejectReason::ALL {
+            let _ = inbound_rejected.get_or_create(&ReasonLabel { reason: r.as_str() });
+        }
+        Metrics { registry, connections, closes, calls, call_latency, results_rejected, inbound_rejected, events }
+    }
+
+    /// Counts a dropped page frame.
+    pub fn inbound_rejected(&self, reason: &'static str) {
+        self.inbound_rejected.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// Counts a result or confirmation dropped by a security rule.
+    pub fn result_rejected(&self, reason: &'static str) {
+        self.results_rejected.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// Counts a close by the gateway.
+    pub fn closed(&self, code: u16) {
+        self.closes.get_or_create(&CodeLabel { code }).inc();
+    }
+
+    /// Counts a finished call.
+    pub fn call_finished(&self, kind: &'static str, outcome: &'static str, seconds: f64) {
+        self.calls.get_or_create(&CallLabels { kind, outcome }).inc();
+        self.call_latency.observe(seconds);
+    }
+
+    /// Counts an emitted event.
+    pub fn event(&self, kind: &'static str) {
+        self.events.get_or_create(&TypeLabel { r#type: kind }).inc();
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,338 @@
+//! Page WebSockets at `/v1/tenants/{tenant}/page?token=…`: authentication, admission, and one
+//! task per socket with one `select!` over the socket, its bounded outbound queue, the
+//! heartbeat and shutdown.
+
+use std::collections::VecDeque;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use serde::Deserialize;
+use serde_json::json;
+use toolmark_broker::{AdmitError, AdmitLimits, ConvKey, EventType, PageIdentity, SubmitError};
+use toolmark_proto::{Limits, PageMessage, decode_to_agent, llm};
+
+use crate::config::MAX_FRAME_BYTES;
+use crate::state::AppState;
+use crate::tenants::Tenant;
+
+/// Close codes of the contract.
+pub mod close {
+    /// Bad, expired or wrong-tenant token.
+    pub const UNAUTHORIZED: u16 = 4401;
+    /// Origin not allowed.
+    pub const FORBIDDEN_ORIGIN: u16 = 4403;
+    /// A connection limit (retryable).
+    pub const LIMIT: u16 = 4429;
+    /// Repeated invalid frames, or a frame claiming another page's clientId.
+    pub const POLICY: u16 = 1008;
+    /// Frame over 4 MiB.
+    pub const TOO_BIG: u16 = 1009;
+    /// The node is draining.
+    pub const GOING_AWAY: u16 = 1001;
+    /// The page could not keep up with its outbound queue (retryable).
+    pub const TRY_AGAIN_LATER: u16 = 1013;
+    /// Internal error (e.g. the broker is unreachable at admission).
+    pub const INTERNAL: u16 = 1011;
+}
+
+/// Read buffer per socket: small, since page frames are small and idle sockets are many.
+const READ_BUFFER: usize = 4 * 1024;
+/// Invalid frames tolerated within [`STRIKE_WINDOW`] before closing with 1008.
+const MAX_STRIKES: usize = 20;
+const STRIKE_WINDOW: Duration = Duration::from_secs(60);
+/// Ping interval; a socket silent for three intervals is dropped.
+const PING_EVERY: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Deserialize)]
+pub struct TokenQuery {
+    token: Option<String>,
+}
+
+/// The upgrade handler: refusals happen after the upgrade, as close codes.
+pub async fn upgrade(
+    State(app): State<AppState>,
+    Path(tenant_id): Path<String>,
+    Query(q): Query<TokenQuery>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let origin = headers.get("origin").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    ws.read_buffer_size(READ_BUFFER)
+        .write_buffer_size(0)
+        .max_message_size(MAX_FRAME_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .on_upgrade(move |socket| async move {
+            match authenticate(&app, &tenant_id, q.token.as_deref(), origin.as_deref()) {
+                Err((code, reason)) => refuse(&app, socket, code, reason).await,
+                Ok((tenant, conv)) => serve(app, socket, tenant, conv).await,
+            }
+        })
+}
+
+fn authenticate(
+    app: &AppState,
+    tenant_id: &str,
+    token: Option<&str>,
+    origin: Option<&str>,
+) -> Result<(Arc<Tenant>, ConvKey), (u16, &'static str)> {
+    if app.is_draining() {
+        return Err((close::GOING_AWAY, "draining"));
+    }
+    let tenant = app.tenants.get(tenant_id).ok_or((close::UNAUTHORIZED, "unauthorized"))?;
+    if !tenant.origin_allowed(origin) {
+        return Err((close::FORBIDDEN_ORIGIN, "origin not allowed"));
+    }
+    let token = token.ok_or((close::UNAUTHORIZED, "unauthorized"))?;
+    let claims = tenant.tokens.verify(token).map_err(|e| {
+        tracing::debug!(tenant = %tenant.id, error = %e, "page token refused");
+        (close::UNAUTHORIZED, "unauthorized")
+    })?;
+    let conv = ConvKey::new(&tenant.id, &claims.sub, &claims.cnv);
+    Ok((tenant, conv))
+}
+
+async fn refuse(app: &AppState, mut socket: WebSocket, code: u16, reason: &'static str) {
+    app.metrics.closed(code);
+    let _ = socket.send(Message::Close(Some(CloseFrame { code, reason: reason.into() }))).await;
+}
+
+async fn serve(app: AppState, socket: WebSocket, tenant: Arc<Tenant>, conv: ConvKey) {
+    let limits = AdmitLimits {
+        max_connections: tenant.limits.max_connections,
+        max_pages_per_conversation: tenant.limits.max_pages_per_conversation,
+    };
+    if let Err(e) = app.broker.admit_page(&conv, &limits).await {
+        let (code, reason) = match e {
+            AdmitError::TenantConnections => (close::LIMIT, "tenant connection limit"),
+            AdmitError::ConversationPages => (close::LIMIT, "conversation page limit"),
+            AdmitError::Broker(_) => (close::INTERNAL, "unavailable"),
+        };
+        return refuse(&app, socket, code, reason).await;
+    }
+    app.metrics.connections.inc();
+    let (socket_id, outbound) = app.registry.join(&conv);
+    let per_second = NonZeroU32::new(tenant.limits.page_messages_per_second).unwrap_or(NonZeroU32::MIN);
+    let mut page = PageSocket {
+        app: app.clone(),
+        limits: Limits::with_max_bytes(tenant.limits.max_message_bytes),
+        rate: RateLimiter::direct(Quota::per_second(per_second).allow_burst(per_second.saturating_mul(NonZeroU32::MIN.saturating_add(1)))),
+        conv,
+        socket_id,
+        client_id: None,
+        strikes: VecDeque::new(),
+    };
+    let span = tracing::info_span!("page", tenant = %page.conv.tenant, user = %page.conv.user, conversation = %page.conv.conversation, socket = socket_id);
+    let _enter = span.enter();
+    let end = page.run(socket, outbound).await;
+    let code = match end {
+        End::Gone => None,
+        End::Closed(code) => Some(code),
+    };
+    tracing::debug!(?code, client_id = page.client_id.as_deref().unwrap_or(""), "page socket ended");
+    page.finish().await;
+}
+
+/// Why a socket loop ended.
+#[derive(Debug)]
+enum End {
+    /// The page closed or the connection dropped.
+    Gone,
+    /// We closed it with this code.
+    Closed(u16),
+}
+
+struct PageSocket {
+    app: AppState,
+    limits: Limits,
+    rate: DefaultDirectRateLimiter,
+    conv: ConvKey,
+    socket_id: u64,
+    client_id: Option<String>,
+    strikes: VecDeque<Instant>,
+}
+
+enum Flow {
+    Continue,
+    Close(u16, &'static str),
+}
+
+impl PageSocket {
+    async fn run(&mut self, mut socket: WebSocket, mut outbound: tokio::sync::mpsc::Receiver<Arc<str>>) -> End {
+        let mut ping = tokio::time::interval(PING_EVERY);
+        ping.tick().await;
+        let mut last_seen = Instant::now();
+        let shutdown = self.app.shutdown.clone();
+        loop {
+            let flow = tokio::select! {
+                () = shutdown.cancelled() => Flow::Close(close::GOING_AWAY, "draining"),
+                frame = outbound.recv() => match frame {
+                    Some(frame) => match socket.send(Message::Text(frame.as_ref().into())).await {
+                        Ok(()) => Flow::Continue,
+                        Err(_) => return End::Gone,
+                    },
+                    None => Flow::Close(close::TRY_AGAIN_LATER, "outbound queue full"),
+                },
+                _ = ping.tick() => {
+                    if last_seen.elapsed() > PING_EVERY * 3 {
+                        return End::Gone;
+                    }
+                    if socket.send(Message::Ping(Default::default())).await.is_err() {
+                        return End::Gone;
+                    }
+                    Flow::Continue
+                }
+                incoming = socket.recv() => {
+                    last_seen = Instant::now();
+                    match incoming {
+                        None | Some(Ok(Message::Close(_))) => return End::Gone,
+                        Some(Ok(Message::Text(text))) => self.on_text(text.as_str()).await,
+                        Some(Ok(Message::Binary(_))) => {
+                            self.app.metrics.inbound_rejected("binary");
+                            self.strike()
+                        }
+                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => Flow::Continue,
+                        Some(Err(e)) => {
+                            if is_capacity_error(&e) {
+                                self.app.metrics.inbound_rejected("frame_too_large");
+                                Flow::Close(close::TOO_BIG, "frame too large")
+                            } else {
+                                return End::Gone;
+                            }
+                        }
+                    }
+                }
+            };
+            if let Flow::Close(code, reason) = flow {
+                self.app.metrics.closed(code);
+                let _ = socket.send(Message::Close(Some(CloseFrame { code, reason: reason.into() }))).await;
+                return End::Closed(code);
+            }
+        }
+    }
+
+    /// Counts an invalid frame; too many within the window close the socket with 1008.
+    fn strike(&mut self) -> Flow {
+        let now = Instant::now();
+        self.strikes.push_back(now);
+        while self.strikes.front().is_some_and(|t| now.duration_since(*t) > STRIKE_WINDOW) {
+            self.strikes.pop_front();
+        }
+        if self.strikes.len() >= MAX_STRIKES {
+            Flow::Close(close::POLICY, "repeated invalid frames")
+        } else {
+            Flow::Continue
+        }
+    }
+
+    async fn on_text(&mut self, text: &str) -> Flow {
+        if self.rate.check().is_err() {
+            self.app.metrics.inbound_rejected("rate_limited");
+            return self.strike();
+        }
+        let message = match decode_to_agent(text.as_bytes(), &self.limits) {
+            Ok(m) => m,
+            Err(e) => {
+                self.app.metrics.inbound_rejected(e.reason().as_str());
+                tracing::debug!(error = %e, "page frame dropped");
+                return self.strike();
+            }
+        };
+        let claimed = message.client_id();
+        match &self.client_id {
+            Some(bound) if bound != claimed => {
+                if self.app.registry.claimed_by_other(&self.conv, self.socket_id, claimed) {
+                    return Flow::Close(close::POLICY, "frame claims another page's clientId");
+                }
+                self.app.metrics.inbound_rejected("client_mismatch");
+                return self.strike();
+            }
+            Some(_) => {}
+            None => {
+                self.app.registry.identify(&self.conv, self.socket_id, claimed);
+                if let Err(e) = self.app.broker.page_identified(&self.conv, claimed).await {
+                    tracing::warn!(error = %e, "page not recorded");
+                }
+                self.client_id = Some(claimed.to_owned());
+            }
+        }
+        self.dispatch(message).await;
+        Flow::Continue
+    }
+
+    async fn dispatch(&mut self, message: PageMessage) {
+        let from = PageIdentity { conv: self.conv.clone(), client_id: message.client_id().to_owned() };
+        match message {
+            PageMessage::Manifest(m) => {
+                if let Err(e) = self.app.broker.put_manifest(&self.conv, &m).await {
+                    tracing::warn!(error = %e, "manifest not stored");
+                    return;
+                }
+                let data = json!({"user": self.conv.user, "conversation": self.conv.conversation,
+                    "clientId": m.client_id, "rev": m.rev, "tools": m.tools});
+                self.app.emit(EventType::PageManifest, &self.conv, data).await;
+            }
+            PageMessage::Changed(c) => {
+                tracing::debug!(client_id = %c.client_id, rev = c.rev, "page changed (no manifest)");
+            }
+            PageMessage::Result(r) => match self.app.broker.submit_result(&from, &r.id, r.result).await {
+                Ok(_) => {}
+                Err(SubmitError::Rejected(why)) => {
+                    self.app.metrics.result_rejected(why.as_str());
+                    tracing::info!(call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
+                }
+                Err(SubmitError::Broker(e)) => tracing::warn!(call_id = %r.id, error = %e, "result not recorded"),
+            },
+            PageMessage::Confirmed(c) => match self.app.broker.submit_confirmed(&from, &c.confirm_id).await {
+                Ok(bound) => {
+                    let wrapped = llm::wrap_untrusted(&c.result);
+                    let data = json!({
+                        "confirmId": bound.confirm_id,
+                        "callId": bound.call_id,
+                        "tool": bound.tool,
+                        "clientId": bound.client_id,
+                        "user": self.conv.user,
+                        "conversation": self.conv.conversation,
+                        "outcome": c.result,
+                        "toolResultMessage": {
+                            "role": "tool",
+                            "callId": bound.call_id,
+                            "confirmId": bound.confirm_id,
+                            "tool": bound.tool,
+                            "content": wrapped,
+                        },
+                    });
+                    self.app.emit(EventType::ConfirmationResolved, &self.conv, data).await;
+                }
+                Err(SubmitError::Rejected(why)) => {
+                    self.app.metrics.result_rejected(why.as_str());
+                    tracing::info!(confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");
+                }
+                Err(SubmitError::Broker(e)) => tracing::warn!(confirm_id = %c.confirm_id, error = %e, "confirmed not recorded"),
+            },
+        }
+    }
+
+    async fn finish(self) {
+        self.app.registry.leave(&self.conv, self.socket_id);
+        self.app.metrics.connections.dec();
+        match self.app.broker.release_page(&self.conv, self.client_id.as_deref()).await {
+            Ok(left) if left.page_gone => {
+                let data = json!({"user": self.conv.user, "conversation": self.conv.conversation, "clientId": self.client_id});
+                self.app.emit(EventType::PageDisconnected, &self.conv, data).await;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "page release not recorded"),
+        }
+    }
+}
+
+fn is_capacity_error(e: &axum::Error) -> bool {
+    let text = e.to_string();
+    text.contains("Space limit exceeded") || text.contains("too long") || text.contains("Capacity")
+}

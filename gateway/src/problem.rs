@@ -1,0 +1,129 @@
+//! RFC 9457 problem details with the contract's stable codes. Internals never reach a client:
+//! every variant carries only what the caller may know.
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use toolmark_broker::{BrokerError, RateLimited};
+
+/// An API error, answered as `application/problem+json`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    /// Human-readable explanation.
+    pub detail: String,
+    /// JSON pointer of the offending request field.
+    pub pointer: Option<String>,
+    /// Seconds before a retry can succeed (`Retry-After`).
+    pub retry_after: Option<u64>,
+}
+
+impl Problem {
+    fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+        Problem { status, code, detail: detail.into(), pointer: None, retry_after: None }
+    }
+
+    /// 401: missing, wrong, or another tenant's API key.
+    pub fn unauthorized() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "A valid API key of this tenant is required.")
+    }
+
+    /// 404.
+    pub fn not_found(what: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", format!("{what} not found."))
+    }
+
+    /// 409: the conversation has no connected page with a manifest.
+    pub fn no_page() -> Self {
+        Self::new(StatusCode::CONFLICT, "no_page", "No page of this conversation is connected with a manifest.")
+    }
+
+    /// 400 with the pointer of the bad field.
+    pub fn invalid(pointer: impl Into<String>, detail: impl Into<String>) -> Self {
+        Problem { pointer: Some(pointer.into()), ..Self::new(StatusCode::BAD_REQUEST, "invalid_request", detail) }
+    }
+
+    /// 413.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", format!("The request body exceeds {limit} bytes."))
+    }
+
+    /// 429 with `Retry-After`.
+    pub fn rate_limited(r: RateLimited) -> Self {
+        Problem {
+            retry_after: Some(ceil_secs(r.retry_after)),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "The tenant's call rate is exhausted.")
+        }
+    }
+
+    /// 503 with `Retry-After`.
+    pub fn unavailable(retry_after: Duration) -> Self {
+        Problem {
+            retry_after: Some(ceil_secs(retry_after)),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "The gateway cannot reach its shared state; retry later.")
+        }
+    }
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0).max(u64::from(d.is_zero()))
+}
+
+impl From<BrokerError> for Problem {
+    fn from(e: BrokerError) -> Self {
+        match e {
+            BrokerError::Unavailable { retry_after } => Problem::unavailable(retry_after),
+        }
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let title = match self.code {
+            "unauthorized" => "Unauthorized",
+            "not_found" => "Not found",
+            "no_page" => "No page",
+            "invalid_request" => "Invalid request",
+            "payload_too_large" => "Payload too large",
+            "rate_limited" => "Rate limited",
+            "unavailable" => "Unavailable",
+            _ => "Error",
+        };
+        let mut body = json!({
+            "type": format!("urn:toolmark:problem:{}", self.code),
+            "title": title,
+            "status": self.status.as_u16(),
+            "code": self.code,
+            "detail": self.detail,
+        });
+        if let Some(p) = &self.pointer {
+            body["pointer"] = json!(p);
+        }
+        let mut res = (self.status, body.to_string()).into_response();
+        res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if let Some(s) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
+                res.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero() {
+        assert_eq!(ceil_secs(Duration::from_millis(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_millis(1500)), 2);
+        assert_eq!(ceil_secs(Duration::from_secs(3)), 3);
+        assert_eq!(ceil_secs(Duration::ZERO), 1);
+    }
+}

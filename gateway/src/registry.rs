@@ -1,0 +1,147 @@
+//! This node's page sockets, by conversation. Delivery never blocks: each socket has a bounded
+//! outbound queue, and a socket whose queue is full is dropped from the registry, which closes
+//! it (a page that cannot keep up is closed, never buffered without bound).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::mpsc;
+use toolmark_broker::{ConvKey, PageSink};
+
+/// Frames queued for one socket before it counts as unable to keep up.
+pub const OUTBOUND_QUEUE: usize = 64;
+const SHARDS: usize = 16;
+
+struct Slot {
+    socket_id: u64,
+    client_id: Option<Arc<str>>,
+    tx: mpsc::Sender<Arc<str>>,
+}
+
+type Shard = Mutex<HashMap<ConvKey, Vec<Slot>>>;
+
+/// Local sockets of every conversation this node holds.
+pub struct Registry {
+    shards: Vec<Shard>,
+    hasher: RandomState,
+    next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").finish_non_exhaustive()
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
+            next_id: AtomicU64::new(1),
+        }
+    }
+}
+
+impl Registry {
+    fn shard(&self, conv: &ConvKey) -> MutexGuard<'_, HashMap<ConvKey, Vec<Slot>>> {
+        // The shard count is tiny, so the modulo result always fits in usize.
+        #[allow(clippy::cast_possible_truncation)]
+        let i = (self.hasher.hash_one(conv) % SHARDS as u64) as usize;
+        self.shards[i].lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a socket of `conv`; frames for it arrive on the returned receiver, which yields
+    /// `None` once the registry dropped the socket (queue full) or it left.
+    pub fn join(&self, conv: &ConvKey) -> (u64, mpsc::Receiver<Arc<str>>) {
+        let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
+        let socket_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.shard(conv).entry(conv.clone()).or_default().push(Slot { socket_id, client_id: None, tx });
+        (socket_id, rx)
+    }
+
+    /// Records the socket's clientId (bound by its first message).
+    pub fn identify(&self, conv: &ConvKey, socket_id: u64, client_id: &str) {
+        if let Some(slots) = self.shard(conv).get_mut(conv) {
+            if let Some(s) = slots.iter_mut().find(|s| s.socket_id == socket_id) {
+                s.client_id = Some(client_id.into());
+            }
+        }
+    }
+
+    /// Whether another socket of `conv` is bound to `client_id`.
+    pub fn claimed_by_other(&self, conv: &ConvKey, socket_id: u64, client_id: &str) -> bool {
+        self.shard(conv).get(conv).is_some_and(|slots| {
+            slots.iter().any(|s| s.socket_id != socket_id && s.client_id.as_deref() == Some(client_id))
+        })
+    }
+
+    /// Removes a socket.
+    pub fn leave(&self, conv: &ConvKey, socket_id: u64) {
+        let mut shard = self.shard(conv);
+        if let Some(slots) = shard.get_mut(conv) {
+            slots.retain(|s| s.socket_id != socket_id);
+            if slots.is_empty() {
+                shard.remove(conv);
+            }
+        }
+    }
+}
+
+impl PageSink for Registry {
+    fn deliver(&self, conv: &ConvKey, client_id: &str, frame: Arc<str>) {
+        let mut shard = self.shard(conv);
+        let Some(slots) = shard.get_mut(conv) else { return };
+        slots.retain(|s| {
+            let addressed = s.client_id.as_deref().is_none_or(|c| c == client_id);
+            if !addressed {
+                return true;
+            }
+            match s.tx.try_send(Arc::clone(&frame)) {
+                Ok(()) => true,
+                // Full: the page cannot keep up; dropping the sender closes the socket.
+                // Closed: the socket is already ending.
+                Err(_) => false,
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_reach_the_addressed_and_unknown_pages_only() {
+        let r = Registry::default();
+        let conv = ConvKey::new("t", "u", "c");
+        let (a, mut rx_a) = r.join(&conv);
+        let (b, mut rx_b) = r.join(&conv);
+        let (_c, mut rx_c) = r.join(&conv);
+        r.identify(&conv, a, "p1");
+        r.identify(&conv, b, "p2");
+        r.deliver(&conv, "p1", "hello".into());
+        assert_eq!(rx_a.try_recv().unwrap().as_ref(), "hello");
+        assert!(rx_b.try_recv().is_err());
+        assert_eq!(rx_c.try_recv().unwrap().as_ref(), "hello", "unknown clientId gets it");
+        assert!(r.claimed_by_other(&conv, b, "p1"));
+        assert!(!r.claimed_by_other(&conv, a, "p1"));
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_the_socket() {
+        let r = Registry::default();
+        let conv = ConvKey::new("t", "u", "c");
+        let (_a, mut rx) = r.join(&conv);
+        for _ in 0..=OUTBOUND_QUEUE {
+            r.deliver(&conv, "p1", "x".into());
+        }
+        let mut got = 0;
+        while let Some(_f) = rx.recv().await {
+            got += 1;
+        }
+        assert_eq!(got, OUTBOUND_QUEUE, "receiver ends after the queued frames");
+    }
+}

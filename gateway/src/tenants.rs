@@ -1,0 +1,163 @@
+//! Tenants at run time: API key hashes, the page-token verifier (and signer for HS256),
+//! the exact origin allow-list and limits.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{TenantConfig, TenantLimits};
+
+/// Clock leeway for `exp` and `nbf`.
+pub const TOKEN_LEEWAY_SECS: u64 = 30;
+
+/// Claims of a page token.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PageClaims {
+    /// User id.
+    pub sub: String,
+    /// Conversation id.
+    pub cnv: String,
+    /// The tenant id.
+    pub aud: String,
+    /// Expiry (seconds since the epoch), required.
+    pub exp: u64,
+    /// Issued at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iat: Option<u64>,
+    /// Not before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<u64>,
+    /// Token id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jti: Option<String>,
+}
+
+/// Why a page token was refused (all close the socket with 4401).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    /// Signature, algorithm, audience, expiry or shape.
+    #[error("invalid token: {0}")]
+    Invalid(String),
+    /// `sub` or `cnv` is not a valid id.
+    #[error("invalid user or conversation id in token")]
+    BadIds,
+}
+
+/// Verifies (and for HS256, mints) a tenant's page tokens.
+pub struct TokenKeys {
+    decoding: DecodingKey,
+    validation: Validation,
+    encoding: Option<EncodingKey>,
+}
+
+impl std::fmt::Debug for TokenKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenKeys").field("algorithms", &self.validation.algorithms).finish_non_exhaustive()
+    }
+}
+
+fn validation(alg: Algorithm, tenant: &str) -> Validation {
+    let mut v = Validation::new(alg);
+    v.set_audience(&[tenant]);
+    v.leeway = TOKEN_LEEWAY_SECS;
+    v.validate_exp = true;
+    v.validate_nbf = true;
+    v.set_required_spec_claims(&["exp", "aud", "sub"]);
+    v
+}
+
+/// A verifier for a PEM public key: Ed25519 → EdDSA, P-256 → ES256. Only that algorithm is
+/// accepted, so a token signed with HS256 using the public key as secret is refused.
+pub fn public_key_verifier(pem: &str, tenant: &str) -> Result<TokenKeys, String> {
+    if let Ok(key) = DecodingKey::from_ed_pem(pem.as_bytes()) {
+        return Ok(TokenKeys { decoding: key, validation: validation(Algorithm::EdDSA, tenant), encoding: None });
+    }
+    if let Ok(key) = DecodingKey::from_ec_pem(pem.as_bytes()) {
+        return Ok(TokenKeys { decoding: key, validation: validation(Algorithm::ES256, tenant), encoding: None });
+    }
+    Err("not a PEM Ed25519 or P-256 public key".into())
+}
+
+impl TokenKeys {
+    /// HS256 with a shared secret (verifies and mints).
+    pub fn hs256(secret: &str, tenant: &str) -> Result<Self, String> {
+        Ok(TokenKeys {
+            decoding: DecodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?,
+            validation: validation(Algorithm::HS256, tenant),
+            encoding: Some(EncodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?),
+        })
+    }
+
+    /// Verifies a page token and returns its claims.
+    pub fn verify(&self, token: &str) -> Result<PageClaims, TokenError> {
+        let data = jsonwebtoken::decode::<PageClaims>(token, &self.decoding, &self.validation)
+            .map_err(|e| TokenError::Invalid(e.to_string()))?;
+        let c = data.claims;
+        if !crate::ids::is_valid_id(&c.sub) || !crate::ids::is_valid_id(&c.cnv) {
+            return Err(TokenError::BadIds);
+        }
+        Ok(c)
+    }
+
+    /// Mints a token (HS256 tenants only).
+    pub fn mint(&self, claims: &PageClaims) -> Option<String> {
+        let key = self.encoding.as_ref()?;
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, key).ok()
+    }
+}
+
+/// One tenant, ready to serve.
+#[derive(Debug)]
+pub struct Tenant {
+    /// Tenant id.
+    pub id: String,
+    /// SHA-256 of each API key.
+    pub api_keys: Vec<[u8; 32]>,
+    /// Page token keys.
+    pub tokens: TokenKeys,
+    /// Exact allowed origins.
+    pub origins: HashSet<String>,
+    /// Limits.
+    pub limits: TenantLimits,
+}
+
+impl Tenant {
+    /// Builds a tenant from validated config.
+    pub fn from_config(c: &TenantConfig) -> Result<Self, String> {
+        let tokens = match (&c.token_secret, &c.token_public_key) {
+            (Some(secret), _) => TokenKeys::hs256(secret, &c.id)?,
+            (None, Some(pem)) => public_key_verifier(pem, &c.id)?,
+            (None, None) => return Err("no token key".into()),
+        };
+        Ok(Tenant {
+            id: c.id.clone(),
+            api_keys: c.api_keys.iter().filter_map(|k| crate::auth::parse_key_hash(k)).collect(),
+            tokens,
+            origins: c.allowed_origins.iter().cloned().collect(),
+            limits: c.limits,
+        })
+    }
+
+    /// Whether `origin` is exactly one of the allowed origins.
+    pub fn origin_allowed(&self, origin: Option<&str>) -> bool {
+        origin.is_some_and(|o| o != "null" && self.origins.contains(o))
+    }
+}
+
+/// All tenants by id.
+#[derive(Debug, Clone, Default)]
+pub struct Tenants(Arc<HashMap<String, Arc<Tenant>>>);
+
+impl Tenants {
+    /// From a list.
+    pub fn new(list: Vec<Tenant>) -> Self {
+        Tenants(Arc::new(list.into_iter().map(|t| (t.id.clone(), Arc::new(t))).collect()))
+    }
+
+    /// A tenant by id.
+    pub fn get(&self, id: &str) -> Option<Arc<Tenant>> {
+        self.0.get(id).cloned()
+    }
+}
