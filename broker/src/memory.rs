@@ -60,7 +60,9 @@ struct ConfirmEntry {
 #[derive(Default)]
 struct Conv {
     current: Option<String>,
-    manifests: HashMap<String, Manifest>,
+    /// Latest manifest of each page, with the order in which it arrived.
+    manifests: HashMap<String, (u64, Manifest)>,
+    next_seq: u64,
     sockets: u32,
     pages: BTreeMap<String, u32>,
     idle_since: Option<Instant>,
@@ -180,6 +182,24 @@ impl MemoryBroker {
     }
 }
 
+/// The page new calls go to: the one that sent the latest manifest (D23), unless it is gone
+/// while other pages with manifests are connected, then the latest of those. A page counts as
+/// possibly present while sockets with a not-yet-known clientId are open (a reconnect is silent
+/// until it has something to say).
+fn effective_current(c: &Conv) -> Option<&String> {
+    let current = c.current.as_ref()?;
+    let identified: u32 = c.pages.values().sum();
+    if c.pages.contains_key(current) || c.sockets > identified {
+        return Some(current);
+    }
+    c.manifests
+        .iter()
+        .filter(|(id, _)| c.pages.contains_key(*id))
+        .max_by_key(|(_, (seq, _))| *seq)
+        .map(|(id, _)| id)
+        .or(Some(current))
+}
+
 #[async_trait]
 impl Broker for MemoryBroker {
     fn node_id(&self) -> &str {
@@ -271,11 +291,9 @@ impl Broker for MemoryBroker {
 
     async fn cancel(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
         let record = self.call(tenant, id).await?;
-        if let Some(r) = &record {
-            if r.state == CallState::Pending {
-                let b = &r.binding;
-                self.sink.deliver(&b.conv, &b.client_id, cancel_frame(b));
-            }
+        if let Some(r) = record.as_ref().filter(|r| r.state == CallState::Pending) {
+            let b = &r.binding;
+            self.sink.deliver(&b.conv, &b.client_id, cancel_frame(b));
         }
         Ok(record)
     }
@@ -334,13 +352,11 @@ impl Broker for MemoryBroker {
             if c.sockets == 0 {
                 c.idle_since = Some(Instant::now());
             }
-            if let Some(id) = client_id {
-                if let Some(n) = c.pages.get_mut(id) {
-                    *n = n.saturating_sub(1);
-                    if *n == 0 {
-                        c.pages.remove(id);
-                        page_gone = true;
-                    }
+            if let Some((id, n)) = client_id.and_then(|id| c.pages.get_mut(id).map(|n| (id, n))) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    c.pages.remove(id);
+                    page_gone = true;
                 }
             }
         }
@@ -350,7 +366,8 @@ impl Broker for MemoryBroker {
     async fn put_manifest(&self, conv: &ConvKey, manifest: &Manifest) -> Result<(), BrokerError> {
         let mut st = lock(&self.state);
         let c = st.convs.entry(conv.clone()).or_default();
-        c.manifests.insert(manifest.client_id.clone(), manifest.clone());
+        c.next_seq += 1;
+        c.manifests.insert(manifest.client_id.clone(), (c.next_seq, manifest.clone()));
         c.current = Some(manifest.client_id.clone());
         Ok(())
     }
@@ -358,7 +375,7 @@ impl Broker for MemoryBroker {
     async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError> {
         let st = lock(&self.state);
         let Some(c) = st.convs.get(conv) else { return Ok(ConversationState::default()) };
-        let current = c.current.as_ref().and_then(|id| c.manifests.get(id));
+        let current = effective_current(c).and_then(|id| c.manifests.get(id)).map(|(_, m)| m);
         Ok(ConversationState {
             client_id: current.map(|m| m.client_id.clone()),
             rev: current.map(|m| m.rev),
@@ -368,7 +385,7 @@ impl Broker for MemoryBroker {
                 .iter()
                 .map(|(id, n)| PageInfo {
                     client_id: id.clone(),
-                    rev: c.manifests.get(id).map(|m| m.rev),
+                    rev: c.manifests.get(id).map(|(_, m)| m.rev),
                     sockets: *n,
                 })
                 .collect(),
@@ -552,6 +569,25 @@ mod tests {
         b.page_identified(&conv, "p1").await.unwrap();
         assert!(b.release_page(&conv, Some("p1")).await.unwrap().page_gone);
         b.admit_page(&other, &limits).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn calls_go_to_the_latest_connected_page_when_the_current_one_left() {
+        let (_, b) = setup();
+        let conv = ConvKey::new("t", "u", "c");
+        let limits = AdmitLimits { max_connections: 10, max_pages_per_conversation: 10 };
+        let manifest = |id: &str| Manifest { client_id: id.into(), rev: 1, tools: vec![] };
+        for id in ["a", "b"] {
+            b.admit_page(&conv, &limits).await.unwrap();
+            b.page_identified(&conv, id).await.unwrap();
+            b.put_manifest(&conv, &manifest(id)).await.unwrap();
+        }
+        assert_eq!(b.conversation(&conv).await.unwrap().client_id.as_deref(), Some("b"));
+        b.release_page(&conv, Some("b")).await.unwrap();
+        assert_eq!(b.conversation(&conv).await.unwrap().client_id.as_deref(), Some("a"));
+        // A silent socket (b reconnecting) keeps b current.
+        b.admit_page(&conv, &limits).await.unwrap();
+        assert_eq!(b.conversation(&conv).await.unwrap().client_id.as_deref(), Some("b"));
     }
 
     #[tokio::test]

@@ -272,10 +272,10 @@ impl Config {
                 ));
             }
         }
-        if let Some(id) = &self.server.node_id {
-            if !is_valid_tenant_id(id) {
-                return Err(ConfigError::new("server.node_id", "must match ^[a-z0-9][a-z0-9-]{0,62}$"));
-            }
+        if let Some(id) = &self.server.node_id
+            && !is_valid_tenant_id(id)
+        {
+            return Err(ConfigError::new("server.node_id", "must match ^[a-z0-9][a-z0-9-]{0,62}$"));
         }
         match self.broker.kind {
             BrokerKind::Memory => {}

@@ -104,25 +104,28 @@ pub async fn run(
     let router = router(app.clone(), config.dev_mode);
     let drain = Duration::from_millis(config.server.drain_timeout_ms);
     let stopping = CancellationToken::new();
-    let stopping_signal = stopping.clone();
     let drain_app = app.clone();
     tokio::spawn(async move {
         stop.await;
         tracing::info!(node = %node_id, "draining");
         drain_app.start_drain();
-        stopping_signal.cancel();
     });
     let server = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(stopping.clone().cancelled_owned());
     let server = tokio::spawn(async move { server.await });
-    stopping.cancelled().await;
-    // In-flight agent requests get up to the drain timeout; then the process stops anyway.
-    match tokio::time::timeout(drain, server).await {
+    app.shutdown.cancelled().await;
+    // Draining: /readyz answers 503, pages are being closed with 1001, new calls get 503.
+    // In-flight calls get up to the drain timeout, then the listener stops.
+    app.tasks.close();
+    if tokio::time::timeout(drain, app.tasks.wait()).await.is_err() {
+        tracing::warn!("drain timeout reached with calls still in flight");
+    }
+    stopping.cancel();
+    match tokio::time::timeout(Duration::from_secs(1), server).await {
         Ok(Ok(result)) => result?,
         Ok(Err(join)) => tracing::error!(error = %join, "server task failed"),
-        Err(_) => tracing::warn!("drain timeout reached with requests still in flight"),
+        Err(_) => tracing::warn!("connections still open at exit"),
     }
-    app.tasks.close();
     Ok(())
 }
 
@@ -137,5 +140,7 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
     if dev_mode {
         r = r.merge(demo::router()).route("/", get(|| async { Redirect::temporary("/demo") }));
     }
-    r.layer(DefaultBodyLimit::max(config::MAX_FRAME_BYTES)).with_state(app)
+    r.fallback(|| async { problem::Problem::not_found("Route") })
+        .layer(DefaultBodyLimit::max(config::MAX_FRAME_BYTES))
+        .with_state(app)
 }

@@ -87,11 +87,17 @@ async fn serve(mut config: Config) -> ExitCode {
         config.tenants.push(tenant);
         dev = Some(info);
     }
-    println!("toolmark-gateway listening on http://{bound}");
+    announce(bound);
     match toolmark_gateway::run(listener, config, dev, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(1, &e.to_string()),
     }
+}
+
+/// The contract's readiness line, on stdout so scripts can wait for it.
+#[allow(clippy::print_stdout, reason = "the listening line is the binary's one stdout output")]
+fn announce(bound: std::net::SocketAddr) {
+    println!("toolmark-gateway listening on http://{bound}");
 }
 
 async fn shutdown_signal() {

@@ -77,6 +77,11 @@ impl Metrics {
         for r in toolmark_broker::Rejection::ALL {
             let _ = results_rejected.get_or_create(&ReasonLabel { reason: r.as_str() });
         }
+        for kind in ["call", "describe"] {
+            for outcome in ["ok", "invalid", "refused", "needs_confirmation", "cancelled", "error", "timeout"] {
+                let _ = calls.get_or_create(&CallLabels { kind, outcome });
+            }
+        }
         for r in toolmark_proto::RejectReason::ALL {
             let _ = inbound_rejected.get_or_create(&ReasonLabel { reason: r.as_str() });
         }

@@ -211,6 +211,7 @@ impl PageSocket {
             if let Flow::Close(code, reason) = flow {
                 self.app.metrics.closed(code);
                 let _ = socket.send(Message::Close(Some(CloseFrame { code, reason: reason.into() }))).await;
+                linger(&mut socket).await;
                 return End::Closed(code);
             }
         }
@@ -331,6 +332,17 @@ impl PageSocket {
         }
     }
 }
+
+/// After our close frame, reads (and discards) what the page still sends, until it closes or
+/// [`LINGER`] passes, so the close frame is not lost to a TCP reset caused by unread data.
+async fn linger(socket: &mut WebSocket) {
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Some(Ok(_)) = socket.recv().await {}
+    })
+    .await;
+}
+
+const LINGER: Duration = Duration::from_secs(2);
 
 fn is_capacity_error(e: &axum::Error) -> bool {
     let text = e.to_string();

@@ -106,10 +106,10 @@ impl IntoResponse for Problem {
         }
         let mut res = (self.status, body.to_string()).into_response();
         res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-        if let Some(s) = self.retry_after {
-            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
-                res.headers_mut().insert(header::RETRY_AFTER, v);
-            }
+        if let Some(s) = self.retry_after
+            && let Ok(v) = HeaderValue::from_str(&s.to_string())
+        {
+            res.headers_mut().insert(header::RETRY_AFTER, v);
         }
         res
     }

@@ -64,10 +64,10 @@ impl Registry {
 
     /// Records the socket's clientId (bound by its first message).
     pub fn identify(&self, conv: &ConvKey, socket_id: u64, client_id: &str) {
-        if let Some(slots) = self.shard(conv).get_mut(conv) {
-            if let Some(s) = slots.iter_mut().find(|s| s.socket_id == socket_id) {
-                s.client_id = Some(client_id.into());
-            }
+        if let Some(slots) = self.shard(conv).get_mut(conv)
+            && let Some(s) = slots.iter_mut().find(|s| s.socket_id == socket_id)
+        {
+            s.client_id = Some(client_id.into());
         }
     }
 

@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -16,7 +15,7 @@ use toolmark_broker::{CallBinding, CallKind, CallRecord, CallState, ConvKey, Eve
 use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
 use toolmark_proto::{AgentMessage, Call, Describe, ids, is_valid_tool_name};
 
-use super::{Authed, check_ids, parse_body};
+use super::{Authed, Body, check_ids, parse_body, parse_value};
 use crate::problem::Problem;
 use crate::state::AppState;
 use crate::tenants::Tenant;
@@ -104,7 +103,7 @@ pub async fn call(
     Authed(tenant): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, Problem> {
     check_ids(&user, &conversation)?;
     let b: CallBody = parse_body(&tenant, &body)?;
@@ -119,7 +118,7 @@ pub async fn describe(
     Authed(tenant): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, Problem> {
     check_ids(&user, &conversation)?;
     let b: DescribeBody = parse_body(&tenant, &body)?;
@@ -143,20 +142,18 @@ pub async fn invoke(
     State(app): State<AppState>,
     Authed(tenant): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, Problem> {
     check_ids(&user, &conversation)?;
     let b: InvokeBody = parse_body(&tenant, &body)?;
     let req = match b.name.as_str() {
         PAGE_CALL => {
-            let i: PageCallInput = serde_path_to_error::deserialize(b.input)
-                .map_err(|e| Problem::invalid(format!("/input/{}", e.path()).replace('.', "/"), e.into_inner().to_string()))?;
+            let i: PageCallInput = parse_value("/input", b.input)?;
             check_tool("/input/tool", &i.tool)?;
             Request { kind: CallKind::Call, tool: i.tool, input: i.input, rev: None, timeout_ms: None }
         }
         PAGE_DESCRIBE => {
-            let i: PageDescribeInput = serde_path_to_error::deserialize(b.input)
-                .map_err(|e| Problem::invalid(format!("/input/{}", e.path()).replace('.', "/"), e.into_inner().to_string()))?;
+            let i: PageDescribeInput = parse_value("/input", b.input)?;
             check_tool("/input/tool", &i.tool)?;
             Request { kind: CallKind::Describe, tool: i.tool, input: Value::Null, rev: None, timeout_ms: None }
         }
@@ -172,6 +169,9 @@ pub async fn invoke(
 }
 
 async fn start(app: &AppState, tenant: &Tenant, conv: ConvKey, req: Request, respond_async: bool) -> Result<Started, Problem> {
+    if app.is_draining() {
+        return Err(Problem::unavailable(Duration::from_secs(1)));
+    }
     let limits = &tenant.limits;
     let timeout_ms = req.timeout_ms.unwrap_or(limits.default_call_timeout_ms);
     if timeout_ms == 0 || timeout_ms > limits.max_call_timeout_ms {

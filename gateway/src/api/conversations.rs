@@ -1,7 +1,6 @@
 //! Conversation state, LLM tool definitions and page-token minting.
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -11,7 +10,7 @@ use sha2::{Digest, Sha256};
 use toolmark_broker::ConvKey;
 use toolmark_proto::llm::{LlmFormat, tool_definitions};
 
-use super::{Authed, check_ids, parse_body};
+use super::{Authed, Body, check_ids, parse_body};
 use crate::problem::Problem;
 use crate::state::AppState;
 use crate::tenants::PageClaims;
@@ -63,7 +62,11 @@ pub async fn llm_tools(
     let bytes = serde_json::to_vec(&tools).unwrap_or_default();
     let etag = format!("\"{}\"", hex::encode(&Sha256::digest(&bytes)[..16]));
     let etag_header = HeaderValue::from_str(&etag).unwrap_or(HeaderValue::from_static("\"\""));
-    if headers.get(header::IF_NONE_MATCH).is_some_and(|v| v.as_bytes() == etag.as_bytes()) {
+    let matches = headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|tag| {
+        let tag = tag.trim();
+        tag == "*" || tag.strip_prefix("W/").unwrap_or(tag) == etag
+    });
+    if matches {
         return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag_header)]).into_response());
     }
     let body = json!({"tools": tools, "rev": s.rev, "etag": etag});
@@ -82,7 +85,7 @@ struct TokenRequest {
 pub async fn mint_token(
     Authed(tenant): Authed,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, Problem> {
     let req: TokenRequest = parse_body(&tenant, &body)?;
     if !crate::ids::is_valid_id(&req.user) {

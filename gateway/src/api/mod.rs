@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{FromRequestParts, RawPathParams};
+use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
 use axum::http::request::Parts;
 use axum::routing::{get, post};
 use serde::de::DeserializeOwned;
@@ -30,6 +30,20 @@ pub fn router() -> Router<AppState> {
         .route("/v1/tenants/{tenant}/calls/{id}", get(calls::get_call))
         .route("/v1/tenants/{tenant}/calls/{id}/cancel", post(calls::cancel))
         .route("/v1/tenants/{tenant}/events", get(events::stream))
+}
+
+/// A request body read up to the largest message any tenant may send; larger bodies get a
+/// problem+json 413 (the tenant's own limit is checked by [`parse_body`]).
+#[derive(Debug)]
+pub struct Body(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for Body {
+    type Rejection = Problem;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, Problem> {
+        let limit = crate::config::MAX_FRAME_BYTES;
+        axum::body::to_bytes(req.into_body(), limit).await.map(Body).map_err(|_| Problem::too_large(limit))
+    }
 }
 
 /// A request authenticated with one of the path tenant's API keys.
@@ -54,18 +68,31 @@ impl FromRequestParts<AppState> for Authed {
 
 /// Parses a JSON body strictly, under the tenant's message size limit; errors carry the JSON
 /// pointer of the offending field.
-pub fn parse_body<T: DeserializeOwned>(tenant: &Tenant, body: &Bytes) -> Result<T, Problem> {
+pub fn parse_body<T: DeserializeOwned>(tenant: &Tenant, Body(body): &Body) -> Result<T, Problem> {
     let limit = tenant.limits.max_message_bytes;
     if body.len() > limit {
         return Err(Problem::too_large(limit));
     }
     let mut de = serde_json::Deserializer::from_slice(body);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let pointer = pointer_of(e.path());
-        Problem::invalid(pointer, e.into_inner().to_string())
-    })?;
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| path_problem("", e))?;
     de.end().map_err(|e| Problem::invalid("", e.to_string()))?;
     Ok(value)
+}
+
+/// Deserializes a JSON value found at `base` (a pointer) of the request body.
+pub fn parse_value<T: DeserializeOwned>(base: &str, value: serde_json::Value) -> Result<T, Problem> {
+    serde_path_to_error::deserialize(value).map_err(|e| path_problem(base, e))
+}
+
+fn path_problem<E: std::fmt::Display>(base: &str, e: serde_path_to_error::Error<E>) -> Problem {
+    let mut pointer = format!("{base}{}", pointer_of(e.path()));
+    let detail = e.into_inner().to_string();
+    // serde reports a missing field at its parent: point at the field itself.
+    if let Some(name) = detail.strip_prefix("missing field `").and_then(|rest| rest.split('`').next()) {
+        pointer.push('/');
+        pointer.push_str(&name.replace('~', "~0").replace('/', "~1"));
+    }
+    Problem::invalid(pointer, detail)
 }
 
 fn pointer_of(path: &serde_path_to_error::Path) -> String {

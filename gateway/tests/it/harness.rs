@@ -1,0 +1,418 @@
+//! Starts a gateway on 127.0.0.1:0 with test tenants, and drives it as a page (WebSocket) and
+//! as an agent backend (HTTP).
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::{SinkExt, StreamExt};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{Bytes, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use toolmark_gateway::config::{Config, Overrides};
+
+pub const ACME_SECRET: &str = "acme-secret-0123456789abcdef0123456789";
+pub const GLOBEX_SECRET: &str = "globex-secret-0123456789abcdef012345678";
+pub const ACME_KEY: &str = "key-acme";
+pub const GLOBEX_KEY: &str = "key-globex";
+pub const ACME_ORIGIN: &str = "https://app.acme.example";
+pub const GLOBEX_ORIGIN: &str = "https://app.globex.example";
+pub const ED_PUB: &str = include_str!("keys/ed25519.pub");
+pub const ED_KEY: &str = include_str!("keys/ed25519.key");
+pub const EC_PUB: &str = include_str!("keys/p256.pub");
+pub const EC_KEY: &str = include_str!("keys/p256.key");
+
+/// How long a test waits for something that should happen.
+pub const WAIT: Duration = Duration::from_secs(5);
+
+pub fn hash(key: &str) -> String {
+    toolmark_gateway::auth::key_hash_string(key)
+}
+
+/// The standard test tenants; `extra` is appended to the TOML (e.g. `[tenants.limits]` of the
+/// last tenant, or more tenants).
+pub fn config_toml(extra: &str) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+drain_timeout_ms = 2000
+
+[[tenants]]
+id = "globex"
+api_keys = ["{globex}"]
+token_secret = "{GLOBEX_SECRET}"
+allowed_origins = ["{GLOBEX_ORIGIN}"]
+
+[[tenants]]
+id = "edco"
+api_keys = ["{ed}"]
+token_public_key = """{ED_PUB}"""
+allowed_origins = ["{ACME_ORIGIN}"]
+
+[[tenants]]
+id = "ecco"
+api_keys = ["{ec}"]
+token_public_key = """{EC_PUB}"""
+allowed_origins = ["{ACME_ORIGIN}"]
+
+[[tenants]]
+id = "acme"
+api_keys = ["{acme}"]
+token_secret = "{ACME_SECRET}"
+allowed_origins = ["{ACME_ORIGIN}"]
+{extra}
+"#,
+        globex = hash(GLOBEX_KEY),
+        acme = hash(ACME_KEY),
+        ed = hash("key-edco"),
+        ec = hash("key-ecco"),
+    )
+}
+
+/// A running gateway.
+pub struct Gateway {
+    pub addr: SocketAddr,
+    pub http: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    pub task: Option<JoinHandle<()>>,
+}
+
+impl Gateway {
+    pub async fn start() -> Gateway {
+        Self::start_with("").await
+    }
+
+    /// Starts with [`config_toml`]`(extra)`.
+    pub async fn start_with(extra: &str) -> Gateway {
+        let config = Config::load(&config_toml(extra), [], &Overrides::default()).expect("test config is valid");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            toolmark_gateway::run(listener, config, None, async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("gateway runs");
+        });
+        Gateway { addr, http: reqwest::Client::new(), stop: Some(tx), task: Some(task) }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Sends the stop signal (like SIGTERM).
+    pub fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    pub fn agent(&self, tenant: &str, key: &str) -> Agent {
+        Agent { gw_url: self.url(""), tenant: tenant.into(), key: key.into(), http: self.http.clone() }
+    }
+
+    pub fn acme(&self) -> Agent {
+        self.agent("acme", ACME_KEY)
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.http.get(self.url("/metrics")).send().await.unwrap().text().await.unwrap()
+    }
+
+    /// The value of one metric series, e.g. `toolmark_results_rejected_total{reason="late"}`.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics().await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+            .unwrap_or(0.0)
+    }
+
+    /// Waits until `series` reaches at least `value`.
+    pub async fn wait_metric(&self, series: &str, value: f64) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let got = self.metric(series).await;
+            if got >= value {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{series} stayed at {got}, expected {value}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Connects a page of `tenant` with an HS256 token of the standard secrets.
+    pub async fn page(&self, tenant: &str, user: &str, conversation: &str) -> Page {
+        let (secret, origin) = match tenant {
+            "globex" => (GLOBEX_SECRET, GLOBEX_ORIGIN),
+            _ => (ACME_SECRET, ACME_ORIGIN),
+        };
+        let token = hs256(secret, &claims(tenant, user, conversation));
+        self.connect(tenant, &token, Some(origin)).await.expect("page connects")
+    }
+
+    /// Connects a page socket; `Err` holds the close code when the gateway refused it.
+    pub async fn connect(&self, tenant: &str, token: &str, origin: Option<&str>) -> Result<Page, u16> {
+        let url = format!("ws://{}/v1/tenants/{tenant}/page?token={token}", self.addr);
+        let mut req = url.into_client_request().unwrap();
+        if let Some(o) = origin {
+            req.headers_mut().insert("origin", o.parse().unwrap());
+        }
+        let (ws, _) = tokio_tungstenite::connect_async(req).await.expect("upgrade succeeds");
+        let mut page = Page { ws, client_id: uuid::Uuid::new_v4().to_string() };
+        // A refused socket is closed right after the upgrade.
+        match tokio::time::timeout(Duration::from_millis(150), page.ws.next()).await {
+            Err(_) => Ok(page),
+            Ok(Some(Ok(Message::Close(Some(CloseFrame { code, .. }))))) => Err(code.into()),
+            Ok(other) => panic!("unexpected first frame {other:?}"),
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+pub fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+}
+
+pub fn claims(tenant: &str, user: &str, conversation: &str) -> Value {
+    json!({"sub": user, "cnv": conversation, "aud": tenant, "exp": now() + 600, "iat": now()})
+}
+
+pub fn hs256(secret: &str, claims: &Value) -> String {
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret.as_bytes()).unwrap()).unwrap()
+}
+
+pub fn eddsa(claims: &Value) -> String {
+    jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), claims, &EncodingKey::from_ed_pem(ED_KEY.as_bytes()).unwrap()).unwrap()
+}
+
+pub fn es256(claims: &Value) -> String {
+    jsonwebtoken::encode(&Header::new(Algorithm::ES256), claims, &EncodingKey::from_ec_pem(EC_KEY.as_bytes()).unwrap()).unwrap()
+}
+
+/// A simulated page: one WebSocket and the clientId it speaks as.
+pub struct Page {
+    pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    pub client_id: String,
+}
+
+pub fn tool(name: &str, hints: Value) -> Value {
+    json!({"name": name, "llmName": toolmark_proto::llm::llm_name(name), "description": format!("The {name} tool"), "hints": hints})
+}
+
+impl Page {
+    pub async fn send(&mut self, v: Value) {
+        self.ws.send(Message::Text(v.to_string().into())).await.expect("send");
+    }
+
+    pub async fn send_raw(&mut self, text: String) {
+        self.ws.send(Message::Text(text.into())).await.expect("send");
+    }
+
+    /// Sends without insisting: the gateway may close the socket while the frame is sent.
+    pub async fn send_raw_lossy(&mut self, text: String) {
+        let _ = self.ws.send(Message::Text(text.into())).await;
+    }
+
+    pub async fn send_binary(&mut self, bytes: Vec<u8>) {
+        self.ws.send(Message::Binary(Bytes::from(bytes))).await.expect("send");
+    }
+
+    /// Publishes a manifest as this page.
+    pub async fn manifest(&mut self, rev: u64, tools: Value) {
+        let m = json!({"protocol": 1, "type": "manifest", "clientId": self.client_id, "rev": rev, "tools": tools});
+        self.send(m).await;
+    }
+
+    pub async fn answer(&mut self, id: &str, result: Value) {
+        let m = json!({"protocol": 1, "type": "result", "clientId": self.client_id, "id": id, "result": result});
+        self.send(m).await;
+    }
+
+    /// The next text frame as JSON (pings are skipped); panics after [`WAIT`].
+    pub async fn recv(&mut self) -> Value {
+        self.try_recv(WAIT).await.expect("a frame arrives")
+    }
+
+    /// The next text frame within `wait`, or `None`.
+    pub async fn try_recv(&mut self, wait: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match tokio::time::timeout_at(deadline, self.ws.next()).await {
+                Err(_) => return None,
+                Ok(Some(Ok(Message::Text(t)))) => return Some(serde_json::from_str(t.as_str()).unwrap()),
+                Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {}
+                Ok(other) => panic!("expected a text frame, got {other:?}"),
+            }
+        }
+    }
+
+    /// Waits for the gateway to close the socket and returns the close code.
+    pub async fn closed(&mut self) -> u16 {
+        loop {
+            match tokio::time::timeout(WAIT, self.ws.next()).await.expect("close arrives") {
+                Some(Ok(Message::Close(Some(f)))) => return f.code.into(),
+                Some(Ok(Message::Close(None))) | None => return 1005,
+                Some(Ok(_)) => {}
+                Some(Err(e)) => panic!("socket error before close: {e}"),
+            }
+        }
+    }
+}
+
+/// The agent backend side: HTTP with a tenant's API key.
+#[derive(Clone)]
+pub struct Agent {
+    gw_url: String,
+    pub tenant: String,
+    pub key: String,
+    pub http: reqwest::Client,
+}
+
+/// Status and JSON body of an answer.
+pub struct Answer {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl Agent {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}/v1/tenants/{}{path}", self.gw_url, self.tenant)
+    }
+
+    pub fn conv(&self, user: &str, conversation: &str) -> String {
+        format!("/users/{user}/conversations/{conversation}")
+    }
+
+    async fn read(res: reqwest::Response) -> Answer {
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let text = res.text().await.unwrap();
+        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        Answer { status, headers, body }
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        Self::read(self.http.get(self.url(path)).bearer_auth(&self.key).send().await.unwrap()).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Answer {
+        Self::read(self.http.post(self.url(path)).bearer_auth(&self.key).json(&body).send().await.unwrap()).await
+    }
+
+    /// Starts a call without waiting for its answer.
+    pub fn call_later(&self, user: &str, conversation: &str, body: Value) -> JoinHandle<Answer> {
+        let me = self.clone();
+        let path = format!("{}/calls", self.conv(user, conversation));
+        tokio::spawn(async move { me.post(&path, body).await })
+    }
+
+    /// Waits until the conversation's current page is `client_id`.
+    pub async fn wait_current(&self, user: &str, conversation: &str, client_id: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let a = self.get(&self.conv(user, conversation)).await;
+            if a.body["clientId"] == client_id {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "page {client_id} never became current: {}", a.body);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Opens the SSE stream.
+    pub async fn events(&self, query: &str, last_id: Option<&str>) -> Events {
+        let mut req = self.http.get(self.url(&format!("/events{query}"))).bearer_auth(&self.key);
+        if let Some(id) = last_id {
+            req = req.header("last-event-id", id);
+        }
+        let res = req.send().await.unwrap();
+        assert_eq!(res.status(), 200);
+        Events { stream: Box::pin(res.bytes_stream()), buf: String::new() }
+    }
+}
+
+type ByteStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// A parsed SSE stream.
+pub struct Events {
+    stream: ByteStream,
+    buf: String,
+}
+
+/// One SSE event.
+#[derive(Debug, Clone)]
+pub struct Sse {
+    pub id: String,
+    pub event: String,
+    pub data: Value,
+}
+
+impl Events {
+    /// The next event within `wait`, or `None`.
+    pub async fn next_within(&mut self, wait: Duration) -> Option<Sse> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let mut ev = Sse { id: String::new(), event: String::new(), data: Value::Null };
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        ev.id = v.trim().into();
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        ev.event = v.trim().into();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    continue; // keep-alive comment
+                }
+                ev.data = serde_json::from_str(&data).unwrap();
+                return Some(ev);
+            }
+            match tokio::time::timeout_at(deadline, self.stream.next()).await {
+                Err(_) | Ok(None) => return None,
+                Ok(Some(chunk)) => self.buf.push_str(&String::from_utf8_lossy(&chunk.unwrap())),
+            }
+        }
+    }
+
+    /// The next event of type `kind` (others are skipped); panics after [`WAIT`].
+    pub async fn next_of(&mut self, kind: &str) -> Sse {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let ev = self.next_within(left).await.unwrap_or_else(|| panic!("no {kind} event arrived"));
+            if ev.event == kind {
+                return ev;
+            }
+        }
+    }
+}
+
+/// A page of `tenant`/`user`/`conversation` that published `tools` and is the current page.
+pub async fn ready_page(gw: &Gateway, tenant: &str, user: &str, conversation: &str, tools: Value) -> Page {
+    let mut p = gw.page(tenant, user, conversation).await;
+    p.manifest(1, tools).await;
+    let key = if tenant == "globex" { GLOBEX_KEY } else { ACME_KEY };
+    gw.agent(tenant, key).wait_current(user, conversation, &p.client_id).await;
+    p
+}

@@ -1,0 +1,10 @@
+//! Integration tests of `toolmark-gateway`: real servers on ephemeral ports, real WebSockets
+//! and real HTTP. Each test starts its own gateway.
+
+mod agent_api;
+mod harness;
+mod inbound;
+mod isolation;
+mod lifecycle;
+mod security;
+mod tokens;
