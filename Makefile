@@ -5,14 +5,14 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit bench fuzz clean
+.PHONY: run test deps lint unit browser bench fuzz clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
 	$(CARGO) run --release -p toolmark-gateway --bin toolmark-gateway
 
 ## test: install what the tests need, then lint and every test
-test: deps lint unit
+test: deps lint unit browser
 
 ## deps: install the system packages the tests use when they are missing (Debian)
 deps:
@@ -26,6 +26,10 @@ lint:
 ## unit: every Rust test of the workspace (unit, integration, property)
 unit:
 	$(CARGO) test --workspace --locked
+
+## browser: the demo page end to end in headless Chromium
+browser:
+	scripts/browser-test.sh
 
 ## bench: criterion benchmarks; figures go to docs/benchmarks.md by hand with the machine
 bench:

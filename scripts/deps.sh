@@ -5,6 +5,9 @@ set -euo pipefail
 
 need_apt=()
 command -v cargo >/dev/null || { echo "deps: cargo is required (install a Rust toolchain)" >&2; exit 1; }
+command -v chromium >/dev/null || need_apt+=(chromium)
+command -v node >/dev/null || need_apt+=(nodejs)
+command -v npm >/dev/null || need_apt+=(npm)
 
 apt_install() {
   if [ "$(id -u)" -ne 0 ]; then

@@ -142,5 +142,6 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
     }
     r.fallback(|| async { problem::Problem::not_found("Route") })
         .layer(DefaultBodyLimit::max(config::MAX_FRAME_BYTES))
+        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(telemetry::request_span))
         .with_state(app)
 }

@@ -61,12 +61,15 @@ fn main() -> ExitCode {
         eprintln!("toolmark-gateway: configuration is valid");
         return ExitCode::SUCCESS;
     }
-    toolmark_gateway::telemetry::init();
+    let telemetry = toolmark_gateway::telemetry::init("toolmark-gateway");
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(1, &format!("cannot start the runtime: {e}")),
     };
-    runtime.block_on(serve(config))
+    let code = runtime.block_on(serve(config));
+    drop(runtime);
+    telemetry.shutdown();
+    code
 }
 
 async fn serve(mut config: Config) -> ExitCode {

@@ -1,12 +1,64 @@
-//! Structured logs through `tracing`: `RUST_LOG` filters (default `info`),
-//! `TOOLMARK_LOG_FORMAT=json` switches to one JSON object per line.
+//! Logs and traces. Logs go through `tracing` to stderr: `RUST_LOG` filters (default `info`),
+//! `TOOLMARK_LOG_FORMAT=json` prints one JSON object per line. When
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are also exported over OTLP (HTTP/protobuf) and
+//! W3C `traceparent` headers of agent requests become the parents of their spans.
 
-use tracing_subscriber::EnvFilter;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::{EnvFilter, Layer};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
-/// Installs the global subscriber once; later calls are no-ops.
-pub fn init() {
+/// Keeps the trace exporter alive; [`Telemetry::shutdown`] flushes it.
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Flushes and stops the exporter. Call outside the async runtime.
+    pub fn shutdown(self) {
+        if let Some(p) = self.provider {
+            if let Err(e) = p.shutdown() {
+                eprintln!("toolmark-gateway: trace export shutdown: {e}");
+            }
+        }
+    }
+}
+
+/// Installs the global subscriber (and the OTLP exporter when configured). Call before the
+/// async runtime starts: the exporter runs on its own thread.
+pub fn init(service: &'static str) -> Telemetry {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let json = std::env::var("TOOLMARK_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = if json { fmt.json().boxed() } else { fmt.boxed() };
+    let provider = std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").and_then(|_| {
+        match opentelemetry_otlp::SpanExporter::builder().with_http().build() {
+            Ok(exporter) => {
+                let resource = opentelemetry_sdk::Resource::builder().with_service_name(service).build();
+                Some(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
+            }
+            Err(e) => {
+                eprintln!("toolmark-gateway: OTLP exporter not started: {e}");
+                None
+            }
+        }
+    });
+    let otel = provider.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service)));
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    let _ = tracing_subscriber::registry().with(filter).with(fmt).with(otel).try_init();
+    Telemetry { provider }
+}
+
+/// The span of one HTTP request, child of the caller's `traceparent` when it sent one.
+pub fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path());
+    let parent = opentelemetry::global::get_text_map_propagator(|p| {
+        p.extract(&opentelemetry_http::HeaderExtractor(req.headers()))
+    });
+    let _ = span.set_parent(parent);
+    span
 }

@@ -2,6 +2,7 @@
 //! and real HTTP. Each test starts its own gateway.
 
 mod agent_api;
+mod binary;
 mod harness;
 mod inbound;
 mod isolation;

@@ -1,0 +1,142 @@
+//! The `toolmark-gateway` binary as an operator runs it: flags, exit codes, the listening line,
+//! SIGTERM, and OTLP trace export with the caller's trace context.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+
+use crate::harness::config_toml;
+
+const BIN: &str = env!("CARGO_BIN_EXE_toolmark-gateway");
+
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(BIN).args(args).env_remove("RUST_LOG").output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout))
+}
+
+fn temp_config(text: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("toolmark-test-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn flags_and_config_errors_exit_with_the_documented_codes() {
+    let (code, out) = run(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("--config"), "{out}");
+    let (code, out) = run(&["--nope"]);
+    assert_eq!(code, 2);
+    assert_eq!(out.trim().lines().count(), 1, "{out}");
+    assert!(out.contains("--nope"), "{out}");
+    let bad = temp_config(&config_toml("[tenants.limits]\ncalls_per_second = 0"));
+    let (code, out) = run(&["--config", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert_eq!(out.trim(), "toolmark-gateway: config: tenants[3].limits.calls_per_second: must be greater than 0");
+    let (code, out) = run(&["--config", bad.to_str().unwrap(), "--check-config"]);
+    assert_eq!(code, 2, "{out}");
+    std::fs::remove_file(bad).unwrap();
+    let good = temp_config(&config_toml(""));
+    assert_eq!(run(&["--config", good.to_str().unwrap(), "--check-config"]).0, 0);
+    std::fs::remove_file(good).unwrap();
+    let (code, out) = run(&["--listen", "0.0.0.0:0"]);
+    assert_eq!(code, 2);
+    assert!(out.contains("server.listen"), "{out}");
+    let (code, out) = run(&["--config", "/nonexistent/toolmark.toml"]);
+    assert_eq!(code, 2, "{out}");
+}
+
+/// Starts the binary and returns it with its bound address (read from the listening line).
+fn start(args: &[&str], envs: &[(&str, &str)]) -> (Child, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().strip_prefix("toolmark-gateway listening on http://").unwrap_or_else(|| panic!("{line}")).to_owned();
+    (child, addr)
+}
+
+fn sigterm(child: &Child) {
+    let ok = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success();
+    assert!(ok);
+}
+
+/// Waits (without blocking the test's runtime, which may serve a collector) for the exit code.
+async fn wait_exit(child: &mut Child) -> i32 {
+    for _ in 0..200 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code().unwrap_or(-1);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    panic!("the gateway did not exit after SIGTERM");
+}
+
+#[tokio::test]
+async fn dev_mode_serves_the_demo_and_sigterm_exits_zero() {
+    let (mut child, addr) = start(&["--listen", "127.0.0.1:0"], &[]);
+    let http = reqwest::Client::new();
+    assert_eq!(http.get(format!("http://{addr}/healthz")).send().await.unwrap().status(), 200);
+    let demo = http.get(format!("http://{addr}/demo")).send().await.unwrap();
+    assert_eq!(demo.status(), 200);
+    assert!(demo.text().await.unwrap().contains("/demo/assets/"));
+    let session: serde_json::Value = http.get(format!("http://{addr}/demo/session")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(session["tenant"], "dev");
+    sigterm(&child);
+    assert_eq!(wait_exit(&mut child).await, 0);
+}
+
+#[tokio::test]
+async fn spans_are_exported_over_otlp_with_the_callers_trace_id() {
+    // A minimal OTLP/HTTP collector: records every body POSTed to /v1/traces.
+    let bodies: Arc<Mutex<Vec<Bytes>>> = Arc::default();
+    let sink = bodies.clone();
+    let collector = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: Bytes| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push(body);
+                ""
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, collector).await });
+
+    let config = temp_config(&config_toml(""));
+    let endpoint = format!("http://{collector_addr}");
+    let (mut child, addr) = start(
+        &["--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    );
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let res = reqwest::Client::new()
+        .get(format!("http://{addr}/v1/tenants/acme/users/u1/conversations/c1"))
+        .bearer_auth(crate::harness::ACME_KEY)
+        .header("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    sigterm(&child);
+    assert_eq!(wait_exit(&mut child).await, 0);
+    std::fs::remove_file(config).unwrap();
+    let raw_id = hex::decode(trace_id).unwrap();
+    let got = bodies.lock().unwrap().clone();
+    assert!(!got.is_empty(), "no OTLP export arrived");
+    assert!(
+        got.iter().any(|b| b.windows(raw_id.len()).any(|w| w == raw_id.as_slice())),
+        "no exported span carries the caller's trace id"
+    );
+}
