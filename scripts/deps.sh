@@ -5,6 +5,8 @@ set -euo pipefail
 
 need_apt=()
 command -v cargo >/dev/null || { echo "deps: cargo is required (install a Rust toolchain)" >&2; exit 1; }
+command -v redis-server >/dev/null || need_apt+=(redis-server)
+command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 command -v chromium >/dev/null || need_apt+=(chromium)
 command -v node >/dev/null || need_apt+=(nodejs)
 command -v npm >/dev/null || need_apt+=(npm)

@@ -5,6 +5,7 @@
 
 mod error;
 pub mod memory;
+pub mod redis;
 mod types;
 
 use std::sync::Arc;
@@ -72,7 +73,12 @@ pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
 
     /// Marks a pending call timed out, sends the page a `cancel` and resolves the waiter with
     /// [`Outcome::Timeout`]. `None` when the call was no longer pending (its result won).
-    async fn time_out(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError>;
+    async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError>;
+
+    /// Times out pending calls whose deadline passed with nobody left to do it (the waiting
+    /// node died, or the call is async). Safe to run on every node: only one sweeps at a time,
+    /// and each call is timed out once. Returns the calls this sweep timed out.
+    async fn sweep_deadlines(&self) -> Result<Vec<CallRecord>, BrokerError>;
 
     /// Sends the protocol `cancel` for a pending call; its own result stays the outcome.
     async fn cancel(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError>;

@@ -11,7 +11,6 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
-use tokio_util::sync::CancellationToken;
 use toolmark_proto::{AgentMessage, Cancel, Manifest, ToolResult};
 
 use crate::{
@@ -160,22 +159,6 @@ impl MemoryBroker {
         timed_out
     }
 
-    /// Runs [`MemoryBroker::sweep`] every `every` until `shutdown`.
-    pub async fn run_janitor(self: Arc<Self>, every: Duration, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = tick.tick() => {
-                    for record in self.sweep() {
-                        tracing::info!(call_id = %record.binding.id, tenant = %record.binding.conv.tenant, "orphaned call timed out by sweep");
-                    }
-                }
-            }
-        }
-    }
-
     /// Number of calls held (pending and recently finished), for tests and metrics.
     pub fn calls_held(&self) -> usize {
         lock(&self.state).calls.len()
@@ -269,11 +252,11 @@ impl Broker for MemoryBroker {
         Ok(record)
     }
 
-    async fn time_out(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
+    async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError> {
         let (record, waiter) = {
             let mut st = lock(&self.state);
             let Some(entry) = st.calls.get_mut(id) else { return Ok(None) };
-            if entry.record.binding.conv.tenant != tenant || entry.record.state != CallState::Pending {
+            if entry.record.binding.conv != *conv || entry.record.state != CallState::Pending {
                 return Ok(None);
             }
             entry.record.state = CallState::TimedOut;
@@ -287,6 +270,10 @@ impl Broker for MemoryBroker {
         let b = &record.binding;
         self.sink.deliver(&b.conv, &b.client_id, cancel_frame(b));
         Ok(Some(record))
+    }
+
+    async fn sweep_deadlines(&self) -> Result<Vec<CallRecord>, BrokerError> {
+        Ok(self.sweep())
     }
 
     async fn cancel(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
@@ -500,11 +487,11 @@ mod tests {
         let (frames, b) = setup();
         let rx = b.send_call(binding("a", now_ms() + 60_000), frame("a")).await.unwrap();
         assert!(b.submit_result(&page("p1"), "a", ok()).await.is_ok());
-        assert_eq!(b.time_out("t", "a").await.unwrap(), None);
+        assert_eq!(b.time_out(&ConvKey::new("t", "u", "c"), "a").await.unwrap(), None);
         assert_eq!(rx.await.unwrap(), Outcome::Result(ok()));
 
         let rx = b.send_call(binding("b", now_ms() + 60_000), frame("b")).await.unwrap();
-        assert!(b.time_out("t", "b").await.unwrap().is_some());
+        assert!(b.time_out(&ConvKey::new("t", "u", "c"), "b").await.unwrap().is_some());
         assert_eq!(b.submit_result(&page("p1"), "b", ok()).await, Err(SubmitError::Rejected(Rejection::Late)));
         assert_eq!(rx.await.unwrap(), Outcome::Timeout);
         let sent = lock(&frames.0);

@@ -81,7 +81,7 @@ impl Default for ServerConfig {
 }
 
 /// `[broker]`
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerConfig {
     /// `memory` or `redis`.
@@ -89,6 +89,19 @@ pub struct BrokerConfig {
     pub kind: BrokerKind,
     /// Redis URL for `redis`.
     pub url: Option<String>,
+    /// Prefix of every Redis key and channel (several deployments can share one Redis).
+    #[serde(default = "default_prefix")]
+    pub key_prefix: String,
+}
+
+fn default_prefix() -> String {
+    "tm".into()
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig { kind: BrokerKind::Memory, url: None, key_prefix: default_prefix() }
+    }
 }
 
 /// Which broker backs the gateway.
@@ -277,13 +290,20 @@ impl Config {
         {
             return Err(ConfigError::new("server.node_id", "must match ^[a-z0-9][a-z0-9-]{0,62}$"));
         }
-        match self.broker.kind {
-            BrokerKind::Memory => {}
-            BrokerKind::Redis => {
-                return Err(ConfigError::new(
-                    "broker.kind",
-                    "\"redis\" is not available in this version; use \"memory\" (one node)",
-                ));
+        let prefix_ok = !self.broker.key_prefix.is_empty()
+            && self.broker.key_prefix.len() <= 64
+            && self.broker.key_prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !prefix_ok {
+            return Err(ConfigError::new("broker.key_prefix", "1 to 64 characters of [A-Za-z0-9_-]"));
+        }
+        match (self.broker.kind, &self.broker.url) {
+            (BrokerKind::Memory, _) => {}
+            (BrokerKind::Redis, None) => return Err(ConfigError::new("broker.url", "required with kind = \"redis\"")),
+            (BrokerKind::Redis, Some(url)) => {
+                toolmark_broker::redis::check_url(url).map_err(|e| ConfigError::new("broker.url", e))?;
+                if self.dev_mode {
+                    return Err(ConfigError::new("broker.kind", "dev mode (no --config) uses the memory broker"));
+                }
             }
         }
         let mut seen = HashSet::new();
@@ -482,8 +502,11 @@ mod tests {
         assert_eq!(e.key, "tenants[0].api_keys[0]");
         let e = load(&BASE.replace("\"acme\"", "\"Acme\""), &[]).unwrap_err();
         assert_eq!(e.key, "tenants[0].id");
-        let e = load("[broker]\nkind = \"redis\"", &[]).unwrap_err();
-        assert_eq!(e.key, "broker.kind");
+        let e = load(&format!("[broker]\nkind = \"redis\"\n{BASE}"), &[]).unwrap_err();
+        assert_eq!(e.key, "broker.url");
+        let e = load(&format!("[broker]\nkind = \"redis\"\nurl = \"http://x\"\n{BASE}"), &[]).unwrap_err();
+        assert_eq!(e.key, "broker.url");
+        assert!(load(&format!("[broker]\nkind = \"redis\"\nurl = \"redis-cluster://127.0.0.1:7000,127.0.0.1:7001\"\n{BASE}"), &[]).is_ok());
         let e = load("not toml [", &[]).unwrap_err();
         assert_eq!(e.key, "config");
     }

@@ -28,9 +28,11 @@ use axum::response::Redirect;
 use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use toolmark_broker::SharedBroker;
 use toolmark_broker::memory::MemoryBroker;
+use toolmark_broker::redis::{RedisBroker, RedisOptions};
 
-use crate::config::{Config, TenantConfig};
+use crate::config::{BrokerKind, Config, TenantConfig};
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::state::{AppState, DevInfo};
@@ -47,6 +49,9 @@ pub enum RunError {
         /// Why.
         reason: String,
     },
+    /// The broker could not start.
+    #[error("{0}")]
+    Broker(String),
     /// Serving failed.
     #[error("serve: {0}")]
     Io(#[from] std::io::Error),
@@ -96,10 +101,22 @@ pub async fn run(
         .collect::<Result<Vec<_>, _>>()?;
     let node_id = config.server.node_id.clone().unwrap_or_else(|| format!("node-{}", random_hex(6)));
     let registry = Arc::new(Registry::default());
-    let broker = Arc::new(MemoryBroker::new(node_id.clone(), registry.clone()));
+    // The broker outlives the drain: in-flight calls still need it until the very end.
+    let broker_stop = CancellationToken::new();
+    let _stop_broker = broker_stop.clone().drop_guard();
+    let broker: SharedBroker = match config.broker.kind {
+        BrokerKind::Memory => Arc::new(MemoryBroker::new(node_id.clone(), registry.clone())),
+        BrokerKind::Redis => {
+            let url = config.broker.url.as_deref().unwrap_or_default();
+            let opts = RedisOptions { prefix: config.broker.key_prefix.clone(), ..RedisOptions::default() };
+            RedisBroker::connect(url, node_id.clone(), registry.clone(), opts, broker_stop.clone())
+                .await
+                .map_err(|e| RunError::Broker(e.to_string()))?
+        }
+    };
     let shutdown = CancellationToken::new();
-    let app = AppState::new(Tenants::new(tenants), broker.clone(), registry, Arc::new(Metrics::new()), shutdown.clone(), dev);
-    tokio::spawn(broker.run_janitor(Duration::from_secs(5), shutdown.clone()));
+    let app = AppState::new(Tenants::new(tenants), broker, registry, Arc::new(Metrics::new()), shutdown.clone(), dev);
+    tokio::spawn(sweep_deadlines(app.clone(), broker_stop.clone()));
 
     let router = router(app.clone(), config.dev_mode);
     let drain = Duration::from_millis(config.server.drain_timeout_ms);
@@ -127,6 +144,33 @@ pub async fn run(
         Err(_) => tracing::warn!("connections still open at exit"),
     }
     Ok(())
+}
+
+/// Every second, times out calls whose deadline passed with nobody left to do it (their node
+/// died, or they are async), and announces them. Runs on every node; the broker makes sure each
+/// call is timed out once.
+async fn sweep_deadlines(app: AppState, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => match app.broker.sweep_deadlines().await {
+                Ok(records) => {
+                    for r in records {
+                        tracing::info!(tenant = %r.binding.conv.tenant, call_id = %r.binding.id, "orphaned call timed out by the deadline sweep");
+                        let kind = match r.binding.kind {
+                            toolmark_broker::CallKind::Call => "call",
+                            toolmark_broker::CallKind::Describe => "describe",
+                        };
+                        app.metrics.call_finished(kind, "timeout", 0.0);
+                        api::announce_outcome(&app, &r.binding, &toolmark_broker::Outcome::Timeout).await;
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "deadline sweep skipped"),
+            }
+        }
+    }
 }
 
 /// All routes of a node.

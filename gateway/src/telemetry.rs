@@ -19,10 +19,10 @@ pub struct Telemetry {
 impl Telemetry {
     /// Flushes and stops the exporter. Call outside the async runtime.
     pub fn shutdown(self) {
-        if let Some(p) = self.provider {
-            if let Err(e) = p.shutdown() {
-                eprintln!("toolmark-gateway: trace export shutdown: {e}");
-            }
+        if let Some(p) = self.provider
+            && let Err(e) = p.shutdown()
+        {
+            eprintln!("toolmark-gateway: trace export shutdown: {e}");
         }
     }
 }

@@ -216,14 +216,19 @@ async fn start(app: &AppState, tenant: &Tenant, conv: ConvKey, req: Request, res
 /// check-and-mark decides the winner. Emits `call.timeout`, and `call.result` for async calls.
 async fn supervise(app: AppState, binding: CallBinding, timeout: Duration, mut waiter: oneshot::Receiver<Outcome>, reply: oneshot::Sender<Outcome>) {
     let started = Instant::now();
+    let mut won_timeout = false;
     let outcome = tokio::select! {
         o = &mut waiter => o.unwrap_or(Outcome::Timeout),
         () = tokio::time::sleep(timeout) => {
-            if let Err(e) = app.broker.time_out(&binding.conv.tenant, &binding.id).await {
-                tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded");
+            match app.broker.time_out(&binding.conv, &binding.id).await {
+                Ok(won) => won_timeout = won.is_some(),
+                Err(e) => tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded; the deadline sweep will retry"),
             }
-            // Either the timeout won, or the result won a moment before it: the waiter has it.
-            waiter.await.unwrap_or(Outcome::Timeout)
+            // The timeout won, or the result won a moment before it: the waiter gets the winner.
+            match tokio::time::timeout(Duration::from_secs(5), waiter).await {
+                Ok(Ok(o)) => o,
+                _ => Outcome::Timeout,
+            }
         }
     };
     let kind = match binding.kind {
@@ -236,17 +241,29 @@ async fn supervise(app: AppState, binding: CallBinding, timeout: Duration, mut w
     };
     app.metrics.call_finished(kind, status, started.elapsed().as_secs_f64());
     tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
+    // A timeout is announced by whoever won it (this node, or another node's deadline sweep).
+    let announce = match outcome {
+        Outcome::Timeout => won_timeout,
+        Outcome::Result(_) => binding.respond_async,
+    };
+    if announce {
+        announce_outcome(&app, &binding, &outcome).await;
+    }
+    let _ = reply.send(outcome);
+}
+
+/// Emits `call.timeout` for a timed-out call and `call.result` for an async call.
+pub async fn announce_outcome(app: &AppState, binding: &CallBinding, outcome: &Outcome) {
     let data = json!({
         "id": binding.id, "user": binding.conv.user, "conversation": binding.conv.conversation,
         "clientId": binding.client_id, "tool": binding.tool, "outcome": outcome,
     });
-    if outcome == Outcome::Timeout {
+    if *outcome == Outcome::Timeout {
         app.emit(EventType::CallTimeout, &binding.conv, data.clone()).await;
     }
     if binding.respond_async {
         app.emit(EventType::CallResult, &binding.conv, data).await;
     }
-    let _ = reply.send(outcome);
 }
 
 /// `GET /calls/{id}`

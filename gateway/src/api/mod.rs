@@ -2,6 +2,7 @@
 //! with problem+json errors, and the routes.
 
 mod calls;
+pub use calls::announce_outcome;
 mod conversations;
 mod events;
 

@@ -34,14 +34,38 @@ pub fn hash(key: &str) -> String {
     toolmark_gateway::auth::key_hash_string(key)
 }
 
-/// The standard test tenants; `extra` is appended to the TOML (e.g. `[tenants.limits]` of the
-/// last tenant, or more tenants).
+/// The standard test tenants on the suite's broker; `extra` is appended to the TOML (e.g.
+/// `[tenants.limits]` of the last tenant).
 pub fn config_toml(extra: &str) -> String {
+    config_with(&suite_broker(), extra)
+}
+
+/// A `[broker]` section for the suite's mode: empty (memory), or the shared Redis under a
+/// prefix of its own.
+pub fn suite_broker() -> String {
+    match crate::redis_support::mode() {
+        crate::redis_support::Mode::Memory => String::new(),
+        _ => redis_broker(&crate::redis_support::shared_url(), &fresh_prefix()),
+    }
+}
+
+pub fn fresh_prefix() -> String {
+    format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+}
+
+pub fn redis_broker(url: &str, prefix: &str) -> String {
+    format!("[broker]\nkind = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"{prefix}\"\n")
+}
+
+/// The standard tenants with an explicit `[broker]` section.
+pub fn config_with(broker: &str, extra: &str) -> String {
     format!(
         r#"
 [server]
 listen = "127.0.0.1:0"
 drain_timeout_ms = 2000
+
+{broker}
 
 [[tenants]]
 id = "globex"
@@ -90,7 +114,24 @@ impl Gateway {
 
     /// Starts with [`config_toml`]`(extra)`.
     pub async fn start_with(extra: &str) -> Gateway {
-        let config = Config::load(&config_toml(extra), [], &Overrides::default()).expect("test config is valid");
+        Self::start_config(&config_toml(extra), None).await
+    }
+
+    /// Starts `n` nodes sharing one Redis under one prefix (the suite's Redis: a cluster in
+    /// cluster mode).
+    pub async fn start_nodes(n: usize, extra: &str) -> Vec<Gateway> {
+        let broker = redis_broker(&crate::redis_support::shared_url(), &fresh_prefix());
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            nodes.push(Self::start_config(&config_with(&broker, extra), Some(format!("node-{}", i + 1))).await);
+        }
+        nodes
+    }
+
+    /// Starts a gateway from a whole TOML text.
+    pub async fn start_config(text: &str, node_id: Option<String>) -> Gateway {
+        let overrides = Overrides { node_id, ..Overrides::default() };
+        let config = Config::load(text, [], &overrides).expect("test config is valid");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
@@ -150,17 +191,36 @@ impl Gateway {
 
     /// Connects a page of `tenant` with an HS256 token of the standard secrets.
     pub async fn page(&self, tenant: &str, user: &str, conversation: &str) -> Page {
+        page_at(self.addr, tenant, user, conversation).await
+    }
+
+    /// Connects a page socket; `Err` holds the close code when the gateway refused it.
+    pub async fn connect(&self, tenant: &str, token: &str, origin: Option<&str>) -> Result<Page, u16> {
+        connect_at(self.addr, tenant, token, origin).await
+    }
+}
+
+/// Connects a page of `tenant` to the gateway at `addr`.
+pub async fn page_at(addr: SocketAddr, tenant: &str, user: &str, conversation: &str) -> Page {
+    {
         let (secret, origin) = match tenant {
             "globex" => (GLOBEX_SECRET, GLOBEX_ORIGIN),
             _ => (ACME_SECRET, ACME_ORIGIN),
         };
         let token = hs256(secret, &claims(tenant, user, conversation));
-        self.connect(tenant, &token, Some(origin)).await.expect("page connects")
+        // Expected to succeed: no wait for a refusal (one would surface as a close on read).
+        let url = format!("ws://{addr}/v1/tenants/{tenant}/page?token={token}");
+        let mut req = url.into_client_request().unwrap();
+        req.headers_mut().insert("origin", origin.parse().unwrap());
+        let (ws, _) = tokio_tungstenite::connect_async(req).await.expect("upgrade succeeds");
+        Page { ws, client_id: uuid::Uuid::new_v4().to_string() }
     }
+}
 
-    /// Connects a page socket; `Err` holds the close code when the gateway refused it.
-    pub async fn connect(&self, tenant: &str, token: &str, origin: Option<&str>) -> Result<Page, u16> {
-        let url = format!("ws://{}/v1/tenants/{tenant}/page?token={token}", self.addr);
+/// Connects a page socket to `addr`; `Err` holds the close code when the gateway refused it.
+pub async fn connect_at(addr: SocketAddr, tenant: &str, token: &str, origin: Option<&str>) -> Result<Page, u16> {
+    {
+        let url = format!("ws://{addr}/v1/tenants/{tenant}/page?token={token}");
         let mut req = url.into_client_request().unwrap();
         if let Some(o) = origin {
             req.headers_mut().insert("origin", o.parse().unwrap());
@@ -292,6 +352,10 @@ pub struct Answer {
 }
 
 impl Agent {
+    pub fn new(gw_url: &str, tenant: &str, key: &str, http: reqwest::Client) -> Agent {
+        Agent { gw_url: gw_url.into(), tenant: tenant.into(), key: key.into(), http }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}/v1/tenants/{}{path}", self.gw_url, self.tenant)
     }

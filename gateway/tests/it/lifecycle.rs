@@ -97,19 +97,27 @@ async fn ops_endpoints_answer() {
 
 #[tokio::test]
 async fn sigterm_drains_pages_with_1001_and_refuses_new_calls_with_503() {
-    let mut gw = Gateway::start().await;
+    let config = crate::harness::config_toml("").replace("drain_timeout_ms = 2000", "drain_timeout_ms = 8000");
+    let mut gw = Gateway::start_config(&config, None).await;
     let mut page = ready_page(&gw, "acme", "u1", "c1", json!([tool("t", json!({}))])).await;
-    let pending = gw.acme().call_later("u1", "c1", json!({"tool": "t", "input": {}, "timeoutMs": 1000}));
+    let pending = gw.acme().call_later("u1", "c1", json!({"tool": "t", "input": {}, "timeoutMs": 3000}));
     let _frame = page.recv().await;
     gw.stop();
-    assert_eq!(page.closed().await, 1001);
-    let ready = gw.http.get(gw.url("/readyz")).send().await.unwrap();
-    assert_eq!(ready.status(), 503, "readyz during the drain");
+    // While the call is in flight (3 s), the node answers but is not ready and takes no calls.
+    let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
+    loop {
+        let ready = gw.http.get(gw.url("/readyz")).send().await.unwrap();
+        if ready.status() == 503 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "readyz never turned 503");
+    }
     let refused = gw.acme().post("/users/u1/conversations/c1/calls", json!({"tool": "t"})).await;
     assert_eq!((refused.status, refused.body["code"].as_str()), (503, Some("unavailable")));
     assert!(refused.headers.contains_key("retry-after"));
+    assert_eq!(page.closed().await, 1001);
     // The in-flight call finishes (here by its deadline) before the process stops.
     assert_eq!(pending.await.unwrap().body["outcome"]["status"], "timeout");
     let task = gw.task.take().unwrap();
-    tokio::time::timeout(Duration::from_secs(5), task).await.expect("the gateway exits after the drain").unwrap();
+    tokio::time::timeout(Duration::from_secs(8), task).await.expect("the gateway exits after the drain").unwrap();
 }

@@ -7,5 +7,7 @@ mod harness;
 mod inbound;
 mod isolation;
 mod lifecycle;
+mod nodes;
+mod redis_support;
 mod security;
 mod tokens;

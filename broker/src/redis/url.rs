@@ -1,0 +1,75 @@
+//! The gateway's Redis URLs, translated to the client's configuration:
+//! `redis://` and `rediss://` (TLS through rustls), `redis-cluster://h1:p1,h2:p2` (any node
+//! list, comma-separated), and `redis-sentinel://h1:p1,h2:p2/service`.
+
+use fred::prelude::Config;
+
+use super::ConnectError;
+
+/// Parses a gateway Redis URL.
+pub fn config(url: &str) -> Result<Config, ConnectError> {
+    let bad = |why: &str| ConnectError::Url(format!("{why} (in {})", redact(url)));
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("missing scheme"))?;
+    let translated = match scheme {
+        "redis" | "rediss" => url.to_owned(),
+        "redis-cluster" | "rediss-cluster" => {
+            let (auth, hosts) = split_auth(rest);
+            let hosts = hosts.trim_end_matches('/');
+            let mut list = hosts.split(',').filter(|h| !h.is_empty());
+            let first = list.next().ok_or_else(|| bad("no cluster node"))?;
+            let nodes: Vec<String> = list.map(|h| format!("node={h}")).collect();
+            let query = if nodes.is_empty() { String::new() } else { format!("?{}", nodes.join("&")) };
+            format!("{scheme}://{auth}{first}{query}")
+        }
+        "redis-sentinel" | "rediss-sentinel" => {
+            let (auth, rest) = split_auth(rest);
+            let (hosts, service) = rest.split_once('/').ok_or_else(|| bad("missing /service-name after the sentinel nodes"))?;
+            if service.is_empty() {
+                return Err(bad("empty sentinel service name"));
+            }
+            let mut list = hosts.split(',').filter(|h| !h.is_empty());
+            let first = list.next().ok_or_else(|| bad("no sentinel node"))?;
+            let mut query = vec![format!("sentinelServiceName={service}")];
+            query.extend(list.map(|h| format!("node={h}")));
+            format!("{scheme}://{auth}{first}?{}", query.join("&"))
+        }
+        other => return Err(bad(&format!("unsupported scheme {other:?}"))),
+    };
+    Config::from_url(&translated).map_err(|e| bad(&e.to_string()))
+}
+
+fn split_auth(rest: &str) -> (&str, &str) {
+    match rest.rfind('@') {
+        Some(i) => (&rest[..=i], &rest[i + 1..]),
+        None => ("", rest),
+    }
+}
+
+/// The URL without its password, for error messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fred::types::config::ServerConfig;
+
+    #[test]
+    fn cluster_lists_become_node_lists() {
+        let c = config("redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002").unwrap();
+        match c.server {
+            ServerConfig::Clustered { hosts, .. } => assert_eq!(hosts.len(), 3),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(config("redis://127.0.0.1:6379").unwrap().server, ServerConfig::Centralized { .. }));
+        let s = config("redis-sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster").unwrap();
+        assert!(matches!(s.server, ServerConfig::Sentinel { .. }));
+        assert!(config("http://x").is_err());
+        assert!(config("redis-sentinel://127.0.0.1:26379").is_err());
+        assert_eq!(redact("redis://user:secret@host:6379"), "redis://***@host:6379");
+    }
+}

@@ -1,0 +1,183 @@
+//! Real `redis-server` processes for the tests: a standalone server or a six-node cluster
+//! (three masters, three replicas), on free loopback ports, with persistence off. A watchdog
+//! stops them if the test process dies without cleaning up.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn require(binary: &str) {
+    let found = Command::new("sh").args(["-c", &format!("command -v {binary}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success());
+    assert!(found, "{binary} is not installed: run `make deps` or `apt-get install -y redis-server redis-tools`");
+}
+
+fn ping(port: u16) -> bool {
+    Command::new("redis-cli").args(["-p", &port.to_string(), "ping"]).output().is_ok_and(|o| o.stdout.starts_with(b"PONG"))
+}
+
+/// One `redis-server` process.
+pub struct RedisProc {
+    child: Option<Child>,
+    pub port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisProc {
+    /// Starts a server with persistence off (plus `extra` arguments).
+    pub fn start(extra: &[&str]) -> RedisProc {
+        require("redis-server");
+        require("redis-cli");
+        let dir = std::env::temp_dir().join(format!("toolmark-redis-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut r = RedisProc { child: None, port: 0, dir, extra: extra.iter().map(|s| (*s).to_owned()).collect() };
+        for _ in 0..5 {
+            r.port = free_port();
+            if r.spawn() {
+                return r;
+            }
+        }
+        panic!("redis-server did not start");
+    }
+
+    fn spawn(&mut self) -> bool {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no", "--dir"])
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().expect("redis-server starts");
+        let pid = child.id();
+        // Watchdog: stop the server when the test process goes away.
+        let me = std::process::id();
+        let _ = Command::new("sh")
+            .args(["-c", &format!("while kill -0 {me} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 1; done; kill {pid} 2>/dev/null")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if ping(self.port) {
+                return true;
+            }
+            if let Some(c) = self.child.as_mut()
+                && c.try_wait().ok().flatten().is_some()
+            {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the server at once (its data is gone: persistence is off).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        assert!(self.spawn(), "redis-server did not restart on port {}", self.port);
+    }
+
+    /// Runs one redis-cli command against this server.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli").args(["-p", &self.port.to_string()]).args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for RedisProc {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Six servers joined as a cluster of three masters with one replica each.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisProc>,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisProc> = (0..6).map(|_| RedisProc::start(&["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"])).collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = nodes.iter().all(|n| n.cli(&["cluster", "info"]).contains("cluster_state:ok"));
+            if ok {
+                break;
+            }
+            assert!(Instant::now() < deadline, "cluster never became ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        RedisCluster { nodes }
+    }
+
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        format!("redis-cluster://{}", hosts.join(","))
+    }
+}
+
+/// Which broker the suite runs against: `TOOLMARK_TEST_BROKER` = `memory` (default), `redis`
+/// or `redis-cluster`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Memory,
+    Redis,
+    Cluster,
+}
+
+pub fn mode() -> Mode {
+    match std::env::var("TOOLMARK_TEST_BROKER").as_deref() {
+        Ok("redis") => Mode::Redis,
+        Ok("redis-cluster") => Mode::Cluster,
+        Ok("memory") | Err(_) => Mode::Memory,
+        Ok(other) => panic!("TOOLMARK_TEST_BROKER={other}: use memory, redis or redis-cluster"),
+    }
+}
+
+enum Shared {
+    One(RedisProc),
+    Many(RedisCluster),
+}
+
+static SHARED: OnceLock<Shared> = OnceLock::new();
+
+/// The Redis every test of this process shares (each gateway group uses its own key prefix):
+/// a cluster in cluster mode, else a standalone server.
+pub fn shared_url() -> String {
+    let shared = SHARED.get_or_init(|| match mode() {
+        Mode::Cluster => Shared::Many(RedisCluster::start()),
+        Mode::Memory | Mode::Redis => Shared::One(RedisProc::start(&[])),
+    });
+    match shared {
+        Shared::One(r) => r.url(),
+        Shared::Many(c) => c.url(),
+    }
+}
