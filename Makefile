@@ -23,9 +23,12 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-## unit: every Rust test of the workspace (unit, integration, property)
+## unit: every Rust test of the workspace (unit, integration, property), then the gateway's
+## suite again on a Redis and on a six-node Redis Cluster started by the tests themselves
 unit:
 	$(CARGO) test --workspace --locked
+	TOOLMARK_TEST_BROKER=redis $(CARGO) test --locked -p toolmark-gateway --test it
+	TOOLMARK_TEST_BROKER=redis-cluster $(CARGO) test --locked -p toolmark-gateway --test it
 
 ## browser: the demo page end to end in headless Chromium
 browser:

@@ -75,8 +75,42 @@ struct State {
     tenant_sockets: HashMap<String, u64>,
 }
 
+/// An event as the log keeps it: the payload serialized (a fraction of a `Value` tree's size).
+struct StoredEvent {
+    id: Box<str>,
+    kind: EventType,
+    timestamp: Box<str>,
+    user: Box<str>,
+    conversation: Box<str>,
+    data: Box<str>,
+}
+
+impl StoredEvent {
+    fn from_event(e: &Event) -> Self {
+        StoredEvent {
+            id: e.id.as_str().into(),
+            kind: e.kind,
+            timestamp: e.timestamp.as_str().into(),
+            user: e.user.as_str().into(),
+            conversation: e.conversation.as_str().into(),
+            data: e.data.to_string().into_boxed_str(),
+        }
+    }
+
+    fn to_event(&self) -> Event {
+        Event {
+            id: self.id.to_string(),
+            kind: self.kind,
+            timestamp: self.timestamp.to_string(),
+            user: self.user.to_string(),
+            conversation: self.conversation.to_string(),
+            data: serde_json::from_str(&self.data).unwrap_or(Value::Null),
+        }
+    }
+}
+
 struct TenantLog {
-    events: VecDeque<Event>,
+    events: VecDeque<StoredEvent>,
     last: (u64, u64),
     live: broadcast::Sender<Event>,
 }
@@ -412,7 +446,7 @@ impl Broker for MemoryBroker {
             conversation: conv.conversation.clone(),
             data,
         };
-        log.events.push_back(event.clone());
+        log.events.push_back(StoredEvent::from_event(&event));
         while log.events.len() > self.retention.events_per_tenant {
             log.events.pop_front();
         }
@@ -430,7 +464,7 @@ impl Broker for MemoryBroker {
         let live = log.live.subscribe();
         let backlog = match after {
             None => Vec::new(),
-            Some(after) => log.events.iter().filter(|e| event_id_after(&e.id, after)).cloned().collect(),
+            Some(after) => log.events.iter().filter(|e| event_id_after(&e.id, after)).map(StoredEvent::to_event).collect(),
         };
         Ok(EventFeed { backlog, live })
     }

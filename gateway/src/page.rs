@@ -41,8 +41,9 @@ pub mod close {
     pub const INTERNAL: u16 = 1011;
 }
 
-/// Read buffer per socket: small, since page frames are small and idle sockets are many.
-const READ_BUFFER: usize = 4 * 1024;
+/// Read buffer per socket: small, since page frames are small and idle sockets are many
+/// (larger frames are read in several chunks).
+const READ_BUFFER: usize = 1024;
 /// Invalid frames tolerated within [`STRIKE_WINDOW`] before closing with 1008.
 const MAX_STRIKES: usize = 20;
 const STRIKE_WINDOW: Duration = Duration::from_secs(60);
@@ -163,7 +164,7 @@ enum Flow {
 }
 
 impl PageSocket {
-    async fn run(&mut self, mut socket: WebSocket, mut outbound: tokio::sync::mpsc::Receiver<Arc<str>>) -> End {
+    async fn run(&mut self, mut socket: WebSocket, outbound: Arc<crate::registry::Outbox>) -> End {
         let mut ping = tokio::time::interval(PING_EVERY);
         ping.tick().await;
         let mut last_seen = Instant::now();
@@ -171,7 +172,7 @@ impl PageSocket {
         loop {
             let flow = tokio::select! {
                 () = shutdown.cancelled() => Flow::Close(close::GOING_AWAY, "draining"),
-                frame = outbound.recv() => match frame {
+                frame = outbound.next() => match frame {
                     Some(frame) => match socket.send(Message::Text(frame.as_ref().into())).await {
                         Ok(()) => Flow::Continue,
                         Err(_) => return End::Gone,
@@ -191,7 +192,8 @@ impl PageSocket {
                     last_seen = Instant::now();
                     match incoming {
                         None | Some(Ok(Message::Close(_))) => return End::Gone,
-                        Some(Ok(Message::Text(text))) => self.on_text(text.as_str()).await,
+                        // Boxed: the message path is large and idle sockets should not carry it.
+                        Some(Ok(Message::Text(text))) => Box::pin(self.on_text(text.as_str())).await,
                         Some(Ok(Message::Binary(_))) => {
                             self.app.metrics.inbound_rejected("binary");
                             self.strike()

@@ -7,17 +7,86 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tokio::sync::mpsc;
+use std::collections::VecDeque;
+
+use tokio::sync::Notify;
 use toolmark_broker::{ConvKey, PageSink};
 
 /// Frames queued for one socket before it counts as unable to keep up.
 pub const OUTBOUND_QUEUE: usize = 64;
 const SHARDS: usize = 16;
 
+/// The bounded outbound queue of one socket. It allocates nothing while empty, which keeps
+/// idle sockets small; [`Outbox::next`] yields `None` once the queue was closed.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    state: Mutex<OutboxState>,
+    ready: Notify,
+}
+
+#[derive(Debug, Default)]
+struct OutboxState {
+    frames: VecDeque<Arc<str>>,
+    closed: bool,
+}
+
+impl Outbox {
+    fn lock(&self) -> MutexGuard<'_, OutboxState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues a frame; a full queue closes the outbox instead (the page cannot keep up).
+    fn push(&self, frame: Arc<str>) -> bool {
+        let mut s = self.lock();
+        if s.closed {
+            return false;
+        }
+        if s.frames.len() >= OUTBOUND_QUEUE {
+            s.closed = true;
+            drop(s);
+            self.ready.notify_one();
+            return false;
+        }
+        s.frames.push_back(frame);
+        drop(s);
+        self.ready.notify_one();
+        true
+    }
+
+    /// Closes the outbox: queued frames are still handed out, then `None`.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_one();
+    }
+
+    /// The next frame, or `None` once closed (after a full queue, the frames are dropped).
+    pub async fn next(&self) -> Option<Arc<str>> {
+        loop {
+            {
+                let mut s = self.lock();
+                if s.closed && s.frames.len() >= OUTBOUND_QUEUE {
+                    s.frames = VecDeque::new();
+                    return None;
+                }
+                if let Some(f) = s.frames.pop_front() {
+                    if s.frames.is_empty() && s.frames.capacity() > 8 {
+                        s.frames = VecDeque::new();
+                    }
+                    return Some(f);
+                }
+                if s.closed {
+                    return None;
+                }
+            }
+            self.ready.notified().await;
+        }
+    }
+}
+
 struct Slot {
     socket_id: u64,
     client_id: Option<Arc<str>>,
-    tx: mpsc::Sender<Arc<str>>,
+    outbox: Arc<Outbox>,
 }
 
 type Shard = Mutex<HashMap<ConvKey, Vec<Slot>>>;
@@ -53,13 +122,13 @@ impl Registry {
         self.shards[i].lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds a socket of `conv`; frames for it arrive on the returned receiver, which yields
-    /// `None` once the registry dropped the socket (queue full) or it left.
-    pub fn join(&self, conv: &ConvKey) -> (u64, mpsc::Receiver<Arc<str>>) {
-        let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
+    /// Adds a socket of `conv`; frames for it arrive in the returned outbox, which yields
+    /// `None` once the registry dropped the socket (queue full).
+    pub fn join(&self, conv: &ConvKey) -> (u64, Arc<Outbox>) {
+        let outbox = Arc::new(Outbox::default());
         let socket_id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.shard(conv).entry(conv.clone()).or_default().push(Slot { socket_id, client_id: None, tx });
-        (socket_id, rx)
+        self.shard(conv).entry(conv.clone()).or_default().push(Slot { socket_id, client_id: None, outbox: Arc::clone(&outbox) });
+        (socket_id, outbox)
     }
 
     /// Records the socket's clientId (bound by its first message).
@@ -99,12 +168,8 @@ impl PageSink for Registry {
             if !addressed {
                 return true;
             }
-            match s.tx.try_send(Arc::clone(&frame)) {
-                Ok(()) => true,
-                // Full: the page cannot keep up; dropping the sender closes the socket.
-                // Closed: the socket is already ending.
-                Err(_) => false,
-            }
+            // A full queue: the page cannot keep up; the socket is dropped and closed.
+            s.outbox.push(Arc::clone(&frame))
         });
     }
 }
@@ -117,15 +182,15 @@ mod tests {
     async fn frames_reach_the_addressed_and_unknown_pages_only() {
         let r = Registry::default();
         let conv = ConvKey::new("t", "u", "c");
-        let (a, mut rx_a) = r.join(&conv);
-        let (b, mut rx_b) = r.join(&conv);
-        let (_c, mut rx_c) = r.join(&conv);
+        let (a, rx_a) = r.join(&conv);
+        let (b, rx_b) = r.join(&conv);
+        let (_c, rx_c) = r.join(&conv);
         r.identify(&conv, a, "p1");
         r.identify(&conv, b, "p2");
         r.deliver(&conv, "p1", "hello".into());
-        assert_eq!(rx_a.try_recv().unwrap().as_ref(), "hello");
-        assert!(rx_b.try_recv().is_err());
-        assert_eq!(rx_c.try_recv().unwrap().as_ref(), "hello", "unknown clientId gets it");
+        assert_eq!(rx_a.next().await.unwrap().as_ref(), "hello");
+        assert!(rx_b.lock().frames.is_empty());
+        assert_eq!(rx_c.next().await.unwrap().as_ref(), "hello", "unknown clientId gets it");
         assert!(r.claimed_by_other(&conv, b, "p1"));
         assert!(!r.claimed_by_other(&conv, a, "p1"));
     }
@@ -134,14 +199,16 @@ mod tests {
     async fn a_full_queue_drops_the_socket() {
         let r = Registry::default();
         let conv = ConvKey::new("t", "u", "c");
-        let (_a, mut rx) = r.join(&conv);
+        let (_a, rx) = r.join(&conv);
+        for _ in 0..OUTBOUND_QUEUE {
+            r.deliver(&conv, "p1", "x".into());
+        }
+        assert_eq!(rx.next().await.as_deref(), Some("x"), "a queue with room keeps the socket");
         for _ in 0..=OUTBOUND_QUEUE {
             r.deliver(&conv, "p1", "x".into());
         }
-        let mut got = 0;
-        while let Some(_f) = rx.recv().await {
-            got += 1;
-        }
-        assert_eq!(got, OUTBOUND_QUEUE, "receiver ends after the queued frames");
+        assert_eq!(rx.next().await, None, "an overflowing queue ends the socket");
+        r.deliver(&conv, "p1", "x".into());
+        assert!(rx.lock().frames.is_empty(), "a dropped socket gets nothing more");
     }
 }
