@@ -16,8 +16,8 @@ use toolmark_proto::{AgentMessage, Cancel, Manifest, ToolResult};
 use crate::{
     AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallState,
     ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
-    OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, RateLimited, Rejection,
-    SubmitError, event_id_after, now_ms,
+    OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, RateLimited, Rejection, SubmitError,
+    event_id_after, now_ms,
 };
 
 /// How long the memory broker keeps things nobody can still need.
@@ -67,10 +67,35 @@ struct Conv {
     idle_since: Option<Instant>,
 }
 
+/// Calls, sharded by id so that no single lock (or rehash of a huge map) stalls every call.
+struct CallShards {
+    shards: Vec<Mutex<HashMap<String, CallEntry>>>,
+    hasher: std::hash::RandomState,
+}
+
+const CALL_SHARDS: usize = 32;
+
+impl Default for CallShards {
+    fn default() -> Self {
+        CallShards {
+            shards: (0..CALL_SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: std::hash::RandomState::new(),
+        }
+    }
+}
+
+impl CallShards {
+    fn shard(&self, id: &str) -> MutexGuard<'_, HashMap<String, CallEntry>> {
+        use std::hash::BuildHasher;
+        // The shard count is tiny, so the modulo result always fits in usize.
+        #[allow(clippy::cast_possible_truncation)]
+        let i = (self.hasher.hash_one(id) % CALL_SHARDS as u64) as usize;
+        lock(&self.shards[i])
+    }
+}
+
 #[derive(Default)]
 struct State {
-    calls: HashMap<String, CallEntry>,
-    confirms: HashMap<String, ConfirmEntry>,
     convs: HashMap<ConvKey, Conv>,
     tenant_sockets: HashMap<String, u64>,
 }
@@ -120,6 +145,8 @@ pub struct MemoryBroker {
     node: String,
     sink: Arc<dyn PageSink>,
     retention: Retention,
+    calls: CallShards,
+    confirms: Mutex<HashMap<String, ConfirmEntry>>,
     state: Mutex<State>,
     logs: Mutex<HashMap<String, TenantLog>>,
     limiters: Mutex<HashMap<String, Arc<DefaultDirectRateLimiter>>>,
@@ -127,7 +154,9 @@ pub struct MemoryBroker {
 
 impl std::fmt::Debug for MemoryBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryBroker").field("node", &self.node).finish_non_exhaustive()
+        f.debug_struct("MemoryBroker")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
     }
 }
 
@@ -136,9 +165,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn cancel_frame(binding: &CallBinding) -> Arc<str> {
-    AgentMessage::Cancel(Cancel { client_id: binding.client_id.clone(), id: binding.id.clone() })
-        .to_json()
-        .into()
+    AgentMessage::Cancel(Cancel {
+        client_id: binding.client_id.clone(),
+        id: binding.id.clone(),
+    })
+    .to_json()
+    .into()
 }
 
 impl MemoryBroker {
@@ -148,11 +180,17 @@ impl MemoryBroker {
     }
 
     /// A broker with explicit retention.
-    pub fn with_retention(node: impl Into<String>, sink: Arc<dyn PageSink>, retention: Retention) -> Self {
+    pub fn with_retention(
+        node: impl Into<String>,
+        sink: Arc<dyn PageSink>,
+        retention: Retention,
+    ) -> Self {
         MemoryBroker {
             node: node.into(),
             sink,
             retention,
+            calls: CallShards::default(),
+            confirms: Mutex::default(),
             state: Mutex::default(),
             logs: Mutex::default(),
             limiters: Mutex::default(),
@@ -166,26 +204,42 @@ impl MemoryBroker {
         let now_ms = now_ms();
         let mut timed_out = Vec::new();
         let mut frames = Vec::new();
-        {
-            let mut st = lock(&self.state);
-            let finished_for = self.retention.finished_calls;
-            st.calls.retain(|_, e| e.finished.is_none_or(|t| now.duration_since(t) < finished_for));
-            for e in st.calls.values_mut() {
+        let finished_for = self.retention.finished_calls;
+        for shard in &self.calls.shards {
+            let mut calls = lock(shard);
+            calls.retain(|_, e| {
+                e.finished
+                    .is_none_or(|t| now.duration_since(t) < finished_for)
+            });
+            for e in calls.values_mut() {
                 // One second of grace: the waiting request's own timer normally gets there first.
-                if e.record.state == CallState::Pending && now_ms > e.record.binding.deadline_ms + 1000 {
+                if e.record.state == CallState::Pending
+                    && now_ms > e.record.binding.deadline_ms + 1000
+                {
                     e.record.state = CallState::TimedOut;
                     e.record.outcome = Some(Outcome::Timeout);
                     e.finished = Some(now);
                     if let Some(w) = e.waiter.take() {
                         let _ = w.send(Outcome::Timeout);
                     }
-                    frames.push((e.record.binding.conv.clone(), e.record.binding.client_id.clone(), cancel_frame(&e.record.binding)));
+                    frames.push((
+                        e.record.binding.conv.clone(),
+                        e.record.binding.client_id.clone(),
+                        cancel_frame(&e.record.binding),
+                    ));
                     timed_out.push(e.record.clone());
                 }
             }
-            st.confirms.retain(|_, c| c.expires > now);
+        }
+        lock(&self.confirms).retain(|_, c| c.expires > now);
+        {
+            let mut st = lock(&self.state);
             let idle_for = self.retention.idle_conversations;
-            st.convs.retain(|_, c| c.sockets > 0 || c.idle_since.is_none_or(|t| now.duration_since(t) < idle_for));
+            st.convs.retain(|_, c| {
+                c.sockets > 0
+                    || c.idle_since
+                        .is_none_or(|t| now.duration_since(t) < idle_for)
+            });
         }
         for (conv, client_id, frame) in frames {
             self.sink.deliver(&conv, &client_id, frame);
@@ -195,7 +249,7 @@ impl MemoryBroker {
 
     /// Number of calls held (pending and recently finished), for tests and metrics.
     pub fn calls_held(&self) -> usize {
-        lock(&self.state).calls.len()
+        self.calls.shards.iter().map(|s| lock(s).len()).sum()
     }
 }
 
@@ -227,23 +281,42 @@ impl Broker for MemoryBroker {
         Ok(())
     }
 
-    async fn send_call(&self, binding: CallBinding, frame: AgentMessage) -> Result<OutcomeWaiter, BrokerError> {
+    async fn send_call(
+        &self,
+        binding: CallBinding,
+        frame: AgentMessage,
+    ) -> Result<OutcomeWaiter, BrokerError> {
         let (tx, rx) = oneshot::channel();
         let conv = binding.conv.clone();
         let client_id = binding.client_id.clone();
         {
-            let mut st = lock(&self.state);
-            let record = CallRecord { binding, state: CallState::Pending, outcome: None };
-            st.calls.insert(record.binding.id.clone(), CallEntry { record, waiter: Some(tx), finished: None });
+            let record = CallRecord {
+                binding,
+                state: CallState::Pending,
+                outcome: None,
+            };
+            self.calls.shard(&record.binding.id).insert(
+                record.binding.id.clone(),
+                CallEntry {
+                    record,
+                    waiter: Some(tx),
+                    finished: None,
+                },
+            );
         }
         self.sink.deliver(&conv, &client_id, frame.to_json().into());
         Ok(rx)
     }
 
-    async fn submit_result(&self, from: &PageIdentity, id: &str, result: ToolResult) -> Result<CallRecord, SubmitError> {
+    async fn submit_result(
+        &self,
+        from: &PageIdentity,
+        id: &str,
+        result: ToolResult,
+    ) -> Result<CallRecord, SubmitError> {
         let (record, waiter) = {
-            let mut st = lock(&self.state);
-            let Some(entry) = st.calls.get_mut(id) else {
+            let mut calls = self.calls.shard(id);
+            let Some(entry) = calls.get_mut(id) else {
                 return Err(SubmitError::Rejected(Rejection::UnknownId));
             };
             let b = &entry.record.binding;
@@ -265,18 +338,20 @@ impl Broker for MemoryBroker {
             let record = entry.record.clone();
             if let Some(confirm_id) = result.confirm_id() {
                 let expires = Instant::now() + self.retention.confirmations;
-                st.confirms.entry(confirm_id.to_owned()).or_insert_with(|| ConfirmEntry {
-                    binding: ConfirmBinding {
-                        confirm_id: confirm_id.to_owned(),
-                        call_id: record.binding.id.clone(),
-                        tool: record.binding.tool.clone(),
-                        conv: record.binding.conv.clone(),
-                        client_id: record.binding.client_id.clone(),
-                        untrusted: record.binding.untrusted,
-                    },
-                    used: false,
-                    expires,
-                });
+                lock(&self.confirms)
+                    .entry(confirm_id.to_owned())
+                    .or_insert_with(|| ConfirmEntry {
+                        binding: ConfirmBinding {
+                            confirm_id: confirm_id.to_owned(),
+                            call_id: record.binding.id.clone(),
+                            tool: record.binding.tool.clone(),
+                            conv: record.binding.conv.clone(),
+                            client_id: record.binding.client_id.clone(),
+                            untrusted: record.binding.untrusted,
+                        },
+                        used: false,
+                        expires,
+                    });
             }
             (record, waiter)
         };
@@ -288,8 +363,10 @@ impl Broker for MemoryBroker {
 
     async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError> {
         let (record, waiter) = {
-            let mut st = lock(&self.state);
-            let Some(entry) = st.calls.get_mut(id) else { return Ok(None) };
+            let mut calls = self.calls.shard(id);
+            let Some(entry) = calls.get_mut(id) else {
+                return Ok(None);
+            };
             if entry.record.binding.conv != *conv || entry.record.state != CallState::Pending {
                 return Ok(None);
             }
@@ -320,13 +397,21 @@ impl Broker for MemoryBroker {
     }
 
     async fn call(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
-        let st = lock(&self.state);
-        Ok(st.calls.get(id).filter(|e| e.record.binding.conv.tenant == tenant).map(|e| e.record.clone()))
+        Ok(self
+            .calls
+            .shard(id)
+            .get(id)
+            .filter(|e| e.record.binding.conv.tenant == tenant)
+            .map(|e| e.record.clone()))
     }
 
-    async fn submit_confirmed(&self, from: &PageIdentity, confirm_id: &str) -> Result<ConfirmBinding, SubmitError> {
-        let mut st = lock(&self.state);
-        let Some(entry) = st.confirms.get_mut(confirm_id) else {
+    async fn submit_confirmed(
+        &self,
+        from: &PageIdentity,
+        confirm_id: &str,
+    ) -> Result<ConfirmBinding, SubmitError> {
+        let mut confirms = lock(&self.confirms);
+        let Some(entry) = confirms.get_mut(confirm_id) else {
             return Err(SubmitError::Rejected(Rejection::UnknownConfirm));
         };
         if entry.binding.conv != from.conv || entry.binding.client_id != from.client_id {
@@ -362,7 +447,11 @@ impl Broker for MemoryBroker {
         Ok(())
     }
 
-    async fn release_page(&self, conv: &ConvKey, client_id: Option<&str>) -> Result<PageLeft, BrokerError> {
+    async fn release_page(
+        &self,
+        conv: &ConvKey,
+        client_id: Option<&str>,
+    ) -> Result<PageLeft, BrokerError> {
         let mut st = lock(&self.state);
         if let Some(n) = st.tenant_sockets.get_mut(&conv.tenant) {
             *n = n.saturating_sub(1);
@@ -388,15 +477,20 @@ impl Broker for MemoryBroker {
         let mut st = lock(&self.state);
         let c = st.convs.entry(conv.clone()).or_default();
         c.next_seq += 1;
-        c.manifests.insert(manifest.client_id.clone(), (c.next_seq, manifest.clone()));
+        c.manifests
+            .insert(manifest.client_id.clone(), (c.next_seq, manifest.clone()));
         c.current = Some(manifest.client_id.clone());
         Ok(())
     }
 
     async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError> {
         let st = lock(&self.state);
-        let Some(c) = st.convs.get(conv) else { return Ok(ConversationState::default()) };
-        let current = effective_current(c).and_then(|id| c.manifests.get(id)).map(|(_, m)| m);
+        let Some(c) = st.convs.get(conv) else {
+            return Ok(ConversationState::default());
+        };
+        let current = effective_current(c)
+            .and_then(|id| c.manifests.get(id))
+            .map(|(_, m)| m);
         Ok(ConversationState {
             client_id: current.map(|m| m.client_id.clone()),
             rev: current.map(|m| m.rev),
@@ -420,7 +514,9 @@ impl Broker for MemoryBroker {
             Arc::clone(limiters.entry(tenant.to_owned()).or_insert_with(|| {
                 let rate = NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN);
                 let burst = rate.saturating_mul(NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN));
-                Arc::new(RateLimiter::direct(Quota::per_second(rate).allow_burst(burst)))
+                Arc::new(RateLimiter::direct(
+                    Quota::per_second(rate).allow_burst(burst),
+                ))
             }))
         };
         limiter.check().map_err(|not_until| RateLimited {
@@ -428,7 +524,13 @@ impl Broker for MemoryBroker {
         })
     }
 
-    async fn emit(&self, tenant: &str, kind: EventType, conv: &ConvKey, data: Value) -> Result<Event, BrokerError> {
+    async fn emit(
+        &self,
+        tenant: &str,
+        kind: EventType,
+        conv: &ConvKey,
+        data: Value,
+    ) -> Result<Event, BrokerError> {
         let mut logs = lock(&self.logs);
         let log = logs.entry(tenant.to_owned()).or_insert_with(|| TenantLog {
             events: VecDeque::new(),
@@ -464,7 +566,12 @@ impl Broker for MemoryBroker {
         let live = log.live.subscribe();
         let backlog = match after {
             None => Vec::new(),
-            Some(after) => log.events.iter().filter(|e| event_id_after(&e.id, after)).map(StoredEvent::to_event).collect(),
+            Some(after) => log
+                .events
+                .iter()
+                .filter(|e| event_id_after(&e.id, after))
+                .map(StoredEvent::to_event)
+                .collect(),
         };
         Ok(EventFeed { backlog, live })
     }
@@ -505,11 +612,20 @@ mod tests {
     }
 
     fn frame(id: &str) -> AgentMessage {
-        AgentMessage::Call(Call { client_id: "p1".into(), id: id.into(), rev: None, tool: "todo.add".into(), input: json!({}) })
+        AgentMessage::Call(Call {
+            client_id: "p1".into(),
+            id: id.into(),
+            rev: None,
+            tool: "todo.add".into(),
+            input: json!({}),
+        })
     }
 
     fn page(client: &str) -> PageIdentity {
-        PageIdentity { conv: ConvKey::new("t", "u", "c"), client_id: client.into() }
+        PageIdentity {
+            conv: ConvKey::new("t", "u", "c"),
+            client_id: client.into(),
+        }
     }
 
     fn ok() -> ToolResult {
@@ -519,56 +635,131 @@ mod tests {
     #[tokio::test]
     async fn a_result_and_a_timeout_never_both_win() {
         let (frames, b) = setup();
-        let rx = b.send_call(binding("a", now_ms() + 60_000), frame("a")).await.unwrap();
+        let rx = b
+            .send_call(binding("a", now_ms() + 60_000), frame("a"))
+            .await
+            .unwrap();
         assert!(b.submit_result(&page("p1"), "a", ok()).await.is_ok());
-        assert_eq!(b.time_out(&ConvKey::new("t", "u", "c"), "a").await.unwrap(), None);
+        assert_eq!(
+            b.time_out(&ConvKey::new("t", "u", "c"), "a").await.unwrap(),
+            None
+        );
         assert_eq!(rx.await.unwrap(), Outcome::Result(ok()));
 
-        let rx = b.send_call(binding("b", now_ms() + 60_000), frame("b")).await.unwrap();
-        assert!(b.time_out(&ConvKey::new("t", "u", "c"), "b").await.unwrap().is_some());
-        assert_eq!(b.submit_result(&page("p1"), "b", ok()).await, Err(SubmitError::Rejected(Rejection::Late)));
+        let rx = b
+            .send_call(binding("b", now_ms() + 60_000), frame("b"))
+            .await
+            .unwrap();
+        assert!(
+            b.time_out(&ConvKey::new("t", "u", "c"), "b")
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(
+            b.submit_result(&page("p1"), "b", ok()).await,
+            Err(SubmitError::Rejected(Rejection::Late))
+        );
         assert_eq!(rx.await.unwrap(), Outcome::Timeout);
         let sent = lock(&frames.0);
-        assert!(sent.last().unwrap().2.contains(r#""type":"cancel""#), "timeout sends a cancel");
+        assert!(
+            sent.last().unwrap().2.contains(r#""type":"cancel""#),
+            "timeout sends a cancel"
+        );
     }
 
     #[tokio::test]
     async fn results_are_checked_against_their_binding() {
         let (_, b) = setup();
-        let _rx = b.send_call(binding("a", now_ms() + 60_000), frame("a")).await.unwrap();
+        let _rx = b
+            .send_call(binding("a", now_ms() + 60_000), frame("a"))
+            .await
+            .unwrap();
         let rej = |e| Err(SubmitError::Rejected(e));
-        assert_eq!(b.submit_result(&page("p1"), "nope", ok()).await, rej(Rejection::UnknownId));
-        assert_eq!(b.submit_result(&page("p2"), "a", ok()).await, rej(Rejection::Mismatch));
-        let other_user = PageIdentity { conv: ConvKey::new("t", "u2", "c"), client_id: "p1".into() };
-        assert_eq!(b.submit_result(&other_user, "a", ok()).await, rej(Rejection::Mismatch));
-        let other_tenant = PageIdentity { conv: ConvKey::new("t2", "u", "c"), client_id: "p1".into() };
-        assert_eq!(b.submit_result(&other_tenant, "a", ok()).await, rej(Rejection::Mismatch));
+        assert_eq!(
+            b.submit_result(&page("p1"), "nope", ok()).await,
+            rej(Rejection::UnknownId)
+        );
+        assert_eq!(
+            b.submit_result(&page("p2"), "a", ok()).await,
+            rej(Rejection::Mismatch)
+        );
+        let other_user = PageIdentity {
+            conv: ConvKey::new("t", "u2", "c"),
+            client_id: "p1".into(),
+        };
+        assert_eq!(
+            b.submit_result(&other_user, "a", ok()).await,
+            rej(Rejection::Mismatch)
+        );
+        let other_tenant = PageIdentity {
+            conv: ConvKey::new("t2", "u", "c"),
+            client_id: "p1".into(),
+        };
+        assert_eq!(
+            b.submit_result(&other_tenant, "a", ok()).await,
+            rej(Rejection::Mismatch)
+        );
         assert!(b.submit_result(&page("p1"), "a", ok()).await.is_ok());
-        assert_eq!(b.submit_result(&page("p1"), "a", ok()).await, rej(Rejection::Duplicate));
-        let _rx = b.send_call(binding("late", now_ms() - 1), frame("late")).await.unwrap();
-        assert_eq!(b.submit_result(&page("p1"), "late", ok()).await, rej(Rejection::Late));
+        assert_eq!(
+            b.submit_result(&page("p1"), "a", ok()).await,
+            rej(Rejection::Duplicate)
+        );
+        let _rx = b
+            .send_call(binding("late", now_ms() - 1), frame("late"))
+            .await
+            .unwrap();
+        assert_eq!(
+            b.submit_result(&page("p1"), "late", ok()).await,
+            rej(Rejection::Late)
+        );
     }
 
     #[tokio::test]
     async fn confirm_ids_are_single_use_and_bound_to_their_page() {
         let (_, b) = setup();
-        let _rx = b.send_call(binding("a", now_ms() + 60_000), frame("a")).await.unwrap();
-        let needs = ToolResult::NeedsConfirmation { confirm_id: "k1".into(), summary: "s".into(), changes: None };
+        let _rx = b
+            .send_call(binding("a", now_ms() + 60_000), frame("a"))
+            .await
+            .unwrap();
+        let needs = ToolResult::NeedsConfirmation {
+            confirm_id: "k1".into(),
+            summary: "s".into(),
+            changes: None,
+        };
         b.submit_result(&page("p1"), "a", needs).await.unwrap();
         let rej = |e| Err(SubmitError::Rejected(e));
-        assert_eq!(b.submit_confirmed(&page("p1"), "k2").await, rej(Rejection::UnknownConfirm));
-        assert_eq!(b.submit_confirmed(&page("p2"), "k1").await, rej(Rejection::Mismatch));
+        assert_eq!(
+            b.submit_confirmed(&page("p1"), "k2").await,
+            rej(Rejection::UnknownConfirm)
+        );
+        assert_eq!(
+            b.submit_confirmed(&page("p2"), "k1").await,
+            rej(Rejection::Mismatch)
+        );
         let bound = b.submit_confirmed(&page("p1"), "k1").await.unwrap();
-        assert_eq!((bound.call_id.as_str(), bound.tool.as_str()), ("a", "todo.add"));
-        assert_eq!(b.submit_confirmed(&page("p1"), "k1").await, rej(Rejection::Duplicate));
+        assert_eq!(
+            (bound.call_id.as_str(), bound.tool.as_str()),
+            ("a", "todo.add")
+        );
+        assert_eq!(
+            b.submit_confirmed(&page("p1"), "k1").await,
+            rej(Rejection::Duplicate)
+        );
     }
 
     #[tokio::test]
     async fn sweep_times_out_orphans_and_forgets_finished_calls() {
         let frames = Arc::new(Frames::default());
-        let retention = Retention { finished_calls: Duration::ZERO, ..Retention::default() };
+        let retention = Retention {
+            finished_calls: Duration::ZERO,
+            ..Retention::default()
+        };
         let b = MemoryBroker::with_retention("n1", frames, retention);
-        let rx = b.send_call(binding("old", now_ms() - 5_000), frame("old")).await.unwrap();
+        let rx = b
+            .send_call(binding("old", now_ms() - 5_000), frame("old"))
+            .await
+            .unwrap();
         let swept = b.sweep();
         assert_eq!(swept.len(), 1);
         assert_eq!(rx.await.unwrap(), Outcome::Timeout);
@@ -580,13 +771,22 @@ mod tests {
     async fn page_limits_count_sockets_and_release_them() {
         let (_, b) = setup();
         let conv = ConvKey::new("t", "u", "c");
-        let limits = AdmitLimits { max_connections: 3, max_pages_per_conversation: 2 };
+        let limits = AdmitLimits {
+            max_connections: 3,
+            max_pages_per_conversation: 2,
+        };
         b.admit_page(&conv, &limits).await.unwrap();
         b.admit_page(&conv, &limits).await.unwrap();
-        assert_eq!(b.admit_page(&conv, &limits).await, Err(AdmitError::ConversationPages));
+        assert_eq!(
+            b.admit_page(&conv, &limits).await,
+            Err(AdmitError::ConversationPages)
+        );
         let other = ConvKey::new("t", "u", "c2");
         b.admit_page(&other, &limits).await.unwrap();
-        assert_eq!(b.admit_page(&other, &limits).await, Err(AdmitError::TenantConnections));
+        assert_eq!(
+            b.admit_page(&other, &limits).await,
+            Err(AdmitError::TenantConnections)
+        );
         b.page_identified(&conv, "p1").await.unwrap();
         assert!(b.release_page(&conv, Some("p1")).await.unwrap().page_gone);
         b.admit_page(&other, &limits).await.unwrap();
@@ -596,28 +796,52 @@ mod tests {
     async fn calls_go_to_the_latest_connected_page_when_the_current_one_left() {
         let (_, b) = setup();
         let conv = ConvKey::new("t", "u", "c");
-        let limits = AdmitLimits { max_connections: 10, max_pages_per_conversation: 10 };
-        let manifest = |id: &str| Manifest { client_id: id.into(), rev: 1, tools: vec![] };
+        let limits = AdmitLimits {
+            max_connections: 10,
+            max_pages_per_conversation: 10,
+        };
+        let manifest = |id: &str| Manifest {
+            client_id: id.into(),
+            rev: 1,
+            tools: vec![],
+        };
         for id in ["a", "b"] {
             b.admit_page(&conv, &limits).await.unwrap();
             b.page_identified(&conv, id).await.unwrap();
             b.put_manifest(&conv, &manifest(id)).await.unwrap();
         }
-        assert_eq!(b.conversation(&conv).await.unwrap().client_id.as_deref(), Some("b"));
+        assert_eq!(
+            b.conversation(&conv).await.unwrap().client_id.as_deref(),
+            Some("b")
+        );
         b.release_page(&conv, Some("b")).await.unwrap();
-        assert_eq!(b.conversation(&conv).await.unwrap().client_id.as_deref(), Some("a"));
+        assert_eq!(
+            b.conversation(&conv).await.unwrap().client_id.as_deref(),
+            Some("a")
+        );
         // A silent socket (b reconnecting) keeps b current.
         b.admit_page(&conv, &limits).await.unwrap();
-        assert_eq!(b.conversation(&conv).await.unwrap().client_id.as_deref(), Some("b"));
+        assert_eq!(
+            b.conversation(&conv).await.unwrap().client_id.as_deref(),
+            Some("b")
+        );
     }
 
     #[tokio::test]
     async fn events_resume_after_an_id_and_tenants_are_apart() {
         let (_, b) = setup();
         let conv = ConvKey::new("t", "u", "c");
-        let e1 = b.emit("t", EventType::PageManifest, &conv, json!({"n": 1})).await.unwrap();
-        let e2 = b.emit("t", EventType::CallTimeout, &conv, json!({"n": 2})).await.unwrap();
-        b.emit("other", EventType::CallTimeout, &conv, json!({"n": 3})).await.unwrap();
+        let e1 = b
+            .emit("t", EventType::PageManifest, &conv, json!({"n": 1}))
+            .await
+            .unwrap();
+        let e2 = b
+            .emit("t", EventType::CallTimeout, &conv, json!({"n": 2}))
+            .await
+            .unwrap();
+        b.emit("other", EventType::CallTimeout, &conv, json!({"n": 3}))
+            .await
+            .unwrap();
         assert!(event_id_after(&e2.id, &e1.id));
         let feed = b.events("t", Some(&e1.id)).await.unwrap();
         assert_eq!(feed.backlog, vec![e2]);

@@ -28,7 +28,11 @@ pub struct ConvKey {
 impl ConvKey {
     /// A key from its three parts.
     pub fn new(tenant: &str, user: &str, conversation: &str) -> Self {
-        ConvKey { tenant: tenant.into(), user: user.into(), conversation: conversation.into() }
+        ConvKey {
+            tenant: tenant.into(),
+            user: user.into(),
+            conversation: conversation.into(),
+        }
     }
 }
 
@@ -110,7 +114,9 @@ impl<'de> Deserialize<'de> for Outcome {
         if v == json!({"status": "timeout"}) {
             return Ok(Outcome::Timeout);
         }
-        ToolResult::from_value(v).map(Outcome::Result).map_err(serde::de::Error::custom)
+        ToolResult::from_value(v)
+            .map(Outcome::Result)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -270,7 +276,10 @@ mod tests {
     fn outcome_timeout_round_trips_and_results_stay_strict() {
         let t: Outcome = serde_json::from_value(json!({"status": "timeout"})).unwrap();
         assert_eq!(t, Outcome::Timeout);
-        assert_eq!(serde_json::to_value(&t).unwrap(), json!({"status": "timeout"}));
+        assert_eq!(
+            serde_json::to_value(&t).unwrap(),
+            json!({"status": "timeout"})
+        );
         let r: Outcome = serde_json::from_value(json!({"status": "ok", "data": 1})).unwrap();
         assert!(matches!(r, Outcome::Result(ToolResult::Ok { .. })));
         assert!(serde_json::from_value::<Outcome>(json!({"status": "timeout", "x": 1})).is_err());

@@ -25,14 +25,22 @@ pub fn key_hash_string(key: &str) -> String {
 /// constant time, so timing reveals neither which key matched nor how much of it.
 pub fn key_matches(presented: &str, hashes: &[[u8; 32]]) -> bool {
     let h = hash_key(presented);
-    hashes.iter().fold(subtle::Choice::from(0), |acc, stored| acc | stored.ct_eq(&h)).into()
+    hashes
+        .iter()
+        .fold(subtle::Choice::from(0), |acc, stored| {
+            acc | stored.ct_eq(&h)
+        })
+        .into()
 }
 
 /// The bearer token of an `Authorization` header value.
 pub fn bearer(header: Option<&str>) -> Option<&str> {
     let v = header?;
     let (scheme, token) = v.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 #[cfg(test)]

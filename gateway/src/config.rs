@@ -20,7 +20,10 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub(crate) fn new(key: impl Into<String>, reason: impl Into<String>) -> Self {
-        ConfigError { key: key.into(), reason: reason.into() }
+        ConfigError {
+            key: key.into(),
+            reason: reason.into(),
+        }
     }
 }
 
@@ -100,7 +103,11 @@ fn default_prefix() -> String {
 
 impl Default for BrokerConfig {
     fn default() -> Self {
-        BrokerConfig { kind: BrokerKind::Memory, url: None, key_prefix: default_prefix() }
+        BrokerConfig {
+            kind: BrokerKind::Memory,
+            url: None,
+            key_prefix: default_prefix(),
+        }
     }
 }
 
@@ -222,9 +229,15 @@ impl Config {
 
     /// Dev mode (no `--config`): loopback `127.0.0.1:8080`, memory broker; the `dev` tenant is
     /// added once the listener is bound. Environment and flags still apply.
-    pub fn dev(env: impl IntoIterator<Item = (String, String)>, overrides: &Overrides) -> Result<Config, ConfigError> {
+    pub fn dev(
+        env: impl IntoIterator<Item = (String, String)>,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
         let mut server = toml::Table::new();
-        server.insert("listen".into(), toml::Value::String("127.0.0.1:8080".into()));
+        server.insert(
+            "listen".into(),
+            toml::Value::String("127.0.0.1:8080".into()),
+        );
         let mut table = toml::Table::new();
         table.insert("server".into(), toml::Value::Table(server));
         Self::layered(table, env, overrides, true)
@@ -240,7 +253,10 @@ impl Config {
         let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(table))
             .map_err(|e| {
                 let key = e.path().to_string();
-                ConfigError::new(if key == "." { "config".into() } else { key }, e.into_inner().message().to_owned())
+                ConfigError::new(
+                    if key == "." { "config".into() } else { key },
+                    e.into_inner().message().to_owned(),
+                )
             })?;
         config.dev_mode = dev_mode;
         if let Some(listen) = &overrides.listen {
@@ -259,25 +275,43 @@ impl Config {
 
     /// The listen address, parsed.
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
-        self.server
-            .listen
-            .parse()
-            .map_err(|_| ConfigError::new("server.listen", format!("{:?} is not an IP:port address", self.server.listen)))
+        self.server.listen.parse().map_err(|_| {
+            ConfigError::new(
+                "server.listen",
+                format!("{:?} is not an IP:port address", self.server.listen),
+            )
+        })
     }
 
     /// Checks every value; the first problem is returned.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let addr = self.listen_addr()?;
         if self.dev_mode && !addr.ip().is_loopback() {
-            return Err(ConfigError::new("server.listen", "dev mode (no --config) listens on loopback only"));
+            return Err(ConfigError::new(
+                "server.listen",
+                "dev mode (no --config) listens on loopback only",
+            ));
         }
         if self.server.drain_timeout_ms == 0 || self.server.drain_timeout_ms > 3_600_000 {
-            return Err(ConfigError::new("server.drain_timeout_ms", "must be between 1 and 3600000"));
+            return Err(ConfigError::new(
+                "server.drain_timeout_ms",
+                "must be between 1 and 3600000",
+            ));
         }
         match (&self.server.tls_cert, &self.server.tls_key) {
             (None, None) => {}
-            (Some(_), None) => return Err(ConfigError::new("server.tls_key", "required with server.tls_cert")),
-            (None, Some(_)) => return Err(ConfigError::new("server.tls_cert", "required with server.tls_key")),
+            (Some(_), None) => {
+                return Err(ConfigError::new(
+                    "server.tls_key",
+                    "required with server.tls_cert",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::new(
+                    "server.tls_cert",
+                    "required with server.tls_key",
+                ));
+            }
             (Some(_), Some(_)) => {
                 return Err(ConfigError::new(
                     "server.tls_cert",
@@ -288,21 +322,40 @@ impl Config {
         if let Some(id) = &self.server.node_id
             && !is_valid_tenant_id(id)
         {
-            return Err(ConfigError::new("server.node_id", "must match ^[a-z0-9][a-z0-9-]{0,62}$"));
+            return Err(ConfigError::new(
+                "server.node_id",
+                "must match ^[a-z0-9][a-z0-9-]{0,62}$",
+            ));
         }
         let prefix_ok = !self.broker.key_prefix.is_empty()
             && self.broker.key_prefix.len() <= 64
-            && self.broker.key_prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            && self
+                .broker
+                .key_prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if !prefix_ok {
-            return Err(ConfigError::new("broker.key_prefix", "1 to 64 characters of [A-Za-z0-9_-]"));
+            return Err(ConfigError::new(
+                "broker.key_prefix",
+                "1 to 64 characters of [A-Za-z0-9_-]",
+            ));
         }
         match (self.broker.kind, &self.broker.url) {
             (BrokerKind::Memory, _) => {}
-            (BrokerKind::Redis, None) => return Err(ConfigError::new("broker.url", "required with kind = \"redis\"")),
+            (BrokerKind::Redis, None) => {
+                return Err(ConfigError::new(
+                    "broker.url",
+                    "required with kind = \"redis\"",
+                ));
+            }
             (BrokerKind::Redis, Some(url)) => {
-                toolmark_broker::redis::check_url(url).map_err(|e| ConfigError::new("broker.url", e))?;
+                toolmark_broker::redis::check_url(url)
+                    .map_err(|e| ConfigError::new("broker.url", e))?;
                 if self.dev_mode {
-                    return Err(ConfigError::new("broker.kind", "dev mode (no --config) uses the memory broker"));
+                    return Err(ConfigError::new(
+                        "broker.kind",
+                        "dev mode (no --config) uses the memory broker",
+                    ));
                 }
             }
         }
@@ -310,28 +363,47 @@ impl Config {
         for (i, t) in self.tenants.iter().enumerate() {
             let at = |k: &str| format!("tenants[{i}].{k}");
             if !is_valid_tenant_id(&t.id) {
-                return Err(ConfigError::new(at("id"), "must match ^[a-z0-9][a-z0-9-]{0,62}$"));
+                return Err(ConfigError::new(
+                    at("id"),
+                    "must match ^[a-z0-9][a-z0-9-]{0,62}$",
+                ));
             }
             if !seen.insert(t.id.as_str()) {
-                return Err(ConfigError::new(at("id"), format!("duplicate tenant {:?}", t.id)));
+                return Err(ConfigError::new(
+                    at("id"),
+                    format!("duplicate tenant {:?}", t.id),
+                ));
             }
             for (j, k) in t.api_keys.iter().enumerate() {
                 if crate::auth::parse_key_hash(k).is_none() {
-                    return Err(ConfigError::new(at(&format!("api_keys[{j}]")), "must be \"sha256:\" followed by 64 hex digits"));
+                    return Err(ConfigError::new(
+                        at(&format!("api_keys[{j}]")),
+                        "must be \"sha256:\" followed by 64 hex digits",
+                    ));
                 }
             }
             match (&t.token_secret, &t.token_public_key) {
                 (Some(_), Some(_)) => {
-                    return Err(ConfigError::new(at("token_public_key"), "set token_secret or token_public_key, not both"));
+                    return Err(ConfigError::new(
+                        at("token_public_key"),
+                        "set token_secret or token_public_key, not both",
+                    ));
                 }
                 (None, None) => {
-                    return Err(ConfigError::new(at("token_secret"), "set token_secret (HS256) or token_public_key (EdDSA, ES256)"));
+                    return Err(ConfigError::new(
+                        at("token_secret"),
+                        "set token_secret (HS256) or token_public_key (EdDSA, ES256)",
+                    ));
                 }
                 (Some(s), None) if s.len() < 32 => {
-                    return Err(ConfigError::new(at("token_secret"), "must be at least 32 bytes"));
+                    return Err(ConfigError::new(
+                        at("token_secret"),
+                        "must be at least 32 bytes",
+                    ));
                 }
                 (None, Some(pem)) => {
-                    crate::tenants::public_key_verifier(pem, &t.id).map_err(|e| ConfigError::new(at("token_public_key"), e))?;
+                    crate::tenants::public_key_verifier(pem, &t.id)
+                        .map_err(|e| ConfigError::new(at("token_public_key"), e))?;
                 }
                 _ => {}
             }
@@ -341,22 +413,37 @@ impl Config {
                 }
             }
             if t.pusher_key.is_some() != t.pusher_secret.is_some() {
-                return Err(ConfigError::new(at("pusher_secret"), "pusher_key and pusher_secret go together"));
+                return Err(ConfigError::new(
+                    at("pusher_secret"),
+                    "pusher_key and pusher_secret go together",
+                ));
             }
             if let Some(u) = &t.webhook_url {
                 let ok = url::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
                 if !ok {
-                    return Err(ConfigError::new(at("webhook_url"), "must be an http or https URL"));
+                    return Err(ConfigError::new(
+                        at("webhook_url"),
+                        "must be an http or https URL",
+                    ));
                 }
                 if t.webhook_secret.is_none() {
-                    return Err(ConfigError::new(at("webhook_secret"), "required with webhook_url"));
+                    return Err(ConfigError::new(
+                        at("webhook_secret"),
+                        "required with webhook_url",
+                    ));
                 }
             }
             let l = &t.limits;
             let positive = [
                 ("limits.max_connections", l.max_connections),
-                ("limits.max_pages_per_conversation", u64::from(l.max_pages_per_conversation)),
-                ("limits.page_messages_per_second", u64::from(l.page_messages_per_second)),
+                (
+                    "limits.max_pages_per_conversation",
+                    u64::from(l.max_pages_per_conversation),
+                ),
+                (
+                    "limits.page_messages_per_second",
+                    u64::from(l.page_messages_per_second),
+                ),
                 ("limits.calls_per_second", u64::from(l.calls_per_second)),
                 ("limits.default_call_timeout_ms", l.default_call_timeout_ms),
                 ("limits.max_call_timeout_ms", l.max_call_timeout_ms),
@@ -367,17 +454,29 @@ impl Config {
                 }
             }
             if l.max_message_bytes < 1024 || l.max_message_bytes > MAX_FRAME_BYTES {
-                return Err(ConfigError::new(at("limits.max_message_bytes"), "must be between 1024 and 4194304"));
+                return Err(ConfigError::new(
+                    at("limits.max_message_bytes"),
+                    "must be between 1024 and 4194304",
+                ));
             }
             if l.max_call_timeout_ms > CALL_TIMEOUT_CEILING_MS {
-                return Err(ConfigError::new(at("limits.max_call_timeout_ms"), "must be at most 600000"));
+                return Err(ConfigError::new(
+                    at("limits.max_call_timeout_ms"),
+                    "must be at most 600000",
+                ));
             }
             if l.default_call_timeout_ms > l.max_call_timeout_ms {
-                return Err(ConfigError::new(at("limits.default_call_timeout_ms"), "must not exceed limits.max_call_timeout_ms"));
+                return Err(ConfigError::new(
+                    at("limits.default_call_timeout_ms"),
+                    "must not exceed limits.max_call_timeout_ms",
+                ));
             }
         }
         if self.tenants.is_empty() && !self.dev_mode {
-            return Err(ConfigError::new("tenants", "at least one [[tenants]] entry is required"));
+            return Err(ConfigError::new(
+                "tenants",
+                "at least one [[tenants]] entry is required",
+            ));
         }
         Ok(())
     }
@@ -389,7 +488,8 @@ pub fn is_valid_tenant_id(id: &str) -> bool {
     !b.is_empty()
         && b.len() <= 63
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// An origin must be exactly `scheme://host[:port]` as a browser serializes it.
@@ -400,7 +500,9 @@ fn check_origin(o: &str) -> Result<(), String> {
     let url = url::Url::parse(o).map_err(|e| format!("{o:?} is not an origin: {e}"))?;
     let serialized = url.origin().ascii_serialization();
     if serialized != o {
-        return Err(format!("{o:?} is not an exact origin (did you mean {serialized:?}?)"));
+        return Err(format!(
+            "{o:?} is not an exact origin (did you mean {serialized:?}?)"
+        ));
     }
     Ok(())
 }
@@ -408,15 +510,23 @@ fn check_origin(o: &str) -> Result<(), String> {
 /// Applies `TOOLMARK_A__B__C=value` pairs: path segments are lowercased; a numeric segment
 /// indexes an array (`TOOLMARK_TENANTS__0__TOKEN_SECRET`). Values parse as TOML when they can
 /// (`5000`, `true`, `["a"]`), else they are strings.
-fn apply_env(table: &mut toml::Table, env: impl IntoIterator<Item = (String, String)>) -> Result<(), ConfigError> {
+fn apply_env(
+    table: &mut toml::Table,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<(), ConfigError> {
     for (name, raw) in env {
         // Only TOOLMARK_SECTION__KEY names are configuration; others (e.g. TOOLMARK_LOG_FORMAT)
         // belong to the process.
-        let Some(rest) = name.strip_prefix("TOOLMARK_").filter(|r| r.contains("__")) else { continue };
+        let Some(rest) = name.strip_prefix("TOOLMARK_").filter(|r| r.contains("__")) else {
+            continue;
+        };
         let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
         let key = path.join(".");
         if path.iter().any(String::is_empty) {
-            return Err(ConfigError::new(name, "malformed variable name (use TOOLMARK_SECTION__KEY)"));
+            return Err(ConfigError::new(
+                name,
+                "malformed variable name (use TOOLMARK_SECTION__KEY)",
+            ));
         }
         let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
             .ok()
@@ -434,7 +544,11 @@ fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Res
         return Ok(());
     }
     let child = table.entry(first.clone()).or_insert_with(|| {
-        if rest[0].parse::<usize>().is_ok() { toml::Value::Array(Vec::new()) } else { toml::Value::Table(toml::Table::new()) }
+        if rest[0].parse::<usize>().is_ok() {
+            toml::Value::Array(Vec::new())
+        } else {
+            toml::Value::Table(toml::Table::new())
+        }
     });
     set_in_value(child, rest, value)
 }
@@ -444,9 +558,14 @@ fn set_in_value(node: &mut toml::Value, path: &[String], value: toml::Value) -> 
         toml::Value::Table(t) => set_path(t, path, value),
         toml::Value::Array(items) => {
             let (first, rest) = path.split_first().ok_or("empty key")?;
-            let index: usize = first.parse().map_err(|_| format!("{first:?} is not an array index"))?;
+            let index: usize = first
+                .parse()
+                .map_err(|_| format!("{first:?} is not an array index"))?;
             if index > items.len() {
-                return Err(format!("index {index} skips entries (the array has {})", items.len()));
+                return Err(format!(
+                    "index {index} skips entries (the array has {})",
+                    items.len()
+                ));
             }
             if index == items.len() {
                 items.push(toml::Value::Table(toml::Table::new()));
@@ -488,15 +607,27 @@ mod tests {
 
     #[test]
     fn errors_name_the_key() {
-        let e = load(&format!("{BASE}\n[tenants.limits]\ncalls_per_second = \"fast\""), &[]).unwrap_err();
+        let e = load(
+            &format!("{BASE}\n[tenants.limits]\ncalls_per_second = \"fast\""),
+            &[],
+        )
+        .unwrap_err();
         assert_eq!(e.key, "tenants[0].limits.calls_per_second");
-        let e = load(&format!("{BASE}\n[tenants.limits]\ncalls_per_second = 0"), &[]).unwrap_err();
+        let e = load(
+            &format!("{BASE}\n[tenants.limits]\ncalls_per_second = 0"),
+            &[],
+        )
+        .unwrap_err();
         assert_eq!(e.key, "tenants[0].limits.calls_per_second");
         let e = load(&format!("[server]\nlisten = \"nowhere\"\n{BASE}"), &[]).unwrap_err();
         assert_eq!(e.key, "server.listen");
         let e = load(&format!("[server]\nlisten_on = 1\n{BASE}"), &[]).unwrap_err();
         assert_eq!(e.key, "server.listen_on");
-        let e = load(&BASE.replace("https://app.acme.example", "https://app.acme.example/"), &[]).unwrap_err();
+        let e = load(
+            &BASE.replace("https://app.acme.example", "https://app.acme.example/"),
+            &[],
+        )
+        .unwrap_err();
         assert_eq!(e.key, "tenants[0].allowed_origins[0]");
         let e = load(&BASE.replace("sha256:2bb8", "md5:2bb8"), &[]).unwrap_err();
         assert_eq!(e.key, "tenants[0].api_keys[0]");
@@ -504,7 +635,11 @@ mod tests {
         assert_eq!(e.key, "tenants[0].id");
         let e = load(&format!("[broker]\nkind = \"redis\"\n{BASE}"), &[]).unwrap_err();
         assert_eq!(e.key, "broker.url");
-        let e = load(&format!("[broker]\nkind = \"redis\"\nurl = \"http://x\"\n{BASE}"), &[]).unwrap_err();
+        let e = load(
+            &format!("[broker]\nkind = \"redis\"\nurl = \"http://x\"\n{BASE}"),
+            &[],
+        )
+        .unwrap_err();
         assert_eq!(e.key, "broker.url");
         assert!(load(&format!("[broker]\nkind = \"redis\"\nurl = \"redis-cluster://127.0.0.1:7000,127.0.0.1:7001\"\n{BASE}"), &[]).is_ok());
         let e = load("not toml [", &[]).unwrap_err();
@@ -513,7 +648,15 @@ mod tests {
 
     #[test]
     fn environment_overrides_the_file() {
-        let c = load(BASE, &[("TOOLMARK_SERVER__DRAIN_TIMEOUT_MS", "2500"), ("TOOLMARK_TENANTS__0__LIMITS__CALLS_PER_SECOND", "7"), ("OTHER", "x")]).unwrap();
+        let c = load(
+            BASE,
+            &[
+                ("TOOLMARK_SERVER__DRAIN_TIMEOUT_MS", "2500"),
+                ("TOOLMARK_TENANTS__0__LIMITS__CALLS_PER_SECOND", "7"),
+                ("OTHER", "x"),
+            ],
+        )
+        .unwrap();
         assert_eq!(c.server.drain_timeout_ms, 2500);
         assert_eq!(c.tenants[0].limits.calls_per_second, 7);
         let e = load(BASE, &[("TOOLMARK_SERVER__DRAIN_TIMEOUT_MS", "soon")]).unwrap_err();
@@ -524,8 +667,19 @@ mod tests {
 
     #[test]
     fn flags_override_environment_and_file() {
-        let o = Overrides { listen: Some("127.0.0.1:9999".into()), ..Overrides::default() };
-        let c = Config::load(BASE, [("TOOLMARK_SERVER__LISTEN".to_owned(), "127.0.0.1:1".to_owned())], &o).unwrap();
+        let o = Overrides {
+            listen: Some("127.0.0.1:9999".into()),
+            ..Overrides::default()
+        };
+        let c = Config::load(
+            BASE,
+            [(
+                "TOOLMARK_SERVER__LISTEN".to_owned(),
+                "127.0.0.1:1".to_owned(),
+            )],
+            &o,
+        )
+        .unwrap();
         assert_eq!(c.server.listen, "127.0.0.1:9999");
     }
 
@@ -534,9 +688,15 @@ mod tests {
         let c = Config::dev([], &Overrides::default()).unwrap();
         assert_eq!(c.server.listen, "127.0.0.1:8080");
         assert!(c.dev_mode && c.tenants.is_empty());
-        let public = Overrides { listen: Some("0.0.0.0:8080".into()), ..Overrides::default() };
+        let public = Overrides {
+            listen: Some("0.0.0.0:8080".into()),
+            ..Overrides::default()
+        };
         assert_eq!(Config::dev([], &public).unwrap_err().key, "server.listen");
         let env = [("TOOLMARK_SERVER__LISTEN".to_owned(), "0.0.0.0:1".to_owned())];
-        assert_eq!(Config::dev(env, &Overrides::default()).unwrap_err().key, "server.listen");
+        assert_eq!(
+            Config::dev(env, &Overrides::default()).unwrap_err().key,
+            "server.listen"
+        );
     }
 }

@@ -20,10 +20,26 @@ pub const DEV_TENANT: &str = "dev";
 const INDEX: &str = include_str!("../assets/demo/index.html");
 const AGENT: &str = include_str!("../assets/demo/agent.html");
 const ASSETS: &[(&str, &str, &str)] = &[
-    ("bridge.js", "text/javascript; charset=utf-8", include_str!("../assets/demo/bridge.js")),
-    ("app.js", "text/javascript; charset=utf-8", include_str!("../assets/demo/app.js")),
-    ("agent.js", "text/javascript; charset=utf-8", include_str!("../assets/demo/agent.js")),
-    ("style.css", "text/css; charset=utf-8", include_str!("../assets/demo/style.css")),
+    (
+        "bridge.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/demo/bridge.js"),
+    ),
+    (
+        "app.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/demo/app.js"),
+    ),
+    (
+        "agent.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/demo/agent.js"),
+    ),
+    (
+        "style.css",
+        "text/css; charset=utf-8",
+        include_str!("../assets/demo/style.css"),
+    ),
 ];
 
 /// The demo routes.
@@ -37,7 +53,14 @@ pub fn router() -> Router<AppState> {
 
 async fn asset(Path(file): Path<String>) -> Response {
     match ASSETS.iter().find(|(name, _, _)| *name == file) {
-        Some((_, mime, body)) => ([(header::CONTENT_TYPE, *mime), (header::CACHE_CONTROL, "no-cache")], *body).into_response(),
+        Some((_, mime, body)) => (
+            [
+                (header::CONTENT_TYPE, *mime),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            *body,
+        )
+            .into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
     }
 }
@@ -55,11 +78,22 @@ async fn session(State(app): State<AppState>, Query(q): Query<SessionQuery>) -> 
     let user = q.user.unwrap_or_else(|| "demo".into());
     let conversation = q.conversation.unwrap_or_else(|| "c1".into());
     if !crate::ids::is_valid_id(&user) || !crate::ids::is_valid_id(&conversation) {
-        return crate::problem::Problem::invalid("/user", "ids match ^[A-Za-z0-9_-]{1,128}$").into_response();
+        return crate::problem::Problem::invalid("/user", "ids match ^[A-Za-z0-9_-]{1,128}$")
+            .into_response();
     }
     let now = toolmark_broker::now_ms() / 1000;
-    let claims = PageClaims { sub: user.clone(), cnv: conversation.clone(), aud: DEV_TENANT.into(), exp: now + 3600, iat: Some(now), nbf: None, jti: None };
-    let Some(token) = tenant.tokens.mint(&claims) else { return StatusCode::INTERNAL_SERVER_ERROR.into_response() };
+    let claims = PageClaims {
+        sub: user.clone(),
+        cnv: conversation.clone(),
+        aud: DEV_TENANT.into(),
+        exp: now + 3600,
+        iat: Some(now),
+        nbf: None,
+        jti: None,
+    };
+    let Some(token) = tenant.tokens.mint(&claims) else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
     Json(json!({
         "tenant": DEV_TENANT,
         "user": user,

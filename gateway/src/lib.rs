@@ -68,7 +68,11 @@ pub fn dev_tenant(addr: SocketAddr) -> (TenantConfig, DevInfo, String) {
         api_keys: vec![auth::key_hash_string(&api_key)],
         token_secret: Some(secret.clone()),
         token_public_key: None,
-        allowed_origins: vec![format!("http://127.0.0.1:{port}"), format!("http://localhost:{port}"), format!("http://{addr}")],
+        allowed_origins: vec![
+            format!("http://127.0.0.1:{port}"),
+            format!("http://localhost:{port}"),
+            format!("http://{addr}"),
+        ],
         pusher_key: None,
         pusher_secret: None,
         pusher_old_keys: Vec::new(),
@@ -97,9 +101,18 @@ pub async fn run(
     let tenants = config
         .tenants
         .iter()
-        .map(|t| Tenant::from_config(t).map_err(|reason| RunError::Tenant { tenant: t.id.clone(), reason }))
+        .map(|t| {
+            Tenant::from_config(t).map_err(|reason| RunError::Tenant {
+                tenant: t.id.clone(),
+                reason,
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
-    let node_id = config.server.node_id.clone().unwrap_or_else(|| format!("node-{}", random_hex(6)));
+    let node_id = config
+        .server
+        .node_id
+        .clone()
+        .unwrap_or_else(|| format!("node-{}", random_hex(6)));
     let registry = Arc::new(Registry::default());
     // The broker outlives the drain: in-flight calls still need it until the very end.
     let broker_stop = CancellationToken::new();
@@ -108,14 +121,30 @@ pub async fn run(
         BrokerKind::Memory => Arc::new(MemoryBroker::new(node_id.clone(), registry.clone())),
         BrokerKind::Redis => {
             let url = config.broker.url.as_deref().unwrap_or_default();
-            let opts = RedisOptions { prefix: config.broker.key_prefix.clone(), ..RedisOptions::default() };
-            RedisBroker::connect(url, node_id.clone(), registry.clone(), opts, broker_stop.clone())
-                .await
-                .map_err(|e| RunError::Broker(e.to_string()))?
+            let opts = RedisOptions {
+                prefix: config.broker.key_prefix.clone(),
+                ..RedisOptions::default()
+            };
+            RedisBroker::connect(
+                url,
+                node_id.clone(),
+                registry.clone(),
+                opts,
+                broker_stop.clone(),
+            )
+            .await
+            .map_err(|e| RunError::Broker(e.to_string()))?
         }
     };
     let shutdown = CancellationToken::new();
-    let app = AppState::new(Tenants::new(tenants), broker, registry, Arc::new(Metrics::new()), shutdown.clone(), dev);
+    let app = AppState::new(
+        Tenants::new(tenants),
+        broker,
+        registry,
+        Arc::new(Metrics::new()),
+        shutdown.clone(),
+        dev,
+    );
     tokio::spawn(sweep_deadlines(app.clone(), broker_stop.clone()));
 
     let router = router(app.clone(), config.dev_mode);
@@ -127,8 +156,11 @@ pub async fn run(
         tracing::info!(node = %node_id, "draining");
         drain_app.start_drain();
     });
-    let server = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(stopping.clone().cancelled_owned());
+    let server = axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stopping.clone().cancelled_owned());
     let server = tokio::spawn(async move { server.await });
     app.shutdown.cancelled().await;
     // Draining: /readyz answers 503, pages are being closed with 1001, new calls get 503.
@@ -182,10 +214,14 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
         .route("/v1/tenants/{tenant}/page", get(page::upgrade))
         .merge(api::router());
     if dev_mode {
-        r = r.merge(demo::router()).route("/", get(|| async { Redirect::temporary("/demo") }));
+        r = r
+            .merge(demo::router())
+            .route("/", get(|| async { Redirect::temporary("/demo") }));
     }
     r.fallback(|| async { problem::Problem::not_found("Route") })
         .layer(DefaultBodyLimit::max(config::MAX_FRAME_BYTES))
-        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(telemetry::request_span))
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http().make_span_with(telemetry::request_span),
+        )
         .with_state(app)
 }

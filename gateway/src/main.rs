@@ -7,7 +7,11 @@ use clap::Parser;
 use toolmark_gateway::config::{Config, Overrides};
 
 #[derive(Debug, Parser)]
-#[command(name = "toolmark-gateway", version, about = "Toolmark Gateway: the hosted server side of the Toolmark bridge protocol v1.")]
+#[command(
+    name = "toolmark-gateway",
+    version,
+    about = "Toolmark Gateway: the hosted server side of the Toolmark bridge protocol v1."
+)]
 struct Cli {
     /// TOML configuration file; without it the gateway starts in dev mode.
     #[arg(long, value_name = "FILE")]
@@ -40,11 +44,19 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             let first = e.render().to_string();
-            let line = first.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ");
+            let line = first
+                .lines()
+                .next()
+                .unwrap_or("bad arguments")
+                .trim_start_matches("error: ");
             return fail(2, &format!("{line} (see --help)"));
         }
     };
-    let overrides = Overrides { listen: cli.listen, redis: cli.redis, node_id: cli.node_id };
+    let overrides = Overrides {
+        listen: cli.listen,
+        redis: cli.redis,
+        node_id: cli.node_id,
+    };
     let env = std::env::vars();
     let loaded = match &cli.config {
         Some(path) => match std::fs::read_to_string(path) {
@@ -62,7 +74,10 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let telemetry = toolmark_gateway::telemetry::init("toolmark-gateway");
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => return fail(1, &format!("cannot start the runtime: {e}")),
     };
@@ -85,8 +100,13 @@ async fn serve(mut config: Config) -> ExitCode {
     let mut dev = None;
     if config.dev_mode {
         let (tenant, info, secret) = toolmark_gateway::dev_tenant(bound);
-        eprintln!("toolmark-gateway: dev mode: tenant \"dev\", API key {}, token secret {secret}", info.api_key);
-        eprintln!("toolmark-gateway: demo page http://{bound}/demo, agent console http://{bound}/demo/agent");
+        eprintln!(
+            "toolmark-gateway: dev mode: tenant \"dev\", API key {}, token secret {secret}",
+            info.api_key
+        );
+        eprintln!(
+            "toolmark-gateway: demo page http://{bound}/demo, agent console http://{bound}/demo/agent"
+        );
         config.tenants.push(tenant);
         dev = Some(info);
     }
@@ -98,7 +118,10 @@ async fn serve(mut config: Config) -> ExitCode {
 }
 
 /// The contract's readiness line, on stdout so scripts can wait for it.
-#[allow(clippy::print_stdout, reason = "the listening line is the binary's one stdout output")]
+#[allow(
+    clippy::print_stdout,
+    reason = "the listening line is the binary's one stdout output"
+)]
 fn announce(bound: std::net::SocketAddr) {
     println!("toolmark-gateway listening on http://{bound}");
 }

@@ -62,40 +62,86 @@ impl Metrics {
         let closes = Family::<CodeLabel, Counter>::default();
         let calls = Family::<CallLabels, Counter>::default();
         let call_latency = Histogram::new([
-            0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 600.0,
+            0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            10.0, 30.0, 60.0, 600.0,
         ]);
         let results_rejected = Family::<ReasonLabel, Counter>::default();
         let inbound_rejected = Family::<ReasonLabel, Counter>::default();
         let events = Family::<TypeLabel, Counter>::default();
-        registry.register("toolmark_page_connections", "Open page WebSockets", connections.clone());
-        registry.register("toolmark_page_closes", "Page WebSockets closed by the gateway, by close code", closes.clone());
-        registry.register("toolmark_calls", "Agent calls and describes by outcome", calls.clone());
-        registry.register("toolmark_call_duration_seconds", "Agent call round trip, request to outcome", call_latency.clone());
-        registry.register("toolmark_results_rejected", "Page results and confirmations dropped by a security rule", results_rejected.clone());
-        registry.register("toolmark_inbound_rejected", "Page frames dropped before processing", inbound_rejected.clone());
+        registry.register(
+            "toolmark_page_connections",
+            "Open page WebSockets",
+            connections.clone(),
+        );
+        registry.register(
+            "toolmark_page_closes",
+            "Page WebSockets closed by the gateway, by close code",
+            closes.clone(),
+        );
+        registry.register(
+            "toolmark_calls",
+            "Agent calls and describes by outcome",
+            calls.clone(),
+        );
+        registry.register(
+            "toolmark_call_duration_seconds",
+            "Agent call round trip, request to outcome",
+            call_latency.clone(),
+        );
+        registry.register(
+            "toolmark_results_rejected",
+            "Page results and confirmations dropped by a security rule",
+            results_rejected.clone(),
+        );
+        registry.register(
+            "toolmark_inbound_rejected",
+            "Page frames dropped before processing",
+            inbound_rejected.clone(),
+        );
         registry.register("toolmark_events", "Events emitted, by type", events.clone());
         for r in toolmark_broker::Rejection::ALL {
             let _ = results_rejected.get_or_create(&ReasonLabel { reason: r.as_str() });
         }
         for kind in ["call", "describe"] {
-            for outcome in ["ok", "invalid", "refused", "needs_confirmation", "cancelled", "error", "timeout"] {
+            for outcome in [
+                "ok",
+                "invalid",
+                "refused",
+                "needs_confirmation",
+                "cancelled",
+                "error",
+                "timeout",
+            ] {
                 let _ = calls.get_or_create(&CallLabels { kind, outcome });
             }
         }
         for r in toolmark_proto::RejectReason::ALL {
             let _ = inbound_rejected.get_or_create(&ReasonLabel { reason: r.as_str() });
         }
-        Metrics { registry, connections, closes, calls, call_latency, results_rejected, inbound_rejected, events }
+        Metrics {
+            registry,
+            connections,
+            closes,
+            calls,
+            call_latency,
+            results_rejected,
+            inbound_rejected,
+            events,
+        }
     }
 
     /// Counts a dropped page frame.
     pub fn inbound_rejected(&self, reason: &'static str) {
-        self.inbound_rejected.get_or_create(&ReasonLabel { reason }).inc();
+        self.inbound_rejected
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
     /// Counts a result or confirmation dropped by a security rule.
     pub fn result_rejected(&self, reason: &'static str) {
-        self.results_rejected.get_or_create(&ReasonLabel { reason }).inc();
+        self.results_rejected
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
     /// Counts a close by the gateway.
@@ -105,7 +151,9 @@ impl Metrics {
 
     /// Counts a finished call.
     pub fn call_finished(&self, kind: &'static str, outcome: &'static str, seconds: f64) {
-        self.calls.get_or_create(&CallLabels { kind, outcome }).inc();
+        self.calls
+            .get_or_create(&CallLabels { kind, outcome })
+            .inc();
         self.call_latency.observe(seconds);
     }
 

@@ -24,5 +24,11 @@ pub async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
 
 /// `GET /metrics`
 pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.render())
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.render(),
+    )
 }

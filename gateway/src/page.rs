@@ -63,7 +63,10 @@ pub async fn upgrade(
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let origin = headers.get("origin").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let origin = headers
+        .get("origin")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     ws.read_buffer_size(READ_BUFFER)
         .write_buffer_size(0)
         .max_message_size(MAX_FRAME_BYTES)
@@ -85,7 +88,10 @@ fn authenticate(
     if app.is_draining() {
         return Err((close::GOING_AWAY, "draining"));
     }
-    let tenant = app.tenants.get(tenant_id).ok_or((close::UNAUTHORIZED, "unauthorized"))?;
+    let tenant = app
+        .tenants
+        .get(tenant_id)
+        .ok_or((close::UNAUTHORIZED, "unauthorized"))?;
     if !tenant.origin_allowed(origin) {
         return Err((close::FORBIDDEN_ORIGIN, "origin not allowed"));
     }
@@ -100,7 +106,12 @@ fn authenticate(
 
 async fn refuse(app: &AppState, mut socket: WebSocket, code: u16, reason: &'static str) {
     app.metrics.closed(code);
-    let _ = socket.send(Message::Close(Some(CloseFrame { code, reason: reason.into() }))).await;
+    let _ = socket
+        .send(Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        })))
+        .await;
 }
 
 async fn serve(app: AppState, socket: WebSocket, tenant: Arc<Tenant>, conv: ConvKey) {
@@ -118,11 +129,15 @@ async fn serve(app: AppState, socket: WebSocket, tenant: Arc<Tenant>, conv: Conv
     }
     app.metrics.connections.inc();
     let (socket_id, outbound) = app.registry.join(&conv);
-    let per_second = NonZeroU32::new(tenant.limits.page_messages_per_second).unwrap_or(NonZeroU32::MIN);
+    let per_second =
+        NonZeroU32::new(tenant.limits.page_messages_per_second).unwrap_or(NonZeroU32::MIN);
     let mut page = PageSocket {
         app: app.clone(),
         limits: Limits::with_max_bytes(tenant.limits.max_message_bytes),
-        rate: RateLimiter::direct(Quota::per_second(per_second).allow_burst(per_second.saturating_mul(NonZeroU32::MIN.saturating_add(1)))),
+        rate: RateLimiter::direct(
+            Quota::per_second(per_second)
+                .allow_burst(per_second.saturating_mul(NonZeroU32::MIN.saturating_add(1))),
+        ),
         conv,
         socket_id,
         client_id: None,
@@ -135,7 +150,11 @@ async fn serve(app: AppState, socket: WebSocket, tenant: Arc<Tenant>, conv: Conv
         End::Gone => None,
         End::Closed(code) => Some(code),
     };
-    tracing::debug!(?code, client_id = page.client_id.as_deref().unwrap_or(""), "page socket ended");
+    tracing::debug!(
+        ?code,
+        client_id = page.client_id.as_deref().unwrap_or(""),
+        "page socket ended"
+    );
     page.finish().await;
 }
 
@@ -212,7 +231,12 @@ impl PageSocket {
             };
             if let Flow::Close(code, reason) = flow {
                 self.app.metrics.closed(code);
-                let _ = socket.send(Message::Close(Some(CloseFrame { code, reason: reason.into() }))).await;
+                let _ = socket
+                    .send(Message::Close(Some(CloseFrame {
+                        code,
+                        reason: reason.into(),
+                    })))
+                    .await;
                 linger(&mut socket).await;
                 return End::Closed(code);
             }
@@ -223,7 +247,11 @@ impl PageSocket {
     fn strike(&mut self) -> Flow {
         let now = Instant::now();
         self.strikes.push_back(now);
-        while self.strikes.front().is_some_and(|t| now.duration_since(*t) > STRIKE_WINDOW) {
+        while self
+            .strikes
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > STRIKE_WINDOW)
+        {
             self.strikes.pop_front();
         }
         if self.strikes.len() >= MAX_STRIKES {
@@ -249,7 +277,11 @@ impl PageSocket {
         let claimed = message.client_id();
         match &self.client_id {
             Some(bound) if bound != claimed => {
-                if self.app.registry.claimed_by_other(&self.conv, self.socket_id, claimed) {
+                if self
+                    .app
+                    .registry
+                    .claimed_by_other(&self.conv, self.socket_id, claimed)
+                {
                     return Flow::Close(close::POLICY, "frame claims another page's clientId");
                 }
                 self.app.metrics.inbound_rejected("client_mismatch");
@@ -257,7 +289,9 @@ impl PageSocket {
             }
             Some(_) => {}
             None => {
-                self.app.registry.identify(&self.conv, self.socket_id, claimed);
+                self.app
+                    .registry
+                    .identify(&self.conv, self.socket_id, claimed);
                 if let Err(e) = self.app.broker.page_identified(&self.conv, claimed).await {
                     tracing::warn!(error = %e, "page not recorded");
                 }
@@ -269,7 +303,10 @@ impl PageSocket {
     }
 
     async fn dispatch(&mut self, message: PageMessage) {
-        let from = PageIdentity { conv: self.conv.clone(), client_id: message.client_id().to_owned() };
+        let from = PageIdentity {
+            conv: self.conv.clone(),
+            client_id: message.client_id().to_owned(),
+        };
         match message {
             PageMessage::Manifest(m) => {
                 if let Err(e) = self.app.broker.put_manifest(&self.conv, &m).await {
@@ -278,56 +315,75 @@ impl PageSocket {
                 }
                 let data = json!({"user": self.conv.user, "conversation": self.conv.conversation,
                     "clientId": m.client_id, "rev": m.rev, "tools": m.tools});
-                self.app.emit(EventType::PageManifest, &self.conv, data).await;
+                self.app
+                    .emit(EventType::PageManifest, &self.conv, data)
+                    .await;
             }
             PageMessage::Changed(c) => {
                 tracing::debug!(client_id = %c.client_id, rev = c.rev, "page changed (no manifest)");
             }
-            PageMessage::Result(r) => match self.app.broker.submit_result(&from, &r.id, r.result).await {
-                Ok(_) => {}
-                Err(SubmitError::Rejected(why)) => {
-                    self.app.metrics.result_rejected(why.as_str());
-                    tracing::info!(call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
+            PageMessage::Result(r) => {
+                match self.app.broker.submit_result(&from, &r.id, r.result).await {
+                    Ok(_) => {}
+                    Err(SubmitError::Rejected(why)) => {
+                        self.app.metrics.result_rejected(why.as_str());
+                        tracing::info!(call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
+                    }
+                    Err(SubmitError::Broker(e)) => {
+                        tracing::warn!(call_id = %r.id, error = %e, "result not recorded")
+                    }
                 }
-                Err(SubmitError::Broker(e)) => tracing::warn!(call_id = %r.id, error = %e, "result not recorded"),
-            },
-            PageMessage::Confirmed(c) => match self.app.broker.submit_confirmed(&from, &c.confirm_id).await {
-                Ok(bound) => {
-                    let wrapped = llm::wrap_untrusted(&c.result);
-                    let data = json!({
-                        "confirmId": bound.confirm_id,
-                        "callId": bound.call_id,
-                        "tool": bound.tool,
-                        "clientId": bound.client_id,
-                        "user": self.conv.user,
-                        "conversation": self.conv.conversation,
-                        "outcome": c.result,
-                        "toolResultMessage": {
-                            "role": "tool",
-                            "callId": bound.call_id,
+            }
+            PageMessage::Confirmed(c) => {
+                match self.app.broker.submit_confirmed(&from, &c.confirm_id).await {
+                    Ok(bound) => {
+                        let wrapped = llm::wrap_untrusted(&c.result);
+                        let data = json!({
                             "confirmId": bound.confirm_id,
+                            "callId": bound.call_id,
                             "tool": bound.tool,
-                            "content": wrapped,
-                        },
-                    });
-                    self.app.emit(EventType::ConfirmationResolved, &self.conv, data).await;
+                            "clientId": bound.client_id,
+                            "user": self.conv.user,
+                            "conversation": self.conv.conversation,
+                            "outcome": c.result,
+                            "toolResultMessage": {
+                                "role": "tool",
+                                "callId": bound.call_id,
+                                "confirmId": bound.confirm_id,
+                                "tool": bound.tool,
+                                "content": wrapped,
+                            },
+                        });
+                        self.app
+                            .emit(EventType::ConfirmationResolved, &self.conv, data)
+                            .await;
+                    }
+                    Err(SubmitError::Rejected(why)) => {
+                        self.app.metrics.result_rejected(why.as_str());
+                        tracing::info!(confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");
+                    }
+                    Err(SubmitError::Broker(e)) => {
+                        tracing::warn!(confirm_id = %c.confirm_id, error = %e, "confirmed not recorded")
+                    }
                 }
-                Err(SubmitError::Rejected(why)) => {
-                    self.app.metrics.result_rejected(why.as_str());
-                    tracing::info!(confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");
-                }
-                Err(SubmitError::Broker(e)) => tracing::warn!(confirm_id = %c.confirm_id, error = %e, "confirmed not recorded"),
-            },
+            }
         }
     }
 
     async fn finish(self) {
         self.app.registry.leave(&self.conv, self.socket_id);
         self.app.metrics.connections.dec();
-        match self.app.broker.release_page(&self.conv, self.client_id.as_deref()).await {
+        match self
+            .app
+            .broker
+            .release_page(&self.conv, self.client_id.as_deref())
+            .await
+        {
             Ok(left) if left.page_gone => {
                 let data = json!({"user": self.conv.user, "conversation": self.conv.conversation, "clientId": self.client_id});
-                self.app.emit(EventType::PageDisconnected, &self.conv, data).await;
+                self.app
+                    .emit(EventType::PageDisconnected, &self.conv, data)
+                    .await;
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "page release not recorded"),

@@ -25,39 +25,68 @@ pub struct Problem {
 
 impl Problem {
     fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
-        Problem { status, code, detail: detail.into(), pointer: None, retry_after: None }
+        Problem {
+            status,
+            code,
+            detail: detail.into(),
+            pointer: None,
+            retry_after: None,
+        }
     }
 
     /// 401: missing, wrong, or another tenant's API key.
     pub fn unauthorized() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "A valid API key of this tenant is required.")
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "A valid API key of this tenant is required.",
+        )
     }
 
     /// 404.
     pub fn not_found(what: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", format!("{what} not found."))
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{what} not found."),
+        )
     }
 
     /// 409: the conversation has no connected page with a manifest.
     pub fn no_page() -> Self {
-        Self::new(StatusCode::CONFLICT, "no_page", "No page of this conversation is connected with a manifest.")
+        Self::new(
+            StatusCode::CONFLICT,
+            "no_page",
+            "No page of this conversation is connected with a manifest.",
+        )
     }
 
     /// 400 with the pointer of the bad field.
     pub fn invalid(pointer: impl Into<String>, detail: impl Into<String>) -> Self {
-        Problem { pointer: Some(pointer.into()), ..Self::new(StatusCode::BAD_REQUEST, "invalid_request", detail) }
+        Problem {
+            pointer: Some(pointer.into()),
+            ..Self::new(StatusCode::BAD_REQUEST, "invalid_request", detail)
+        }
     }
 
     /// 413.
     pub fn too_large(limit: usize) -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", format!("The request body exceeds {limit} bytes."))
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("The request body exceeds {limit} bytes."),
+        )
     }
 
     /// 429 with `Retry-After`.
     pub fn rate_limited(r: RateLimited) -> Self {
         Problem {
             retry_after: Some(ceil_secs(r.retry_after)),
-            ..Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "The tenant's call rate is exhausted.")
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "The tenant's call rate is exhausted.",
+            )
         }
     }
 
@@ -65,7 +94,11 @@ impl Problem {
     pub fn unavailable(retry_after: Duration) -> Self {
         Problem {
             retry_after: Some(ceil_secs(retry_after)),
-            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "The gateway cannot reach its shared state; retry later.")
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "The gateway cannot reach its shared state; retry later.",
+            )
         }
     }
 }
@@ -105,7 +138,10 @@ impl IntoResponse for Problem {
             body["pointer"] = json!(p);
         }
         let mut res = (self.status, body.to_string()).into_response();
-        res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
         if let Some(s) = self.retry_after
             && let Ok(v) = HeaderValue::from_str(&s.to_string())
         {

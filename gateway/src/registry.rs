@@ -119,7 +119,9 @@ impl Registry {
         // The shard count is tiny, so the modulo result always fits in usize.
         #[allow(clippy::cast_possible_truncation)]
         let i = (self.hasher.hash_one(conv) % SHARDS as u64) as usize;
-        self.shards[i].lock().unwrap_or_else(PoisonError::into_inner)
+        self.shards[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Adds a socket of `conv`; frames for it arrive in the returned outbox, which yields
@@ -127,7 +129,14 @@ impl Registry {
     pub fn join(&self, conv: &ConvKey) -> (u64, Arc<Outbox>) {
         let outbox = Arc::new(Outbox::default());
         let socket_id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.shard(conv).entry(conv.clone()).or_default().push(Slot { socket_id, client_id: None, outbox: Arc::clone(&outbox) });
+        self.shard(conv)
+            .entry(conv.clone())
+            .or_default()
+            .push(Slot {
+                socket_id,
+                client_id: None,
+                outbox: Arc::clone(&outbox),
+            });
         (socket_id, outbox)
     }
 
@@ -143,7 +152,9 @@ impl Registry {
     /// Whether another socket of `conv` is bound to `client_id`.
     pub fn claimed_by_other(&self, conv: &ConvKey, socket_id: u64, client_id: &str) -> bool {
         self.shard(conv).get(conv).is_some_and(|slots| {
-            slots.iter().any(|s| s.socket_id != socket_id && s.client_id.as_deref() == Some(client_id))
+            slots
+                .iter()
+                .any(|s| s.socket_id != socket_id && s.client_id.as_deref() == Some(client_id))
         })
     }
 
@@ -162,7 +173,9 @@ impl Registry {
 impl PageSink for Registry {
     fn deliver(&self, conv: &ConvKey, client_id: &str, frame: Arc<str>) {
         let mut shard = self.shard(conv);
-        let Some(slots) = shard.get_mut(conv) else { return };
+        let Some(slots) = shard.get_mut(conv) else {
+            return;
+        };
         slots.retain(|s| {
             let addressed = s.client_id.as_deref().is_none_or(|c| c == client_id);
             if !addressed {
@@ -190,7 +203,11 @@ mod tests {
         r.deliver(&conv, "p1", "hello".into());
         assert_eq!(rx_a.next().await.unwrap().as_ref(), "hello");
         assert!(rx_b.lock().frames.is_empty());
-        assert_eq!(rx_c.next().await.unwrap().as_ref(), "hello", "unknown clientId gets it");
+        assert_eq!(
+            rx_c.next().await.unwrap().as_ref(),
+            "hello",
+            "unknown clientId gets it"
+        );
         assert!(r.claimed_by_other(&conv, b, "p1"));
         assert!(!r.claimed_by_other(&conv, a, "p1"));
     }
@@ -203,12 +220,23 @@ mod tests {
         for _ in 0..OUTBOUND_QUEUE {
             r.deliver(&conv, "p1", "x".into());
         }
-        assert_eq!(rx.next().await.as_deref(), Some("x"), "a queue with room keeps the socket");
+        assert_eq!(
+            rx.next().await.as_deref(),
+            Some("x"),
+            "a queue with room keeps the socket"
+        );
         for _ in 0..=OUTBOUND_QUEUE {
             r.deliver(&conv, "p1", "x".into());
         }
-        assert_eq!(rx.next().await, None, "an overflowing queue ends the socket");
+        assert_eq!(
+            rx.next().await,
+            None,
+            "an overflowing queue ends the socket"
+        );
         r.deliver(&conv, "p1", "x".into());
-        assert!(rx.lock().frames.is_empty(), "a dropped socket gets nothing more");
+        assert!(
+            rx.lock().frames.is_empty(),
+            "a dropped socket gets nothing more"
+        );
     }
 }

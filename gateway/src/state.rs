@@ -86,7 +86,9 @@ impl AppState {
     pub async fn emit(&self, kind: EventType, conv: &ConvKey, data: Value) {
         match self.broker.emit(&conv.tenant, kind, conv, data).await {
             Ok(_) => self.metrics.event(kind.as_str()),
-            Err(e) => tracing::warn!(tenant = %conv.tenant, event = kind.as_str(), error = %e, "event not emitted"),
+            Err(e) => {
+                tracing::warn!(tenant = %conv.tenant, event = kind.as_str(), error = %e, "event not emitted")
+            }
         }
     }
 }

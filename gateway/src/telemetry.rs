@@ -6,9 +6,9 @@
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_subscriber::{EnvFilter, Layer};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 /// Keeps the trace exporter alive; [`Telemetry::shutdown`] flushes it.
 #[derive(Debug, Default)]
@@ -33,12 +33,26 @@ pub fn init(service: &'static str) -> Telemetry {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let json = std::env::var("TOOLMARK_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let fmt = if json { fmt.json().boxed() } else { fmt.boxed() };
+    let fmt = if json {
+        fmt.json().boxed()
+    } else {
+        fmt.boxed()
+    };
     let provider = std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").and_then(|_| {
-        match opentelemetry_otlp::SpanExporter::builder().with_http().build() {
+        match opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .build()
+        {
             Ok(exporter) => {
-                let resource = opentelemetry_sdk::Resource::builder().with_service_name(service).build();
-                Some(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
+                let resource = opentelemetry_sdk::Resource::builder()
+                    .with_service_name(service)
+                    .build();
+                Some(
+                    SdkTracerProvider::builder()
+                        .with_batch_exporter(exporter)
+                        .with_resource(resource)
+                        .build(),
+                )
             }
             Err(e) => {
                 eprintln!("toolmark-gateway: OTLP exporter not started: {e}");
@@ -46,9 +60,15 @@ pub fn init(service: &'static str) -> Telemetry {
             }
         }
     });
-    let otel = provider.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service)));
+    let otel = provider
+        .as_ref()
+        .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service)));
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    let _ = tracing_subscriber::registry().with(filter).with(fmt).with(otel).try_init();
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .try_init();
     Telemetry { provider }
 }
 

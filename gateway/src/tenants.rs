@@ -54,7 +54,9 @@ pub struct TokenKeys {
 
 impl std::fmt::Debug for TokenKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenKeys").field("algorithms", &self.validation.algorithms).finish_non_exhaustive()
+        f.debug_struct("TokenKeys")
+            .field("algorithms", &self.validation.algorithms)
+            .finish_non_exhaustive()
     }
 }
 
@@ -72,10 +74,18 @@ fn validation(alg: Algorithm, tenant: &str) -> Validation {
 /// accepted, so a token signed with HS256 using the public key as secret is refused.
 pub fn public_key_verifier(pem: &str, tenant: &str) -> Result<TokenKeys, String> {
     if let Ok(key) = DecodingKey::from_ed_pem(pem.as_bytes()) {
-        return Ok(TokenKeys { decoding: key, validation: validation(Algorithm::EdDSA, tenant), encoding: None });
+        return Ok(TokenKeys {
+            decoding: key,
+            validation: validation(Algorithm::EdDSA, tenant),
+            encoding: None,
+        });
     }
     if let Ok(key) = DecodingKey::from_ec_pem(pem.as_bytes()) {
-        return Ok(TokenKeys { decoding: key, validation: validation(Algorithm::ES256, tenant), encoding: None });
+        return Ok(TokenKeys {
+            decoding: key,
+            validation: validation(Algorithm::ES256, tenant),
+            encoding: None,
+        });
     }
     Err("not a PEM Ed25519 or P-256 public key".into())
 }
@@ -133,7 +143,11 @@ impl Tenant {
         };
         Ok(Tenant {
             id: c.id.clone(),
-            api_keys: c.api_keys.iter().filter_map(|k| crate::auth::parse_key_hash(k)).collect(),
+            api_keys: c
+                .api_keys
+                .iter()
+                .filter_map(|k| crate::auth::parse_key_hash(k))
+                .collect(),
             tokens,
             origins: c.allowed_origins.iter().cloned().collect(),
             limits: c.limits,
@@ -153,7 +167,11 @@ pub struct Tenants(Arc<HashMap<String, Arc<Tenant>>>);
 impl Tenants {
     /// From a list.
     pub fn new(list: Vec<Tenant>) -> Self {
-        Tenants(Arc::new(list.into_iter().map(|t| (t.id.clone(), Arc::new(t))).collect()))
+        Tenants(Arc::new(
+            list.into_iter()
+                .map(|t| (t.id.clone(), Arc::new(t)))
+                .collect(),
+        ))
     }
 
     /// A tenant by id.

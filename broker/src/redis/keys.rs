@@ -33,7 +33,9 @@ pub fn tenant_tag(tenant: &str) -> String {
 impl Keys {
     /// Names under `prefix`.
     pub fn new(prefix: &str) -> Self {
-        Keys { p: format!("{prefix}:") }
+        Keys {
+            p: format!("{prefix}:"),
+        }
     }
 
     /// The hash of one call: binding, state, outcome.
@@ -142,7 +144,14 @@ mod tests {
         let k = Keys::new("tm");
         let c = ConvKey::new("acme", "u_1", "c-2");
         let tag = "{acme/u_1/c-2}";
-        for key in [k.call(&c, "id"), k.confirm(&c, "k"), k.manifest_prefix(&c), k.conv(&c), k.sockets(&c), k.conv_channel(&c)] {
+        for key in [
+            k.call(&c, "id"),
+            k.confirm(&c, "k"),
+            k.manifest_prefix(&c),
+            k.conv(&c),
+            k.sockets(&c),
+            k.conv_channel(&c),
+        ] {
             assert!(key.starts_with("tm:") && key.contains(tag), "{key}");
         }
         assert_eq!(parse_conv_tag(tag), Some(c));

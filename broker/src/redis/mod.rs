@@ -18,7 +18,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::clients::SubscriberClient;
-use fred::interfaces::{ClientLike, EventInterface, HashesInterface, KeysInterface, PubsubInterface, SetsInterface, SortedSetsInterface, StreamsInterface};
+use fred::interfaces::{
+    ClientLike, EventInterface, HashesInterface, KeysInterface, PubsubInterface, SetsInterface,
+    SortedSetsInterface, StreamsInterface,
+};
 use fred::prelude::{Builder, Client, Expiration, ReconnectPolicy};
 use fred::types::Value;
 use fred::types::scripts::Script;
@@ -28,9 +31,10 @@ use tokio_util::sync::CancellationToken;
 use toolmark_proto::{AgentMessage, Manifest, ToolManifestSummary, ToolResult};
 
 use crate::{
-    AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallState, ConfirmBinding,
-    ConvKey, ConversationState, Event, EventFeed, EventType, Outcome, OutcomeWaiter, PageIdentity,
-    PageInfo, PageLeft, PageSink, RateLimited, Rejection, SubmitError, event_id_after, now_ms,
+    AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallState,
+    ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
+    OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, RateLimited, Rejection, SubmitError,
+    event_id_after, now_ms,
 };
 use scripts::Scripts;
 
@@ -119,7 +123,9 @@ pub struct RedisBroker {
 
 impl std::fmt::Debug for RedisBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisBroker").field("node", &self.node).finish_non_exhaustive()
+        f.debug_struct("RedisBroker")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
     }
 }
 
@@ -140,7 +146,10 @@ fn millis(d: Duration) -> i64 {
 
 fn strings(v: Value) -> Vec<String> {
     match v {
-        Value::Array(items) => items.into_iter().map(|i| i.as_string().unwrap_or_default()).collect(),
+        Value::Array(items) => items
+            .into_iter()
+            .map(|i| i.as_string().unwrap_or_default())
+            .collect(),
         Value::Null => Vec::new(),
         other => vec![other.as_string().unwrap_or_default()],
     }
@@ -149,7 +158,10 @@ fn strings(v: Value) -> Vec<String> {
 /// Field/value pairs of an `HGETALL` reply.
 fn pairs(v: Value) -> Vec<(String, i64)> {
     let flat = strings(v);
-    flat.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0].clone(), c[1].parse().unwrap_or(0))).collect()
+    flat.chunks(2)
+        .filter(|c| c.len() == 2)
+        .map(|c| (c[0].clone(), c[1].parse().unwrap_or(0)))
+        .collect()
 }
 
 fn rejection(code: &str) -> Option<Rejection> {
@@ -195,10 +207,20 @@ impl RedisBroker {
                 c.max_command_buffer_len = 10_000;
             })
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2));
-        let client = builder.build().map_err(|e| ConnectError::Url(e.to_string()))?;
-        let subscriber = builder.build_subscriber_client().map_err(|e| ConnectError::Url(e.to_string()))?;
-        client.init().await.map_err(|e| ConnectError::Connect(e.to_string()))?;
-        subscriber.init().await.map_err(|e| ConnectError::Connect(e.to_string()))?;
+        let client = builder
+            .build()
+            .map_err(|e| ConnectError::Url(e.to_string()))?;
+        let subscriber = builder
+            .build_subscriber_client()
+            .map_err(|e| ConnectError::Url(e.to_string()))?;
+        client
+            .init()
+            .await
+            .map_err(|e| ConnectError::Connect(e.to_string()))?;
+        subscriber
+            .init()
+            .await
+            .map_err(|e| ConnectError::Connect(e.to_string()))?;
         let node = node.into();
         let broker = Arc::new(RedisBroker {
             live: RwLock::new(Arc::new(HashSet::from([node.clone()]))),
@@ -229,11 +251,19 @@ impl RedisBroker {
         Ok(broker)
     }
 
-    async fn script(&self, script: &Script, keys: Vec<String>, args: Vec<String>) -> Result<Value, BrokerError> {
+    async fn script(
+        &self,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, BrokerError> {
         if !self.client.is_connected() {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
-        script.evalsha_with_reload(&self.client, keys, args).await.map_err(|e| unavailable(&e))
+        script
+            .evalsha_with_reload(&self.client, keys, args)
+            .await
+            .map_err(|e| unavailable(&e))
     }
 
     fn live_nodes(&self) -> Arc<HashSet<String>> {
@@ -243,18 +273,25 @@ impl RedisBroker {
     /// Sum of the per-node counts (fields without `|`) of live nodes.
     fn live_total(&self, fields: &[(String, i64)]) -> i64 {
         let live = self.live_nodes();
-        fields.iter().filter(|(f, _)| !f.contains('|') && live.contains(f.as_str())).map(|(_, n)| *n).sum()
+        fields
+            .iter()
+            .filter(|(f, _)| !f.contains('|') && live.contains(f.as_str()))
+            .map(|(_, n)| *n)
+            .sum()
     }
 
     /// A restarted node with a fixed id clears the counts its previous life left behind.
     async fn clear_own_fields(&self) {
         let set = self.keys.node_keys(&self.node);
-        let Ok(hashes) = self.client.smembers::<Vec<String>, _>(&set).await else { return };
+        let Ok(hashes) = self.client.smembers::<Vec<String>, _>(&set).await else {
+            return;
+        };
         for h in hashes {
-            let fields: Vec<(String, i64)> = match self.client.hgetall::<HashMap<String, i64>, _>(&h).await {
-                Ok(m) => m.into_iter().collect(),
-                Err(_) => continue,
-            };
+            let fields: Vec<(String, i64)> =
+                match self.client.hgetall::<HashMap<String, i64>, _>(&h).await {
+                    Ok(m) => m.into_iter().collect(),
+                    Err(_) => continue,
+                };
             let own: Vec<String> = fields
                 .into_iter()
                 .map(|(f, _)| f)
@@ -272,18 +309,36 @@ impl RedisBroker {
         // Milliseconds since the epoch are exact in an f64 for the next 280,000 years.
         #[allow(clippy::cast_precision_loss)]
         let score = now as f64;
-        let _: Result<i64, _> = self.client.zadd(&self.keys.nodes(), None, None, false, false, (score, self.node.as_str())).await;
-        let dead_before = now.saturating_sub(5 * u64::try_from(self.opts.heartbeat.as_millis()).unwrap_or(2000));
+        let _: Result<i64, _> = self
+            .client
+            .zadd(
+                &self.keys.nodes(),
+                None,
+                None,
+                false,
+                false,
+                (score, self.node.as_str()),
+            )
+            .await;
+        let dead_before =
+            now.saturating_sub(5 * u64::try_from(self.opts.heartbeat.as_millis()).unwrap_or(2000));
         #[allow(clippy::cast_precision_loss)]
         let min = dead_before as f64;
-        if let Ok(nodes) = self.client.zrangebyscore::<Vec<String>, _, _, _>(&self.keys.nodes(), min, "+inf", false, None).await {
+        if let Ok(nodes) = self
+            .client
+            .zrangebyscore::<Vec<String>, _, _, _>(&self.keys.nodes(), min, "+inf", false, None)
+            .await
+        {
             let mut set: HashSet<String> = nodes.into_iter().collect();
             set.insert(self.node.clone());
             *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(set);
         }
         #[allow(clippy::cast_precision_loss)]
         let forget = now.saturating_sub(3_600_000) as f64;
-        let _: Result<i64, _> = self.client.zremrangebyscore(&self.keys.nodes(), "-inf", forget).await;
+        let _: Result<i64, _> = self
+            .client
+            .zremrangebyscore(&self.keys.nodes(), "-inf", forget)
+            .await;
     }
 
     async fn run_heartbeat(self: Arc<Self>, shutdown: CancellationToken) {
@@ -334,22 +389,47 @@ impl RedisBroker {
                 }
             })
             .collect();
-        for HeldSnapshot { conv, sockets, clients, manifests } in snapshot {
+        for HeldSnapshot {
+            conv,
+            sockets,
+            clients,
+            manifests,
+        } in snapshot
+        {
             let socks = self.keys.sockets(&conv);
             let mut fields: Vec<(String, String)> = vec![(self.node.clone(), sockets.to_string())];
-            fields.extend(clients.into_iter().map(|(c, n)| (format!("{}|{c}", self.node), n.to_string())));
+            fields.extend(
+                clients
+                    .into_iter()
+                    .map(|(c, n)| (format!("{}|{c}", self.node), n.to_string())),
+            );
             let _: Result<i64, _> = self.client.hset(&socks, fields).await;
-            let _: Result<i64, _> = self.client.pexpire(&socks, millis(self.opts.conversation_ttl), None).await;
-            let _: Result<i64, _> = self.client.sadd(self.keys.node_keys(&self.node), socks.as_str()).await;
+            let _: Result<i64, _> = self
+                .client
+                .pexpire(&socks, millis(self.opts.conversation_ttl), None)
+                .await;
+            let _: Result<i64, _> = self
+                .client
+                .sadd(self.keys.node_keys(&self.node), socks.as_str())
+                .await;
             for m in manifests {
                 let _ = self.put_manifest_script(&conv, &m, &ttl, true).await;
             }
         }
-        let tenants: Vec<(String, u64)> = lock(&self.tenant_sockets).iter().map(|(t, n)| (t.clone(), *n)).collect();
+        let tenants: Vec<(String, u64)> = lock(&self.tenant_sockets)
+            .iter()
+            .map(|(t, n)| (t.clone(), *n))
+            .collect();
         for (tenant, n) in tenants {
             let key = self.keys.tenant_sockets(&tenant);
-            let _: Result<i64, _> = self.client.hset(&key, (self.node.as_str(), n.to_string())).await;
-            let _: Result<i64, _> = self.client.sadd(self.keys.node_keys(&self.node), key.as_str()).await;
+            let _: Result<i64, _> = self
+                .client
+                .hset(&key, (self.node.as_str(), n.to_string()))
+                .await;
+            let _: Result<i64, _> = self
+                .client
+                .sadd(self.keys.node_keys(&self.node), key.as_str())
+                .await;
         }
     }
 
@@ -363,15 +443,22 @@ impl RedisBroker {
             let msg = match msg {
                 Ok(m) => m,
                 Err(broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::error!(skipped = n, "redis messages lost: this node could not keep up");
+                    tracing::error!(
+                        skipped = n,
+                        "redis messages lost: this node could not keep up"
+                    );
                     continue;
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
             };
             let channel = msg.channel.to_string();
-            let Some(payload) = msg.value.as_string() else { continue };
+            let Some(payload) = msg.value.as_string() else {
+                continue;
+            };
             if let Some(tag) = channel.strip_prefix(&self.keys.conv_channel_prefix()) {
-                if let (Some(conv), Some((client_id, frame))) = (keys::parse_conv_tag(tag), payload.split_once('\n')) {
+                if let (Some(conv), Some((client_id, frame))) =
+                    (keys::parse_conv_tag(tag), payload.split_once('\n'))
+                {
                     self.sink.deliver(&conv, client_id, frame.into());
                 }
             } else if channel.starts_with(&self.keys.node_channel_prefix()) {
@@ -385,8 +472,13 @@ impl RedisBroker {
 
     fn on_outcome(&self, payload: &str) {
         let mut parts = payload.splitn(3, '\n');
-        let (Some("r"), Some(id), Some(outcome)) = (parts.next(), parts.next(), parts.next()) else { return };
-        let Some(waiter) = lock(&self.waiters).remove(id) else { return };
+        let (Some("r"), Some(id), Some(outcome)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return;
+        };
+        let Some(waiter) = lock(&self.waiters).remove(id) else {
+            return;
+        };
         match serde_json::from_str::<Outcome>(outcome) {
             Ok(o) => {
                 let _ = waiter.send(o);
@@ -396,38 +488,65 @@ impl RedisBroker {
     }
 
     fn on_event(&self, tenant: &str, payload: &str) {
-        let Some((id, body)) = payload.split_once('\n') else { return };
-        let Some(event) = parse_event(id, body) else { return };
+        let Some((id, body)) = payload.split_once('\n') else {
+            return;
+        };
+        let Some(event) = parse_event(id, body) else {
+            return;
+        };
         if let Some(tx) = lock(&self.feeds).get(tenant) {
             let _ = tx.send(event);
         }
     }
 
-    async fn put_manifest_script(&self, conv: &ConvKey, m: &Manifest, ttl: &str, keep_current: bool) -> Result<(), BrokerError> {
+    async fn put_manifest_script(
+        &self,
+        conv: &ConvKey,
+        m: &Manifest,
+        ttl: &str,
+        keep_current: bool,
+    ) -> Result<(), BrokerError> {
         let json = serde_json::to_string(m).unwrap_or_default();
         let manifest_key = format!("{}{}", self.keys.manifest_prefix(conv), m.client_id);
         self.script(
             &self.scripts.put_manifest,
             vec![manifest_key, self.keys.conv(conv)],
-            vec![json, m.client_id.clone(), m.rev.to_string(), ttl.to_owned(), if keep_current { "1" } else { "0" }.into()],
+            vec![
+                json,
+                m.client_id.clone(),
+                m.rev.to_string(),
+                ttl.to_owned(),
+                if keep_current { "1" } else { "0" }.into(),
+            ],
         )
         .await
         .map(|_| ())
     }
 
     async fn subscribe_conv(&self, conv: &ConvKey) -> Result<(), BrokerError> {
-        self.subscriber.ssubscribe(self.keys.conv_channel(conv)).await.map_err(|e| unavailable(&e))
+        self.subscriber
+            .ssubscribe(self.keys.conv_channel(conv))
+            .await
+            .map_err(|e| unavailable(&e))
     }
 
     async fn unsubscribe_conv(&self, conv: &ConvKey) {
-        if let Err(e) = self.subscriber.sunsubscribe(self.keys.conv_channel(conv)).await {
+        if let Err(e) = self
+            .subscriber
+            .sunsubscribe(self.keys.conv_channel(conv))
+            .await
+        {
             tracing::debug!(error = %e, "sunsubscribe failed");
         }
     }
 
     /// Looks up a call's conversation (of any tenant) through the call index.
     async fn indexed(&self, id: &str) -> Result<Option<ConvKey>, BrokerError> {
-        let v: Option<String> = self.client.get(self.keys.call_index(id)).await.map_err(|e| unavailable(&e))?;
+        let v: Option<String> = self
+            .client
+            .get(self.keys.call_index(id))
+            .await
+            .map_err(|e| unavailable(&e))?;
         Ok(v.and_then(|s| {
             let mut p = s.splitn(3, '\n');
             Some(ConvKey::new(p.next()?, p.next()?, p.next()?))
@@ -441,8 +560,16 @@ impl RedisBroker {
 
     fn record(binding: &str, state: &str, outcome: &str) -> Option<CallRecord> {
         let binding: CallBinding = serde_json::from_str(binding).ok()?;
-        let outcome = if outcome.is_empty() { None } else { serde_json::from_str(outcome).ok() };
-        Some(CallRecord { binding, state: state_of(state), outcome })
+        let outcome = if outcome.is_empty() {
+            None
+        } else {
+            serde_json::from_str(outcome).ok()
+        };
+        Some(CallRecord {
+            binding,
+            state: state_of(state),
+            outcome,
+        })
     }
 
     /// Times out pending calls whose deadline passed with nobody left to do it (their node
@@ -450,7 +577,13 @@ impl RedisBroker {
     pub async fn sweep(&self) -> Result<Vec<CallRecord>, BrokerError> {
         let leased: Option<String> = self
             .client
-            .set(self.keys.sweep_lease(), self.node.as_str(), Some(Expiration::PX(2_000)), Some(fred::types::SetOptions::NX), false)
+            .set(
+                self.keys.sweep_lease(),
+                self.node.as_str(),
+                Some(Expiration::PX(2_000)),
+                Some(fred::types::SetOptions::NX),
+                false,
+            )
             .await
             .map_err(|e| unavailable(&e))?;
         if leased.is_none() {
@@ -473,7 +606,10 @@ impl RedisBroker {
                     swept.push(r);
                 }
             }
-            let _: Result<i64, _> = self.client.zrem(&self.keys.deadlines(), member.as_str()).await;
+            let _: Result<i64, _> = self
+                .client
+                .zrem(&self.keys.deadlines(), member.as_str())
+                .await;
         }
         Ok(swept)
     }
@@ -509,15 +645,23 @@ impl Broker for RedisBroker {
         if !self.client.is_connected() {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
-        self.client.ping::<()>(None).await.map_err(|e| unavailable(&e))
+        self.client
+            .ping::<()>(None)
+            .await
+            .map_err(|e| unavailable(&e))
     }
 
-    async fn send_call(&self, binding: CallBinding, frame: AgentMessage) -> Result<OutcomeWaiter, BrokerError> {
+    async fn send_call(
+        &self,
+        binding: CallBinding,
+        frame: AgentMessage,
+    ) -> Result<OutcomeWaiter, BrokerError> {
         let (tx, rx) = oneshot::channel();
         let id = binding.id.clone();
         lock(&self.waiters).insert(id.clone(), tx);
         let conv = binding.conv.clone();
-        let ttl_ms = binding.deadline_ms.saturating_sub(now_ms()) + u64::try_from(self.opts.finished_call_ttl.as_millis()).unwrap_or(300_000);
+        let ttl_ms = binding.deadline_ms.saturating_sub(now_ms())
+            + u64::try_from(self.opts.finished_call_ttl.as_millis()).unwrap_or(300_000);
         let message = format!("{}\n{}", binding.client_id, frame.to_json());
         let bind = self.script(
             &self.scripts.bind,
@@ -541,19 +685,40 @@ impl Broker for RedisBroker {
         );
         #[allow(clippy::cast_precision_loss)]
         let score = binding.deadline_ms as f64;
-        let member = format!("{}\n{}\n{}\n{}", conv.tenant, conv.user, conv.conversation, id);
-        let deadline = self.client.zadd::<(), _, _>(self.keys.deadlines(), None, None, false, false, (score, member.as_str()));
+        let member = format!(
+            "{}\n{}\n{}\n{}",
+            conv.tenant, conv.user, conv.conversation, id
+        );
+        let deadline = self.client.zadd::<(), _, _>(
+            self.keys.deadlines(),
+            None,
+            None,
+            false,
+            false,
+            (score, member.as_str()),
+        );
         let (bind, index, deadline) = tokio::join!(bind, index, deadline);
-        if let Err(e) = bind.and(index.map_err(|e| unavailable(&e))).and(deadline.map_err(|e| unavailable(&e))) {
+        if let Err(e) = bind
+            .and(index.map_err(|e| unavailable(&e)))
+            .and(deadline.map_err(|e| unavailable(&e)))
+        {
             lock(&self.waiters).remove(&id);
             return Err(e);
         }
         Ok(rx)
     }
 
-    async fn submit_result(&self, from: &PageIdentity, id: &str, result: ToolResult) -> Result<CallRecord, SubmitError> {
+    async fn submit_result(
+        &self,
+        from: &PageIdentity,
+        id: &str,
+        result: ToolResult,
+    ) -> Result<CallRecord, SubmitError> {
         let outcome = serde_json::to_string(&Outcome::Result(result.clone())).unwrap_or_default();
-        let confirm_key = result.confirm_id().map_or_else(|| self.keys.call(&from.conv, id), |c| self.keys.confirm(&from.conv, c));
+        let confirm_key = result.confirm_id().map_or_else(
+            || self.keys.call(&from.conv, id),
+            |c| self.keys.confirm(&from.conv, c),
+        );
         let confirm = match result.confirm_id() {
             // The binding is completed from the call's binding by the gateway-independent fields.
             Some(c) => serde_json::json!({"confirm_id": c, "call_id": id}).to_string(),
@@ -563,22 +728,44 @@ impl Broker for RedisBroker {
             .script(
                 &self.scripts.result,
                 vec![self.keys.call(&from.conv, id), confirm_key],
-                vec![from.client_id.clone(), outcome, confirm, millis(self.opts.confirm_ttl).to_string(), id.to_owned(), self.keys.node_channel_prefix()],
+                vec![
+                    from.client_id.clone(),
+                    outcome,
+                    confirm,
+                    millis(self.opts.confirm_ttl).to_string(),
+                    id.to_owned(),
+                    self.keys.node_channel_prefix(),
+                ],
             )
             .await?;
         let reply = strings(reply);
         match reply.first().map(String::as_str) {
             Some("ok") => {
-                let binding: CallBinding = reply.get(1).and_then(|b| serde_json::from_str(b).ok()).ok_or(SubmitError::Rejected(Rejection::UnknownId))?;
-                Ok(CallRecord { binding, state: CallState::Answered, outcome: Some(Outcome::Result(result)) })
+                let binding: CallBinding = reply
+                    .get(1)
+                    .and_then(|b| serde_json::from_str(b).ok())
+                    .ok_or(SubmitError::Rejected(Rejection::UnknownId))?;
+                Ok(CallRecord {
+                    binding,
+                    state: CallState::Answered,
+                    outcome: Some(Outcome::Result(result)),
+                })
             }
             Some("unknown_id") => {
                 // Not under this conversation: another conversation's call (mismatch) or none.
                 let exists = self.indexed(id).await?.is_some();
-                Err(SubmitError::Rejected(if exists { Rejection::Mismatch } else { Rejection::UnknownId }))
+                Err(SubmitError::Rejected(if exists {
+                    Rejection::Mismatch
+                } else {
+                    Rejection::UnknownId
+                }))
             }
-            Some(code) => Err(SubmitError::Rejected(rejection(code).unwrap_or(Rejection::UnknownId))),
-            None => Err(SubmitError::Broker(BrokerError::Unavailable { retry_after: RETRY })),
+            Some(code) => Err(SubmitError::Rejected(
+                rejection(code).unwrap_or(Rejection::UnknownId),
+            )),
+            None => Err(SubmitError::Broker(BrokerError::Unavailable {
+                retry_after: RETRY,
+            })),
         }
     }
 
@@ -587,7 +774,12 @@ impl Broker for RedisBroker {
             self.script(
                 &self.scripts.timeout,
                 vec![self.keys.call(conv, id)],
-                vec![id.to_owned(), serde_json::to_string(&Outcome::Timeout).unwrap_or_default(), self.keys.conv_channel(conv), self.keys.node_channel_prefix()],
+                vec![
+                    id.to_owned(),
+                    serde_json::to_string(&Outcome::Timeout).unwrap_or_default(),
+                    self.keys.conv_channel(conv),
+                    self.keys.node_channel_prefix(),
+                ],
             )
             .await?,
         );
@@ -598,8 +790,17 @@ impl Broker for RedisBroker {
     }
 
     async fn cancel(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
-        let Some(conv) = self.conv_of(tenant, id).await? else { return Ok(None) };
-        let reply = strings(self.script(&self.scripts.cancel, vec![self.keys.call(&conv, id)], vec![id.to_owned(), self.keys.conv_channel(&conv)]).await?);
+        let Some(conv) = self.conv_of(tenant, id).await? else {
+            return Ok(None);
+        };
+        let reply = strings(
+            self.script(
+                &self.scripts.cancel,
+                vec![self.keys.call(&conv, id)],
+                vec![id.to_owned(), self.keys.conv_channel(&conv)],
+            )
+            .await?,
+        );
         match &reply[..] {
             [b, s, o] => Ok(Self::record(b, s, o)),
             _ => Ok(None),
@@ -607,22 +808,48 @@ impl Broker for RedisBroker {
     }
 
     async fn call(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
-        let Some(conv) = self.conv_of(tenant, id).await? else { return Ok(None) };
-        let f: Vec<Option<String>> = self.client.hmget(self.keys.call(&conv, id), vec!["b", "s", "o"]).await.map_err(|e| unavailable(&e))?;
+        let Some(conv) = self.conv_of(tenant, id).await? else {
+            return Ok(None);
+        };
+        let f: Vec<Option<String>> = self
+            .client
+            .hmget(self.keys.call(&conv, id), vec!["b", "s", "o"])
+            .await
+            .map_err(|e| unavailable(&e))?;
         match &f[..] {
-            [Some(b), s, o] => Ok(Self::record(b, s.as_deref().unwrap_or("p"), o.as_deref().unwrap_or(""))),
+            [Some(b), s, o] => Ok(Self::record(
+                b,
+                s.as_deref().unwrap_or("p"),
+                o.as_deref().unwrap_or(""),
+            )),
             _ => Ok(None),
         }
     }
 
-    async fn submit_confirmed(&self, from: &PageIdentity, confirm_id: &str) -> Result<ConfirmBinding, SubmitError> {
-        let reply = strings(self.script(&self.scripts.confirm, vec![self.keys.confirm(&from.conv, confirm_id)], vec![from.client_id.clone()]).await?);
+    async fn submit_confirmed(
+        &self,
+        from: &PageIdentity,
+        confirm_id: &str,
+    ) -> Result<ConfirmBinding, SubmitError> {
+        let reply = strings(
+            self.script(
+                &self.scripts.confirm,
+                vec![self.keys.confirm(&from.conv, confirm_id)],
+                vec![from.client_id.clone()],
+            )
+            .await?,
+        );
         match reply.first().map(String::as_str) {
             Some("ok") => {
-                let partial: Json = reply.get(1).and_then(|b| serde_json::from_str(b).ok()).unwrap_or_default();
+                let partial: Json = reply
+                    .get(1)
+                    .and_then(|b| serde_json::from_str(b).ok())
+                    .unwrap_or_default();
                 let call_id = partial["call_id"].as_str().unwrap_or_default().to_owned();
                 let call = self.call(&from.conv.tenant, &call_id).await?;
-                let (tool, untrusted) = call.map_or((String::new(), false), |c| (c.binding.tool, c.binding.untrusted));
+                let (tool, untrusted) = call.map_or((String::new(), false), |c| {
+                    (c.binding.tool, c.binding.untrusted)
+                });
                 Ok(ConfirmBinding {
                     confirm_id: confirm_id.to_owned(),
                     call_id,
@@ -632,8 +859,12 @@ impl Broker for RedisBroker {
                     untrusted,
                 })
             }
-            Some(code) => Err(SubmitError::Rejected(rejection(code).unwrap_or(Rejection::UnknownConfirm))),
-            None => Err(SubmitError::Broker(BrokerError::Unavailable { retry_after: RETRY })),
+            Some(code) => Err(SubmitError::Rejected(
+                rejection(code).unwrap_or(Rejection::UnknownConfirm),
+            )),
+            None => Err(SubmitError::Broker(BrokerError::Unavailable {
+                retry_after: RETRY,
+            })),
         }
     }
 
@@ -642,12 +873,32 @@ impl Broker for RedisBroker {
         let socks = self.keys.sockets(conv);
         let tenant_key = self.keys.tenant_sockets(&conv.tenant);
         let (c, t) = tokio::join!(
-            self.script(&self.scripts.count_up, vec![socks.clone()], vec![self.node.clone(), ttl.clone()]),
-            self.script(&self.scripts.count_up, vec![tenant_key.clone()], vec![self.node.clone(), ttl]),
+            self.script(
+                &self.scripts.count_up,
+                vec![socks.clone()],
+                vec![self.node.clone(), ttl.clone()]
+            ),
+            self.script(
+                &self.scripts.count_up,
+                vec![tenant_key.clone()],
+                vec![self.node.clone(), ttl]
+            ),
         );
         let undo = || async {
-            let _ = self.script(&self.scripts.count_down, vec![socks.clone()], vec![self.node.clone()]).await;
-            let _ = self.script(&self.scripts.count_down, vec![tenant_key.clone()], vec![self.node.clone()]).await;
+            let _ = self
+                .script(
+                    &self.scripts.count_down,
+                    vec![socks.clone()],
+                    vec![self.node.clone()],
+                )
+                .await;
+            let _ = self
+                .script(
+                    &self.scripts.count_down,
+                    vec![tenant_key.clone()],
+                    vec![self.node.clone()],
+                )
+                .await;
         };
         let (c, t) = match (c, t) {
             (Ok(c), Ok(t)) => (pairs(c), pairs(t)),
@@ -672,8 +923,16 @@ impl Broker for RedisBroker {
             h.sockets += 1;
             h.sockets == 1
         };
-        *lock(&self.tenant_sockets).entry(conv.tenant.clone()).or_default() += 1;
-        let _: Result<i64, _> = self.client.sadd(self.keys.node_keys(&self.node), vec![socks.as_str(), tenant_key.as_str()]).await;
+        *lock(&self.tenant_sockets)
+            .entry(conv.tenant.clone())
+            .or_default() += 1;
+        let _: Result<i64, _> = self
+            .client
+            .sadd(
+                self.keys.node_keys(&self.node),
+                vec![socks.as_str(), tenant_key.as_str()],
+            )
+            .await;
         if first && let Err(e) = self.subscribe_conv(conv).await {
             let _ = self.release_page(conv, None).await;
             return Err(AdmitError::Broker(e));
@@ -686,13 +945,21 @@ impl Broker for RedisBroker {
             *h.clients.entry(client_id.to_owned()).or_default() += 1;
         }
         self.client
-            .hincrby::<i64, _, _>(self.keys.sockets(conv), format!("{}|{client_id}", self.node), 1)
+            .hincrby::<i64, _, _>(
+                self.keys.sockets(conv),
+                format!("{}|{client_id}", self.node),
+                1,
+            )
             .await
             .map(|_| ())
             .map_err(|e| unavailable(&e))
     }
 
-    async fn release_page(&self, conv: &ConvKey, client_id: Option<&str>) -> Result<PageLeft, BrokerError> {
+    async fn release_page(
+        &self,
+        conv: &ConvKey,
+        client_id: Option<&str>,
+    ) -> Result<PageLeft, BrokerError> {
         let last = {
             let mut held = lock(&self.held);
             let mut last = false;
@@ -721,23 +988,36 @@ impl Broker for RedisBroker {
             self.unsubscribe_conv(conv).await;
         }
         let (c, _) = tokio::join!(
-            self.script(&self.scripts.count_down, vec![self.keys.sockets(conv)], self.count_fields(client_id)),
-            self.script(&self.scripts.count_down, vec![self.keys.tenant_sockets(&conv.tenant)], vec![self.node.clone()]),
+            self.script(
+                &self.scripts.count_down,
+                vec![self.keys.sockets(conv)],
+                self.count_fields(client_id)
+            ),
+            self.script(
+                &self.scripts.count_down,
+                vec![self.keys.tenant_sockets(&conv.tenant)],
+                vec![self.node.clone()]
+            ),
         );
         let fields = pairs(c?);
         let live = self.live_nodes();
         let page_gone = client_id.is_some_and(|client| {
             !fields.iter().any(|(f, n)| {
-                *n > 0 && f.split_once('|').is_some_and(|(node, c)| c == client && live.contains(node))
+                *n > 0
+                    && f.split_once('|')
+                        .is_some_and(|(node, c)| c == client && live.contains(node))
             })
         });
         Ok(PageLeft { page_gone })
     }
 
     async fn put_manifest(&self, conv: &ConvKey, manifest: &Manifest) -> Result<(), BrokerError> {
-        let seq = self.manifest_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let seq = self
+            .manifest_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Some(h) = lock(&self.held).get_mut(conv) {
-            h.manifests.insert(manifest.client_id.clone(), (seq, manifest.clone()));
+            h.manifests
+                .insert(manifest.client_id.clone(), (seq, manifest.clone()));
         }
         let ttl = millis(self.opts.conversation_ttl).to_string();
         self.put_manifest_script(conv, manifest, &ttl, false).await
@@ -746,16 +1026,35 @@ impl Broker for RedisBroker {
     async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError> {
         let mut args = vec![self.keys.manifest_prefix(conv)];
         args.extend(self.live_nodes().iter().cloned());
-        let reply = strings(self.script(&self.scripts.conv_read, vec![self.keys.conv(conv), self.keys.sockets(conv)], args).await?);
-        let [effective, manifest, sockets, rest @ ..] = &reply[..] else { return Ok(ConversationState::default()) };
-        let manifest: Option<Manifest> = serde_json::from_str::<Json>(manifest).ok().and_then(|v| {
-            let tools: Vec<ToolManifestSummary> = serde_json::from_value(v.get("tools")?.clone()).ok()?;
-            Some(Manifest { client_id: v.get("clientId")?.as_str()?.to_owned(), rev: v.get("rev")?.as_u64()?, tools })
-        });
+        let reply = strings(
+            self.script(
+                &self.scripts.conv_read,
+                vec![self.keys.conv(conv), self.keys.sockets(conv)],
+                args,
+            )
+            .await?,
+        );
+        let [effective, manifest, sockets, rest @ ..] = &reply[..] else {
+            return Ok(ConversationState::default());
+        };
+        let manifest: Option<Manifest> =
+            serde_json::from_str::<Json>(manifest).ok().and_then(|v| {
+                let tools: Vec<ToolManifestSummary> =
+                    serde_json::from_value(v.get("tools")?.clone()).ok()?;
+                Some(Manifest {
+                    client_id: v.get("clientId")?.as_str()?.to_owned(),
+                    rev: v.get("rev")?.as_u64()?,
+                    tools,
+                })
+            });
         let mut pages: Vec<PageInfo> = rest
             .chunks(3)
             .filter(|c| c.len() == 3)
-            .map(|c| PageInfo { client_id: c[0].clone(), sockets: c[1].parse().unwrap_or(0), rev: c[2].parse().ok() })
+            .map(|c| PageInfo {
+                client_id: c[0].clone(),
+                sockets: c[1].parse().unwrap_or(0),
+                rev: c[2].parse().ok(),
+            })
             .collect();
         pages.sort_by(|a, b| a.client_id.cmp(&b.client_id));
         Ok(ConversationState {
@@ -770,35 +1069,76 @@ impl Broker for RedisBroker {
     async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), RateLimited> {
         let interval_us = 1_000_000 / u64::from(per_second.max(1));
         let burst = u64::from(per_second.max(1)) * 2;
-        match self.script(&self.scripts.gcra, vec![self.keys.rate(tenant)], vec![interval_us.max(1).to_string(), burst.to_string()]).await {
+        match self
+            .script(
+                &self.scripts.gcra,
+                vec![self.keys.rate(tenant)],
+                vec![interval_us.max(1).to_string(), burst.to_string()],
+            )
+            .await
+        {
             Ok(v) => {
                 let wait_us = v.as_u64().unwrap_or(0);
-                if wait_us == 0 { Ok(()) } else { Err(RateLimited { retry_after: Duration::from_micros(wait_us) }) }
+                if wait_us == 0 {
+                    Ok(())
+                } else {
+                    Err(RateLimited {
+                        retry_after: Duration::from_micros(wait_us),
+                    })
+                }
             }
             // An unreachable broker fails the call right after, with 503; do not also say 429.
             Err(_) => Ok(()),
         }
     }
 
-    async fn emit(&self, tenant: &str, kind: EventType, conv: &ConvKey, data: Json) -> Result<Event, BrokerError> {
+    async fn emit(
+        &self,
+        tenant: &str,
+        kind: EventType,
+        conv: &ConvKey,
+        data: Json,
+    ) -> Result<Event, BrokerError> {
         let timestamp = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
         let body = serde_json::json!({"type": kind, "timestamp": timestamp, "user": conv.user, "conversation": conv.conversation, "data": data});
         let id = self
-            .script(&self.scripts.emit, vec![self.keys.events(tenant)], vec![self.opts.events_per_tenant.to_string(), body.to_string(), self.keys.events_channel(tenant)])
+            .script(
+                &self.scripts.emit,
+                vec![self.keys.events(tenant)],
+                vec![
+                    self.opts.events_per_tenant.to_string(),
+                    body.to_string(),
+                    self.keys.events_channel(tenant),
+                ],
+            )
             .await?
             .as_string()
             .unwrap_or_default();
-        Ok(Event { id, kind, timestamp, user: conv.user.clone(), conversation: conv.conversation.clone(), data })
+        Ok(Event {
+            id,
+            kind,
+            timestamp,
+            user: conv.user.clone(),
+            conversation: conv.conversation.clone(),
+            data,
+        })
     }
 
     async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError> {
         let (live, first) = {
             let mut feeds = lock(&self.feeds);
             let first = !feeds.contains_key(tenant);
-            let tx = feeds.entry(tenant.to_owned()).or_insert_with(|| broadcast::channel(4096).0);
+            let tx = feeds
+                .entry(tenant.to_owned())
+                .or_insert_with(|| broadcast::channel(4096).0);
             (tx.subscribe(), first)
         };
-        if first && let Err(e) = self.subscriber.ssubscribe(self.keys.events_channel(tenant)).await {
+        if first
+            && let Err(e) = self
+                .subscriber
+                .ssubscribe(self.keys.events_channel(tenant))
+                .await
+        {
             lock(&self.feeds).remove(tenant);
             return Err(unavailable(&e));
         }
@@ -808,7 +1148,12 @@ impl Broker for RedisBroker {
                 let start = format!("({after}");
                 let entries: Vec<(String, HashMap<String, String>)> = self
                     .client
-                    .xrange(self.keys.events(tenant), start, "+", Some(self.opts.events_per_tenant))
+                    .xrange(
+                        self.keys.events(tenant),
+                        start,
+                        "+",
+                        Some(self.opts.events_per_tenant),
+                    )
                     .await
                     .map_err(|e| unavailable(&e))?;
                 entries

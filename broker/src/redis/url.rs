@@ -18,12 +18,18 @@ pub fn config(url: &str) -> Result<Config, ConnectError> {
             let mut list = hosts.split(',').filter(|h| !h.is_empty());
             let first = list.next().ok_or_else(|| bad("no cluster node"))?;
             let nodes: Vec<String> = list.map(|h| format!("node={h}")).collect();
-            let query = if nodes.is_empty() { String::new() } else { format!("?{}", nodes.join("&")) };
+            let query = if nodes.is_empty() {
+                String::new()
+            } else {
+                format!("?{}", nodes.join("&"))
+            };
             format!("{scheme}://{auth}{first}{query}")
         }
         "redis-sentinel" | "rediss-sentinel" => {
             let (auth, rest) = split_auth(rest);
-            let (hosts, service) = rest.split_once('/').ok_or_else(|| bad("missing /service-name after the sentinel nodes"))?;
+            let (hosts, service) = rest
+                .split_once('/')
+                .ok_or_else(|| bad("missing /service-name after the sentinel nodes"))?;
             if service.is_empty() {
                 return Err(bad("empty sentinel service name"));
             }
@@ -65,11 +71,17 @@ mod tests {
             ServerConfig::Clustered { hosts, .. } => assert_eq!(hosts.len(), 3),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(config("redis://127.0.0.1:6379").unwrap().server, ServerConfig::Centralized { .. }));
+        assert!(matches!(
+            config("redis://127.0.0.1:6379").unwrap().server,
+            ServerConfig::Centralized { .. }
+        ));
         let s = config("redis-sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster").unwrap();
         assert!(matches!(s.server, ServerConfig::Sentinel { .. }));
         assert!(config("http://x").is_err());
         assert!(config("redis-sentinel://127.0.0.1:26379").is_err());
-        assert_eq!(redact("redis://user:secret@host:6379"), "redis://***@host:6379");
+        assert_eq!(
+            redact("redis://user:secret@host:6379"),
+            "redis://***@host:6379"
+        );
     }
 }

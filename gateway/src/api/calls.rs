@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
-use toolmark_broker::{CallBinding, CallKind, CallRecord, CallState, ConvKey, EventType, Outcome, now_ms};
+use toolmark_broker::{
+    CallBinding, CallKind, CallRecord, CallState, ConvKey, EventType, Outcome, now_ms,
+};
 use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
 use toolmark_proto::{AgentMessage, Call, Describe, ids, is_valid_tool_name};
 
@@ -93,7 +95,10 @@ fn check_tool(pointer: &str, tool: &str) -> Result<(), Problem> {
     if is_valid_tool_name(tool) {
         Ok(())
     } else {
-        Err(Problem::invalid(pointer, "tool names match ^[A-Za-z0-9_.-]{1,128}$"))
+        Err(Problem::invalid(
+            pointer,
+            "tool names match ^[A-Za-z0-9_.-]{1,128}$",
+        ))
     }
 }
 
@@ -108,8 +113,21 @@ pub async fn call(
     check_ids(&user, &conversation)?;
     let b: CallBody = parse_body(&tenant, &body)?;
     check_tool("/tool", &b.tool)?;
-    let req = Request { kind: CallKind::Call, tool: b.tool, input: b.input, rev: b.rev, timeout_ms: b.timeout_ms };
-    respond(&app, &tenant, ConvKey::new(&tenant.id, &user, &conversation), req, wants_async(&headers)).await
+    let req = Request {
+        kind: CallKind::Call,
+        tool: b.tool,
+        input: b.input,
+        rev: b.rev,
+        timeout_ms: b.timeout_ms,
+    };
+    respond(
+        &app,
+        &tenant,
+        ConvKey::new(&tenant.id, &user, &conversation),
+        req,
+        wants_async(&headers),
+    )
+    .await
 }
 
 /// `POST /users/{u}/conversations/{c}/describe`
@@ -123,17 +141,43 @@ pub async fn describe(
     check_ids(&user, &conversation)?;
     let b: DescribeBody = parse_body(&tenant, &body)?;
     check_tool("/tool", &b.tool)?;
-    let req = Request { kind: CallKind::Describe, tool: b.tool, input: Value::Null, rev: None, timeout_ms: b.timeout_ms };
-    respond(&app, &tenant, ConvKey::new(&tenant.id, &user, &conversation), req, wants_async(&headers)).await
+    let req = Request {
+        kind: CallKind::Describe,
+        tool: b.tool,
+        input: Value::Null,
+        rev: None,
+        timeout_ms: b.timeout_ms,
+    };
+    respond(
+        &app,
+        &tenant,
+        ConvKey::new(&tenant.id, &user, &conversation),
+        req,
+        wants_async(&headers),
+    )
+    .await
 }
 
-async fn respond(app: &AppState, tenant: &Tenant, conv: ConvKey, req: Request, respond_async: bool) -> Result<Response, Problem> {
+async fn respond(
+    app: &AppState,
+    tenant: &Tenant,
+    conv: ConvKey,
+    req: Request,
+    respond_async: bool,
+) -> Result<Response, Problem> {
     let started = start(app, tenant, conv, req, respond_async).await?;
     if respond_async {
-        return Ok((StatusCode::ACCEPTED, Json(json!({"id": started.id, "clientId": started.client_id}))).into_response());
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({"id": started.id, "clientId": started.client_id})),
+        )
+            .into_response());
     }
     let outcome = started.outcome.await.unwrap_or(Outcome::Timeout);
-    Ok(Json(json!({"id": started.id, "clientId": started.client_id, "outcome": outcome})).into_response())
+    Ok(
+        Json(json!({"id": started.id, "clientId": started.client_id, "outcome": outcome}))
+            .into_response(),
+    )
 }
 
 /// `POST /users/{u}/conversations/{c}/llm-tools/invoke`: `page_call` / `page_describe` as the
@@ -150,16 +194,40 @@ pub async fn invoke(
         PAGE_CALL => {
             let i: PageCallInput = parse_value("/input", b.input)?;
             check_tool("/input/tool", &i.tool)?;
-            Request { kind: CallKind::Call, tool: i.tool, input: i.input, rev: None, timeout_ms: None }
+            Request {
+                kind: CallKind::Call,
+                tool: i.tool,
+                input: i.input,
+                rev: None,
+                timeout_ms: None,
+            }
         }
         PAGE_DESCRIBE => {
             let i: PageDescribeInput = parse_value("/input", b.input)?;
             check_tool("/input/tool", &i.tool)?;
-            Request { kind: CallKind::Describe, tool: i.tool, input: Value::Null, rev: None, timeout_ms: None }
+            Request {
+                kind: CallKind::Describe,
+                tool: i.tool,
+                input: Value::Null,
+                rev: None,
+                timeout_ms: None,
+            }
         }
-        _ => return Err(Problem::invalid("/name", "name is page_call or page_describe")),
+        _ => {
+            return Err(Problem::invalid(
+                "/name",
+                "name is page_call or page_describe",
+            ));
+        }
     };
-    let started = start(&app, &tenant, ConvKey::new(&tenant.id, &user, &conversation), req, false).await?;
+    let started = start(
+        &app,
+        &tenant,
+        ConvKey::new(&tenant.id, &user, &conversation),
+        req,
+        false,
+    )
+    .await?;
     let outcome = started.outcome.await.unwrap_or(Outcome::Timeout);
     let content = match &outcome {
         Outcome::Result(r) => model_content(r, started.untrusted),
@@ -168,22 +236,37 @@ pub async fn invoke(
     Ok(Json(json!({"id": started.id, "outcome": outcome, "content": content})).into_response())
 }
 
-async fn start(app: &AppState, tenant: &Tenant, conv: ConvKey, req: Request, respond_async: bool) -> Result<Started, Problem> {
+async fn start(
+    app: &AppState,
+    tenant: &Tenant,
+    conv: ConvKey,
+    req: Request,
+    respond_async: bool,
+) -> Result<Started, Problem> {
     if app.is_draining() {
         return Err(Problem::unavailable(Duration::from_secs(1)));
     }
     let limits = &tenant.limits;
     let timeout_ms = req.timeout_ms.unwrap_or(limits.default_call_timeout_ms);
     if timeout_ms == 0 || timeout_ms > limits.max_call_timeout_ms {
-        return Err(Problem::invalid("/timeoutMs", format!("timeoutMs is between 1 and {}", limits.max_call_timeout_ms)));
+        return Err(Problem::invalid(
+            "/timeoutMs",
+            format!("timeoutMs is between 1 and {}", limits.max_call_timeout_ms),
+        ));
     }
-    app.broker.take_call(&tenant.id, limits.calls_per_second).await.map_err(Problem::rate_limited)?;
+    app.broker
+        .take_call(&tenant.id, limits.calls_per_second)
+        .await
+        .map_err(Problem::rate_limited)?;
     let state = app.broker.conversation(&conv).await?;
     let client_id = match state.client_id {
         Some(c) if state.sockets > 0 => c,
         _ => return Err(Problem::no_page()),
     };
-    let untrusted = state.tools.iter().any(|t| t.name == req.tool && t.hints.is_untrusted());
+    let untrusted = state
+        .tools
+        .iter()
+        .any(|t| t.name == req.tool && t.hints.is_untrusted());
     let id = ids::new_call_id();
     let binding = CallBinding {
         id: id.clone(),
@@ -204,17 +287,38 @@ async fn start(app: &AppState, tenant: &Tenant, conv: ConvKey, req: Request, res
             tool: req.tool,
             input: req.input,
         }),
-        CallKind::Describe => AgentMessage::Describe(Describe { client_id: client_id.clone(), id: id.clone(), tool: req.tool }),
+        CallKind::Describe => AgentMessage::Describe(Describe {
+            client_id: client_id.clone(),
+            id: id.clone(),
+            tool: req.tool,
+        }),
     };
     let waiter = app.broker.send_call(binding.clone(), frame).await?;
     let (tx, rx) = oneshot::channel();
-    app.tasks.spawn(supervise(app.clone(), binding, Duration::from_millis(timeout_ms), waiter, tx));
-    Ok(Started { id, client_id, untrusted, outcome: rx })
+    app.tasks.spawn(supervise(
+        app.clone(),
+        binding,
+        Duration::from_millis(timeout_ms),
+        waiter,
+        tx,
+    ));
+    Ok(Started {
+        id,
+        client_id,
+        untrusted,
+        outcome: rx,
+    })
 }
 
 /// Waits for the call's outcome or its deadline, whichever comes first; the broker's atomic
 /// check-and-mark decides the winner. Emits `call.timeout`, and `call.result` for async calls.
-async fn supervise(app: AppState, binding: CallBinding, timeout: Duration, mut waiter: oneshot::Receiver<Outcome>, reply: oneshot::Sender<Outcome>) {
+async fn supervise(
+    app: AppState,
+    binding: CallBinding,
+    timeout: Duration,
+    mut waiter: oneshot::Receiver<Outcome>,
+    reply: oneshot::Sender<Outcome>,
+) {
     let started = Instant::now();
     let mut won_timeout = false;
     let outcome = tokio::select! {
@@ -239,7 +343,8 @@ async fn supervise(app: AppState, binding: CallBinding, timeout: Duration, mut w
         Outcome::Result(r) => r.status(),
         Outcome::Timeout => "timeout",
     };
-    app.metrics.call_finished(kind, status, started.elapsed().as_secs_f64());
+    app.metrics
+        .call_finished(kind, status, started.elapsed().as_secs_f64());
     tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
     // A timeout is announced by whoever won it (this node, or another node's deadline sweep).
     let announce = match outcome {
@@ -259,7 +364,8 @@ pub async fn announce_outcome(app: &AppState, binding: &CallBinding, outcome: &O
         "clientId": binding.client_id, "tool": binding.tool, "outcome": outcome,
     });
     if *outcome == Outcome::Timeout {
-        app.emit(EventType::CallTimeout, &binding.conv, data.clone()).await;
+        app.emit(EventType::CallTimeout, &binding.conv, data.clone())
+            .await;
     }
     if binding.respond_async {
         app.emit(EventType::CallResult, &binding.conv, data).await;
@@ -272,7 +378,11 @@ pub async fn get_call(
     Authed(tenant): Authed,
     Path((_, id)): Path<(String, String)>,
 ) -> Result<Json<Value>, Problem> {
-    let record = app.broker.call(&tenant.id, &id).await?.ok_or_else(|| Problem::not_found("Call"))?;
+    let record = app
+        .broker
+        .call(&tenant.id, &id)
+        .await?
+        .ok_or_else(|| Problem::not_found("Call"))?;
     Ok(Json(call_json(&record)))
 }
 
@@ -282,7 +392,10 @@ pub async fn cancel(
     Authed(tenant): Authed,
     Path((_, id)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
-    app.broker.cancel(&tenant.id, &id).await?.ok_or_else(|| Problem::not_found("Call"))?;
+    app.broker
+        .cancel(&tenant.id, &id)
+        .await?
+        .ok_or_else(|| Problem::not_found("Call"))?;
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
@@ -293,7 +406,10 @@ fn call_json(r: &CallRecord) -> Value {
         CallState::Answered => "answered",
         CallState::TimedOut => "timed_out",
     };
-    let deadline = humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(b.deadline_ms)).to_string();
+    let deadline = humantime::format_rfc3339_millis(
+        std::time::UNIX_EPOCH + Duration::from_millis(b.deadline_ms),
+    )
+    .to_string();
     let mut v = json!({
         "id": b.id, "user": b.conv.user, "conversation": b.conv.conversation, "clientId": b.client_id,
         "tool": b.tool, "kind": b.kind, "state": state, "deadline": deadline,

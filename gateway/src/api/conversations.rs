@@ -54,7 +54,9 @@ pub async fn llm_tools(
     check_ids(&user, &conversation)?;
     let format: LlmFormat = match q.format.as_deref() {
         None => LlmFormat::Anthropic,
-        Some(f) => f.parse().map_err(|_| Problem::invalid("/format", "format is anthropic or openai"))?,
+        Some(f) => f
+            .parse()
+            .map_err(|_| Problem::invalid("/format", "format is anthropic or openai"))?,
     };
     let conv = ConvKey::new(&tenant.id, &user, &conversation);
     let s = app.broker.conversation(&conv).await?;
@@ -62,10 +64,15 @@ pub async fn llm_tools(
     let bytes = serde_json::to_vec(&tools).unwrap_or_default();
     let etag = format!("\"{}\"", hex::encode(&Sha256::digest(&bytes)[..16]));
     let etag_header = HeaderValue::from_str(&etag).unwrap_or(HeaderValue::from_static("\"\""));
-    let matches = headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|tag| {
-        let tag = tag.trim();
-        tag == "*" || tag.strip_prefix("W/").unwrap_or(tag) == etag
-    });
+    let matches = headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|tag| {
+            let tag = tag.trim();
+            tag == "*" || tag.strip_prefix("W/").unwrap_or(tag) == etag
+        });
     if matches {
         return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag_header)]).into_response());
     }
@@ -89,14 +96,23 @@ pub async fn mint_token(
 ) -> Result<Response, Problem> {
     let req: TokenRequest = parse_body(&tenant, &body)?;
     if !crate::ids::is_valid_id(&req.user) {
-        return Err(Problem::invalid("/user", "user ids match ^[A-Za-z0-9_-]{1,128}$"));
+        return Err(Problem::invalid(
+            "/user",
+            "user ids match ^[A-Za-z0-9_-]{1,128}$",
+        ));
     }
     if !crate::ids::is_valid_id(&req.conversation) {
-        return Err(Problem::invalid("/conversation", "conversation ids match ^[A-Za-z0-9_-]{1,128}$"));
+        return Err(Problem::invalid(
+            "/conversation",
+            "conversation ids match ^[A-Za-z0-9_-]{1,128}$",
+        ));
     }
     let ttl = req.ttl_seconds.unwrap_or(DEFAULT_TOKEN_TTL);
     if ttl == 0 || ttl > MAX_TOKEN_TTL {
-        return Err(Problem::invalid("/ttlSeconds", format!("ttlSeconds is between 1 and {MAX_TOKEN_TTL}")));
+        return Err(Problem::invalid(
+            "/ttlSeconds",
+            format!("ttlSeconds is between 1 and {MAX_TOKEN_TTL}"),
+        ));
     }
     let now = toolmark_broker::now_ms() / 1000;
     let claims = PageClaims {
@@ -112,14 +128,27 @@ pub async fn mint_token(
         Problem::invalid("", "this tenant verifies page tokens with a public key; mint them with the matching private key")
     })?;
     let url = page_url(&headers, &tenant.id, &token);
-    let expires_at = humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(claims.exp)).to_string();
-    Ok((StatusCode::CREATED, Json(json!({"token": token, "expiresAt": expires_at, "url": url}))).into_response())
+    let expires_at = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(claims.exp),
+    )
+    .to_string();
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"token": token, "expiresAt": expires_at, "url": url})),
+    )
+        .into_response())
 }
 
 /// The page WebSocket URL as the caller reached this gateway (`X-Forwarded-Proto` aware).
 pub fn page_url(headers: &HeaderMap, tenant: &str, token: &str) -> String {
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("localhost");
-    let secure = headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|p| p.eq_ignore_ascii_case("https"));
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("localhost");
+    let secure = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|p| p.eq_ignore_ascii_case("https"));
     let scheme = if secure { "wss" } else { "ws" };
     format!("{scheme}://{host}/v1/tenants/{tenant}/page?token={token}")
 }

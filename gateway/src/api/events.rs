@@ -23,7 +23,10 @@ pub struct EventQuery {
 }
 
 fn to_sse(e: &Event) -> SseEvent {
-    SseEvent::default().id(e.id.clone()).event(e.kind.as_str()).data(e.body().to_string())
+    SseEvent::default()
+        .id(e.id.clone())
+        .event(e.kind.as_str())
+        .data(e.body().to_string())
 }
 
 /// The SSE handler.
@@ -33,14 +36,25 @@ pub async fn stream(
     Query(q): Query<EventQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, Problem> {
-    let last_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let last_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let feed = app.broker.events(&tenant.id, last_id.as_deref()).await?;
     let wanted = move |e: &Event| {
-        q.user.as_deref().is_none_or(|u| u == e.user) && q.conversation.as_deref().is_none_or(|c| c == e.conversation)
+        q.user.as_deref().is_none_or(|u| u == e.user)
+            && q.conversation
+                .as_deref()
+                .is_none_or(|c| c == e.conversation)
     };
     let wanted_live = wanted.clone();
     let mut seen = feed.backlog.last().map(|e| e.id.clone()).or(last_id);
-    let backlog = stream::iter(feed.backlog.into_iter().filter(move |e| wanted(e)).map(|e| Ok(to_sse(&e))));
+    let backlog = stream::iter(
+        feed.backlog
+            .into_iter()
+            .filter(move |e| wanted(e))
+            .map(|e| Ok(to_sse(&e))),
+    );
     let live = BroadcastStream::new(feed.live)
         // A lagged reader ends here; the client reconnects with Last-Event-ID.
         .take_while(|r| std::future::ready(r.is_ok()))
@@ -55,6 +69,8 @@ pub async fn stream(
             std::future::ready(item)
         });
     let shutdown = app.shutdown.clone();
-    let events = backlog.chain(live).take_until(async move { shutdown.cancelled().await });
+    let events = backlog
+        .chain(live)
+        .take_until(async move { shutdown.cancelled().await });
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }

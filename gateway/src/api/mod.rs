@@ -22,14 +22,35 @@ use crate::tenants::Tenant;
 /// The agent API routes.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/v1/tenants/{tenant}/tokens", post(conversations::mint_token))
-        .route("/v1/tenants/{tenant}/users/{user}/conversations/{conversation}", get(conversations::state))
-        .route("/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/calls", post(calls::call))
-        .route("/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/describe", post(calls::describe))
-        .route("/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/llm-tools", get(conversations::llm_tools))
-        .route("/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/llm-tools/invoke", post(calls::invoke))
+        .route(
+            "/v1/tenants/{tenant}/tokens",
+            post(conversations::mint_token),
+        )
+        .route(
+            "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}",
+            get(conversations::state),
+        )
+        .route(
+            "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/calls",
+            post(calls::call),
+        )
+        .route(
+            "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/describe",
+            post(calls::describe),
+        )
+        .route(
+            "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/llm-tools",
+            get(conversations::llm_tools),
+        )
+        .route(
+            "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/llm-tools/invoke",
+            post(calls::invoke),
+        )
         .route("/v1/tenants/{tenant}/calls/{id}", get(calls::get_call))
-        .route("/v1/tenants/{tenant}/calls/{id}/cancel", post(calls::cancel))
+        .route(
+            "/v1/tenants/{tenant}/calls/{id}/cancel",
+            post(calls::cancel),
+        )
         .route("/v1/tenants/{tenant}/events", get(events::stream))
 }
 
@@ -43,7 +64,10 @@ impl<S: Send + Sync> FromRequest<S> for Body {
 
     async fn from_request(req: Request, _: &S) -> Result<Self, Problem> {
         let limit = crate::config::MAX_FRAME_BYTES;
-        axum::body::to_bytes(req.into_body(), limit).await.map(Body).map_err(|_| Problem::too_large(limit))
+        axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map(Body)
+            .map_err(|_| Problem::too_large(limit))
     }
 }
 
@@ -55,11 +79,23 @@ impl FromRequestParts<AppState> for Authed {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Problem> {
-        let params = RawPathParams::from_request_parts(parts, app).await.map_err(|_| Problem::unauthorized())?;
-        let tenant_id = params.iter().find(|(k, _)| *k == "tenant").map(|(_, v)| v.to_owned()).ok_or_else(Problem::unauthorized)?;
-        let header = parts.headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let params = RawPathParams::from_request_parts(parts, app)
+            .await
+            .map_err(|_| Problem::unauthorized())?;
+        let tenant_id = params
+            .iter()
+            .find(|(k, _)| *k == "tenant")
+            .map(|(_, v)| v.to_owned())
+            .ok_or_else(Problem::unauthorized)?;
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
         let key = crate::auth::bearer(header).ok_or_else(Problem::unauthorized)?;
-        let tenant = app.tenants.get(&tenant_id).ok_or_else(Problem::unauthorized)?;
+        let tenant = app
+            .tenants
+            .get(&tenant_id)
+            .ok_or_else(Problem::unauthorized)?;
         if !crate::auth::key_matches(key, &tenant.api_keys) {
             return Err(Problem::unauthorized());
         }
@@ -81,7 +117,10 @@ pub fn parse_body<T: DeserializeOwned>(tenant: &Tenant, Body(body): &Body) -> Re
 }
 
 /// Deserializes a JSON value found at `base` (a pointer) of the request body.
-pub fn parse_value<T: DeserializeOwned>(base: &str, value: serde_json::Value) -> Result<T, Problem> {
+pub fn parse_value<T: DeserializeOwned>(
+    base: &str,
+    value: serde_json::Value,
+) -> Result<T, Problem> {
     serde_path_to_error::deserialize(value).map_err(|e| path_problem(base, e))
 }
 
@@ -89,7 +128,10 @@ fn path_problem<E: std::fmt::Display>(base: &str, e: serde_path_to_error::Error<
     let mut pointer = format!("{base}{}", pointer_of(e.path()));
     let detail = e.into_inner().to_string();
     // serde reports a missing field at its parent: point at the field itself.
-    if let Some(name) = detail.strip_prefix("missing field `").and_then(|rest| rest.split('`').next()) {
+    if let Some(name) = detail
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next())
+    {
         pointer.push('/');
         pointer.push_str(&name.replace('~', "~0").replace('/', "~1"));
     }
@@ -119,10 +161,16 @@ fn pointer_of(path: &serde_path_to_error::Path) -> String {
 /// Checks the user and conversation path segments.
 pub fn check_ids(user: &str, conversation: &str) -> Result<(), Problem> {
     if !crate::ids::is_valid_id(user) {
-        return Err(Problem::invalid("/user", "user ids match ^[A-Za-z0-9_-]{1,128}$"));
+        return Err(Problem::invalid(
+            "/user",
+            "user ids match ^[A-Za-z0-9_-]{1,128}$",
+        ));
     }
     if !crate::ids::is_valid_id(conversation) {
-        return Err(Problem::invalid("/conversation", "conversation ids match ^[A-Za-z0-9_-]{1,128}$"));
+        return Err(Problem::invalid(
+            "/conversation",
+            "conversation ids match ^[A-Za-z0-9_-]{1,128}$",
+        ));
     }
     Ok(())
 }

@@ -13,8 +13,15 @@ use crate::harness::config_toml;
 const BIN: &str = env!("CARGO_BIN_EXE_toolmark-gateway");
 
 fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN).args(args).env_remove("RUST_LOG").output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout))
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout),
+    )
 }
 
 fn temp_config(text: &str) -> std::path::PathBuf {
@@ -35,12 +42,18 @@ fn flags_and_config_errors_exit_with_the_documented_codes() {
     let bad = temp_config(&config_toml("[tenants.limits]\ncalls_per_second = 0"));
     let (code, out) = run(&["--config", bad.to_str().unwrap()]);
     assert_eq!(code, 2);
-    assert_eq!(out.trim(), "toolmark-gateway: config: tenants[3].limits.calls_per_second: must be greater than 0");
+    assert_eq!(
+        out.trim(),
+        "toolmark-gateway: config: tenants[3].limits.calls_per_second: must be greater than 0"
+    );
     let (code, out) = run(&["--config", bad.to_str().unwrap(), "--check-config"]);
     assert_eq!(code, 2, "{out}");
     std::fs::remove_file(bad).unwrap();
     let good = temp_config(&config_toml(""));
-    assert_eq!(run(&["--config", good.to_str().unwrap(), "--check-config"]).0, 0);
+    assert_eq!(
+        run(&["--config", good.to_str().unwrap(), "--check-config"]).0,
+        0
+    );
     std::fs::remove_file(good).unwrap();
     let (code, out) = run(&["--listen", "0.0.0.0:0"]);
     assert_eq!(code, 2);
@@ -59,13 +72,23 @@ fn start(args: &[&str], envs: &[(&str, &str)]) -> (Child, String) {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("toolmark-gateway listening on http://").unwrap_or_else(|| panic!("{line}")).to_owned();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("toolmark-gateway listening on http://")
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
     (child, addr)
 }
 
 fn sigterm(child: &Child) {
-    let ok = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success();
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
     assert!(ok);
 }
 
@@ -85,11 +108,29 @@ async fn wait_exit(child: &mut Child) -> i32 {
 async fn dev_mode_serves_the_demo_and_sigterm_exits_zero() {
     let (mut child, addr) = start(&["--listen", "127.0.0.1:0"], &[]);
     let http = reqwest::Client::new();
-    assert_eq!(http.get(format!("http://{addr}/healthz")).send().await.unwrap().status(), 200);
-    let demo = http.get(format!("http://{addr}/demo")).send().await.unwrap();
+    assert_eq!(
+        http.get(format!("http://{addr}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let demo = http
+        .get(format!("http://{addr}/demo"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(demo.status(), 200);
     assert!(demo.text().await.unwrap().contains("/demo/assets/"));
-    let session: serde_json::Value = http.get(format!("http://{addr}/demo/session")).send().await.unwrap().json().await.unwrap();
+    let session: serde_json::Value = http
+        .get(format!("http://{addr}/demo/session"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(session["tenant"], "dev");
     sigterm(&child);
     assert_eq!(wait_exit(&mut child).await, 0);
@@ -117,12 +158,22 @@ async fn spans_are_exported_over_otlp_with_the_callers_trace_id() {
     let config = temp_config(&config_toml(""));
     let endpoint = format!("http://{collector_addr}");
     let (mut child, addr) = start(
-        &["--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"],
-        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "100")],
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
     );
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let res = reqwest::Client::new()
-        .get(format!("http://{addr}/v1/tenants/acme/users/u1/conversations/c1"))
+        .get(format!(
+            "http://{addr}/v1/tenants/acme/users/u1/conversations/c1"
+        ))
         .bearer_auth(crate::harness::ACME_KEY)
         .header("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01"))
         .send()
@@ -136,7 +187,8 @@ async fn spans_are_exported_over_otlp_with_the_callers_trace_id() {
     let got = bodies.lock().unwrap().clone();
     assert!(!got.is_empty(), "no OTLP export arrived");
     assert!(
-        got.iter().any(|b| b.windows(raw_id.len()).any(|w| w == raw_id.as_slice())),
+        got.iter()
+            .any(|b| b.windows(raw_id.len()).any(|w| w == raw_id.as_slice())),
         "no exported span carries the caller's trace id"
     );
 }

@@ -123,14 +123,23 @@ impl Gateway {
         let broker = redis_broker(&crate::redis_support::shared_url(), &fresh_prefix());
         let mut nodes = Vec::new();
         for i in 0..n {
-            nodes.push(Self::start_config(&config_with(&broker, extra), Some(format!("node-{}", i + 1))).await);
+            nodes.push(
+                Self::start_config(
+                    &config_with(&broker, extra),
+                    Some(format!("node-{}", i + 1)),
+                )
+                .await,
+            );
         }
         nodes
     }
 
     /// Starts a gateway from a whole TOML text.
     pub async fn start_config(text: &str, node_id: Option<String>) -> Gateway {
-        let overrides = Overrides { node_id, ..Overrides::default() };
+        let overrides = Overrides {
+            node_id,
+            ..Overrides::default()
+        };
         let config = Config::load(text, [], &overrides).expect("test config is valid");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -142,7 +151,12 @@ impl Gateway {
             .await
             .expect("gateway runs");
         });
-        Gateway { addr, http: reqwest::Client::new(), stop: Some(tx), task: Some(task) }
+        Gateway {
+            addr,
+            http: reqwest::Client::new(),
+            stop: Some(tx),
+            task: Some(task),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -157,7 +171,12 @@ impl Gateway {
     }
 
     pub fn agent(&self, tenant: &str, key: &str) -> Agent {
-        Agent { gw_url: self.url(""), tenant: tenant.into(), key: key.into(), http: self.http.clone() }
+        Agent {
+            gw_url: self.url(""),
+            tenant: tenant.into(),
+            key: key.into(),
+            http: self.http.clone(),
+        }
     }
 
     pub fn acme(&self) -> Agent {
@@ -165,14 +184,24 @@ impl Gateway {
     }
 
     pub async fn metrics(&self) -> String {
-        self.http.get(self.url("/metrics")).send().await.unwrap().text().await.unwrap()
+        self.http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
     }
 
     /// The value of one metric series, e.g. `toolmark_results_rejected_total{reason="late"}`.
     pub async fn metric(&self, series: &str) -> f64 {
         let text = self.metrics().await;
         text.lines()
-            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+            .find_map(|l| {
+                l.strip_prefix(series)
+                    .and_then(|rest| rest.trim().parse().ok())
+            })
             .unwrap_or(0.0)
     }
 
@@ -184,7 +213,10 @@ impl Gateway {
             if got >= value {
                 return;
             }
-            assert!(tokio::time::Instant::now() < deadline, "{series} stayed at {got}, expected {value}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{series} stayed at {got}, expected {value}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -195,7 +227,12 @@ impl Gateway {
     }
 
     /// Connects a page socket; `Err` holds the close code when the gateway refused it.
-    pub async fn connect(&self, tenant: &str, token: &str, origin: Option<&str>) -> Result<Page, u16> {
+    pub async fn connect(
+        &self,
+        tenant: &str,
+        token: &str,
+        origin: Option<&str>,
+    ) -> Result<Page, u16> {
         connect_at(self.addr, tenant, token, origin).await
     }
 }
@@ -212,21 +249,36 @@ pub async fn page_at(addr: SocketAddr, tenant: &str, user: &str, conversation: &
         let url = format!("ws://{addr}/v1/tenants/{tenant}/page?token={token}");
         let mut req = url.into_client_request().unwrap();
         req.headers_mut().insert("origin", origin.parse().unwrap());
-        let (ws, _) = tokio_tungstenite::connect_async(req).await.expect("upgrade succeeds");
-        Page { ws, client_id: uuid::Uuid::new_v4().to_string() }
+        let (ws, _) = tokio_tungstenite::connect_async(req)
+            .await
+            .expect("upgrade succeeds");
+        Page {
+            ws,
+            client_id: uuid::Uuid::new_v4().to_string(),
+        }
     }
 }
 
 /// Connects a page socket to `addr`; `Err` holds the close code when the gateway refused it.
-pub async fn connect_at(addr: SocketAddr, tenant: &str, token: &str, origin: Option<&str>) -> Result<Page, u16> {
+pub async fn connect_at(
+    addr: SocketAddr,
+    tenant: &str,
+    token: &str,
+    origin: Option<&str>,
+) -> Result<Page, u16> {
     {
         let url = format!("ws://{addr}/v1/tenants/{tenant}/page?token={token}");
         let mut req = url.into_client_request().unwrap();
         if let Some(o) = origin {
             req.headers_mut().insert("origin", o.parse().unwrap());
         }
-        let (ws, _) = tokio_tungstenite::connect_async(req).await.expect("upgrade succeeds");
-        let mut page = Page { ws, client_id: uuid::Uuid::new_v4().to_string() };
+        let (ws, _) = tokio_tungstenite::connect_async(req)
+            .await
+            .expect("upgrade succeeds");
+        let mut page = Page {
+            ws,
+            client_id: uuid::Uuid::new_v4().to_string(),
+        };
         // A refused socket is closed right after the upgrade.
         match tokio::time::timeout(Duration::from_millis(150), page.ws.next()).await {
             Err(_) => Ok(page),
@@ -246,7 +298,10 @@ impl Drop for Gateway {
 }
 
 pub fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 pub fn claims(tenant: &str, user: &str, conversation: &str) -> Value {
@@ -254,15 +309,30 @@ pub fn claims(tenant: &str, user: &str, conversation: &str) -> Value {
 }
 
 pub fn hs256(secret: &str, claims: &Value) -> String {
-    jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret.as_bytes()).unwrap()).unwrap()
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        claims,
+        &EncodingKey::from_secret(secret.as_bytes()).unwrap(),
+    )
+    .unwrap()
 }
 
 pub fn eddsa(claims: &Value) -> String {
-    jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), claims, &EncodingKey::from_ed_pem(ED_KEY.as_bytes()).unwrap()).unwrap()
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::EdDSA),
+        claims,
+        &EncodingKey::from_ed_pem(ED_KEY.as_bytes()).unwrap(),
+    )
+    .unwrap()
 }
 
 pub fn es256(claims: &Value) -> String {
-    jsonwebtoken::encode(&Header::new(Algorithm::ES256), claims, &EncodingKey::from_ec_pem(EC_KEY.as_bytes()).unwrap()).unwrap()
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::ES256),
+        claims,
+        &EncodingKey::from_ec_pem(EC_KEY.as_bytes()).unwrap(),
+    )
+    .unwrap()
 }
 
 /// A simulated page: one WebSocket and the clientId it speaks as.
@@ -277,11 +347,17 @@ pub fn tool(name: &str, hints: Value) -> Value {
 
 impl Page {
     pub async fn send(&mut self, v: Value) {
-        self.ws.send(Message::Text(v.to_string().into())).await.expect("send");
+        self.ws
+            .send(Message::Text(v.to_string().into()))
+            .await
+            .expect("send");
     }
 
     pub async fn send_raw(&mut self, text: String) {
-        self.ws.send(Message::Text(text.into())).await.expect("send");
+        self.ws
+            .send(Message::Text(text.into()))
+            .await
+            .expect("send");
     }
 
     /// Sends without insisting: the gateway may close the socket while the frame is sent.
@@ -290,7 +366,10 @@ impl Page {
     }
 
     pub async fn send_binary(&mut self, bytes: Vec<u8>) {
-        self.ws.send(Message::Binary(Bytes::from(bytes))).await.expect("send");
+        self.ws
+            .send(Message::Binary(Bytes::from(bytes)))
+            .await
+            .expect("send");
     }
 
     /// Publishes a manifest as this page.
@@ -315,7 +394,9 @@ impl Page {
         loop {
             match tokio::time::timeout_at(deadline, self.ws.next()).await {
                 Err(_) => return None,
-                Ok(Some(Ok(Message::Text(t)))) => return Some(serde_json::from_str(t.as_str()).unwrap()),
+                Ok(Some(Ok(Message::Text(t)))) => {
+                    return Some(serde_json::from_str(t.as_str()).unwrap());
+                }
                 Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {}
                 Ok(other) => panic!("expected a text frame, got {other:?}"),
             }
@@ -325,7 +406,10 @@ impl Page {
     /// Waits for the gateway to close the socket and returns the close code.
     pub async fn closed(&mut self) -> u16 {
         loop {
-            match tokio::time::timeout(WAIT, self.ws.next()).await.expect("close arrives") {
+            match tokio::time::timeout(WAIT, self.ws.next())
+                .await
+                .expect("close arrives")
+            {
                 Some(Ok(Message::Close(Some(f)))) => return f.code.into(),
                 Some(Ok(Message::Close(None))) | None => return 1005,
                 Some(Ok(_)) => {}
@@ -353,7 +437,12 @@ pub struct Answer {
 
 impl Agent {
     pub fn new(gw_url: &str, tenant: &str, key: &str, http: reqwest::Client) -> Agent {
-        Agent { gw_url: gw_url.into(), tenant: tenant.into(), key: key.into(), http }
+        Agent {
+            gw_url: gw_url.into(),
+            tenant: tenant.into(),
+            key: key.into(),
+            http,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -368,16 +457,41 @@ impl Agent {
         let status = res.status().as_u16();
         let headers = res.headers().clone();
         let text = res.text().await.unwrap();
-        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-        Answer { status, headers, body }
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        Answer {
+            status,
+            headers,
+            body,
+        }
     }
 
     pub async fn get(&self, path: &str) -> Answer {
-        Self::read(self.http.get(self.url(path)).bearer_auth(&self.key).send().await.unwrap()).await
+        Self::read(
+            self.http
+                .get(self.url(path))
+                .bearer_auth(&self.key)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
     }
 
     pub async fn post(&self, path: &str, body: Value) -> Answer {
-        Self::read(self.http.post(self.url(path)).bearer_auth(&self.key).json(&body).send().await.unwrap()).await
+        Self::read(
+            self.http
+                .post(self.url(path))
+                .bearer_auth(&self.key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
     }
 
     /// Starts a call without waiting for its answer.
@@ -395,24 +509,35 @@ impl Agent {
             if a.body["clientId"] == client_id {
                 return;
             }
-            assert!(tokio::time::Instant::now() < deadline, "page {client_id} never became current: {}", a.body);
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "page {client_id} never became current: {}",
+                a.body
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
     /// Opens the SSE stream.
     pub async fn events(&self, query: &str, last_id: Option<&str>) -> Events {
-        let mut req = self.http.get(self.url(&format!("/events{query}"))).bearer_auth(&self.key);
+        let mut req = self
+            .http
+            .get(self.url(&format!("/events{query}")))
+            .bearer_auth(&self.key);
         if let Some(id) = last_id {
             req = req.header("last-event-id", id);
         }
         let res = req.send().await.unwrap();
         assert_eq!(res.status(), 200);
-        Events { stream: Box::pin(res.bytes_stream()), buf: String::new() }
+        Events {
+            stream: Box::pin(res.bytes_stream()),
+            buf: String::new(),
+        }
     }
 }
 
-type ByteStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Bytes>> + Send>>;
+type ByteStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
 /// A parsed SSE stream.
 pub struct Events {
@@ -435,7 +560,11 @@ impl Events {
         loop {
             if let Some(end) = self.buf.find("\n\n") {
                 let block: String = self.buf.drain(..end + 2).collect();
-                let mut ev = Sse { id: String::new(), event: String::new(), data: Value::Null };
+                let mut ev = Sse {
+                    id: String::new(),
+                    event: String::new(),
+                    data: Value::Null,
+                };
                 let mut data = String::new();
                 for line in block.lines() {
                     if let Some(v) = line.strip_prefix("id:") {
@@ -464,7 +593,10 @@ impl Events {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let ev = self.next_within(left).await.unwrap_or_else(|| panic!("no {kind} event arrived"));
+            let ev = self
+                .next_within(left)
+                .await
+                .unwrap_or_else(|| panic!("no {kind} event arrived"));
             if ev.event == kind {
                 return ev;
             }
@@ -473,10 +605,22 @@ impl Events {
 }
 
 /// A page of `tenant`/`user`/`conversation` that published `tools` and is the current page.
-pub async fn ready_page(gw: &Gateway, tenant: &str, user: &str, conversation: &str, tools: Value) -> Page {
+pub async fn ready_page(
+    gw: &Gateway,
+    tenant: &str,
+    user: &str,
+    conversation: &str,
+    tools: Value,
+) -> Page {
     let mut p = gw.page(tenant, user, conversation).await;
     p.manifest(1, tools).await;
-    let key = if tenant == "globex" { GLOBEX_KEY } else { ACME_KEY };
-    gw.agent(tenant, key).wait_current(user, conversation, &p.client_id).await;
+    let key = if tenant == "globex" {
+        GLOBEX_KEY
+    } else {
+        ACME_KEY
+    };
+    gw.agent(tenant, key)
+        .wait_current(user, conversation, &p.client_id)
+        .await;
     p
 }

@@ -9,22 +9,32 @@ use crate::harness::{Gateway, Page, ready_page, tool};
 
 /// Proves the socket still works: a new manifest from it becomes the conversation's state.
 async fn still_works(gw: &Gateway, page: &mut Page, rev: u64) {
-    page.manifest(rev, json!([tool("todo.add", json!({}))])).await;
+    page.manifest(rev, json!([tool("todo.add", json!({}))]))
+        .await;
     let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
     loop {
         let s = gw.acme().get("/users/u1/conversations/c1").await;
         if s.body["rev"] == rev {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "socket stopped working: {}", s.body);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "socket stopped working: {}",
+            s.body
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
 fn padded_result(client_id: &str, total: usize) -> String {
-    let head = format!(r#"{{"protocol":1,"type":"result","clientId":"{client_id}","id":"x","result":{{"status":"ok","data":""#);
+    let head = format!(
+        r#"{{"protocol":1,"type":"result","clientId":"{client_id}","id":"x","result":{{"status":"ok","data":""#
+    );
     let tail = r#""}}"#;
-    format!("{head}{}{tail}", "x".repeat(total - head.len() - tail.len()))
+    format!(
+        "{head}{}{tail}",
+        "x".repeat(total - head.len() - tail.len())
+    )
 }
 
 #[tokio::test]
@@ -34,24 +44,43 @@ async fn bad_frames_are_dropped_counted_and_the_socket_lives_on() {
     let cid = page.client_id.clone();
 
     page.send_raw(padded_result(&cid, 1_048_577)).await;
-    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"too_large\"}", 1.0).await;
+    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"too_large\"}", 1.0)
+        .await;
     still_works(&gw, &mut page, 2).await;
 
-    let deep = format!(r#"{{"protocol":1,"type":"result","clientId":"{cid}","id":"x","result":{{"status":"ok","data":{}{}}}}}"#, "[".repeat(63), "]".repeat(63));
+    let deep = format!(
+        r#"{{"protocol":1,"type":"result","clientId":"{cid}","id":"x","result":{{"status":"ok","data":{}{}}}}}"#,
+        "[".repeat(63),
+        "]".repeat(63)
+    );
     page.send_raw(deep).await;
-    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"too_deep\"}", 1.0).await;
+    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"too_deep\"}", 1.0)
+        .await;
     still_works(&gw, &mut page, 3).await;
 
     page.send_raw("this is not json".into()).await;
-    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"malformed\"}", 1.0).await;
+    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"malformed\"}", 1.0)
+        .await;
     page.send_binary(b"{\"protocol\":1}".to_vec()).await;
-    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"binary\"}", 1.0).await;
+    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"binary\"}", 1.0)
+        .await;
     page.send(json!({"protocol": 1, "type": "call", "clientId": cid, "id": "i", "tool": "todo.add", "input": {}})).await;
-    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"wrong_direction\"}", 1.0).await;
-    page.send(json!({"protocol": 2, "type": "changed", "clientId": cid, "rev": 1})).await;
-    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"unsupported_protocol\"}", 1.0).await;
-    page.send(json!({"protocol": 1, "type": "changed", "clientId": cid, "rev": 1, "extra": true})).await;
-    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"invalid\"}", 1.0).await;
+    gw.wait_metric(
+        "toolmark_inbound_rejected_total{reason=\"wrong_direction\"}",
+        1.0,
+    )
+    .await;
+    page.send(json!({"protocol": 2, "type": "changed", "clientId": cid, "rev": 1}))
+        .await;
+    gw.wait_metric(
+        "toolmark_inbound_rejected_total{reason=\"unsupported_protocol\"}",
+        1.0,
+    )
+    .await;
+    page.send(json!({"protocol": 1, "type": "changed", "clientId": cid, "rev": 1, "extra": true}))
+        .await;
+    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"invalid\"}", 1.0)
+        .await;
     still_works(&gw, &mut page, 4).await;
     // Nothing was ever answered.
     assert_eq!(page.try_recv(Duration::from_millis(200)).await, None);
@@ -64,8 +93,16 @@ async fn exactly_one_mebibyte_is_accepted() {
     let frame = padded_result(&page.client_id, 1_048_576);
     page.send_raw(frame).await;
     // Valid and within limits: it reaches the broker and is rejected there as an unknown id.
-    gw.wait_metric("toolmark_results_rejected_total{reason=\"unknown_id\"}", 1.0).await;
-    assert_eq!(gw.metric("toolmark_inbound_rejected_total{reason=\"too_large\"}").await, 0.0);
+    gw.wait_metric(
+        "toolmark_results_rejected_total{reason=\"unknown_id\"}",
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        gw.metric("toolmark_inbound_rejected_total{reason=\"too_large\"}")
+            .await,
+        0.0
+    );
 }
 
 #[tokio::test]
@@ -92,10 +129,16 @@ async fn frames_with_another_clientid_are_dropped_and_claiming_a_live_page_close
     let mut p1 = ready_page(&gw, "acme", "u1", "c1", json!([])).await;
     let mut p2 = ready_page(&gw, "acme", "u1", "c1", json!([])).await;
     // p1 speaks as an unknown clientId: dropped.
-    p1.send(json!({"protocol": 1, "type": "changed", "clientId": "someone-else", "rev": 9})).await;
-    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"client_mismatch\"}", 1.0).await;
+    p1.send(json!({"protocol": 1, "type": "changed", "clientId": "someone-else", "rev": 9}))
+        .await;
+    gw.wait_metric(
+        "toolmark_inbound_rejected_total{reason=\"client_mismatch\"}",
+        1.0,
+    )
+    .await;
     // p1 speaks as p2, which is connected: policy close.
-    let forged = json!({"protocol": 1, "type": "manifest", "clientId": p2.client_id, "rev": 9, "tools": []});
+    let forged =
+        json!({"protocol": 1, "type": "manifest", "clientId": p2.client_id, "rev": 9, "tools": []});
     p1.send(forged).await;
     assert_eq!(p1.closed().await, 1008);
     // p2 is unaffected.
@@ -113,9 +156,18 @@ async fn the_per_socket_message_rate_drops_the_excess() {
     let mut page = gw.page("acme", "u1", "c1").await;
     let cid = page.client_id.clone();
     for rev in 0..15 {
-        page.send(json!({"protocol": 1, "type": "changed", "clientId": cid, "rev": rev})).await;
+        page.send(json!({"protocol": 1, "type": "changed", "clientId": cid, "rev": rev}))
+            .await;
     }
     // Burst is twice the rate: 10 pass, 5 are dropped.
-    gw.wait_metric("toolmark_inbound_rejected_total{reason=\"rate_limited\"}", 4.0).await;
-    assert!(gw.metric("toolmark_inbound_rejected_total{reason=\"rate_limited\"}").await <= 6.0);
+    gw.wait_metric(
+        "toolmark_inbound_rejected_total{reason=\"rate_limited\"}",
+        4.0,
+    )
+    .await;
+    assert!(
+        gw.metric("toolmark_inbound_rejected_total{reason=\"rate_limited\"}")
+            .await
+            <= 6.0
+    );
 }

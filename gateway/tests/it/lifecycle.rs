@@ -12,20 +12,48 @@ async fn a_reload_takes_over_new_calls_and_the_old_page_can_still_answer() {
     let gw = Gateway::start().await;
     let tools = json!([tool("todo.add", json!({}))]);
     let mut old = ready_page(&gw, "acme", "u1", "c1", tools.clone()).await;
-    let first = gw.acme().call_later("u1", "c1", json!({"tool": "todo.add", "input": {"n": 1}}));
+    let first = gw
+        .acme()
+        .call_later("u1", "c1", json!({"tool": "todo.add", "input": {"n": 1}}));
     let first_frame = old.recv().await;
     // Full reload: a new page load with a new clientId publishes its manifest.
     let mut new = ready_page(&gw, "acme", "u1", "c1", tools).await;
-    let second = gw.acme().call_later("u1", "c1", json!({"tool": "todo.add", "input": {"n": 2}}));
+    let second = gw
+        .acme()
+        .call_later("u1", "c1", json!({"tool": "todo.add", "input": {"n": 2}}));
     let second_frame = new.recv().await;
     assert_eq!(second_frame["clientId"], new.client_id.as_str());
-    assert_eq!(old.try_recv(Duration::from_millis(200)).await, None, "the old page got the new call");
+    assert_eq!(
+        old.try_recv(Duration::from_millis(200)).await,
+        None,
+        "the old page got the new call"
+    );
     // The old page answers its own call before the deadline: accepted.
-    old.answer(first_frame["id"].as_str().unwrap(), json!({"status": "ok", "data": "old"})).await;
-    new.answer(second_frame["id"].as_str().unwrap(), json!({"status": "ok", "data": "new"})).await;
+    old.answer(
+        first_frame["id"].as_str().unwrap(),
+        json!({"status": "ok", "data": "old"}),
+    )
+    .await;
+    new.answer(
+        second_frame["id"].as_str().unwrap(),
+        json!({"status": "ok", "data": "new"}),
+    )
+    .await;
     let (a, b) = (first.await.unwrap(), second.await.unwrap());
-    assert_eq!((a.body["clientId"].as_str(), a.body["outcome"]["data"].as_str()), (Some(old.client_id.as_str()), Some("old")));
-    assert_eq!((b.body["clientId"].as_str(), b.body["outcome"]["data"].as_str()), (Some(new.client_id.as_str()), Some("new")));
+    assert_eq!(
+        (
+            a.body["clientId"].as_str(),
+            a.body["outcome"]["data"].as_str()
+        ),
+        (Some(old.client_id.as_str()), Some("old"))
+    );
+    assert_eq!(
+        (
+            b.body["clientId"].as_str(),
+            b.body["outcome"]["data"].as_str()
+        ),
+        (Some(new.client_id.as_str()), Some("new"))
+    );
     let state = gw.acme().get("/users/u1/conversations/c1").await;
     assert_eq!(state.body["pages"].as_array().unwrap().len(), 2);
 }
@@ -43,31 +71,64 @@ async fn a_reconnected_page_receives_calls_before_it_speaks() {
     let pending = loop {
         let s = gw.acme().get("/users/u1/conversations/c1").await;
         if s.body["pages"].as_array().is_some_and(Vec::is_empty) {
-            break gw.acme().call_later("u1", "c1", json!({"tool": "t", "input": {}}));
+            break gw
+                .acme()
+                .call_later("u1", "c1", json!({"tool": "t", "input": {}}));
         }
         assert!(tokio::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let frame = again.recv().await;
     assert_eq!(frame["clientId"], client_id.as_str());
-    again.answer(frame["id"].as_str().unwrap(), json!({"status": "ok"})).await;
+    again
+        .answer(frame["id"].as_str().unwrap(), json!({"status": "ok"}))
+        .await;
     assert_eq!(pending.await.unwrap().body["outcome"]["status"], "ok");
 }
 
 #[tokio::test]
 async fn connection_limits_close_with_4429() {
-    let gw = Gateway::start_with("[tenants.limits]\nmax_pages_per_conversation = 2\nmax_connections = 3").await;
+    let gw = Gateway::start_with(
+        "[tenants.limits]\nmax_pages_per_conversation = 2\nmax_connections = 3",
+    )
+    .await;
     let token = |conv: &str| hs256(ACME_SECRET, &claims("acme", "u1", conv));
-    let _a = gw.connect("acme", &token("c1"), Some(ACME_ORIGIN)).await.unwrap();
-    let b = gw.connect("acme", &token("c1"), Some(ACME_ORIGIN)).await.unwrap();
-    assert_eq!(gw.connect("acme", &token("c1"), Some(ACME_ORIGIN)).await.err(), Some(4429));
-    let _c = gw.connect("acme", &token("c2"), Some(ACME_ORIGIN)).await.unwrap();
-    assert_eq!(gw.connect("acme", &token("c3"), Some(ACME_ORIGIN)).await.err(), Some(4429));
+    let _a = gw
+        .connect("acme", &token("c1"), Some(ACME_ORIGIN))
+        .await
+        .unwrap();
+    let b = gw
+        .connect("acme", &token("c1"), Some(ACME_ORIGIN))
+        .await
+        .unwrap();
+    assert_eq!(
+        gw.connect("acme", &token("c1"), Some(ACME_ORIGIN))
+            .await
+            .err(),
+        Some(4429)
+    );
+    let _c = gw
+        .connect("acme", &token("c2"), Some(ACME_ORIGIN))
+        .await
+        .unwrap();
+    assert_eq!(
+        gw.connect("acme", &token("c3"), Some(ACME_ORIGIN))
+            .await
+            .err(),
+        Some(4429)
+    );
     // A closed socket frees its place.
     drop(b);
     let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
-    while gw.connect("acme", &token("c3"), Some(ACME_ORIGIN)).await.is_err() {
-        assert!(tokio::time::Instant::now() < deadline, "the closed socket was never released");
+    while gw
+        .connect("acme", &token("c3"), Some(ACME_ORIGIN))
+        .await
+        .is_err()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the closed socket was never released"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -80,27 +141,57 @@ async fn a_page_that_leaves_emits_page_disconnected() {
     let client_id = page.client_id.clone();
     drop(page);
     let ev = events.next_of("page.disconnected").await;
-    assert_eq!(ev.data["data"], json!({"user": "u1", "conversation": "c1", "clientId": client_id}));
+    assert_eq!(
+        ev.data["data"],
+        json!({"user": "u1", "conversation": "c1", "clientId": client_id})
+    );
 }
 
 #[tokio::test]
 async fn ops_endpoints_answer() {
     let gw = Gateway::start().await;
-    assert_eq!(gw.http.get(gw.url("/healthz")).send().await.unwrap().status(), 200);
-    assert_eq!(gw.http.get(gw.url("/readyz")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        gw.http
+            .get(gw.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        gw.http
+            .get(gw.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     let _page = ready_page(&gw, "acme", "u1", "c1", json!([])).await;
     let text = gw.metrics().await;
-    for name in ["toolmark_page_connections 1", "toolmark_calls_total", "toolmark_call_duration_seconds_bucket", "toolmark_results_rejected_total{reason=\"late\"} 0", "toolmark_inbound_rejected_total{reason=\"too_large\"} 0"] {
+    for name in [
+        "toolmark_page_connections 1",
+        "toolmark_calls_total",
+        "toolmark_call_duration_seconds_bucket",
+        "toolmark_results_rejected_total{reason=\"late\"} 0",
+        "toolmark_inbound_rejected_total{reason=\"too_large\"} 0",
+    ] {
         assert!(text.contains(name), "{name} missing from\n{text}");
     }
 }
 
 #[tokio::test]
 async fn sigterm_drains_pages_with_1001_and_refuses_new_calls_with_503() {
-    let config = crate::harness::config_toml("").replace("drain_timeout_ms = 2000", "drain_timeout_ms = 8000");
+    let config = crate::harness::config_toml("")
+        .replace("drain_timeout_ms = 2000", "drain_timeout_ms = 8000");
     let mut gw = Gateway::start_config(&config, None).await;
     let mut page = ready_page(&gw, "acme", "u1", "c1", json!([tool("t", json!({}))])).await;
-    let pending = gw.acme().call_later("u1", "c1", json!({"tool": "t", "input": {}, "timeoutMs": 3000}));
+    let pending = gw.acme().call_later(
+        "u1",
+        "c1",
+        json!({"tool": "t", "input": {}, "timeoutMs": 3000}),
+    );
     let _frame = page.recv().await;
     gw.stop();
     // While the call is in flight (3 s), the node answers but is not ready and takes no calls.
@@ -110,14 +201,26 @@ async fn sigterm_drains_pages_with_1001_and_refuses_new_calls_with_503() {
         if ready.status() == 503 {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "readyz never turned 503");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "readyz never turned 503"
+        );
     }
-    let refused = gw.acme().post("/users/u1/conversations/c1/calls", json!({"tool": "t"})).await;
-    assert_eq!((refused.status, refused.body["code"].as_str()), (503, Some("unavailable")));
+    let refused = gw
+        .acme()
+        .post("/users/u1/conversations/c1/calls", json!({"tool": "t"}))
+        .await;
+    assert_eq!(
+        (refused.status, refused.body["code"].as_str()),
+        (503, Some("unavailable"))
+    );
     assert!(refused.headers.contains_key("retry-after"));
     assert_eq!(page.closed().await, 1001);
     // The in-flight call finishes (here by its deadline) before the process stops.
     assert_eq!(pending.await.unwrap().body["outcome"]["status"], "timeout");
     let task = gw.task.take().unwrap();
-    tokio::time::timeout(Duration::from_secs(8), task).await.expect("the gateway exits after the drain").unwrap();
+    tokio::time::timeout(Duration::from_secs(8), task)
+        .await
+        .expect("the gateway exits after the drain")
+        .unwrap();
 }

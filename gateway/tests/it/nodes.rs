@@ -6,11 +6,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::harness::{ACME_KEY, ACME_ORIGIN, ACME_SECRET, GLOBEX_KEY, Gateway, WAIT, claims, config_with, connect_at, fresh_prefix, hs256, page_at, redis_broker, tool};
+use crate::harness::{
+    ACME_KEY, ACME_ORIGIN, ACME_SECRET, GLOBEX_KEY, Gateway, WAIT, claims, config_with, connect_at,
+    fresh_prefix, hs256, page_at, redis_broker, tool,
+};
 use crate::redis_support::RedisProc;
 
 fn tools() -> serde_json::Value {
-    json!([tool("todo.add", json!({})), tool("signup.submit", json!({"consequential": true}))])
+    json!([
+        tool("todo.add", json!({})),
+        tool("signup.submit", json!({"consequential": true}))
+    ])
 }
 
 #[tokio::test]
@@ -22,30 +28,70 @@ async fn calls_describes_and_cancels_cross_nodes() {
     n2.acme().wait_current("u1", "c1", &page.client_id).await;
 
     // A call made on node 2 reaches the page on node 1.
-    let pending = n2.acme().call_later("u1", "c1", json!({"tool": "todo.add", "input": {"x": 1}}));
+    let pending = n2
+        .acme()
+        .call_later("u1", "c1", json!({"tool": "todo.add", "input": {"x": 1}}));
     let frame = page.recv().await;
-    page.answer(frame["id"].as_str().unwrap(), json!({"status": "ok", "data": "from node 1"})).await;
+    page.answer(
+        frame["id"].as_str().unwrap(),
+        json!({"status": "ok", "data": "from node 1"}),
+    )
+    .await;
     let a = pending.await.unwrap();
-    assert_eq!((a.status, a.body["outcome"]["data"].as_str()), (200, Some("from node 1")), "{}", a.body);
+    assert_eq!(
+        (a.status, a.body["outcome"]["data"].as_str()),
+        (200, Some("from node 1")),
+        "{}",
+        a.body
+    );
 
     // A describe made on node 3.
     let acme3 = n3.acme();
-    let describe = tokio::spawn(async move { acme3.post("/users/u1/conversations/c1/describe", json!({"tool": "todo.add"})).await });
+    let describe = tokio::spawn(async move {
+        acme3
+            .post(
+                "/users/u1/conversations/c1/describe",
+                json!({"tool": "todo.add"}),
+            )
+            .await
+    });
     let frame = page.recv().await;
     assert_eq!(frame["type"], "describe");
-    page.answer(frame["id"].as_str().unwrap(), json!({"status": "ok", "data": {"inputSchema": {}}})).await;
+    page.answer(
+        frame["id"].as_str().unwrap(),
+        json!({"status": "ok", "data": {"inputSchema": {}}}),
+    )
+    .await;
     assert_eq!(describe.await.unwrap().body["outcome"]["status"], "ok");
 
     // A cancel made on node 1 for a call made on node 2.
-    let pending = n2.acme().call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
+    let pending = n2
+        .acme()
+        .call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
     let frame = page.recv().await;
     let id = frame["id"].as_str().unwrap().to_owned();
-    assert_eq!(n1.acme().post(&format!("/calls/{id}/cancel"), json!({})).await.status, 202);
-    assert_eq!(page.recv().await, json!({"protocol": 1, "type": "cancel", "clientId": page.client_id, "id": id}));
-    page.answer(&id, json!({"status": "cancelled", "by": "signal"})).await;
-    assert_eq!(pending.await.unwrap().body["outcome"], json!({"status": "cancelled", "by": "signal"}));
+    assert_eq!(
+        n1.acme()
+            .post(&format!("/calls/{id}/cancel"), json!({}))
+            .await
+            .status,
+        202
+    );
+    assert_eq!(
+        page.recv().await,
+        json!({"protocol": 1, "type": "cancel", "clientId": page.client_id, "id": id})
+    );
+    page.answer(&id, json!({"status": "cancelled", "by": "signal"}))
+        .await;
+    assert_eq!(
+        pending.await.unwrap().body["outcome"],
+        json!({"status": "cancelled", "by": "signal"})
+    );
     // Any node reads any call.
-    assert_eq!(n3.acme().get(&format!("/calls/{id}")).await.body["state"], "answered");
+    assert_eq!(
+        n3.acme().get(&format!("/calls/{id}")).await.body["state"],
+        "answered"
+    );
 }
 
 #[tokio::test]
@@ -53,21 +99,42 @@ async fn a_page_moving_to_another_node_between_call_and_answer_is_accepted() {
     let nodes = Gateway::start_nodes(3, "").await;
     let mut page = nodes[0].page("acme", "u1", "c1").await;
     page.manifest(1, tools()).await;
-    nodes[1].acme().wait_current("u1", "c1", &page.client_id).await;
-    let pending = nodes[1].acme().call_later("u1", "c1", json!({"tool": "todo.add", "input": {}, "timeoutMs": 10000}));
+    nodes[1]
+        .acme()
+        .wait_current("u1", "c1", &page.client_id)
+        .await;
+    let pending = nodes[1].acme().call_later(
+        "u1",
+        "c1",
+        json!({"tool": "todo.add", "input": {}, "timeoutMs": 10000}),
+    );
     let frame = page.recv().await;
     let client_id = page.client_id.clone();
     drop(page);
     // The same page load reconnects to node 3 and answers there.
     let mut moved = page_at(nodes[2].addr, "acme", "u1", "c1").await;
     moved.client_id = client_id;
-    moved.answer(frame["id"].as_str().unwrap(), json!({"status": "ok", "data": "moved"})).await;
+    moved
+        .answer(
+            frame["id"].as_str().unwrap(),
+            json!({"status": "ok", "data": "moved"}),
+        )
+        .await;
     let a = pending.await.unwrap();
-    assert_eq!(a.body["outcome"], json!({"status": "ok", "data": "moved"}), "{}", a.body);
+    assert_eq!(
+        a.body["outcome"],
+        json!({"status": "ok", "data": "moved"}),
+        "{}",
+        a.body
+    );
     // And it keeps receiving calls there, before it ever speaks first.
-    let pending = nodes[0].acme().call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
+    let pending = nodes[0]
+        .acme()
+        .call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
     let frame = moved.recv().await;
-    moved.answer(frame["id"].as_str().unwrap(), json!({"status": "ok"})).await;
+    moved
+        .answer(frame["id"].as_str().unwrap(), json!({"status": "ok"}))
+        .await;
     assert_eq!(pending.await.unwrap().status, 200);
 }
 
@@ -78,7 +145,11 @@ async fn attackers_on_another_node_are_rejected() {
     let mut page = n1.page("acme", "u1", "c1").await;
     page.manifest(1, tools()).await;
     n2.acme().wait_current("u1", "c1", &page.client_id).await;
-    let pending = n1.acme().call_later("u1", "c1", json!({"tool": "signup.submit", "input": {}, "timeoutMs": 10000}));
+    let pending = n1.acme().call_later(
+        "u1",
+        "c1",
+        json!({"tool": "signup.submit", "input": {}, "timeoutMs": 10000}),
+    );
     let frame = page.recv().await;
     let id = frame["id"].as_str().unwrap().to_owned();
     let forged = json!({"status": "ok", "data": "forged"});
@@ -90,29 +161,50 @@ async fn attackers_on_another_node_are_rejected() {
     let mut other_tenant = n2.page("globex", "u1", "c1").await;
     other_tenant.client_id.clone_from(&page.client_id);
     other_tenant.answer(&id, forged.clone()).await;
-    n2.wait_metric("toolmark_results_rejected_total{reason=\"mismatch\"}", 3.0).await;
-    other_page.answer(&uuid::Uuid::new_v4().to_string(), forged.clone()).await;
-    n2.wait_metric("toolmark_results_rejected_total{reason=\"unknown_id\"}", 1.0).await;
+    n2.wait_metric("toolmark_results_rejected_total{reason=\"mismatch\"}", 3.0)
+        .await;
+    other_page
+        .answer(&uuid::Uuid::new_v4().to_string(), forged.clone())
+        .await;
+    n2.wait_metric(
+        "toolmark_results_rejected_total{reason=\"unknown_id\"}",
+        1.0,
+    )
+    .await;
 
     let confirm_id = uuid::Uuid::new_v4().to_string();
-    page.answer(&id, json!({"status": "needs_confirmation", "confirmId": confirm_id, "summary": "s"})).await;
-    assert_eq!(pending.await.unwrap().body["outcome"]["status"], "needs_confirmation");
+    page.answer(
+        &id,
+        json!({"status": "needs_confirmation", "confirmId": confirm_id, "summary": "s"}),
+    )
+    .await;
+    assert_eq!(
+        pending.await.unwrap().body["outcome"]["status"],
+        "needs_confirmation"
+    );
     // A duplicate of the real answer, sent from node 2 by the same page load reconnected there.
     let mut same_page_elsewhere = n2.page("acme", "u1", "c1").await;
     same_page_elsewhere.client_id.clone_from(&page.client_id);
     same_page_elsewhere.answer(&id, forged).await;
-    n2.wait_metric("toolmark_results_rejected_total{reason=\"duplicate\"}", 1.0).await;
+    n2.wait_metric("toolmark_results_rejected_total{reason=\"duplicate\"}", 1.0)
+        .await;
     // The confirmation, from another page on node 2, then from its own page: once.
     let confirmed = |client: &str| json!({"protocol": 1, "type": "confirmed", "clientId": client, "confirmId": confirm_id, "result": {"status": "ok"}});
-    other_page.send(confirmed(&other_page.client_id.clone())).await;
-    n2.wait_metric("toolmark_results_rejected_total{reason=\"mismatch\"}", 4.0).await;
+    other_page
+        .send(confirmed(&other_page.client_id.clone()))
+        .await;
+    n2.wait_metric("toolmark_results_rejected_total{reason=\"mismatch\"}", 4.0)
+        .await;
     let mut events = n2.acme().events("", None).await;
     page.send(confirmed(&page.client_id.clone())).await;
     let ev = events.next_of("confirmation.resolved").await;
     assert_eq!(ev.data["data"]["callId"], id.as_str());
     assert_eq!(ev.data["data"]["tool"], "signup.submit");
-    same_page_elsewhere.send(confirmed(&page.client_id.clone())).await;
-    n2.wait_metric("toolmark_results_rejected_total{reason=\"duplicate\"}", 2.0).await;
+    same_page_elsewhere
+        .send(confirmed(&page.client_id.clone()))
+        .await;
+    n2.wait_metric("toolmark_results_rejected_total{reason=\"duplicate\"}", 2.0)
+        .await;
 }
 
 #[tokio::test]
@@ -121,17 +213,46 @@ async fn tenants_are_apart_across_nodes() {
     let mut globex_events = nodes[2].agent("globex", GLOBEX_KEY).events("", None).await;
     let mut page = nodes[0].page("acme", "u1", "c1").await;
     page.manifest(1, tools()).await;
-    nodes[1].acme().wait_current("u1", "c1", &page.client_id).await;
+    nodes[1]
+        .acme()
+        .wait_current("u1", "c1", &page.client_id)
+        .await;
     let globex = nodes[1].agent("globex", GLOBEX_KEY);
-    assert_eq!(globex.get("/users/u1/conversations/c1").await.body["clientId"], serde_json::Value::Null);
-    assert_eq!(globex.post("/users/u1/conversations/c1/calls", json!({"tool": "todo.add"})).await.status, 409);
-    let pending = nodes[1].acme().call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
+    assert_eq!(
+        globex.get("/users/u1/conversations/c1").await.body["clientId"],
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        globex
+            .post(
+                "/users/u1/conversations/c1/calls",
+                json!({"tool": "todo.add"})
+            )
+            .await
+            .status,
+        409
+    );
+    let pending = nodes[1]
+        .acme()
+        .call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
     let frame = page.recv().await;
     let id = frame["id"].as_str().unwrap().to_owned();
     page.answer(&id, json!({"status": "ok"})).await;
     assert_eq!(pending.await.unwrap().status, 200);
-    assert_eq!(nodes[2].agent("globex", GLOBEX_KEY).get(&format!("/calls/{id}")).await.status, 404);
-    assert!(globex_events.next_within(Duration::from_millis(300)).await.is_none());
+    assert_eq!(
+        nodes[2]
+            .agent("globex", GLOBEX_KEY)
+            .get(&format!("/calls/{id}"))
+            .await
+            .status,
+        404
+    );
+    assert!(
+        globex_events
+            .next_within(Duration::from_millis(300))
+            .await
+            .is_none()
+    );
 }
 
 #[tokio::test]
@@ -143,37 +264,73 @@ async fn events_are_read_from_any_node_and_resume_there() {
     let first = live.next_of("page.manifest").await;
     page.manifest(2, tools()).await;
     let second = live.next_of("page.manifest").await;
-    let mut resumed = nodes[2].acme().events("?conversation=c1", Some(&first.id)).await;
+    let mut resumed = nodes[2]
+        .acme()
+        .events("?conversation=c1", Some(&first.id))
+        .await;
     let got = resumed.next_within(WAIT).await.unwrap();
-    assert_eq!((got.id, got.data["data"]["rev"].clone()), (second.id, json!(2)));
+    assert_eq!(
+        (got.id, got.data["data"]["rev"].clone()),
+        (second.id, json!(2))
+    );
 }
 
 #[tokio::test]
 async fn the_tenant_call_rate_and_connection_count_hold_across_nodes() {
-    let nodes = Gateway::start_nodes(2, "[tenants.limits]\ncalls_per_second = 5\nmax_connections = 4").await;
+    let nodes = Gateway::start_nodes(
+        2,
+        "[tenants.limits]\ncalls_per_second = 5\nmax_connections = 4",
+    )
+    .await;
     // Burst 10, shared: alternate nodes; at most 10 (+1 for time passing) pass the limit.
     let mut passed = 0;
     for i in 0..20 {
-        let a = nodes[i % 2].acme().post("/users/u1/conversations/c1/calls", json!({"tool": "t"})).await;
+        let a = nodes[i % 2]
+            .acme()
+            .post("/users/u1/conversations/c1/calls", json!({"tool": "t"}))
+            .await;
         match a.status {
             409 => passed += 1,
             429 => {}
             other => panic!("unexpected {other}: {}", a.body),
         }
     }
-    assert!((10..=11).contains(&passed), "{passed} calls passed a shared burst of 10");
+    assert!(
+        (10..=11).contains(&passed),
+        "{passed} calls passed a shared burst of 10"
+    );
 
     let token = hs256(ACME_SECRET, &claims("acme", "u1", "c9"));
     let mut held = Vec::new();
     for n in [0, 0, 1, 1] {
-        held.push(connect_at(nodes[n].addr, "acme", &token, Some(ACME_ORIGIN)).await.expect("within the limit"));
+        held.push(
+            connect_at(nodes[n].addr, "acme", &token, Some(ACME_ORIGIN))
+                .await
+                .expect("within the limit"),
+        );
     }
-    assert_eq!(connect_at(nodes[0].addr, "acme", &token, Some(ACME_ORIGIN)).await.err(), Some(4429));
-    assert_eq!(connect_at(nodes[1].addr, "acme", &token, Some(ACME_ORIGIN)).await.err(), Some(4429));
+    assert_eq!(
+        connect_at(nodes[0].addr, "acme", &token, Some(ACME_ORIGIN))
+            .await
+            .err(),
+        Some(4429)
+    );
+    assert_eq!(
+        connect_at(nodes[1].addr, "acme", &token, Some(ACME_ORIGIN))
+            .await
+            .err(),
+        Some(4429)
+    );
     drop(held.pop());
     let deadline = Instant::now() + WAIT;
-    while connect_at(nodes[0].addr, "acme", &token, Some(ACME_ORIGIN)).await.is_err() {
-        assert!(Instant::now() < deadline, "a released socket was never counted down");
+    while connect_at(nodes[0].addr, "acme", &token, Some(ACME_ORIGIN))
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "a released socket was never counted down"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -191,30 +348,73 @@ async fn a_redis_restart_loses_nothing_pages_stay_and_calls_resume_within_5_seco
     redis.kill();
     // While Redis is away the API answers 503 with Retry-After, quickly.
     let started = Instant::now();
-    let down = n2.acme().post("/users/u1/conversations/c1/calls", json!({"tool": "todo.add"})).await;
-    assert_eq!((down.status, down.body["code"].as_str()), (503, Some("unavailable")), "{}", down.body);
+    let down = n2
+        .acme()
+        .post(
+            "/users/u1/conversations/c1/calls",
+            json!({"tool": "todo.add"}),
+        )
+        .await;
+    assert_eq!(
+        (down.status, down.body["code"].as_str()),
+        (503, Some("unavailable")),
+        "{}",
+        down.body
+    );
     assert!(down.headers.contains_key("retry-after"));
-    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
-    assert_eq!(n2.http.get(n2.url("/readyz")).send().await.unwrap().status(), 503);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        n2.http
+            .get(n2.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
 
     redis.restart();
     let back = Instant::now();
     // Calls work again without the page reconnecting: the same socket answers.
     loop {
         let acme = n2.acme();
-        let pending = tokio::spawn(async move { acme.post("/users/u1/conversations/c1/calls", json!({"tool": "todo.add", "input": {}, "timeoutMs": 1000})).await });
+        let pending = tokio::spawn(async move {
+            acme.post(
+                "/users/u1/conversations/c1/calls",
+                json!({"tool": "todo.add", "input": {}, "timeoutMs": 1000}),
+            )
+            .await
+        });
         if let Some(frame) = page.try_recv(Duration::from_millis(500)).await {
-            page.answer(frame["id"].as_str().unwrap(), json!({"status": "ok", "data": "after restart"})).await;
+            page.answer(
+                frame["id"].as_str().unwrap(),
+                json!({"status": "ok", "data": "after restart"}),
+            )
+            .await;
             let a = pending.await.unwrap();
             assert_eq!(a.body["outcome"]["data"], "after restart", "{}", a.body);
             break;
         }
         let _ = pending.await;
-        assert!(back.elapsed() < Duration::from_secs(5), "calls did not resume within 5 s of Redis' return");
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "calls did not resume within 5 s of Redis' return"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(back.elapsed() < Duration::from_secs(5), "took {:?}", back.elapsed());
-    assert_eq!(n1.metric("toolmark_page_closes_total{code=\"1001\"}").await, 0.0);
+    assert!(
+        back.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        back.elapsed()
+    );
+    assert_eq!(
+        n1.metric("toolmark_page_closes_total{code=\"1001\"}").await,
+        0.0
+    );
 }
 
 /// A gateway node as a separate process, so that it can be killed with SIGKILL.
@@ -227,15 +427,30 @@ impl NodeProc {
     fn start(config: &std::path::Path, id: &str) -> NodeProc {
         use std::io::BufRead;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolmark-gateway"))
-            .args(["--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0", "--node-id", id])
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+                "--node-id",
+                id,
+            ])
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
         let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let addr = line.trim().rsplit("http://").next().unwrap().parse().unwrap_or_else(|_| panic!("{line}"));
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .rsplit("http://")
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap_or_else(|_| panic!("{line}"));
         NodeProc { child, addr }
     }
 }
@@ -251,11 +466,20 @@ impl Drop for NodeProc {
 async fn sigkill_of_a_node_with_100_pages_moves_them_and_orphaned_calls_time_out() {
     let redis = crate::redis_support::shared_url();
     let config = std::env::temp_dir().join(format!("toolmark-nodes-{}.toml", uuid::Uuid::new_v4()));
-    std::fs::write(&config, config_with(&redis_broker(&redis, &fresh_prefix()), "")).unwrap();
+    std::fs::write(
+        &config,
+        config_with(&redis_broker(&redis, &fresh_prefix()), ""),
+    )
+    .unwrap();
     let mut victim = NodeProc::start(&config, "victim");
-    let survivors = [NodeProc::start(&config, "survivor-1"), NodeProc::start(&config, "survivor-2")];
+    let survivors = [
+        NodeProc::start(&config, "survivor-1"),
+        NodeProc::start(&config, "survivor-2"),
+    ];
     let http = reqwest::Client::new();
-    let agent = |addr: std::net::SocketAddr| crate::harness::Agent::new(&format!("http://{addr}"), "acme", ACME_KEY, http.clone());
+    let agent = |addr: std::net::SocketAddr| {
+        crate::harness::Agent::new(&format!("http://{addr}"), "acme", ACME_KEY, http.clone())
+    };
 
     let mut pages = Vec::new();
     for i in 0..100 {
@@ -263,14 +487,22 @@ async fn sigkill_of_a_node_with_100_pages_moves_them_and_orphaned_calls_time_out
         p.manifest(1, tools()).await;
         pages.push(p);
     }
-    agent(survivors[0].addr).wait_current("u99", "c1", &pages[99].client_id).await;
+    agent(survivors[0].addr)
+        .wait_current("u99", "c1", &pages[99].client_id)
+        .await;
     // An agent request waiting on the victim when it dies.
-    let orphan = agent(victim.addr).call_later("u0", "c1", json!({"tool": "todo.add", "input": {}, "timeoutMs": 1500}));
+    let orphan = agent(victim.addr).call_later(
+        "u0",
+        "c1",
+        json!({"tool": "todo.add", "input": {}, "timeoutMs": 1500}),
+    );
     let orphan_frame = pages[0].recv().await;
     let orphan_id = orphan_frame["id"].as_str().unwrap().to_owned();
     let mut events = agent(survivors[0].addr).events("?user=u0", None).await;
 
-    let _ = std::process::Command::new("kill").args(["-KILL", &victim.child.id().to_string()]).status();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &victim.child.id().to_string()])
+        .status();
     let _ = victim.child.wait();
     // Its agent request fails with the connection (the outcome is read below, from any node).
     let _ = orphan.await;
@@ -284,10 +516,20 @@ async fn sigkill_of_a_node_with_100_pages_moves_them_and_orphaned_calls_time_out
     // The orphaned call is timed out by contract: call.timeout is emitted, the record says so.
     let ev = events.next_of("call.timeout").await;
     assert_eq!(ev.data["data"]["id"], orphan_id.as_str());
-    assert_eq!(agent(survivors[1].addr).get(&format!("/calls/{orphan_id}")).await.body["state"], "timed_out");
+    assert_eq!(
+        agent(survivors[1].addr)
+            .get(&format!("/calls/{orphan_id}"))
+            .await
+            .body["state"],
+        "timed_out"
+    );
     // And calls flow again to every page.
     for (i, p) in pages.iter_mut().enumerate() {
-        let pending = agent(survivors[(i + 1) % 2].addr).call_later(&format!("u{i}"), "c1", json!({"tool": "todo.add", "input": {"i": i}}));
+        let pending = agent(survivors[(i + 1) % 2].addr).call_later(
+            &format!("u{i}"),
+            "c1",
+            json!({"tool": "todo.add", "input": {"i": i}}),
+        );
         // Page 0 may first see the cancel of its orphaned call.
         let frame = loop {
             let f = p.recv().await;
@@ -295,7 +537,11 @@ async fn sigkill_of_a_node_with_100_pages_moves_them_and_orphaned_calls_time_out
                 break f;
             }
         };
-        p.answer(frame["id"].as_str().unwrap(), json!({"status": "ok", "data": i})).await;
+        p.answer(
+            frame["id"].as_str().unwrap(),
+            json!({"status": "ok", "data": i}),
+        )
+        .await;
         let a = pending.await.unwrap();
         assert_eq!(a.body["outcome"]["data"], i, "page {i}: {}", a.body);
     }

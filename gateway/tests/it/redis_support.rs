@@ -9,16 +9,30 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn require(binary: &str) {
-    let found = Command::new("sh").args(["-c", &format!("command -v {binary}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success());
-    assert!(found, "{binary} is not installed: run `make deps` or `apt-get install -y redis-server redis-tools`");
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {binary}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "{binary} is not installed: run `make deps` or `apt-get install -y redis-server redis-tools`"
+    );
 }
 
 fn ping(port: u16) -> bool {
-    Command::new("redis-cli").args(["-p", &port.to_string(), "ping"]).output().is_ok_and(|o| o.stdout.starts_with(b"PONG"))
+    Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "ping"])
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
 }
 
 /// One `redis-server` process.
@@ -36,7 +50,12 @@ impl RedisProc {
         require("redis-cli");
         let dir = std::env::temp_dir().join(format!("toolmark-redis-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut r = RedisProc { child: None, port: 0, dir, extra: extra.iter().map(|s| (*s).to_owned()).collect() };
+        let mut r = RedisProc {
+            child: None,
+            port: 0,
+            dir,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+        };
         for _ in 0..5 {
             r.port = free_port();
             if r.spawn() {
@@ -48,11 +67,23 @@ impl RedisProc {
 
     fn spawn(&mut self) -> bool {
         let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no", "--dir"])
-            .arg(&self.dir)
-            .args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        cmd.args([
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+            "--dir",
+        ])
+        .arg(&self.dir)
+        .args(&self.extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
         let child = cmd.spawn().expect("redis-server starts");
         let pid = child.id();
         // Watchdog: stop the server when the test process goes away.
@@ -93,12 +124,20 @@ impl RedisProc {
     /// Starts it again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();
-        assert!(self.spawn(), "redis-server did not restart on port {}", self.port);
+        assert!(
+            self.spawn(),
+            "redis-server did not restart on port {}",
+            self.port
+        );
     }
 
     /// Runs one redis-cli command against this server.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli").args(["-p", &self.port.to_string()]).args(args).output().unwrap();
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
@@ -117,18 +156,31 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisProc> = (0..6).map(|_| RedisProc::start(&["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"])).collect();
-        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let nodes: Vec<RedisProc> = (0..6)
+            .map(|_| {
+                RedisProc::start(&["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "1", "--cluster-yes"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let ok = nodes.iter().all(|n| n.cli(&["cluster", "info"]).contains("cluster_state:ok"));
+            let ok = nodes
+                .iter()
+                .all(|n| n.cli(&["cluster", "info"]).contains("cluster_state:ok"));
             if ok {
                 break;
             }
@@ -139,7 +191,11 @@ impl RedisCluster {
     }
 
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
         format!("redis-cluster://{}", hosts.join(","))
     }
 }

@@ -8,14 +8,26 @@ use serde_json::{Value, json};
 use crate::harness::{Gateway, ready_page, tool};
 
 fn todo() -> Value {
-    json!([tool("todo.add", json!({})), tool("signup.submit", json!({"consequential": true}))])
+    json!([
+        tool("todo.add", json!({})),
+        tool("signup.submit", json!({"consequential": true}))
+    ])
 }
 
 const OK_REAL: &str = "from the addressed page";
 
 /// Starts a call to `p1` and returns (the pending answer, the call frame the page got).
-async fn pending_call(gw: &Gateway, page: &mut crate::harness::Page, user: &str, conv: &str) -> (tokio::task::JoinHandle<crate::harness::Answer>, Value) {
-    let pending = gw.acme().call_later(user, conv, json!({"tool": "todo.add", "input": {"text": "milk"}, "timeoutMs": 5000}));
+async fn pending_call(
+    gw: &Gateway,
+    page: &mut crate::harness::Page,
+    user: &str,
+    conv: &str,
+) -> (tokio::task::JoinHandle<crate::harness::Answer>, Value) {
+    let pending = gw.acme().call_later(
+        user,
+        conv,
+        json!({"tool": "todo.add", "input": {"text": "milk"}, "timeoutMs": 5000}),
+    );
     let frame = page.recv().await;
     assert_eq!(frame["type"], "call");
     assert_eq!(frame["clientId"], page.client_id.as_str());
@@ -46,25 +58,36 @@ async fn results_from_other_pages_users_conversations_and_tenants_are_rejected()
     other_tenant.client_id.clone_from(&p1.client_id);
     other_tenant.answer(&id, forged.clone()).await;
 
-    gw.wait_metric("toolmark_results_rejected_total{reason=\"mismatch\"}", 4.0).await;
-    p1.answer(&id, json!({"status": "ok", "data": OK_REAL})).await;
+    gw.wait_metric("toolmark_results_rejected_total{reason=\"mismatch\"}", 4.0)
+        .await;
+    p1.answer(&id, json!({"status": "ok", "data": OK_REAL}))
+        .await;
     let answer = pending.await.unwrap();
     assert_eq!(answer.status, 200, "{}", answer.body);
-    assert_eq!(answer.body["outcome"], json!({"status": "ok", "data": OK_REAL}));
+    assert_eq!(
+        answer.body["outcome"],
+        json!({"status": "ok", "data": OK_REAL})
+    );
 }
 
 #[tokio::test]
 async fn unknown_and_duplicate_results_are_rejected() {
     let gw = Gateway::start().await;
     let mut p1 = ready_page(&gw, "acme", "u1", "c1", todo()).await;
-    p1.answer(&uuid::Uuid::new_v4().to_string(), json!({"status": "ok"})).await;
-    gw.wait_metric("toolmark_results_rejected_total{reason=\"unknown_id\"}", 1.0).await;
+    p1.answer(&uuid::Uuid::new_v4().to_string(), json!({"status": "ok"}))
+        .await;
+    gw.wait_metric(
+        "toolmark_results_rejected_total{reason=\"unknown_id\"}",
+        1.0,
+    )
+    .await;
 
     let (pending, frame) = pending_call(&gw, &mut p1, "u1", "c1").await;
     let id = frame["id"].as_str().unwrap().to_owned();
     p1.answer(&id, json!({"status": "ok", "data": 1})).await;
     p1.answer(&id, json!({"status": "ok", "data": 2})).await;
-    gw.wait_metric("toolmark_results_rejected_total{reason=\"duplicate\"}", 1.0).await;
+    gw.wait_metric("toolmark_results_rejected_total{reason=\"duplicate\"}", 1.0)
+        .await;
     let answer = pending.await.unwrap();
     assert_eq!(answer.body["outcome"], json!({"status": "ok", "data": 1}));
     let record = gw.acme().get(&format!("/calls/{id}")).await;
@@ -77,17 +100,26 @@ async fn a_late_result_is_rejected_after_the_timeout_and_the_page_gets_a_cancel(
     let gw = Gateway::start().await;
     let mut p1 = ready_page(&gw, "acme", "u1", "c1", todo()).await;
     let mut events = gw.acme().events("?user=u1&conversation=c1", None).await;
-    let pending = gw.acme().call_later("u1", "c1", json!({"tool": "todo.add", "input": {}, "timeoutMs": 300}));
+    let pending = gw.acme().call_later(
+        "u1",
+        "c1",
+        json!({"tool": "todo.add", "input": {}, "timeoutMs": 300}),
+    );
     let frame = p1.recv().await;
     let id = frame["id"].as_str().unwrap().to_owned();
     let answer = pending.await.unwrap();
     assert_eq!(answer.body["outcome"], json!({"status": "timeout"}));
     let cancel = p1.recv().await;
-    assert_eq!(cancel, json!({"protocol": 1, "type": "cancel", "clientId": p1.client_id, "id": id}));
+    assert_eq!(
+        cancel,
+        json!({"protocol": 1, "type": "cancel", "clientId": p1.client_id, "id": id})
+    );
     let ev = events.next_of("call.timeout").await;
     assert_eq!(ev.data["data"]["id"], id.as_str());
-    p1.answer(&id, json!({"status": "ok", "data": "too late"})).await;
-    gw.wait_metric("toolmark_results_rejected_total{reason=\"late\"}", 1.0).await;
+    p1.answer(&id, json!({"status": "ok", "data": "too late"}))
+        .await;
+    gw.wait_metric("toolmark_results_rejected_total{reason=\"late\"}", 1.0)
+        .await;
     let record = gw.acme().get(&format!("/calls/{id}")).await;
     assert_eq!(record.body["state"], "timed_out");
     assert_eq!(record.body["outcome"], json!({"status": "timeout"}));
@@ -98,7 +130,9 @@ async fn confirmations_are_single_use_and_bound_to_their_page() {
     let gw = Gateway::start().await;
     let mut p1 = ready_page(&gw, "acme", "u1", "c1", todo()).await;
     let mut events = gw.acme().events("?conversation=c1", None).await;
-    let pending = gw.acme().call_later("u1", "c1", json!({"tool": "signup.submit", "input": {}}));
+    let pending = gw
+        .acme()
+        .call_later("u1", "c1", json!({"tool": "signup.submit", "input": {}}));
     let frame = p1.recv().await;
     let id = frame["id"].as_str().unwrap().to_owned();
     let confirm_id = uuid::Uuid::new_v4().to_string();
@@ -110,12 +144,23 @@ async fn confirmations_are_single_use_and_bound_to_their_page() {
 
     let confirmed = |client: &str, cid: &str| json!({"protocol": 1, "type": "confirmed", "clientId": client, "confirmId": cid, "result": {"status": "ok", "data": {"submitted": true}}});
     // A confirmId never seen.
-    p1.send(confirmed(&p1.client_id.clone(), &uuid::Uuid::new_v4().to_string())).await;
-    gw.wait_metric("toolmark_results_rejected_total{reason=\"unknown_confirm\"}", 1.0).await;
+    p1.send(confirmed(
+        &p1.client_id.clone(),
+        &uuid::Uuid::new_v4().to_string(),
+    ))
+    .await;
+    gw.wait_metric(
+        "toolmark_results_rejected_total{reason=\"unknown_confirm\"}",
+        1.0,
+    )
+    .await;
     // The right confirmId from another page of the conversation.
     let mut other = gw.page("acme", "u1", "c1").await;
-    other.send(confirmed(&other.client_id.clone(), &confirm_id)).await;
-    gw.wait_metric("toolmark_results_rejected_total{reason=\"mismatch\"}", 1.0).await;
+    other
+        .send(confirmed(&other.client_id.clone(), &confirm_id))
+        .await;
+    gw.wait_metric("toolmark_results_rejected_total{reason=\"mismatch\"}", 1.0)
+        .await;
     // The right page: accepted once, emitted once.
     p1.send(confirmed(&p1.client_id.clone(), &confirm_id)).await;
     let ev = events.next_of("confirmation.resolved").await;
@@ -124,13 +169,22 @@ async fn confirmations_are_single_use_and_bound_to_their_page() {
     assert_eq!(d["callId"], id.as_str());
     assert_eq!(d["tool"], "signup.submit");
     assert_eq!(d["clientId"], p1.client_id.as_str());
-    assert_eq!(d["outcome"], json!({"status": "ok", "data": {"submitted": true}}));
+    assert_eq!(
+        d["outcome"],
+        json!({"status": "ok", "data": {"submitted": true}})
+    );
     assert_eq!(d["toolResultMessage"]["content"]["untrustedContent"], true);
     assert_eq!(d["toolResultMessage"]["content"]["result"], d["outcome"]);
     // Reused.
     p1.send(confirmed(&p1.client_id.clone(), &confirm_id)).await;
-    gw.wait_metric("toolmark_results_rejected_total{reason=\"duplicate\"}", 1.0).await;
-    assert!(events.next_within(Duration::from_millis(300)).await.is_none_or(|e| e.event != "confirmation.resolved"));
+    gw.wait_metric("toolmark_results_rejected_total{reason=\"duplicate\"}", 1.0)
+        .await;
+    assert!(
+        events
+            .next_within(Duration::from_millis(300))
+            .await
+            .is_none_or(|e| e.event != "confirmation.resolved")
+    );
 }
 
 #[tokio::test]
@@ -139,7 +193,9 @@ async fn call_ids_are_unguessable_and_bound_before_sending() {
     let mut p1 = ready_page(&gw, "acme", "u1", "c1", todo()).await;
     let mut ids = Vec::new();
     for _ in 0..3 {
-        let pending = gw.acme().call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
+        let pending = gw
+            .acme()
+            .call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
         let frame = p1.recv().await;
         let id = frame["id"].as_str().unwrap().to_owned();
         // The binding exists by the time the page sees the call.

@@ -4,7 +4,9 @@
 use base64::Engine;
 use serde_json::json;
 
-use crate::harness::{ACME_ORIGIN, ACME_SECRET, ED_PUB, GLOBEX_SECRET, Gateway, claims, eddsa, es256, hs256, now};
+use crate::harness::{
+    ACME_ORIGIN, ACME_SECRET, ED_PUB, GLOBEX_SECRET, Gateway, claims, eddsa, es256, hs256, now,
+};
 
 fn b64(v: &serde_json::Value) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
@@ -22,25 +24,51 @@ async fn bad_tokens_close_with_4401() {
     no_exp.as_object_mut().unwrap().remove("exp");
     let mut bad_ids = claims("acme", "u.1", "c");
     bad_ids["sub"] = json!("u.1");
-    let none = format!("{}.{}.", b64(&json!({"alg": "none", "typ": "JWT"})), b64(&claims("acme", "u", "c")));
+    let none = format!(
+        "{}.{}.",
+        b64(&json!({"alg": "none", "typ": "JWT"})),
+        b64(&claims("acme", "u", "c"))
+    );
     let cases = [
         ("expired", hs256(ACME_SECRET, &expired)),
         ("not yet valid", hs256(ACME_SECRET, &not_yet)),
         ("wrong aud", hs256(ACME_SECRET, &wrong_aud)),
         ("no exp", hs256(ACME_SECRET, &no_exp)),
-        ("wrong secret", hs256(GLOBEX_SECRET, &claims("acme", "u", "c"))),
+        (
+            "wrong secret",
+            hs256(GLOBEX_SECRET, &claims("acme", "u", "c")),
+        ),
         ("alg none", none),
         ("garbage", "not.a.token".to_owned()),
         ("invalid sub", hs256(ACME_SECRET, &bad_ids)),
-        ("eddsa for an hs256 tenant", eddsa(&claims("acme", "u", "c"))),
+        (
+            "eddsa for an hs256 tenant",
+            eddsa(&claims("acme", "u", "c")),
+        ),
     ];
     for (name, token) in cases {
-        assert_eq!(gw.connect("acme", &token, Some(ACME_ORIGIN)).await.err(), Some(4401), "{name}");
+        assert_eq!(
+            gw.connect("acme", &token, Some(ACME_ORIGIN)).await.err(),
+            Some(4401),
+            "{name}"
+        );
     }
-    assert_eq!(gw.connect("nosuch", &hs256(ACME_SECRET, &claims("nosuch", "u", "c")), Some(ACME_ORIGIN)).await.err(), Some(4401));
+    assert_eq!(
+        gw.connect(
+            "nosuch",
+            &hs256(ACME_SECRET, &claims("nosuch", "u", "c")),
+            Some(ACME_ORIGIN)
+        )
+        .await
+        .err(),
+        Some(4401)
+    );
     let no_token = gw.connect("acme", "", Some(ACME_ORIGIN)).await;
     assert_eq!(no_token.err(), Some(4401));
-    assert_eq!(gw.metric("toolmark_page_closes_total{code=\"4401\"}").await, 11.0);
+    assert_eq!(
+        gw.metric("toolmark_page_closes_total{code=\"4401\"}").await,
+        11.0
+    );
 }
 
 #[tokio::test]
@@ -48,9 +76,21 @@ async fn tokens_within_the_leeway_and_of_each_algorithm_connect() {
     let gw = Gateway::start().await;
     let mut recent = claims("acme", "u", "c");
     recent["exp"] = json!(now() - 10);
-    assert!(gw.connect("acme", &hs256(ACME_SECRET, &recent), Some(ACME_ORIGIN)).await.is_ok());
-    assert!(gw.connect("edco", &eddsa(&claims("edco", "u", "c")), Some(ACME_ORIGIN)).await.is_ok());
-    assert!(gw.connect("ecco", &es256(&claims("ecco", "u", "c")), Some(ACME_ORIGIN)).await.is_ok());
+    assert!(
+        gw.connect("acme", &hs256(ACME_SECRET, &recent), Some(ACME_ORIGIN))
+            .await
+            .is_ok()
+    );
+    assert!(
+        gw.connect("edco", &eddsa(&claims("edco", "u", "c")), Some(ACME_ORIGIN))
+            .await
+            .is_ok()
+    );
+    assert!(
+        gw.connect("ecco", &es256(&claims("ecco", "u", "c")), Some(ACME_ORIGIN))
+            .await
+            .is_ok()
+    );
 }
 
 #[tokio::test]
@@ -58,18 +98,42 @@ async fn algorithm_confusion_is_refused() {
     let gw = Gateway::start().await;
     // HS256 "signed" with the tenant's public key as the shared secret.
     let confused = hs256(ED_PUB, &claims("edco", "u", "c"));
-    assert_eq!(gw.connect("edco", &confused, Some(ACME_ORIGIN)).await.err(), Some(4401));
+    assert_eq!(
+        gw.connect("edco", &confused, Some(ACME_ORIGIN)).await.err(),
+        Some(4401)
+    );
     // ES256 for an EdDSA tenant, EdDSA for an ES256 tenant.
-    assert_eq!(gw.connect("edco", &es256(&claims("edco", "u", "c")), Some(ACME_ORIGIN)).await.err(), Some(4401));
-    assert_eq!(gw.connect("ecco", &eddsa(&claims("ecco", "u", "c")), Some(ACME_ORIGIN)).await.err(), Some(4401));
+    assert_eq!(
+        gw.connect("edco", &es256(&claims("edco", "u", "c")), Some(ACME_ORIGIN))
+            .await
+            .err(),
+        Some(4401)
+    );
+    assert_eq!(
+        gw.connect("ecco", &eddsa(&claims("ecco", "u", "c")), Some(ACME_ORIGIN))
+            .await
+            .err(),
+        Some(4401)
+    );
 }
 
 #[tokio::test]
 async fn origins_must_match_exactly() {
     let gw = Gateway::start().await;
     let token = hs256(ACME_SECRET, &claims("acme", "u", "c"));
-    for origin in [None, Some("null"), Some("https://app.acme.example.evil.test"), Some("http://app.acme.example"), Some("https://app.acme.example:443"), Some("https://APP.acme.example")] {
-        assert_eq!(gw.connect("acme", &token, origin).await.err(), Some(4403), "{origin:?}");
+    for origin in [
+        None,
+        Some("null"),
+        Some("https://app.acme.example.evil.test"),
+        Some("http://app.acme.example"),
+        Some("https://app.acme.example:443"),
+        Some("https://APP.acme.example"),
+    ] {
+        assert_eq!(
+            gw.connect("acme", &token, origin).await.err(),
+            Some(4403),
+            "{origin:?}"
+        );
     }
     assert!(gw.connect("acme", &token, Some(ACME_ORIGIN)).await.is_ok());
 }
@@ -77,16 +141,44 @@ async fn origins_must_match_exactly() {
 #[tokio::test]
 async fn minted_tokens_connect_to_their_conversation() {
     let gw = Gateway::start().await;
-    let a = gw.acme().post("/tokens", json!({"user": "u9", "conversation": "c9", "ttlSeconds": 60})).await;
+    let a = gw
+        .acme()
+        .post(
+            "/tokens",
+            json!({"user": "u9", "conversation": "c9", "ttlSeconds": 60}),
+        )
+        .await;
     assert_eq!(a.status, 201, "{}", a.body);
     let url = a.body["url"].as_str().unwrap();
-    assert!(url.starts_with(&format!("ws://{}/v1/tenants/acme/page?token=", gw.addr)), "{url}");
+    assert!(
+        url.starts_with(&format!("ws://{}/v1/tenants/acme/page?token=", gw.addr)),
+        "{url}"
+    );
     let token = a.body["token"].as_str().unwrap();
-    let mut page = gw.connect("acme", token, Some(ACME_ORIGIN)).await.expect("minted token works");
+    let mut page = gw
+        .connect("acme", token, Some(ACME_ORIGIN))
+        .await
+        .expect("minted token works");
     page.manifest(3, json!([])).await;
     gw.acme().wait_current("u9", "c9", &page.client_id).await;
-    let bad = gw.acme().post("/tokens", json!({"user": "u9", "conversation": "c9", "ttlSeconds": 0})).await;
-    assert_eq!((bad.status, bad.body["pointer"].as_str()), (400, Some("/ttlSeconds")));
-    let public = gw.agent("edco", "key-edco").post("/tokens", json!({"user": "u", "conversation": "c"})).await;
-    assert_eq!(public.status, 400, "a public-key tenant cannot mint: {}", public.body);
+    let bad = gw
+        .acme()
+        .post(
+            "/tokens",
+            json!({"user": "u9", "conversation": "c9", "ttlSeconds": 0}),
+        )
+        .await;
+    assert_eq!(
+        (bad.status, bad.body["pointer"].as_str()),
+        (400, Some("/ttlSeconds"))
+    );
+    let public = gw
+        .agent("edco", "key-edco")
+        .post("/tokens", json!({"user": "u", "conversation": "c"}))
+        .await;
+    assert_eq!(
+        public.status, 400,
+        "a public-key tenant cannot mint: {}",
+        public.body
+    );
 }

@@ -109,7 +109,9 @@ fn typed_fields_carry_the_message() {
 #[test]
 fn long_numbers_round_trip_exactly() {
     let digits = format!("{}1", "7".repeat(100));
-    let raw = format!(r#"{{"protocol":1,"type":"result","clientId":"c","id":"i","result":{{"status":"ok","data":{digits}}}}}"#);
+    let raw = format!(
+        r#"{{"protocol":1,"type":"result","clientId":"c","id":"i","result":{{"status":"ok","data":{digits}}}}}"#
+    );
     let first = decode_to_agent(raw.as_bytes(), &Limits::default()).unwrap();
     let again = decode_to_agent(first.to_json().as_bytes(), &Limits::default()).unwrap();
     assert_eq!(first, again);

@@ -1,0 +1,166 @@
+//! The agent backend's side: the tenant's HTTP API over one keep-alive client, used to check
+//! that each page's manifest reached the gateway and to make echo calls.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use reqwest::{Client, StatusCode};
+use serde_json::Value;
+
+use crate::error::LoadError;
+use crate::fleet::{conversation, user};
+use crate::frames::TOOL;
+use crate::target::Target;
+
+/// Longest a call's HTTP round trip may take: above the gateway's default call timeout (30 s),
+/// so a call timing out shows as its `timeout` outcome, not as a client timeout.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(40);
+/// Idle keep-alive connections kept per host: enough for every call in flight.
+const POOL_PER_HOST: usize = 4096;
+
+/// An agent backend of one tenant.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    client: Client,
+    auth: HeaderValue,
+    json: HeaderValue,
+    /// The calls URL of page `i` at index `i`.
+    call_urls: Arc<[String]>,
+    target: Arc<Target>,
+}
+
+impl Agent {
+    /// An agent with `api_key` calling the pages `0..pages` of `target`.
+    pub fn new(target: Arc<Target>, api_key: &str, pages: usize) -> Result<Self, LoadError> {
+        let client = Client::builder()
+            .no_proxy()
+            .http1_only()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(POOL_PER_HOST)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| LoadError::Local(format!("HTTP client: {e}")))?;
+        let mut auth = HeaderValue::from_str(&format!("Bearer {api_key}"))
+            .map_err(|_| LoadError::Args("--api-key: not a valid header value".into()))?;
+        auth.set_sensitive(true);
+        let call_urls = (0..pages)
+            .map(|i| {
+                format!(
+                    "{}/calls",
+                    target.conversation_url(&user(i), &conversation(i))
+                )
+            })
+            .collect();
+        Ok(Agent {
+            client,
+            auth,
+            json: HeaderValue::from_static("application/json"),
+            call_urls,
+            target,
+        })
+    }
+
+    /// The clientId of the latest manifest the gateway holds for page `index`'s conversation.
+    pub async fn manifest_client_id(&self, index: usize) -> Result<Option<String>, String> {
+        let url = self
+            .target
+            .conversation_url(&user(index), &conversation(index));
+        let response = self
+            .client
+            .get(url)
+            .header(AUTHORIZATION, self.auth.clone())
+            .send()
+            .await
+            .map_err(|e| format!("GET conversation: {e}"))?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| format!("GET conversation: {e}"))?;
+        if status != StatusCode::OK {
+            return Err(format!(
+                "GET conversation: {status}: {}",
+                String::from_utf8_lossy(&body)
+            ));
+        }
+        let v: Value =
+            serde_json::from_slice(&body).map_err(|e| format!("GET conversation: {e}"))?;
+        Ok(v["clientId"].as_str().map(str::to_owned))
+    }
+
+    /// Calls the echo tool of page `index` with `{"n": n}` and checks the outcome; the error
+    /// is a short reason to count.
+    pub async fn echo(&self, index: usize, n: u64) -> Result<(), String> {
+        let body = format!(r#"{{"tool":"{TOOL}","input":{{"n":{n}}}}}"#);
+        let response = self
+            .client
+            .post(&self.call_urls[index])
+            .header(AUTHORIZATION, self.auth.clone())
+            .header(CONTENT_TYPE, self.json.clone())
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| transport_reason(&e))?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|e| transport_reason(&e))?;
+        check_echo(status, &body, n)
+    }
+}
+
+/// Whether a call's answer is a 200 with an `ok` outcome echoing `{"n": n}`.
+fn check_echo(status: StatusCode, body: &[u8], n: u64) -> Result<(), String> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|_| format!("HTTP {}: body is not JSON", status.as_u16()))?;
+    if status != StatusCode::OK {
+        let code = v["code"].as_str().unwrap_or("?");
+        return Err(format!("HTTP {} {code}", status.as_u16()));
+    }
+    let outcome = &v["outcome"];
+    match outcome["status"].as_str() {
+        Some("ok") if outcome["data"]["n"].as_u64() == Some(n) => Ok(()),
+        Some("ok") => Err("ok outcome with the wrong data".into()),
+        Some(other) => Err(format!("outcome {other}")),
+        None => Err("answer without an outcome".into()),
+    }
+}
+
+fn transport_reason(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "client timeout".into()
+    } else if e.is_connect() {
+        "connect error".into()
+    } else {
+        "transport error".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_faithful_echo_passes() {
+        let ok = br#"{"id":"x","clientId":"p","outcome":{"status":"ok","data":{"n":5}}}"#;
+        assert_eq!(check_echo(StatusCode::OK, ok, 5), Ok(()));
+        assert_eq!(
+            check_echo(StatusCode::OK, ok, 6),
+            Err("ok outcome with the wrong data".into())
+        );
+        let timeout = br#"{"id":"x","clientId":"p","outcome":{"status":"timeout"}}"#;
+        assert_eq!(
+            check_echo(StatusCode::OK, timeout, 5),
+            Err("outcome timeout".into())
+        );
+        let limited = br#"{"type":"about:blank","status":429,"code":"rate_limited"}"#;
+        assert_eq!(
+            check_echo(StatusCode::TOO_MANY_REQUESTS, limited, 5),
+            Err("HTTP 429 rate_limited".into())
+        );
+        assert_eq!(
+            check_echo(StatusCode::BAD_GATEWAY, b"<html>", 5),
+            Err("HTTP 502: body is not JSON".into())
+        );
+    }
+}

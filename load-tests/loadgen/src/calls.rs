@@ -1,0 +1,176 @@
+//! The `calls` scenario: pages connected, their manifests visible to the agent API, then agent
+//! calls on an open-loop schedule, round-robin over the pages, each round trip recorded.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::json;
+use tokio_util::task::TaskTracker;
+
+use crate::agent::Agent;
+use crate::cli::CallsArgs;
+use crate::driver::{self, Driven, Plan};
+use crate::error::LoadError;
+use crate::fleet::Fleet;
+use crate::latency::{Recorder, Summary};
+use crate::report;
+use crate::rss;
+use crate::target::Target;
+use crate::token::Minter;
+
+/// How long the gateway may take to show a page's manifest to the agent API.
+const MANIFEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Conversations checked at once before the run.
+const CHECK_CONCURRENCY: usize = 32;
+
+/// Runs the scenario and prints its JSON line and summary.
+pub async fn run(args: CallsArgs) -> Result<(), LoadError> {
+    let target = Arc::new(Target::resolve(&args.common).await?);
+    let minter = Minter::new(&target.tenant, &args.common.token_secret)?;
+    let pages = args.pages as usize;
+    let agent = Agent::new(target.clone(), &args.api_key, pages)?;
+    let fleet = Fleet::launch(target, &minter, pages, args.common.ramp_per_sec)?;
+    let outcome = drive_calls(&fleet, &agent, &args).await;
+    fleet.stop().await;
+    outcome
+}
+
+async fn drive_calls(fleet: &Fleet, agent: &Agent, args: &CallsArgs) -> Result<(), LoadError> {
+    fleet.ready().await?;
+    manifests_visible(fleet, agent).await?;
+    eprintln!(
+        "calls: {} per second for {} s over {} pages",
+        args.rate, args.duration_secs, args.pages
+    );
+    let recorder = Arc::new(Recorder::default());
+    let driven = drive(agent, args, &recorder).await?;
+    let summary = recorder.summary();
+    let rss = args.gateway_pid.map(rss::read_kib).transpose()?;
+    let answered = fleet.tally.answered_total();
+    let intact = fleet.intact();
+    print(args, &driven, &summary, rss, answered)?;
+    intact.map(|_| ())
+}
+
+/// Waits until the gateway holds every page's manifest: a call sent earlier would be `no_page`.
+async fn manifests_visible(fleet: &Fleet, agent: &Agent) -> Result<(), LoadError> {
+    let deadline = Instant::now() + MANIFEST_TIMEOUT;
+    let checks = futures_util::stream::iter(fleet.client_ids.iter().enumerate())
+        .map(|(index, client_id)| async move {
+            loop {
+                match agent.manifest_client_id(index).await {
+                    Ok(Some(seen)) if seen == *client_id => return Ok(()),
+                    Ok(_) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(100)).await
+                    }
+                    Ok(seen) => {
+                        return Err(format!("page {index}: the gateway holds clientId {seen:?}"));
+                    }
+                    Err(e) => return Err(format!("page {index}: {e}")),
+                }
+            }
+        })
+        .buffer_unordered(CHECK_CONCURRENCY);
+    let failures: Vec<String> = checks
+        .filter_map(|r| async move { r.err() })
+        .collect()
+        .await;
+    match failures.first() {
+        None => Ok(()),
+        Some(first) => Err(LoadError::Gateway(format!(
+            "{} manifests not visible; first: {first}",
+            failures.len()
+        ))),
+    }
+}
+
+async fn drive(
+    agent: &Agent,
+    args: &CallsArgs,
+    recorder: &Arc<Recorder>,
+) -> Result<Driven, LoadError> {
+    let plan = Plan {
+        rate: args.rate,
+        total: args.total_calls(),
+        max_in_flight: args.max_in_flight as usize,
+    };
+    let pages = args.pages as usize;
+    let tasks = TaskTracker::new();
+    let runtime = tokio::runtime::Handle::current();
+    let (agent, recorder, spawner) = (agent.clone(), recorder.clone(), tasks.clone());
+    let schedule = tokio::task::spawn_blocking(move || {
+        driver::drive(plan, &runtime, &spawner, |i, due| {
+            let (agent, recorder) = (agent.clone(), recorder.clone());
+            async move {
+                let sent = Instant::now();
+                let index = usize::try_from(i % pages as u64).unwrap_or(0);
+                match agent.echo(index, i).await {
+                    Ok(()) => {
+                        let answered = Instant::now();
+                        recorder.ok(answered - due, answered - sent);
+                    }
+                    Err(reason) => recorder.error(reason),
+                }
+            }
+        })
+    });
+    let driven = schedule
+        .await
+        .map_err(|e| LoadError::Local(format!("call driver: {e}")))?;
+    tasks.close();
+    tasks.wait().await;
+    Ok(driven)
+}
+
+fn print(
+    args: &CallsArgs,
+    d: &Driven,
+    s: &Summary,
+    rss: Option<u64>,
+    answered: u64,
+) -> Result<(), LoadError> {
+    let c = &s.corrected;
+    let mut line = json!({
+        "rate": args.rate,
+        "duration_secs": args.duration_secs,
+        "pages": args.pages,
+        "sent": d.sent,
+        "ok": s.ok,
+        "errors": s.errors,
+        "skipped": d.skipped,
+        "p50_us": c.p50,
+        "p90_us": c.p90,
+        "p99_us": c.p99,
+        "p999_us": c.p999,
+        "max_us": c.max,
+        "service_p50_us": s.service.p50,
+        "service_p99_us": s.service.p99,
+        "answered_by_pages": answered,
+    });
+    if let Some(kib) = rss {
+        line["gateway_rss_kib"] = json!(kib);
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    let achieved = d.sent as f64 / d.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
+    let mut human = format!(
+        "calls: {} sent at {achieved:.0}/s (target {}/s), {} ok, {} errors, {} skipped; round trip p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms (service time p50 {:.3} ms, p99 {:.3} ms)",
+        d.sent,
+        args.rate,
+        s.ok,
+        s.errors,
+        d.skipped,
+        ms(c.p50),
+        ms(c.p90),
+        ms(c.p99),
+        ms(c.p999),
+        ms(c.max),
+        ms(s.service.p50),
+        ms(s.service.p99),
+    );
+    if !s.reasons.is_empty() {
+        let reasons: Vec<String> = s.reasons.iter().map(|(r, n)| format!("{r} ×{n}")).collect();
+        human.push_str(&format!("\ncall errors: {}", reasons.join("; ")));
+    }
+    report::emit(&line, &human)
+}

@@ -1,0 +1,29 @@
+//! Toolmark load generator: simulated browser pages (page WebSockets answering calls) and an
+//! agent backend (the HTTP API) against a running gateway, with memory and latency figures.
+
+pub mod agent;
+pub mod calls;
+pub mod cli;
+pub mod driver;
+pub mod error;
+pub mod fleet;
+pub mod frames;
+pub mod idle;
+pub mod latency;
+pub mod page;
+pub mod report;
+pub mod rss;
+pub mod tally;
+pub mod target;
+pub mod token;
+
+use crate::cli::{Cli, Scenario};
+use crate::error::LoadError;
+
+/// Runs the scenario `cli` names.
+pub async fn run(cli: Cli) -> Result<(), LoadError> {
+    match cli.scenario {
+        Scenario::Idle(args) => idle::run(args).await,
+        Scenario::Calls(args) => calls::run(args).await,
+    }
+}

@@ -1,0 +1,74 @@
+//! Where the load goes: the gateway's address, the page socket URL of a tenant, and the source
+//! addresses page sockets are spread over.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use reqwest::Url;
+
+use crate::cli::Common;
+use crate::error::LoadError;
+
+/// The gateway under test, resolved once.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `http://host:port` without a trailing slash: the agent API's base.
+    pub http_base: String,
+    /// `ws://host:port/v1/tenants/{tenant}/page`: page sockets add `?token=…`.
+    pub page_url: String,
+    /// The address page sockets connect to.
+    pub addr: SocketAddr,
+    /// Tenant id.
+    pub tenant: String,
+    /// `Origin` header of page sockets.
+    pub origin: String,
+    /// Source addresses page sockets bind to; empty for a non-loopback gateway (the system
+    /// picks the source then).
+    pub sources: Vec<IpAddr>,
+}
+
+impl Target {
+    /// Resolves `--url` and derives the page URL and the source addresses.
+    pub async fn resolve(common: &Common) -> Result<Self, LoadError> {
+        let bad = |reason: &str| LoadError::Args(format!("--url {}: {reason}", common.url));
+        let url = Url::parse(&common.url).map_err(|e| bad(&e.to_string()))?;
+        if url.scheme() != "http" {
+            return Err(bad("only http:// gateways are supported"));
+        }
+        let host = url.host_str().ok_or_else(|| bad("no host"))?.to_owned();
+        let port = url.port_or_known_default().ok_or_else(|| bad("no port"))?;
+        let addr = tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map_err(|e| bad(&e.to_string()))?
+            .find(SocketAddr::is_ipv4)
+            .ok_or_else(|| bad("no IPv4 address"))?;
+        let authority = format!("{host}:{port}");
+        let sources = if addr.ip().is_loopback() {
+            (1..=common.source_addrs)
+                .map(|k| IpAddr::V4(Ipv4Addr::new(127, 0, 0, k)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Target {
+            http_base: format!("http://{authority}"),
+            page_url: format!("ws://{authority}/v1/tenants/{}/page", common.tenant),
+            addr,
+            tenant: common.tenant.clone(),
+            origin: common.origin.clone(),
+            sources,
+        })
+    }
+
+    /// The source address of page `index`, round-robin.
+    pub fn source_for(&self, index: usize) -> Option<IpAddr> {
+        (!self.sources.is_empty()).then(|| self.sources[index % self.sources.len()])
+    }
+
+    /// `…/users/{user}/conversations/{conversation}` under the tenant's agent API.
+    pub fn conversation_url(&self, user: &str, conversation: &str) -> String {
+        format!(
+            "{}/v1/tenants/{}/users/{user}/conversations/{conversation}",
+            self.http_base, self.tenant
+        )
+    }
+}
