@@ -19,7 +19,7 @@ pub use error::{AdmitError, BrokerError, RateLimited, Rejection, SubmitError};
 pub use types::{
     AdmitLimits, CallBinding, CallKind, CallRecord, CallState, ConfirmBinding, ConvKey,
     ConversationState, Event, EventType, Outcome, PageIdentity, PageInfo, PageLeft, event_id_after,
-    now_ms,
+    now_ms, outcome_events,
 };
 
 /// Where a node delivers agent → page frames: its own sockets of a conversation.
@@ -128,6 +128,17 @@ pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
 
     /// The tenant's events after `after` (an event id; `None` means only live ones).
     async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError>;
+
+    /// Webhook events that exhausted their retries (dead letters), oldest first, as
+    /// `{id, eventId, conversation, attempts, lastError, firstFailure, event}`.
+    async fn webhook_failed(&self, _tenant: &str) -> Result<Vec<Value>, BrokerError> {
+        Ok(Vec::new())
+    }
+
+    /// Puts a dead letter back in its conversation's queue; `false` when there is none.
+    async fn webhook_retry(&self, _tenant: &str, _id: &str) -> Result<bool, BrokerError> {
+        Ok(false)
+    }
 }
 
 /// A shareable broker handle.

@@ -253,6 +253,23 @@ impl Event {
     }
 }
 
+/// The events that announce a finished call, with their data: `call.timeout` when the deadline
+/// won, and `call.result` for an async call (`Prefer: respond-async`).
+pub fn outcome_events(binding: &CallBinding, outcome: &Outcome) -> Vec<(EventType, Value)> {
+    let data = json!({
+        "id": binding.id, "user": binding.conv.user, "conversation": binding.conv.conversation,
+        "clientId": binding.client_id, "tool": binding.tool, "outcome": outcome,
+    });
+    let mut events = Vec::new();
+    if *outcome == Outcome::Timeout {
+        events.push((EventType::CallTimeout, data.clone()));
+    }
+    if binding.respond_async {
+        events.push((EventType::CallResult, data));
+    }
+    events
+}
+
 /// Parses an event id `<ms>-<seq>`.
 fn parse_event_id(id: &str) -> Option<(u64, u64)> {
     let (ms, seq) = id.split_once('-')?;

@@ -40,6 +40,9 @@ pub struct Config {
     /// The tenants this gateway serves.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
+    /// `toolmark-worker` settings (webhook delivery).
+    #[serde(default)]
+    pub worker: WorkerConfig,
     /// Set by the binary when started without `--config`: loopback only, demo page.
     #[serde(skip)]
     pub dev_mode: bool,
@@ -79,6 +82,37 @@ impl Default for ServerConfig {
             tls_key: None,
             drain_timeout_ms: default_drain(),
             node_id: None,
+        }
+    }
+}
+
+/// `[worker]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerConfig {
+    /// Where the worker serves `/healthz` and `/metrics`.
+    pub listen: String,
+    /// Timeout of one webhook POST.
+    pub webhook_timeout_ms: u64,
+    /// First retry delay; doubled per attempt, jittered ±50 %.
+    pub webhook_backoff_base_ms: u64,
+    /// Longest retry delay.
+    pub webhook_backoff_max_ms: u64,
+    /// An event still failing this long after its first failure goes to the dead letters.
+    pub webhook_max_age_secs: u64,
+    /// Entries another worker read and left unacknowledged this long are taken over.
+    pub webhook_claim_after_ms: u64,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            listen: "0.0.0.0:9090".into(),
+            webhook_timeout_ms: 10_000,
+            webhook_backoff_base_ms: 1_000,
+            webhook_backoff_max_ms: 3_600_000,
+            webhook_max_age_secs: 86_400,
+            webhook_claim_after_ms: 30_000,
         }
     }
 }
@@ -358,6 +392,30 @@ impl Config {
                     ));
                 }
             }
+        }
+        let w = &self.worker;
+        if w.listen.parse::<SocketAddr>().is_err() {
+            return Err(ConfigError::new(
+                "worker.listen",
+                format!("{:?} is not an IP:port address", w.listen),
+            ));
+        }
+        for (k, v) in [
+            ("worker.webhook_timeout_ms", w.webhook_timeout_ms),
+            ("worker.webhook_backoff_base_ms", w.webhook_backoff_base_ms),
+            ("worker.webhook_backoff_max_ms", w.webhook_backoff_max_ms),
+            ("worker.webhook_max_age_secs", w.webhook_max_age_secs),
+            ("worker.webhook_claim_after_ms", w.webhook_claim_after_ms),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::new(k, "must be greater than 0"));
+            }
+        }
+        if w.webhook_claim_after_ms <= w.webhook_timeout_ms {
+            return Err(ConfigError::new(
+                "worker.webhook_claim_after_ms",
+                "must exceed worker.webhook_timeout_ms",
+            ));
         }
         let mut seen = HashSet::new();
         for (i, t) in self.tenants.iter().enumerate() {

@@ -11,6 +11,7 @@
 pub mod keys;
 pub mod scripts;
 mod url;
+pub mod webhooks;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -113,6 +114,7 @@ pub struct RedisBroker {
     sink: Arc<dyn PageSink>,
     opts: RedisOptions,
     scripts: Scripts,
+    wh: webhooks::WebhookScripts,
     waiters: Mutex<HashMap<String, oneshot::Sender<Outcome>>>,
     held: Mutex<HashMap<ConvKey, Held>>,
     tenant_sockets: Mutex<HashMap<String, u64>>,
@@ -231,6 +233,7 @@ impl RedisBroker {
             sink,
             opts,
             scripts: Scripts::default(),
+            wh: webhooks::WebhookScripts::default(),
             waiters: Mutex::default(),
             held: Mutex::default(),
             tenant_sockets: Mutex::default(),
@@ -1168,5 +1171,22 @@ impl Broker for RedisBroker {
 
     async fn sweep_deadlines(&self) -> Result<Vec<CallRecord>, BrokerError> {
         self.sweep().await
+    }
+
+    async fn webhook_failed(&self, tenant: &str) -> Result<Vec<Json>, BrokerError> {
+        Ok(self
+            .webhook_dead_letters(tenant, 1000)
+            .await?
+            .into_iter()
+            .map(|(id, p)| {
+                let event: Json = serde_json::from_str(&p.body).unwrap_or(Json::Null);
+                serde_json::json!({"id": id, "eventId": p.id, "conversation": p.conv, "attempts": p.attempts,
+                    "lastError": p.last_error, "firstFailureMs": p.first_failure_ms, "event": event})
+            })
+            .collect())
+    }
+
+    async fn webhook_retry(&self, tenant: &str, id: &str) -> Result<bool, BrokerError> {
+        self.webhook_retry_failed(tenant, id, now_ms()).await
     }
 }

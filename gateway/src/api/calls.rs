@@ -11,9 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
-use toolmark_broker::{
-    CallBinding, CallKind, CallRecord, CallState, ConvKey, EventType, Outcome, now_ms,
-};
+use toolmark_broker::{CallBinding, CallKind, CallRecord, CallState, ConvKey, Outcome, now_ms};
 use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
 use toolmark_proto::{AgentMessage, Call, Describe, ids, is_valid_tool_name};
 
@@ -359,16 +357,8 @@ async fn supervise(
 
 /// Emits `call.timeout` for a timed-out call and `call.result` for an async call.
 pub async fn announce_outcome(app: &AppState, binding: &CallBinding, outcome: &Outcome) {
-    let data = json!({
-        "id": binding.id, "user": binding.conv.user, "conversation": binding.conv.conversation,
-        "clientId": binding.client_id, "tool": binding.tool, "outcome": outcome,
-    });
-    if *outcome == Outcome::Timeout {
-        app.emit(EventType::CallTimeout, &binding.conv, data.clone())
-            .await;
-    }
-    if binding.respond_async {
-        app.emit(EventType::CallResult, &binding.conv, data).await;
+    for (kind, data) in toolmark_broker::outcome_events(binding, outcome) {
+        app.emit(kind, &binding.conv, data).await;
     }
 }
 

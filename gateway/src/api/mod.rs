@@ -5,6 +5,7 @@ mod calls;
 pub use calls::announce_outcome;
 mod conversations;
 mod events;
+mod webhooks;
 
 use std::sync::Arc;
 
@@ -52,6 +53,14 @@ pub fn router() -> Router<AppState> {
             post(calls::cancel),
         )
         .route("/v1/tenants/{tenant}/events", get(events::stream))
+        .route(
+            "/v1/tenants/{tenant}/webhooks/failed",
+            get(webhooks::failed),
+        )
+        .route(
+            "/v1/tenants/{tenant}/webhooks/failed/{id}/retry",
+            post(webhooks::retry),
+        )
 }
 
 /// A request body read up to the largest message any tenant may send; larger bodies get a

@@ -29,7 +29,17 @@ pub async fn run(args: CallsArgs) -> Result<(), LoadError> {
     let target = Arc::new(Target::resolve(&args.common).await?);
     let minter = Minter::new(&target.tenant, &args.common.token_secret)?;
     let pages = args.pages as usize;
-    let agent = Agent::new(target.clone(), &args.api_key, pages)?;
+    let agent_target = match &args.agent_url {
+        Some(url) => {
+            let common = crate::cli::Common {
+                url: url.clone(),
+                ..args.common.clone()
+            };
+            Arc::new(Target::resolve(&common).await?)
+        }
+        None => target.clone(),
+    };
+    let agent = Agent::new(agent_target, &args.api_key, pages)?;
     let fleet = Fleet::launch(target, &minter, pages, args.common.ramp_per_sec)?;
     let outcome = drive_calls(&fleet, &agent, &args).await;
     fleet.stop().await;
@@ -39,6 +49,13 @@ pub async fn run(args: CallsArgs) -> Result<(), LoadError> {
 async fn drive_calls(fleet: &Fleet, agent: &Agent, args: &CallsArgs) -> Result<(), LoadError> {
     fleet.ready().await?;
     manifests_visible(fleet, agent).await?;
+    if args.pause_before_secs > 0 {
+        eprintln!(
+            "calls: pausing {} s before the first call",
+            args.pause_before_secs
+        );
+        tokio::time::sleep(Duration::from_secs(args.pause_before_secs)).await;
+    }
     eprintln!(
         "calls: {} per second for {} s over {} pages",
         args.rate, args.duration_secs, args.pages

@@ -87,6 +87,14 @@ pub struct CallsArgs {
     /// The gateway's process id: when given, its VmRSS after the run is reported.
     #[arg(long)]
     pub gateway_pid: Option<u32>,
+    /// Agent calls go to this gateway node instead of `--url` (pages stay on `--url`): the
+    /// cross-node round trip with a shared broker.
+    #[arg(long)]
+    pub agent_url: Option<String>,
+    /// Seconds to wait after the pages are ready and before the first call (e.g. to reset
+    /// Redis statistics from outside).
+    #[arg(long, default_value_t = 0)]
+    pub pause_before_secs: u64,
 }
 
 impl CallsArgs {

@@ -1,0 +1,441 @@
+//! The webhook queue of each tenant, in Redis: new events are read from the tenant's event
+//! stream by a consumer group (entries a dead worker held are claimed by a live one); an event
+//! whose delivery failed waits, with every later event of its conversation, in that
+//! conversation's queue, so deliveries stay in order per conversation; a queue's head is retried
+//! with backoff and, past the maximum age, moved to the tenant's dead-letter stream.
+
+use std::collections::HashMap;
+
+use fred::interfaces::{KeysInterface, ListInterface, SortedSetsInterface, StreamsInterface};
+use fred::types::Value;
+use fred::types::scripts::Script;
+use fred::types::streams::XReadResponse;
+use serde::{Deserialize, Serialize};
+
+use super::{RedisBroker, strings, unavailable};
+use crate::BrokerError;
+
+/// A stream entry: its id and its fields.
+type StreamEntry = (String, HashMap<String, String>);
+
+/// The consumer group of webhook deliveries.
+pub const GROUP: &str = "webhooks";
+
+/// An event waiting for delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    /// Event id (the stream entry id): the `webhook-id`, stable across retries.
+    pub id: String,
+    /// The event body as delivered.
+    pub body: String,
+    /// `user/conversation`: the ordering unit.
+    pub conv: String,
+    /// Failed attempts so far.
+    pub attempts: u32,
+    /// When the first attempt failed (ms since the epoch), 0 before any failure.
+    pub first_failure_ms: u64,
+    /// Last failure, for the dead-letter record (`status 500`, `timeout`…).
+    pub last_error: String,
+}
+
+/// Whether a new event may be delivered now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Its conversation has nothing waiting: deliver it now.
+    Deliver,
+    /// Earlier events of its conversation wait: it was queued behind them (and acknowledged).
+    Queued,
+}
+
+/// Queues `ARGV[2]` behind its conversation's waiting events, if any, and acknowledges it.
+/// KEYS: stream, conversation queue. ARGV: entry id, pending event.
+const ADMIT: &str = r"
+if redis.call('LLEN', KEYS[2]) > 0 then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+  redis.call('XACK', KEYS[1], 'webhooks', ARGV[1])
+  return 1
+end
+return 0
+";
+
+/// Moves a failed event into its conversation's queue, schedules the queue, acknowledges.
+/// KEYS: stream, conversation queue, due set. ARGV: entry id, pending event, conv, due ms.
+const DEFER: &str = r"
+redis.call('RPUSH', KEYS[2], ARGV[2])
+if redis.call('LLEN', KEYS[2]) == 1 then redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3]) end
+redis.call('XACK', KEYS[1], 'webhooks', ARGV[1])
+return 1
+";
+
+/// Takes up to ARGV[3] due conversations, leasing each until ARGV[2] (no other worker takes it).
+/// KEYS: due set. ARGV: now ms, lease-until ms, count.
+const TAKE_DUE: &str = r"
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
+for _, conv in ipairs(due) do redis.call('ZADD', KEYS[1], ARGV[2], conv) end
+return due
+";
+
+/// Removes the queue head (delivered or dead); the next one is due at once.
+/// KEYS: conversation queue, due set. ARGV: conv, now ms.
+const POP: &str = r"
+redis.call('LPOP', KEYS[1])
+if redis.call('LLEN', KEYS[1]) == 0 then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+else
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+end
+return 1
+";
+
+/// Replaces the queue head (its attempt count) and schedules the next attempt.
+/// KEYS: conversation queue, due set. ARGV: conv, pending event, due ms.
+const RESCHEDULE: &str = r"
+if redis.call('LLEN', KEYS[1]) == 0 then return 0 end
+redis.call('LSET', KEYS[1], 0, ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+return 1
+";
+
+/// Webhook queue scripts, hashed once.
+#[derive(Debug)]
+pub struct WebhookScripts {
+    admit: Script,
+    defer: Script,
+    take_due: Script,
+    pop: Script,
+    reschedule: Script,
+}
+
+impl Default for WebhookScripts {
+    fn default() -> Self {
+        WebhookScripts {
+            admit: Script::from_lua(ADMIT),
+            defer: Script::from_lua(DEFER),
+            take_due: Script::from_lua(TAKE_DUE),
+            pop: Script::from_lua(POP),
+            reschedule: Script::from_lua(RESCHEDULE),
+        }
+    }
+}
+
+fn encode(p: &Pending) -> String {
+    serde_json::to_string(p).unwrap_or_default()
+}
+
+impl RedisBroker {
+    fn wh_queue(&self, tenant: &str, conv: &str) -> String {
+        format!("{}:wh:q:{conv}", self.keys.events(tenant))
+    }
+
+    fn wh_due(&self, tenant: &str) -> String {
+        format!("{}:wh:due", self.keys.events(tenant))
+    }
+
+    fn wh_dead(&self, tenant: &str) -> String {
+        format!("{}:wh:dead", self.keys.events(tenant))
+    }
+
+    /// Creates the tenant's delivery group if it does not exist; a new group starts at the
+    /// oldest retained event, so nothing emitted before the first worker started is skipped.
+    pub async fn webhook_group(&self, tenant: &str) -> Result<(), BrokerError> {
+        match self
+            .client
+            .xgroup_create::<(), _, _, _>(self.keys.events(tenant), GROUP, "0", true)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if e.details().contains("BUSYGROUP") => Ok(()),
+            Err(e) => Err(unavailable(&e)),
+        }
+    }
+
+    /// New events for `consumer`, then entries other consumers left pending longer than
+    /// `stale_ms` (a worker that died mid-delivery).
+    pub async fn webhook_read(
+        &self,
+        tenant: &str,
+        consumer: &str,
+        count: u64,
+        block_ms: u64,
+        stale_ms: u64,
+    ) -> Result<Vec<Pending>, BrokerError> {
+        let stream = self.keys.events(tenant);
+        let (_, claimed): (String, Vec<StreamEntry>) = self
+            .client
+            .xautoclaim_values(
+                &stream,
+                GROUP,
+                consumer,
+                stale_ms,
+                "0-0",
+                Some(count),
+                false,
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut out: Vec<Pending> = claimed
+            .into_iter()
+            .filter_map(|(id, f)| pending_from(&id, f.get("e")))
+            .collect();
+        if out.is_empty() {
+            let read: XReadResponse<String, String, String, String> = self
+                .client
+                .xreadgroup_map(
+                    GROUP,
+                    consumer,
+                    Some(count),
+                    Some(block_ms),
+                    false,
+                    &stream,
+                    ">",
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            for (_, items) in read {
+                for (id, fields) in items {
+                    if let Some(p) = pending_from(&id, fields.get("e")) {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether `p` may go now, or was queued behind earlier events of its conversation.
+    pub async fn webhook_admit(&self, tenant: &str, p: &Pending) -> Result<Admission, BrokerError> {
+        let v = self
+            .script_of(
+                &self.wh.admit,
+                vec![self.keys.events(tenant), self.wh_queue(tenant, &p.conv)],
+                vec![p.id.clone(), encode(p)],
+            )
+            .await?;
+        Ok(if v.as_u64() == Some(1) {
+            Admission::Queued
+        } else {
+            Admission::Deliver
+        })
+    }
+
+    /// Acknowledges a delivered event.
+    pub async fn webhook_ack(&self, tenant: &str, id: &str) -> Result<(), BrokerError> {
+        self.client
+            .xack::<(), _, _, _>(self.keys.events(tenant), GROUP, id)
+            .await
+            .map_err(|e| unavailable(&e))
+    }
+
+    /// Queues a failed new event for retry at `due_ms`.
+    pub async fn webhook_defer(
+        &self,
+        tenant: &str,
+        p: &Pending,
+        due_ms: u64,
+    ) -> Result<(), BrokerError> {
+        self.script_of(
+            &self.wh.defer,
+            vec![
+                self.keys.events(tenant),
+                self.wh_queue(tenant, &p.conv),
+                self.wh_due(tenant),
+            ],
+            vec![p.id.clone(), encode(p), p.conv.clone(), due_ms.to_string()],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Conversations whose queue head is due, leased to this caller until `lease_until_ms`.
+    pub async fn webhook_due(
+        &self,
+        tenant: &str,
+        now_ms: u64,
+        lease_until_ms: u64,
+        count: u64,
+    ) -> Result<Vec<String>, BrokerError> {
+        let v = self
+            .script_of(
+                &self.wh.take_due,
+                vec![self.wh_due(tenant)],
+                vec![
+                    now_ms.to_string(),
+                    lease_until_ms.to_string(),
+                    count.to_string(),
+                ],
+            )
+            .await?;
+        Ok(strings(v))
+    }
+
+    /// The head of a conversation's queue.
+    pub async fn webhook_head(
+        &self,
+        tenant: &str,
+        conv: &str,
+    ) -> Result<Option<Pending>, BrokerError> {
+        let head: Option<String> = self
+            .client
+            .lindex(self.wh_queue(tenant, conv), 0)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(head.and_then(|h| serde_json::from_str(&h).ok()))
+    }
+
+    /// Drops the head of a conversation's queue (delivered).
+    pub async fn webhook_pop(
+        &self,
+        tenant: &str,
+        conv: &str,
+        now_ms: u64,
+    ) -> Result<(), BrokerError> {
+        self.script_of(
+            &self.wh.pop,
+            vec![self.wh_queue(tenant, conv), self.wh_due(tenant)],
+            vec![conv.to_owned(), now_ms.to_string()],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Records another failure of the head and when to try it again.
+    pub async fn webhook_reschedule(
+        &self,
+        tenant: &str,
+        p: &Pending,
+        due_ms: u64,
+    ) -> Result<(), BrokerError> {
+        self.script_of(
+            &self.wh.reschedule,
+            vec![self.wh_queue(tenant, &p.conv), self.wh_due(tenant)],
+            vec![p.conv.clone(), encode(p), due_ms.to_string()],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Moves the head to the dead-letter stream.
+    pub async fn webhook_bury(
+        &self,
+        tenant: &str,
+        p: &Pending,
+        now_ms: u64,
+    ) -> Result<(), BrokerError> {
+        let _: String = self
+            .client
+            .xadd(
+                self.wh_dead(tenant),
+                false,
+                ("MAXLEN", "~", 100_000),
+                "*",
+                vec![("p", encode(p))],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        self.webhook_pop(tenant, &p.conv, now_ms).await
+    }
+
+    /// Dead letters, oldest first: (dead-letter id, the event that could not be delivered).
+    pub async fn webhook_dead_letters(
+        &self,
+        tenant: &str,
+        count: u64,
+    ) -> Result<Vec<(String, Pending)>, BrokerError> {
+        let items: Vec<StreamEntry> = self
+            .client
+            .xrange(self.wh_dead(tenant), "-", "+", Some(count))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(items
+            .into_iter()
+            .filter_map(|(id, f)| Some((id, serde_json::from_str(f.get("p")?).ok()?)))
+            .collect())
+    }
+
+    /// Puts a dead letter back at the end of its conversation's queue, due now.
+    pub async fn webhook_retry_failed(
+        &self,
+        tenant: &str,
+        dead_id: &str,
+        now_ms: u64,
+    ) -> Result<bool, BrokerError> {
+        let Some((_, mut p)) = self
+            .webhook_dead_letters(tenant, 100_000)
+            .await?
+            .into_iter()
+            .find(|(id, _)| id == dead_id)
+        else {
+            return Ok(false);
+        };
+        p.attempts = 0;
+        p.first_failure_ms = 0;
+        let queue = self.wh_queue(tenant, &p.conv);
+        let _: i64 = self
+            .client
+            .rpush(&queue, encode(&p))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let _: i64 = self
+            .client
+            .zadd(
+                self.wh_due(tenant),
+                None,
+                None,
+                false,
+                false,
+                (now_ms as f64, p.conv.as_str()),
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let _: i64 = self
+            .client
+            .xdel(self.wh_dead(tenant), dead_id)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(true)
+    }
+
+    /// Events read by the group and not yet delivered, plus events waiting in queues.
+    pub async fn webhook_depth(&self, tenant: &str) -> Result<u64, BrokerError> {
+        let due: u64 = self
+            .client
+            .zcard(self.wh_due(tenant))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let _: bool = self
+            .client
+            .exists(self.keys.events(tenant))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(due)
+    }
+
+    async fn script_of(
+        &self,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, BrokerError> {
+        self.script(script, keys, args).await
+    }
+}
+
+fn pending_from(id: &str, body: Option<&String>) -> Option<Pending> {
+    let body = body?;
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let conv = format!(
+        "{}/{}",
+        v.get("user")?.as_str()?,
+        v.get("conversation")?.as_str()?
+    );
+    // The delivered body is the contract's event: {type, id, timestamp, data}.
+    let delivered = serde_json::json!({"type": v.get("type")?, "id": id, "timestamp": v.get("timestamp")?, "data": v.get("data")?});
+    Some(Pending {
+        id: id.to_owned(),
+        body: delivered.to_string(),
+        conv,
+        attempts: 0,
+        first_failure_ms: 0,
+        last_error: String::new(),
+    })
+}

@@ -1,0 +1,257 @@
+//! Webhook delivery for one tenant: new events from the consumer group go out at once unless
+//! earlier events of their conversation are waiting; failures wait in their conversation's
+//! queue and are retried with jittered exponential backoff; past the maximum age an event goes
+//! to the dead letters. Each POST carries the Standard Webhooks headers; `webhook-id` is the
+//! event id, the same on every attempt.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::RngExt;
+use tokio_util::sync::CancellationToken;
+use toolmark_broker::now_ms;
+use toolmark_broker::redis::RedisBroker;
+use toolmark_broker::redis::webhooks::{Admission, Pending};
+use toolmark_gateway::config::WorkerConfig;
+
+use crate::metrics::{FailureLabels, Metrics, TenantLabel};
+use crate::sign::SigningKey;
+
+/// What one tenant's deliveries need.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Tenant id.
+    pub tenant: String,
+    /// Where events are POSTed.
+    pub url: String,
+    /// Signing key.
+    pub key: SigningKey,
+}
+
+/// One tenant's delivery loops.
+pub struct Deliverer {
+    broker: Arc<RedisBroker>,
+    http: reqwest::Client,
+    target: Target,
+    consumer: String,
+    settings: WorkerConfig,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Deliverer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deliverer")
+            .field("tenant", &self.target.tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why one attempt failed: the label of `toolmark_webhook_failures_total{status}`.
+fn failure_label(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "timeout".into()
+    } else if let Some(s) = e.status() {
+        s.as_u16().to_string()
+    } else {
+        "connect".into()
+    }
+}
+
+impl Deliverer {
+    /// A deliverer for one tenant.
+    pub fn new(
+        broker: Arc<RedisBroker>,
+        http: reqwest::Client,
+        target: Target,
+        consumer: String,
+        settings: WorkerConfig,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Deliverer {
+            broker,
+            http,
+            target,
+            consumer,
+            settings,
+            metrics,
+        }
+    }
+
+    fn labels(&self) -> TenantLabel {
+        TenantLabel {
+            tenant: self.target.tenant.clone(),
+        }
+    }
+
+    /// POSTs one event; `Err` holds the failure label.
+    async fn post(&self, p: &Pending) -> Result<(), String> {
+        let ts = now_ms() / 1000;
+        let sig = self.target.key.sign(&p.id, ts, &p.body);
+        self.metrics.attempts.get_or_create(&self.labels()).inc();
+        let res = self
+            .http
+            .post(&self.target.url)
+            .timeout(Duration::from_millis(self.settings.webhook_timeout_ms))
+            .header("content-type", "application/json")
+            .header("webhook-id", &p.id)
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", sig)
+            .body(p.body.clone())
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status);
+        match res {
+            Ok(_) => {
+                self.metrics.delivered.get_or_create(&self.labels()).inc();
+                if let Some(emitted) = p.id.split('-').next().and_then(|ms| ms.parse::<u64>().ok())
+                {
+                    // Event ids start with their emission time in ms.
+                    #[allow(clippy::cast_precision_loss)]
+                    self.metrics
+                        .delivery_latency
+                        .observe(now_ms().saturating_sub(emitted) as f64 / 1000.0);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let status = failure_label(&e);
+                self.metrics
+                    .failures
+                    .get_or_create(&FailureLabels {
+                        tenant: self.target.tenant.clone(),
+                        status: status.clone(),
+                    })
+                    .inc();
+                Err(status)
+            }
+        }
+    }
+
+    /// Delay before attempt `attempts + 1`: base × 2^attempts, at most the maximum, ±50 %.
+    fn backoff(&self, attempts: u32) -> u64 {
+        let exp = self
+            .settings
+            .webhook_backoff_base_ms
+            .saturating_mul(1u64 << attempts.min(30));
+        let capped = exp.min(self.settings.webhook_backoff_max_ms);
+        let jitter: f64 = rand::rng().random_range(0.5..1.5);
+        // Delays are far below 2^52 ms, so the float round trip is exact enough.
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
+        let d = (capped as f64 * jitter) as u64;
+        d.max(1)
+    }
+
+    /// Reads new events and delivers them until `stop`.
+    pub async fn run_new(self: Arc<Self>, stop: CancellationToken) {
+        let t = &self.target.tenant;
+        while !stop.is_cancelled() {
+            if let Err(e) = self.broker.webhook_group(t).await {
+                tracing::warn!(tenant = %t, error = %e, "webhook group not ready");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            let batch = tokio::select! {
+                () = stop.cancelled() => return,
+                b = self.broker.webhook_read(t, &self.consumer, 100, 1000, self.settings.webhook_claim_after_ms) => b,
+            };
+            let batch = match batch {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::debug!(tenant = %t, error = %e, "webhook read failed");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            for mut p in batch {
+                match self.broker.webhook_admit(t, &p).await {
+                    Ok(Admission::Queued) => continue,
+                    Ok(Admission::Deliver) => {}
+                    Err(_) => break, // Stays pending; read again (or claimed) later.
+                }
+                match self.post(&p).await {
+                    Ok(()) => {
+                        let _ = self.broker.webhook_ack(t, &p.id).await;
+                    }
+                    Err(status) => {
+                        p.attempts = 1;
+                        p.first_failure_ms = now_ms();
+                        p.last_error = status;
+                        let due = now_ms() + self.backoff(0);
+                        let _ = self.broker.webhook_defer(t, &p, due).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Retries due conversation queues, head first, until `stop`.
+    pub async fn run_retries(self: Arc<Self>, stop: CancellationToken) {
+        let t = self.target.tenant.clone();
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let lease = self.settings.webhook_timeout_ms * 3;
+            let due = match self
+                .broker
+                .webhook_due(&t, now_ms(), now_ms() + lease, 50)
+                .await
+            {
+                Ok(d) => d,
+                Err(_) => continue,
+            };
+            if let Ok(depth) = self.broker.webhook_depth(&t).await {
+                self.metrics
+                    .queue_depth
+                    .get_or_create(&self.labels())
+                    .set(i64::try_from(depth).unwrap_or(i64::MAX));
+            }
+            for conv in due {
+                self.drain(&t, &conv, &stop).await;
+            }
+        }
+    }
+
+    /// Delivers a conversation's queue in order until it is empty or an attempt fails.
+    async fn drain(&self, t: &str, conv: &str, stop: &CancellationToken) {
+        let started = Instant::now();
+        while !stop.is_cancelled() && started.elapsed() < Duration::from_secs(60) {
+            let Ok(Some(mut head)) = self.broker.webhook_head(t, conv).await else {
+                return;
+            };
+            match self.post(&head).await {
+                Ok(()) => {
+                    if self.broker.webhook_pop(t, conv, now_ms()).await.is_err() {
+                        return;
+                    }
+                }
+                Err(status) => {
+                    head.attempts += 1;
+                    head.last_error = status;
+                    if head.first_failure_ms == 0 {
+                        head.first_failure_ms = now_ms();
+                    }
+                    let age_ms = now_ms().saturating_sub(head.first_failure_ms);
+                    if age_ms >= self.settings.webhook_max_age_secs * 1000 {
+                        tracing::warn!(tenant = %t, event = %head.id, attempts = head.attempts, "webhook event moved to the dead letters");
+                        self.metrics
+                            .dead_letters
+                            .get_or_create(&self.labels())
+                            .inc();
+                        let _ = self.broker.webhook_bury(t, &head, now_ms()).await;
+                        continue;
+                    }
+                    let due = now_ms() + self.backoff(head.attempts.saturating_sub(1));
+                    let _ = self.broker.webhook_reschedule(t, &head, due).await;
+                    return;
+                }
+            }
+        }
+    }
+}

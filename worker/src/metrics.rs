@@ -1,0 +1,102 @@
+//! The worker's Prometheus metrics.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TenantLabel {
+    pub tenant: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct FailureLabels {
+    pub tenant: String,
+    pub status: String,
+}
+
+/// Webhook and sweep metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Conversations with events waiting for a retry, per tenant.
+    pub(crate) queue_depth: Family<TenantLabel, Gauge>,
+    /// Delivery attempts.
+    pub(crate) attempts: Family<TenantLabel, Counter>,
+    /// Successful deliveries.
+    pub(crate) delivered: Family<TenantLabel, Counter>,
+    /// Failed attempts by HTTP status (`timeout`, `connect` for no answer).
+    pub(crate) failures: Family<FailureLabels, Counter>,
+    /// Events moved to the dead letters.
+    pub(crate) dead_letters: Family<TenantLabel, Counter>,
+    /// From an event's emission to its successful delivery, seconds.
+    pub(crate) delivery_latency: Histogram,
+    /// Calls timed out by the deadline sweep.
+    pub(crate) swept: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            queue_depth: Family::default(),
+            attempts: Family::default(),
+            delivered: Family::default(),
+            failures: Family::default(),
+            dead_letters: Family::default(),
+            delivery_latency: Histogram::new([
+                0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0, 86_400.0,
+            ]),
+            swept: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "toolmark_webhook_queue_depth",
+            "Conversations with events waiting for a retry",
+            m.queue_depth.clone(),
+        );
+        registry.register(
+            "toolmark_webhook_attempts",
+            "Webhook delivery attempts",
+            m.attempts.clone(),
+        );
+        registry.register(
+            "toolmark_webhook_delivered",
+            "Webhook events delivered",
+            m.delivered.clone(),
+        );
+        registry.register(
+            "toolmark_webhook_failures",
+            "Failed webhook attempts by HTTP status",
+            m.failures.clone(),
+        );
+        registry.register(
+            "toolmark_webhook_dead_letters",
+            "Webhook events moved to the dead letters",
+            m.dead_letters.clone(),
+        );
+        registry.register(
+            "toolmark_webhook_delivery_seconds",
+            "From an event's emission to its delivery",
+            m.delivery_latency.clone(),
+        );
+        registry.register(
+            "toolmark_deadline_sweeps",
+            "Calls timed out by the deadline sweep",
+            m.swept.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

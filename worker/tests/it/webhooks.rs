@@ -1,0 +1,213 @@
+//! Webhook delivery end to end.
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use toolmark_broker::redis::{RedisBroker, RedisOptions};
+use toolmark_broker::{Broker, ConvKey, EventType, PageSink};
+use toolmark_gateway::config::{Config, Overrides};
+use toolmark_worker::sign::SigningKey;
+
+use crate::receiver::{Mode, Receiver};
+use crate::redis_support::RedisProc;
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+struct NoPages;
+impl PageSink for NoPages {
+    fn deliver(&self, _: &ConvKey, _: &str, _: Arc<str>) {}
+}
+
+fn config_text(redis: &str, prefix: &str, hook: &str, worker: &str) -> String {
+    format!(
+        r#"
+[broker]
+kind = "redis"
+url = "{redis}"
+key_prefix = "{prefix}"
+
+[worker]
+listen = "127.0.0.1:0"
+{worker}
+
+[[tenants]]
+id = "acme"
+api_keys = []
+token_secret = "acme-secret-0123456789abcdef0123456789"
+webhook_url = "{hook}"
+webhook_secret = "{SECRET}"
+"#
+    )
+}
+
+/// A broker handle for emitting events as a gateway would.
+async fn emitter(redis: &str, prefix: &str) -> Arc<RedisBroker> {
+    let opts = RedisOptions { prefix: prefix.into(), ..RedisOptions::default() };
+    RedisBroker::connect(redis, "emitter", Arc::new(NoPages), opts, tokio_util::sync::CancellationToken::new()).await.unwrap()
+}
+
+/// Runs a worker in this process until the returned sender is dropped or fires.
+fn spawn_worker(text: &str) -> tokio::sync::oneshot::Sender<()> {
+    let config = Config::load(text, [], &Overrides::default()).expect("valid worker config");
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        toolmark_worker::run(config, async move {
+            let _ = rx.await;
+        })
+        .await
+        .expect("worker runs");
+    });
+    tx
+}
+
+async fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn verify(d: &crate::receiver::Delivery) -> bool {
+    let key = SigningKey::parse(SECRET).unwrap();
+    key.sign(&d.id, d.timestamp.parse().unwrap(), &d.body) == d.signature
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_retried_with_the_same_id_and_a_valid_signature_and_never_redelivered() {
+    let redis = RedisProc::start(&[]);
+    let hook = Receiver::start(Mode::Ok).await;
+    hook.script(&[Mode::Fail, Mode::Fail, Mode::Hang]);
+    let worker = "webhook_timeout_ms = 300\nwebhook_backoff_base_ms = 100\nwebhook_backoff_max_ms = 400\nwebhook_claim_after_ms = 2000";
+    let _stop = spawn_worker(&config_text(&redis.url(), "w1", &hook.url, worker));
+    let broker = emitter(&redis.url(), "w1").await;
+    let conv = ConvKey::new("acme", "u1", "c1");
+    let event = broker.emit("acme", EventType::PageManifest, &conv, json!({"rev": 1})).await.unwrap();
+    wait_for("the delivery", Duration::from_secs(15), || !hook.delivered().is_empty()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let seen = hook.seen();
+    assert_eq!(seen.len(), 4, "3 failed attempts (500, 500, timeout) and 1 success: {seen:?}");
+    assert!(seen.iter().all(|d| d.id == event.id), "webhook-id is the event id on every attempt");
+    let ok = &hook.delivered()[0];
+    assert!(verify(ok), "the signature verifies");
+    let body: serde_json::Value = serde_json::from_str(&ok.body).unwrap();
+    assert_eq!(body, json!({"type": "page.manifest", "id": event.id, "timestamp": event.timestamp, "data": {"rev": 1}}));
+    assert_eq!(hook.delivered().len(), 1, "nothing is delivered twice after success");
+}
+
+fn start_worker_process(config: &std::path::Path) -> Child {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolmark-worker"))
+        .args(["--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("toolmark-worker listening on"), "{line}");
+    child
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_while_holding_events_is_taken_over() {
+    let redis = RedisProc::start(&[]);
+    let hook = Receiver::start(Mode::Hang).await;
+    let worker = "webhook_timeout_ms = 20000\nwebhook_claim_after_ms = 21000";
+    let path = std::env::temp_dir().join(format!("toolmark-worker-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(&path, config_text(&redis.url(), "w2", &hook.url, worker)).unwrap();
+    let broker = emitter(&redis.url(), "w2").await;
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let conv = ConvKey::new("acme", &format!("u{i}"), "c1");
+        ids.push(broker.emit("acme", EventType::PageManifest, &conv, json!({"i": i})).await.unwrap().id);
+    }
+    // Started after the events: its first read takes all 20.
+    let mut victim = start_worker_process(&path);
+    // The victim has read the events and hangs on their deliveries.
+    // One delivery hangs; the victim has read (and holds) all 20 in the same batch.
+    wait_for("the victim's first attempt", Duration::from_secs(10), || !hook.seen().is_empty()).await;
+    assert_eq!(redis_pending(&redis, "w2"), 20, "the victim holds every event");
+    let _ = Command::new("kill").args(["-KILL", &victim.id().to_string()]).status();
+    let _ = victim.wait();
+    hook.set(Mode::Ok);
+    // Another worker claims what the victim held once it has been idle long enough.
+    let taker = "webhook_timeout_ms = 500\nwebhook_claim_after_ms = 1000";
+    let _stop = spawn_worker(&config_text(&redis.url(), "w2", &hook.url, taker));
+    wait_for("every event", Duration::from_secs(20), || hook.delivered().len() >= ids.len()).await;
+    let mut got: Vec<String> = hook.delivered().into_iter().map(|d| d.id).collect();
+    got.sort();
+    ids.sort();
+    assert_eq!(got, ids, "all delivered, none twice");
+    std::fs::remove_file(path).unwrap();
+}
+
+/// Entries the consumer group has handed out and not yet acknowledged.
+fn redis_pending(redis: &RedisProc, prefix: &str) -> usize {
+    let out = redis.cli(&["xpending", &format!("{prefix}:{{acme}}:events"), "webhooks"]);
+    out.lines().next().and_then(|l| l.trim().parse().ok()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_events_after_an_outage_arrive_once_each_in_conversation_order() {
+    let outage: u64 = std::env::var("TOOLMARK_TEST_OUTAGE_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(15);
+    let redis = RedisProc::start(&[]);
+    let hook = Receiver::start(Mode::Fail).await;
+    let worker = "webhook_timeout_ms = 1000\nwebhook_backoff_base_ms = 200\nwebhook_backoff_max_ms = 1000\nwebhook_claim_after_ms = 5000";
+    let _stop = spawn_worker(&config_text(&redis.url(), "w3", &hook.url, worker));
+    let opts = RedisOptions { prefix: "w3".into(), events_per_tenant: 20_000, ..RedisOptions::default() };
+    let broker = RedisBroker::connect(&redis.url(), "emitter", Arc::new(NoPages), opts, tokio_util::sync::CancellationToken::new()).await.unwrap();
+    let started = Instant::now();
+    let mut expected: HashMap<String, Vec<String>> = HashMap::new();
+    for i in 0..10_000u32 {
+        let user = format!("u{}", i % 20);
+        let conv = ConvKey::new("acme", &user, "c1");
+        let e = broker.emit("acme", EventType::CallResult, &conv, json!({"n": i})).await.unwrap();
+        expected.entry(user).or_default().push(e.id);
+    }
+    let left = Duration::from_secs(outage).saturating_sub(started.elapsed());
+    tokio::time::sleep(left).await;
+    hook.set(Mode::Ok);
+    wait_for("all 10,000 events", Duration::from_secs(120), || hook.delivered().len() >= 10_000).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let delivered = hook.delivered();
+    assert_eq!(delivered.len(), 10_000, "none twice");
+    let mut order: HashMap<String, Vec<String>> = HashMap::new();
+    for d in delivered {
+        let body: serde_json::Value = serde_json::from_str(&d.body).unwrap();
+        let n = body["data"]["n"].as_u64().unwrap();
+        order.entry(format!("u{}", n % 20)).or_default().push(d.id);
+    }
+    assert_eq!(order, expected, "per conversation, in emission order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_failing_past_the_maximum_age_become_dead_letters_and_can_be_retried() {
+    let redis = RedisProc::start(&[]);
+    let hook = Receiver::start(Mode::Fail).await;
+    let worker = "webhook_timeout_ms = 300\nwebhook_backoff_base_ms = 100\nwebhook_backoff_max_ms = 200\nwebhook_max_age_secs = 1\nwebhook_claim_after_ms = 2000";
+    let _stop = spawn_worker(&config_text(&redis.url(), "w4", &hook.url, worker));
+    let broker = emitter(&redis.url(), "w4").await;
+    let conv = ConvKey::new("acme", "u1", "c1");
+    let event = broker.emit("acme", EventType::CallTimeout, &conv, json!({"id": "x"})).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let failed = loop {
+        let f = broker.webhook_failed("acme").await.unwrap();
+        if !f.is_empty() {
+            break f;
+        }
+        assert!(Instant::now() < deadline, "the event never became a dead letter");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(failed[0]["eventId"], event.id.as_str());
+    assert_eq!(failed[0]["lastError"], "500");
+    hook.set(Mode::Ok);
+    assert!(broker.webhook_retry("acme", failed[0]["id"].as_str().unwrap()).await.unwrap());
+    wait_for("the retried delivery", Duration::from_secs(10), || !hook.delivered().is_empty()).await;
+    assert_eq!(hook.delivered()[0].id, event.id);
+    assert!(broker.webhook_failed("acme").await.unwrap().is_empty());
+}
