@@ -26,6 +26,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../assets/demo/bridge.js"),
     ),
     (
+        "mcp-pairing.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/demo/mcp-pairing.js"),
+    ),
+    (
         "app.js",
         "text/javascript; charset=utf-8",
         include_str!("../assets/demo/app.js"),

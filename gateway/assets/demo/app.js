@@ -1,9 +1,12 @@
 // app.js: the demo "app page". A to-do list and a sign-up form whose tools an agent calls through
 // the gateway: registers the tools, attaches the bridge over the page WebSocket and renders
-// the connection, the pending confirmations and an activity log. Agent input is hostile, so
-// everything is rendered with textContent, never as HTML.
+// the connection, the pending confirmations and an activity log. The same tools can also be
+// paired with a desktop MCP client ("Pair with desktop MCP", mcp-pairing.js; port from
+// ?mcpPort=, default 17840). Agent input is hostile, so everything is rendered with
+// textContent, never as HTML.
 
 import { REDACTED, attachBridge, createRegistry, ok, websocketTransport } from './bridge.js';
+import { DEFAULT_MCP_PORT, mcpPairing } from './mcp-pairing.js';
 
 const $ = (id) => document.getElementById(id);
 const SIGNUP_FIELDS = ['name', 'email', 'password'];
@@ -220,21 +223,32 @@ function changeText({ path, before, after }) {
   return `${path}: ${show(before)} → ${show(after)}`;
 }
 
-function renderPending(bridge, items) {
+// Pending confirmations of every bridge (the gateway's, and the desktop MCP one when paired).
+const pendingByBridge = new Map(); // bridge -> items
+
+function setPending(bridge, items) {
+  if (items.length === 0) pendingByBridge.delete(bridge);
+  else pendingByBridge.set(bridge, items);
+  renderPending();
+}
+
+function renderPending() {
   const panel = $('pending');
+  const items = [...pendingByBridge].flatMap(([bridge, list]) => list.map((item) => ({ bridge, item })));
   if (items.length === 0) {
     panel.replaceChildren(Object.assign(document.createElement('p'), { className: 'empty', textContent: 'Nothing is waiting for you.' }));
     return;
   }
-  panel.replaceChildren(...items.map((item) => {
+  panel.replaceChildren(...items.map(({ bridge, item }) => {
     const box = Object.assign(document.createElement('div'), { className: 'pending-item' });
     box.dataset.confirmId = item.confirmId;
+    box.dataset.caller = item.caller ?? 'inapp';
     const summary = Object.assign(document.createElement('p'), { className: 'summary', textContent: item.summary });
     const changes = Object.assign(document.createElement('ul'), { className: 'changes' });
     changes.append(...item.changes.map((c) => Object.assign(document.createElement('li'), { textContent: changeText(c) })));
     const meta = Object.assign(document.createElement('p'), {
       className: 'meta',
-      textContent: `${item.title} · expires ${new Date(item.expiresAt).toLocaleTimeString()}`,
+      textContent: `${item.title}${item.caller === 'mcp' ? ' · desktop MCP' : ''} · expires ${new Date(item.expiresAt).toLocaleTimeString()}`,
     });
     const approve = Object.assign(document.createElement('button'), { type: 'button', className: 'approve', textContent: 'Approve' });
     const reject = Object.assign(document.createElement('button'), { type: 'button', className: 'reject', textContent: 'Reject' });
@@ -303,11 +317,65 @@ async function start() {
   bridge.on('received', logReceived);
   bridge.on('sent', logSent);
   bridge.on('error', (e) => log('error', `${e.code}: ${e.message}`));
-  bridge.on('pending', (items) => renderPending(bridge, items));
-  renderPending(bridge, []);
+  bridge.on('pending', (items) => setPending(bridge, items));
+  renderPending();
   addEventListener('pagehide', () => bridge.detach());
+  startMcpPairing(registry);
   // A page restored from the back/forward cache has a detached bridge: start over as a new page load.
   addEventListener('pageshow', (event) => event.persisted && location.reload());
+}
+
+// ---------------------------------------------------------------- desktop MCP pairing
+
+const MCP_LABELS = {
+  connecting: 'connecting…',
+  paired: 'paired',
+  rejected: 'rejected (enter a new code)',
+  superseded: 'superseded by another page',
+  disconnected: 'disconnected, reconnecting…',
+  unreachable: 'toolmark-mcp unreachable, retrying…',
+};
+
+function mcpPortFromUrl() {
+  const raw = new URLSearchParams(location.search).get('mcpPort');
+  const port = raw !== null && /^[0-9]{1,5}$/.test(raw) ? Number(raw) : NaN;
+  return port >= 1 && port <= 65535 ? port : DEFAULT_MCP_PORT;
+}
+
+function startMcpPairing(registry) {
+  const port = mcpPortFromUrl();
+  $('mcp-port').textContent = String(port);
+  let current = null; // the MCP bridge while paired
+  const options = {
+    registry,
+    port,
+    onStatus(status) {
+      const el = $('mcp-status');
+      el.dataset.state = status;
+      el.textContent = MCP_LABELS[status] ?? status;
+      log('mcp', `desktop MCP: ${status}`);
+    },
+    onBridge(bridge) {
+      if (current) setPending(current, []);
+      current = bridge;
+      if (!bridge) return;
+      $('mcp-status').dataset.clientId = bridge.clientId;
+      bridge.on('received', (m) => logReceived(m));
+      bridge.on('sent', logSent);
+      bridge.on('error', (e) => log('error', `mcp ${e.code}: ${e.message}`));
+      bridge.on('pending', (items) => setPending(bridge, items));
+    },
+  };
+  let detach = mcpPairing(options); // resumes after a reload; inert without a stored token
+  $('mcp-form').addEventListener('submit', (event) => {
+    event.preventDefault();
+    const code = $('mcp-code').value.trim();
+    if (code === '') return;
+    detach();
+    detach = mcpPairing({ ...options, code });
+    $('mcp-code').value = '';
+  });
+  addEventListener('pagehide', () => detach());
 }
 
 start();

@@ -321,13 +321,18 @@ function untilAborted(promise, signal) {
 
 /**
  * Attaches the page side of protocol v1 to a transport ({send, onMessage, close?}).
- * Returns {clientId, on(type, fn), pending(), approve(confirmId), reject(confirmId), detach()}.
+ * options.caller is 'inapp' (the default: consequential tools answer needs_confirmation and the
+ * outcome follows as confirmed) or 'mcp' (the desktop MCP CLI: the call waits while the human
+ * confirms inline, and its result is the outcome; detaching withdraws such confirmations).
+ * Returns {clientId, caller, on(type, fn), pending(), approve(confirmId), reject(confirmId), detach()}.
  * Events: 'received' (a valid inbound message), 'sent' (an outbound message), 'pending'
  * (the list of deferred confirmations changed), 'error' ({code, message}).
  */
 export function attachBridge(registry, transport, options = {}) {
   const maxMessageBytes = options.maxMessageBytes ?? MAX_MESSAGE_BYTES;
   const confirmExpiryMs = options.confirmExpiryMs ?? CONFIRM_EXPIRY_MS;
+  const caller = options.caller ?? 'inapp';
+  if (caller !== 'inapp' && caller !== 'mcp') throw new Error(`unsupported caller ${caller}`);
   const clientId = newId();
   const events = createEmitter();
   const inFlight = new Map(); // call id -> AbortController, until answered
@@ -429,15 +434,15 @@ export function attachBridge(registry, transport, options = {}) {
     return run;
   }
 
-  /** Validates input, defers consequential tools, else runs the tool as caller inapp. */
+  /** Validates input, defers (inapp) or confirms inline (mcp) consequential tools, else runs the tool. */
   async function execute(tool, input, signal) {
     if (signal.aborted) return CANCELLED_SIGNAL;
     try {
       const issues = checkSchema(tool.inputSchema, input);
       if (issues.length === 0 && tool.validate) issues.push(...(tool.validate(input) ?? []));
       if (issues.length > 0) return invalid(issues);
-      if (needsConfirmation(tool)) return defer(tool, input);
-      return await untilAborted(tool.run(input, { signal, caller: 'inapp', clientId }), signal);
+      if (needsConfirmation(tool)) return caller === 'mcp' ? await confirmInline(tool, input, signal) : defer(tool, input);
+      return await untilAborted(tool.run(input, { signal, caller, clientId }), signal);
     } catch (err) {
       fail('tool_threw', `${tool.name}: ${err?.message ?? err}`);
       return TOOL_FAILED;
@@ -446,26 +451,55 @@ export function attachBridge(registry, transport, options = {}) {
 
   // ------------------------------------------------ deferred confirmations
 
-  function defer(tool, input) {
+  /** Records a pending confirmation; settle (inline only) receives the final outcome. */
+  function addConfirmation(tool, input, settle) {
     const { summary, changes } = tool.summarize?.(input) ?? { summary: `Run ${tool.title ?? tool.name}` };
     while (confirmations.size >= MAX_CONFIRMATIONS) expire(confirmations.keys().next().value);
     const confirmId = newId();
     const createdAt = Date.now();
     confirmations.set(confirmId, {
       confirmId,
+      caller,
       tool: tool.name,
       title: tool.title ?? tool.name,
       input,
       summary: String(summary),
       changes: changes ?? [],
       snapshot: tool.snapshot ? JSON.stringify(tool.snapshot()) : undefined,
+      settle,
       createdAt,
       expiresAt: createdAt + confirmExpiryMs,
       timer: setTimeout(() => expire(confirmId), confirmExpiryMs),
     });
+    return { confirmId, summary: String(summary), changes };
+  }
+
+  function defer(tool, input) {
+    const { confirmId, summary, changes } = addConfirmation(tool, input, undefined);
     // Announce after the needs_confirmation result has been sent (it is sent from a later microtask).
     setTimeout(() => events.emit('pending', pending()), 0);
-    return { status: 'needs_confirmation', confirmId, summary: String(summary), changes };
+    return { status: 'needs_confirmation', confirmId, summary, changes };
+  }
+
+  /**
+   * Caller mcp: the call waits for the human. Settles with the tool's outcome (approved), cancelled
+   * by operator (rejected), confirmation_expired, or cancelled by signal when the call is aborted
+   * (cancel, or the bridge detached): then the confirmation is withdrawn and can never run the tool.
+   */
+  function confirmInline(tool, input, signal) {
+    return new Promise((resolve) => {
+      if (signal.aborted) return resolve(CANCELLED_SIGNAL);
+      const settle = (result) => {
+        signal.removeEventListener('abort', withdraw);
+        resolve(result);
+      };
+      const { confirmId } = addConfirmation(tool, input, settle);
+      function withdraw() {
+        if (take(confirmId)) settle(CANCELLED_SIGNAL);
+      }
+      signal.addEventListener('abort', withdraw, { once: true });
+      events.emit('pending', pending());
+    });
   }
 
   /** Removes a pending confirmation (single use) and returns it, or undefined. */
@@ -482,52 +516,67 @@ export function attachBridge(registry, transport, options = {}) {
     send({ protocol: PROTOCOL, type: 'confirmed', clientId, confirmId, result: toWire(result) });
 
   function expire(confirmId) {
-    if (take(confirmId)) sendConfirmed(confirmId, EXPIRED);
+    const entry = take(confirmId);
+    if (!entry) return;
+    if (entry.settle) entry.settle(EXPIRED);
+    else sendConfirmed(confirmId, EXPIRED);
   }
 
   /** The pending confirmations, oldest first, as plain data for the UI. */
   function pending() {
-    return [...confirmations.values()].map(({ timer, snapshot, input, ...visible }) => structuredClone(visible));
+    return [...confirmations.values()].map(({ timer, snapshot, input, settle, ...visible }) => structuredClone(visible));
   }
 
-  /** A human approved: runs the tool as caller human and sends confirmed with its outcome. */
+  /**
+   * A human approved: runs the tool as caller human. Deferred (inapp): sends confirmed with the
+   * outcome. Inline (mcp): the waiting call answers with it. A withdrawn confirmation never runs.
+   */
   async function approve(confirmId) {
+    if (detached) return EXPIRED;
     const entry = take(confirmId);
     if (!entry) return EXPIRED;
     const tool = registry.get(entry.tool);
+    const runAsHuman = async () => {
+      try {
+        return await tool.run(entry.input, { signal: new AbortController().signal, caller: 'human', clientId });
+      } catch (err) {
+        fail('tool_threw', `${tool.name}: ${err?.message ?? err}`);
+        return TOOL_FAILED;
+      }
+    };
     let result;
     if (!tool) {
       result = refused('stale', 'The tool is gone from the page', registry.rev);
     } else if (entry.snapshot !== undefined && JSON.stringify(tool.snapshot()) !== entry.snapshot) {
       result = refused('stale', 'Form changed since confirmation was requested');
+    } else if (entry.settle) {
+      result = await runAsHuman(); // already inside the call's scope job
     } else {
-      result = await inScope(scopeOf(tool.name), async () => {
-        try {
-          return await tool.run(entry.input, { signal: new AbortController().signal, caller: 'human', clientId });
-        } catch (err) {
-          fail('tool_threw', `${tool.name}: ${err?.message ?? err}`);
-          return TOOL_FAILED;
-        }
-      });
+      result = await inScope(scopeOf(tool.name), runAsHuman);
     }
-    sendConfirmed(confirmId, result);
+    if (entry.settle) entry.settle(result);
+    else sendConfirmed(confirmId, result);
     return toWire(result);
   }
 
   /** A human rejected: confirmed carries cancelled by operator. */
   function reject(confirmId) {
-    if (!take(confirmId)) return EXPIRED;
+    const entry = take(confirmId);
+    if (!entry) return EXPIRED;
     const result = { status: 'cancelled', by: 'operator' };
-    sendConfirmed(confirmId, result);
+    if (entry.settle) entry.settle(result);
+    else sendConfirmed(confirmId, result);
     return result;
   }
 
   function detach() {
     if (detached) return;
+    detached = true; // nothing is sent from here on, and no confirmation can be approved
     for (const controller of inFlight.values()) controller.abort();
     for (const entry of confirmations.values()) clearTimeout(entry.timer);
+    const hadConfirmations = confirmations.size > 0;
     confirmations.clear();
-    detached = true;
+    if (hadConfirmations) events.emit('pending', []);
     offRegistry();
     offMessages?.();
     transport.close?.();
@@ -537,7 +586,7 @@ export function attachBridge(registry, transport, options = {}) {
   const offMessages = transport.onMessage(onInbound);
   queueMicrotask(sendManifest); // the attach manifest, after the caller has subscribed to 'sent'
 
-  return { clientId, on: events.on, pending, approve, reject, detach };
+  return { clientId, caller, on: events.on, pending, approve, reject, detach };
 }
 
 // ---------------------------------------------------------------- websocket transport
