@@ -5,14 +5,14 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit chart-test browser bench fuzz clean
+.PHONY: run test deps lint unit chart-test browser mcp-e2e bench fuzz clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
 	$(CARGO) run --release -p toolmark-gateway --bin toolmark-gateway
 
 ## test: install what the tests need, then lint and every test
-test: deps lint unit chart-test browser
+test: deps lint unit chart-test browser mcp-e2e
 
 ## deps: install the system packages the tests use when they are missing (Debian)
 deps:
@@ -37,6 +37,10 @@ chart-test:
 ## browser: the demo page end to end in headless Chromium
 browser:
 	scripts/browser-test.sh
+
+## mcp-e2e: toolmark-mcp with real MCP clients (Python SDK, MCP Inspector CLI, the demo page in Chromium)
+mcp-e2e:
+	scripts/mcp-e2e.sh
 
 ## bench: criterion benchmarks; figures go to docs/benchmarks.md by hand with the machine
 bench:

@@ -8,6 +8,8 @@ command -v cargo >/dev/null || { echo "deps: cargo is required (install a Rust t
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 command -v chromium >/dev/null || need_apt+=(chromium)
+command -v python3 >/dev/null || need_apt+=(python3)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v node >/dev/null || need_apt+=(nodejs)
 command -v npm >/dev/null || need_apt+=(npm)
 
