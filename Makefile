@@ -5,14 +5,14 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit chart-test browser mcp-e2e bench fuzz clean
+.PHONY: run test deps lint unit chart-test browser mcp-e2e pusher bench fuzz clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
 	$(CARGO) run --release -p toolmark-gateway --bin toolmark-gateway
 
 ## test: install what the tests need, then lint and every test
-test: deps lint unit chart-test browser mcp-e2e
+test: deps lint unit chart-test browser mcp-e2e pusher
 
 ## deps: install the system packages the tests use when they are missing (Debian)
 deps:
@@ -41,6 +41,10 @@ browser:
 ## mcp-e2e: toolmark-mcp with real MCP clients (Python SDK, MCP Inspector CLI, the demo page in Chromium)
 mcp-e2e:
 	scripts/mcp-e2e.sh
+
+## pusher: the Laravel Echo endpoint (Pusher protocol) driven by the real pusher-js client in Node
+pusher:
+	scripts/pusher-test.sh
 
 ## bench: criterion benchmarks; figures go to docs/benchmarks.md by hand with the machine
 bench:

@@ -5,8 +5,10 @@
 
 mod error;
 pub mod memory;
+mod memory_webhooks;
 pub mod redis;
 mod types;
+pub mod webhook;
 
 use std::sync::Arc;
 
@@ -18,8 +20,8 @@ use toolmark_proto::{AgentMessage, Manifest, ToolResult};
 pub use error::{AdmitError, BrokerError, RateLimited, Rejection, SubmitError};
 pub use types::{
     AdmitLimits, CallBinding, CallKind, CallRecord, CallState, ConfirmBinding, ConvKey,
-    ConversationState, Event, EventType, Outcome, PageIdentity, PageInfo, PageLeft, event_id_after,
-    now_ms, outcome_events,
+    ConversationState, Event, EventType, Outcome, PageIdentity, PageInfo, PageLeft,
+    confirmation_event, event_id_after, expired_confirmation, now_ms, outcome_events,
 };
 
 /// Where a node delivers agent → page frames: its own sockets of a conversation.
@@ -129,6 +131,17 @@ pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
     /// The tenant's events after `after` (an event id; `None` means only live ones).
     async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError>;
 
+    /// Confirmations still pending from pages that have been gone (no socket on any node) for
+    /// at least `grace`: marked used (a late `confirmed` is rejected) and returned, so that the
+    /// caller announces them as expired (seed D23: a gone page's confirmIds are treated as
+    /// expired). Safe on every node; each is returned once.
+    async fn expire_abandoned_confirmations(
+        &self,
+        _grace: std::time::Duration,
+    ) -> Result<Vec<ConfirmBinding>, BrokerError> {
+        Ok(Vec::new())
+    }
+
     /// Webhook events that exhausted their retries (dead letters), oldest first, as
     /// `{id, eventId, conversation, attempts, lastError, firstFailure, event}`.
     async fn webhook_failed(&self, _tenant: &str) -> Result<Vec<Value>, BrokerError> {
@@ -140,6 +153,10 @@ pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
         Ok(false)
     }
 }
+
+/// How long a page must be gone (no socket anywhere) before its pending confirmations count as
+/// expired: longer than the page-side transport's longest reconnect backoff (30 s).
+pub const CONFIRM_ABANDON_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A shareable broker handle.
 pub type SharedBroker = Arc<dyn Broker>;

@@ -65,6 +65,8 @@ struct Conv {
     sockets: u32,
     pages: BTreeMap<String, u32>,
     idle_since: Option<Instant>,
+    /// Pages whose last socket closed, and when.
+    gone_since: HashMap<String, Instant>,
 }
 
 /// Calls, sharded by id so that no single lock (or rehash of a huge map) stalls every call.
@@ -149,6 +151,7 @@ pub struct MemoryBroker {
     confirms: Mutex<HashMap<String, ConfirmEntry>>,
     state: Mutex<State>,
     logs: Mutex<HashMap<String, TenantLog>>,
+    webhooks: Mutex<HashMap<String, crate::memory_webhooks::WebhookTenant>>,
     limiters: Mutex<HashMap<String, Arc<DefaultDirectRateLimiter>>>,
 }
 
@@ -193,6 +196,7 @@ impl MemoryBroker {
             confirms: Mutex::default(),
             state: Mutex::default(),
             logs: Mutex::default(),
+            webhooks: Mutex::default(),
             limiters: Mutex::default(),
         }
     }
@@ -245,6 +249,12 @@ impl MemoryBroker {
             self.sink.deliver(&conv, &client_id, frame);
         }
         timed_out
+    }
+
+    pub(crate) fn webhooks_lock(
+        &self,
+    ) -> MutexGuard<'_, HashMap<String, crate::memory_webhooks::WebhookTenant>> {
+        lock(&self.webhooks)
     }
 
     /// Number of calls held (pending and recently finished), for tests and metrics.
@@ -387,6 +397,45 @@ impl Broker for MemoryBroker {
         Ok(self.sweep())
     }
 
+    async fn expire_abandoned_confirmations(
+        &self,
+        grace: Duration,
+    ) -> Result<Vec<ConfirmBinding>, BrokerError> {
+        let mut confirms = lock(&self.confirms);
+        let st = lock(&self.state);
+        let mut expired = Vec::new();
+        for entry in confirms.values_mut().filter(|e| !e.used) {
+            let b = &entry.binding;
+            let gone = match st.convs.get(&b.conv) {
+                // The conversation itself was forgotten: nobody is there.
+                None => true,
+                Some(c) => {
+                    !c.pages.contains_key(&b.client_id)
+                        && c.gone_since
+                            .get(&b.client_id)
+                            .is_some_and(|t| t.elapsed() >= grace)
+                }
+            };
+            if gone {
+                entry.used = true;
+                expired.push(b.clone());
+            }
+        }
+        Ok(expired)
+    }
+
+    async fn webhook_failed(&self, tenant: &str) -> Result<Vec<Value>, BrokerError> {
+        Ok(self
+            .dead_letters(tenant)
+            .iter()
+            .map(|(id, p)| p.dead_letter_json(id))
+            .collect())
+    }
+
+    async fn webhook_retry(&self, tenant: &str, id: &str) -> Result<bool, BrokerError> {
+        Ok(self.retry_dead_letter(tenant, id, now_ms()))
+    }
+
     async fn cancel(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
         let record = self.call(tenant, id).await?;
         if let Some(r) = record.as_ref().filter(|r| r.state == CallState::Pending) {
@@ -444,6 +493,7 @@ impl Broker for MemoryBroker {
         let mut st = lock(&self.state);
         let c = st.convs.entry(conv.clone()).or_default();
         *c.pages.entry(client_id.to_owned()).or_default() += 1;
+        c.gone_since.remove(client_id);
         Ok(())
     }
 
@@ -466,6 +516,7 @@ impl Broker for MemoryBroker {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
                     c.pages.remove(id);
+                    c.gone_since.insert(id.to_owned(), Instant::now());
                     page_gone = true;
                 }
             }
@@ -553,6 +604,10 @@ impl Broker for MemoryBroker {
             log.events.pop_front();
         }
         let _ = log.live.send(event.clone());
+        drop(logs);
+        if let Some(t) = lock(&self.webhooks).get_mut(tenant) {
+            t.capture(&event);
+        }
         Ok(event)
     }
 
@@ -745,6 +800,58 @@ mod tests {
         assert_eq!(
             b.submit_confirmed(&page("p1"), "k1").await,
             rej(Rejection::Duplicate)
+        );
+    }
+
+    #[tokio::test]
+    async fn confirmations_of_a_gone_page_expire_once_and_a_late_confirmed_is_rejected() {
+        let (_, b) = setup();
+        let conv = ConvKey::new("t", "u", "c");
+        let limits = AdmitLimits {
+            max_connections: 10,
+            max_pages_per_conversation: 10,
+        };
+        b.admit_page(&conv, &limits).await.unwrap();
+        b.page_identified(&conv, "p1").await.unwrap();
+        let _rx = b
+            .send_call(binding("a", now_ms() + 60_000), frame("a"))
+            .await
+            .unwrap();
+        let needs = ToolResult::NeedsConfirmation {
+            confirm_id: "k1".into(),
+            summary: "s".into(),
+            changes: None,
+        };
+        b.submit_result(&page("p1"), "a", needs).await.unwrap();
+        // Still connected: nothing expires.
+        assert!(
+            b.expire_abandoned_confirmations(Duration::ZERO)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        b.release_page(&conv, Some("p1")).await.unwrap();
+        let expired = b
+            .expire_abandoned_confirmations(Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(
+            expired
+                .iter()
+                .map(|e| e.confirm_id.as_str())
+                .collect::<Vec<_>>(),
+            ["k1"]
+        );
+        assert!(
+            b.expire_abandoned_confirmations(Duration::ZERO)
+                .await
+                .unwrap()
+                .is_empty(),
+            "once"
+        );
+        assert_eq!(
+            b.submit_confirmed(&page("p1"), "k1").await,
+            Err(SubmitError::Rejected(Rejection::Duplicate))
         );
     }
 

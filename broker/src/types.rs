@@ -270,6 +270,36 @@ pub fn outcome_events(binding: &CallBinding, outcome: &Outcome) -> Vec<(EventTyp
     events
 }
 
+/// The data of a `confirmation.resolved` event: the outcome, and the tool-result message to
+/// append to the conversation, its content wrapped as untrusted page data.
+pub fn confirmation_event(binding: &ConfirmBinding, outcome: &ToolResult) -> Value {
+    json!({
+        "confirmId": binding.confirm_id,
+        "callId": binding.call_id,
+        "tool": binding.tool,
+        "clientId": binding.client_id,
+        "user": binding.conv.user,
+        "conversation": binding.conv.conversation,
+        "outcome": outcome,
+        "toolResultMessage": {
+            "role": "tool",
+            "callId": binding.call_id,
+            "confirmId": binding.confirm_id,
+            "tool": binding.tool,
+            "content": toolmark_proto::llm::wrap_untrusted(outcome),
+        },
+    })
+}
+
+/// The outcome of a confirmation whose page went away before it was approved.
+pub fn expired_confirmation() -> ToolResult {
+    ToolResult::Refused {
+        code: toolmark_proto::codes::RefusedCode::ConfirmationExpired,
+        message: toolmark_proto::codes::CONFIRMATION_EXPIRED_MESSAGE.to_owned(),
+        rev: None,
+    }
+}
+
 /// Parses an event id `<ms>-<seq>`.
 fn parse_event_id(id: &str) -> Option<(u64, u64)> {
     let (ms, seq) = id.split_once('-')?;

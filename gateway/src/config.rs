@@ -346,11 +346,13 @@ impl Config {
                     "required with server.tls_key",
                 ));
             }
-            (Some(_), Some(_)) => {
-                return Err(ConfigError::new(
-                    "server.tls_cert",
-                    "TLS termination in the gateway is not available in this version; terminate TLS at the ingress or load balancer",
-                ));
+            (Some(cert), Some(key)) => {
+                crate::tls::acceptor(cert, key).map_err(|e| {
+                    let (k, why) = e
+                        .split_once(": ")
+                        .unwrap_or(("server.tls_cert", e.as_str()));
+                    ConfigError::new(k, why)
+                })?;
             }
         }
         if let Some(id) = &self.server.node_id
@@ -418,6 +420,7 @@ impl Config {
             ));
         }
         let mut seen = HashSet::new();
+        let mut pusher_keys = HashSet::new();
         for (i, t) in self.tenants.iter().enumerate() {
             let at = |k: &str| format!("tenants[{i}].{k}");
             if !is_valid_tenant_id(&t.id) {
@@ -476,6 +479,39 @@ impl Config {
                     "pusher_key and pusher_secret go together",
                 ));
             }
+            if t.pusher_key.is_none() && !t.pusher_old_keys.is_empty() {
+                return Err(ConfigError::new(
+                    at("pusher_old_keys"),
+                    "needs pusher_key and pusher_secret",
+                ));
+            }
+            let old_keys = t.pusher_old_keys.iter().enumerate();
+            let pairs = t
+                .pusher_key
+                .iter()
+                .zip(&t.pusher_secret)
+                .map(|(k, s)| ("pusher_key".to_owned(), k, s))
+                .chain(old_keys.map(|(j, p)| (format!("pusher_old_keys[{j}]"), &p.key, &p.secret)));
+            for (name, key, secret) in pairs {
+                if !crate::pusher::is_valid_app_key(key) {
+                    return Err(ConfigError::new(
+                        at(&name),
+                        "must match ^[A-Za-z0-9_-]{1,128}$",
+                    ));
+                }
+                if secret.len() < 16 {
+                    return Err(ConfigError::new(
+                        at(&name),
+                        "secret must be at least 16 bytes",
+                    ));
+                }
+                if !pusher_keys.insert(key.as_str()) {
+                    return Err(ConfigError::new(
+                        at(&name),
+                        format!("Pusher key {key:?} is used twice (a key selects one tenant)"),
+                    ));
+                }
+            }
             if let Some(u) = &t.webhook_url {
                 let ok = url::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
                 if !ok {
@@ -483,6 +519,11 @@ impl Config {
                         at("webhook_url"),
                         "must be an http or https URL",
                     ));
+                }
+                if let Some(secret) = &t.webhook_secret
+                    && let Err(e) = crate::jobs::sign::SigningKey::parse(secret)
+                {
+                    return Err(ConfigError::new(at("webhook_secret"), e));
                 }
                 if t.webhook_secret.is_none() {
                     return Err(ConfigError::new(
@@ -702,6 +743,40 @@ mod tests {
         assert!(load(&format!("[broker]\nkind = \"redis\"\nurl = \"redis-cluster://127.0.0.1:7000,127.0.0.1:7001\"\n{BASE}"), &[]).is_ok());
         let e = load("not toml [", &[]).unwrap_err();
         assert_eq!(e.key, "config");
+    }
+
+    #[test]
+    fn pusher_keys_select_one_tenant_each() {
+        let pusher = |extra: &str| {
+            let second = BASE.replace("\"acme\"", "\"globex\"");
+            format!(
+                "{BASE}\npusher_key = \"k1\"\npusher_secret = \"0123456789abcdef\"\n{second}\n{extra}"
+            )
+        };
+        assert!(load(&pusher(""), &[]).is_ok());
+        let old = "pusher_key = \"k2\"\npusher_secret = \"0123456789abcdef\"\npusher_old_keys = [{ key = \"k1\", secret = \"0123456789abcdef\" }]";
+        let e = load(&pusher(old), &[]).unwrap_err();
+        assert_eq!(e.key, "tenants[1].pusher_old_keys[0]", "{e}");
+        let e = load(
+            &pusher("pusher_old_keys = [{ key = \"k3\", secret = \"0123456789abcdef\" }]"),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "tenants[1].pusher_old_keys");
+        let e = load(
+            &pusher("pusher_key = \"a:b\"\npusher_secret = \"0123456789abcdef\""),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "tenants[1].pusher_key");
+        let e = load(
+            &pusher("pusher_key = \"k4\"\npusher_secret = \"short\""),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "tenants[1].pusher_key");
+        let e = load(&pusher("pusher_key = \"k4\""), &[]).unwrap_err();
+        assert_eq!(e.key, "tenants[1].pusher_secret");
     }
 
     #[test]

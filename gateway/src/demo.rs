@@ -14,6 +14,8 @@ use serde_json::json;
 use crate::state::AppState;
 use crate::tenants::PageClaims;
 
+mod echo;
+
 /// The dev tenant's id.
 pub const DEV_TENANT: &str = "dev";
 
@@ -29,6 +31,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "mcp-pairing.js",
         "text/javascript; charset=utf-8",
         include_str!("../assets/demo/mcp-pairing.js"),
+    ),
+    (
+        "echo.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/demo/echo.js"),
     ),
     (
         "app.js",
@@ -54,6 +61,7 @@ pub fn router() -> Router<AppState> {
         .route("/demo/agent", get(|| async { Html(AGENT) }))
         .route("/demo/assets/{file}", get(asset))
         .route("/demo/session", get(session))
+        .merge(echo::router())
 }
 
 async fn asset(Path(file): Path<String>) -> Response {
@@ -107,6 +115,10 @@ async fn session(State(app): State<AppState>, Query(q): Query<SessionQuery>) -> 
         "token": token,
         "apiKey": dev.api_key,
         "apiBase": format!("/v1/tenants/{DEV_TENANT}"),
+        "pusherKey": dev.pusher_key,
+        "pusherPath": format!("/app/{}", dev.pusher_key),
+        "channel": format!("toolmark.{user}.{conversation}"),
+        "bridgePath": format!("/demo/bridge?user={user}&conversation={conversation}"),
     }))
     .into_response()
 }

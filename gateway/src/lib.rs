@@ -8,16 +8,20 @@ pub mod auth;
 pub mod config;
 pub mod demo;
 pub mod ids;
+pub mod inbound;
+pub mod jobs;
 pub mod metrics;
 pub mod ops;
 pub mod page;
 pub mod problem;
+pub mod pusher;
 pub mod registry;
 pub mod state;
 pub mod telemetry;
 pub mod tenants;
+pub mod tls;
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,11 +61,12 @@ pub enum RunError {
     Io(#[from] std::io::Error),
 }
 
-/// The dev tenant for a bound address: random API key and token secret, the gateway's own
-/// origins allowed (the demo page is served from them).
+/// The dev tenant for a bound address: random API key, token secret and Pusher key and
+/// secret, the gateway's own origins allowed (the demo page is served from them).
 pub fn dev_tenant(addr: SocketAddr) -> (TenantConfig, DevInfo, String) {
     let api_key = format!("tmk_dev_{}", random_hex(24));
     let secret = random_hex(32);
+    let pusher_key = format!("dev-{}", random_hex(10));
     let port = addr.port();
     let tenant = TenantConfig {
         id: demo::DEV_TENANT.into(),
@@ -73,14 +78,18 @@ pub fn dev_tenant(addr: SocketAddr) -> (TenantConfig, DevInfo, String) {
             format!("http://localhost:{port}"),
             format!("http://{addr}"),
         ],
-        pusher_key: None,
-        pusher_secret: None,
+        pusher_key: Some(pusher_key.clone()),
+        pusher_secret: Some(random_hex(20)),
         pusher_old_keys: Vec::new(),
         webhook_url: None,
         webhook_secret: None,
         limits: config::TenantLimits::default(),
     };
-    (tenant, DevInfo { api_key }, secret)
+    let info = DevInfo {
+        api_key,
+        pusher_key,
+    };
+    (tenant, info, secret)
 }
 
 fn random_hex(bytes: usize) -> String {
@@ -117,8 +126,34 @@ pub async fn run(
     // The broker outlives the drain: in-flight calls still need it until the very end.
     let broker_stop = CancellationToken::new();
     let _stop_broker = broker_stop.clone().drop_guard();
+    let jobs = tokio_util::task::TaskTracker::new();
+    let job_metrics = Arc::new(jobs::metrics::JobMetrics::default());
     let broker: SharedBroker = match config.broker.kind {
-        BrokerKind::Memory => Arc::new(MemoryBroker::new(node_id.clone(), registry.clone())),
+        BrokerKind::Memory => {
+            let memory = Arc::new(MemoryBroker::new(node_id.clone(), registry.clone()));
+            // One process: the gateway delivers webhooks itself (a worker does with Redis).
+            for t in jobs::webhook_targets(&config).map_err(|e| RunError::Tenant {
+                tenant: e.key.clone(),
+                reason: e.reason,
+            })? {
+                toolmark_broker::webhook::WebhookQueue::open(memory.as_ref(), &t.tenant)
+                    .await
+                    .map_err(|e| RunError::Broker(e.to_string()))?;
+            }
+            jobs::spawn_deliveries(
+                memory.clone(),
+                &config,
+                &node_id,
+                job_metrics.clone(),
+                &jobs,
+                &broker_stop,
+            )
+            .map_err(|e| RunError::Tenant {
+                tenant: e.key,
+                reason: e.reason,
+            })?;
+            memory
+        }
         BrokerKind::Redis => {
             let url = config.broker.url.as_deref().unwrap_or_default();
             let opts = RedisOptions {
@@ -144,6 +179,7 @@ pub async fn run(
         Arc::new(Metrics::new()),
         shutdown.clone(),
         dev,
+        job_metrics,
     );
     tokio::spawn(sweep_deadlines(app.clone(), broker_stop.clone()));
 
@@ -156,12 +192,24 @@ pub async fn run(
         tracing::info!(node = %node_id, "draining");
         drain_app.start_drain();
     });
-    let server = axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(stopping.clone().cancelled_owned());
-    let server = tokio::spawn(async move { server.await });
+    let service = router.into_make_service();
+    let graceful = stopping.clone().cancelled_owned();
+    let server = match (&config.server.tls_cert, &config.server.tls_key) {
+        (Some(cert), Some(key)) => {
+            let acceptor = tls::acceptor(cert, key).map_err(RunError::Broker)?;
+            let listener = tls::TlsListener::new(listener, acceptor)?;
+            tokio::spawn(
+                axum::serve(listener, service)
+                    .with_graceful_shutdown(graceful)
+                    .into_future(),
+            )
+        }
+        _ => tokio::spawn(
+            axum::serve(listener, service)
+                .with_graceful_shutdown(graceful)
+                .into_future(),
+        ),
+    };
     app.shutdown.cancelled().await;
     // Draining: /readyz answers 503, pages are being closed with 1001, new calls get 503.
     // In-flight calls get up to the drain timeout, then the listener stops.
@@ -202,6 +250,28 @@ async fn sweep_deadlines(app: AppState, stop: CancellationToken) {
                 Err(e) => tracing::debug!(error = %e, "deadline sweep skipped"),
             }
         }
+        match app
+            .broker
+            .expire_abandoned_confirmations(toolmark_broker::CONFIRM_ABANDON_GRACE)
+            .await
+        {
+            Ok(expired) => {
+                for b in expired {
+                    tracing::info!(tenant = %b.conv.tenant, confirm_id = %b.confirm_id, "confirmation of a gone page expired");
+                    let data = toolmark_broker::confirmation_event(
+                        &b,
+                        &toolmark_broker::expired_confirmation(),
+                    );
+                    app.emit(
+                        toolmark_broker::EventType::ConfirmationResolved,
+                        &b.conv,
+                        data,
+                    )
+                    .await;
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "confirmation sweep skipped"),
+        }
     }
 }
 
@@ -212,6 +282,7 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
         .route("/v1/tenants/{tenant}/page", get(page::upgrade))
+        .route("/app/{key}", get(pusher::upgrade))
         .merge(api::router());
     if dev_mode {
         r = r

@@ -36,6 +36,7 @@ fn fail(code: u8, message: &str) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    toolmark_gateway::tls::install_crypto();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
@@ -101,8 +102,10 @@ async fn serve(mut config: Config) -> ExitCode {
     if config.dev_mode {
         let (tenant, info, secret) = toolmark_gateway::dev_tenant(bound);
         eprintln!(
-            "toolmark-gateway: dev mode: tenant \"dev\", API key {}, token secret {secret}",
-            info.api_key
+            "toolmark-gateway: dev mode: tenant \"dev\", API key {}, token secret {secret}, pusher key {}, pusher secret {}",
+            info.api_key,
+            info.pusher_key,
+            tenant.pusher_secret.as_deref().unwrap_or_default()
         );
         eprintln!(
             "toolmark-gateway: demo page http://{bound}/demo, agent console http://{bound}/demo/agent"

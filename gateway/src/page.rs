@@ -14,10 +14,11 @@ use axum::response::Response;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde::Deserialize;
 use serde_json::json;
-use toolmark_broker::{AdmitError, AdmitLimits, ConvKey, EventType, PageIdentity, SubmitError};
-use toolmark_proto::{Limits, PageMessage, decode_to_agent, llm};
+use toolmark_broker::{AdmitError, AdmitLimits, ConvKey, EventType};
+use toolmark_proto::Limits;
 
 use crate::config::MAX_FRAME_BYTES;
+use crate::inbound;
 use crate::state::AppState;
 use crate::tenants::Tenant;
 
@@ -266,13 +267,8 @@ impl PageSocket {
             self.app.metrics.inbound_rejected("rate_limited");
             return self.strike();
         }
-        let message = match decode_to_agent(text.as_bytes(), &self.limits) {
-            Ok(m) => m,
-            Err(e) => {
-                self.app.metrics.inbound_rejected(e.reason().as_str());
-                tracing::debug!(error = %e, "page frame dropped");
-                return self.strike();
-            }
+        let Ok(message) = inbound::decode(&self.app, text.as_bytes(), &self.limits) else {
+            return self.strike();
         };
         let claimed = message.client_id();
         match &self.client_id {
@@ -284,7 +280,7 @@ impl PageSocket {
                 {
                     return Flow::Close(close::POLICY, "frame claims another page's clientId");
                 }
-                self.app.metrics.inbound_rejected("client_mismatch");
+                inbound::client_mismatch(&self.app);
                 return self.strike();
             }
             Some(_) => {}
@@ -298,76 +294,9 @@ impl PageSocket {
                 self.client_id = Some(claimed.to_owned());
             }
         }
-        self.dispatch(message).await;
+        // Refusals are counted and logged by `dispatch`; a page is never answered.
+        let _ = inbound::dispatch(&self.app, &self.conv, message).await;
         Flow::Continue
-    }
-
-    async fn dispatch(&mut self, message: PageMessage) {
-        let from = PageIdentity {
-            conv: self.conv.clone(),
-            client_id: message.client_id().to_owned(),
-        };
-        match message {
-            PageMessage::Manifest(m) => {
-                if let Err(e) = self.app.broker.put_manifest(&self.conv, &m).await {
-                    tracing::warn!(error = %e, "manifest not stored");
-                    return;
-                }
-                let data = json!({"user": self.conv.user, "conversation": self.conv.conversation,
-                    "clientId": m.client_id, "rev": m.rev, "tools": m.tools});
-                self.app
-                    .emit(EventType::PageManifest, &self.conv, data)
-                    .await;
-            }
-            PageMessage::Changed(c) => {
-                tracing::debug!(client_id = %c.client_id, rev = c.rev, "page changed (no manifest)");
-            }
-            PageMessage::Result(r) => {
-                match self.app.broker.submit_result(&from, &r.id, r.result).await {
-                    Ok(_) => {}
-                    Err(SubmitError::Rejected(why)) => {
-                        self.app.metrics.result_rejected(why.as_str());
-                        tracing::info!(call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
-                    }
-                    Err(SubmitError::Broker(e)) => {
-                        tracing::warn!(call_id = %r.id, error = %e, "result not recorded")
-                    }
-                }
-            }
-            PageMessage::Confirmed(c) => {
-                match self.app.broker.submit_confirmed(&from, &c.confirm_id).await {
-                    Ok(bound) => {
-                        let wrapped = llm::wrap_untrusted(&c.result);
-                        let data = json!({
-                            "confirmId": bound.confirm_id,
-                            "callId": bound.call_id,
-                            "tool": bound.tool,
-                            "clientId": bound.client_id,
-                            "user": self.conv.user,
-                            "conversation": self.conv.conversation,
-                            "outcome": c.result,
-                            "toolResultMessage": {
-                                "role": "tool",
-                                "callId": bound.call_id,
-                                "confirmId": bound.confirm_id,
-                                "tool": bound.tool,
-                                "content": wrapped,
-                            },
-                        });
-                        self.app
-                            .emit(EventType::ConfirmationResolved, &self.conv, data)
-                            .await;
-                    }
-                    Err(SubmitError::Rejected(why)) => {
-                        self.app.metrics.result_rejected(why.as_str());
-                        tracing::info!(confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");
-                    }
-                    Err(SubmitError::Broker(e)) => {
-                        tracing::warn!(confirm_id = %c.confirm_id, error = %e, "confirmed not recorded")
-                    }
-                }
-            }
-        }
     }
 
     async fn finish(self) {

@@ -21,6 +21,8 @@ pub struct Problem {
     pub pointer: Option<String>,
     /// Seconds before a retry can succeed (`Retry-After`).
     pub retry_after: Option<u64>,
+    /// Why a forwarded page message was refused (`/inbound`): the metrics label.
+    pub reason: Option<&'static str>,
 }
 
 impl Problem {
@@ -31,7 +33,22 @@ impl Problem {
             detail: detail.into(),
             pointer: None,
             retry_after: None,
+            reason: None,
         }
+    }
+
+    /// The same problem, naming why a page message was refused.
+    #[must_use]
+    pub fn with_reason(self, reason: &'static str) -> Self {
+        Problem {
+            reason: Some(reason),
+            ..self
+        }
+    }
+
+    /// 400 without a field pointer (a page message refused as a whole).
+    pub fn refused(reason: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", detail).with_reason(reason)
     }
 
     /// 401: missing, wrong, or another tenant's API key.
@@ -136,6 +153,9 @@ impl IntoResponse for Problem {
         });
         if let Some(p) = &self.pointer {
             body["pointer"] = json!(p);
+        }
+        if let Some(r) = self.reason {
+            body["reason"] = json!(r);
         }
         let mut res = (self.status, body.to_string()).into_response();
         res.headers_mut().insert(

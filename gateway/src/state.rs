@@ -17,6 +17,8 @@ use crate::tenants::Tenants;
 pub struct DevInfo {
     /// The dev tenant's API key in plain text (dev mode prints it anyway).
     pub api_key: String,
+    /// The dev tenant's Pusher app key (the demo page's Echo transport).
+    pub pusher_key: String,
 }
 
 /// Everything a handler or socket task needs.
@@ -39,6 +41,8 @@ pub struct Inner {
     pub tasks: TaskTracker,
     /// Dev mode only.
     pub dev: Option<DevInfo>,
+    /// Metrics of the jobs this node runs itself (memory broker: webhook delivery).
+    pub job_metrics: Arc<crate::jobs::metrics::JobMetrics>,
     draining: AtomicBool,
 }
 
@@ -58,6 +62,7 @@ impl AppState {
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
         dev: Option<DevInfo>,
+        job_metrics: Arc<crate::jobs::metrics::JobMetrics>,
     ) -> Self {
         AppState(Arc::new(Inner {
             tenants,
@@ -67,6 +72,7 @@ impl AppState {
             shutdown,
             tasks: TaskTracker::new(),
             dev,
+            job_metrics,
             draining: AtomicBool::new(false),
         }))
     }

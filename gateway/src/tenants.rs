@@ -131,6 +131,12 @@ pub struct Tenant {
     pub origins: HashSet<String>,
     /// Limits.
     pub limits: TenantLimits,
+    /// Pusher app keys and secrets (Laravel Echo), the current pair first, then those still
+    /// accepted while rotating.
+    pub pusher: Vec<crate::pusher::AppKey>,
+    /// The rate of page messages forwarded to `/inbound`, per conversation on this node: the
+    /// HTTP counterpart of a page socket's message rate.
+    pub inbound_rate: crate::inbound::ConversationRate,
 }
 
 impl Tenant {
@@ -151,6 +157,8 @@ impl Tenant {
             tokens,
             origins: c.allowed_origins.iter().cloned().collect(),
             limits: c.limits,
+            pusher: crate::pusher::AppKey::from_config(c),
+            inbound_rate: crate::inbound::ConversationRate::new(c.limits.page_messages_per_second),
         })
     }
 
@@ -160,22 +168,34 @@ impl Tenant {
     }
 }
 
-/// All tenants by id.
+/// All tenants by id, and by Pusher app key.
 #[derive(Debug, Clone, Default)]
-pub struct Tenants(Arc<HashMap<String, Arc<Tenant>>>);
+pub struct Tenants(
+    Arc<HashMap<String, Arc<Tenant>>>,
+    Arc<HashMap<String, Arc<Tenant>>>,
+);
 
 impl Tenants {
-    /// From a list.
+    /// From a list (validated config: Pusher keys are unique across tenants).
     pub fn new(list: Vec<Tenant>) -> Self {
-        Tenants(Arc::new(
-            list.into_iter()
-                .map(|t| (t.id.clone(), Arc::new(t)))
-                .collect(),
-        ))
+        let by_id: HashMap<_, _> = list
+            .into_iter()
+            .map(|t| (t.id.clone(), Arc::new(t)))
+            .collect();
+        let by_pusher_key = by_id
+            .values()
+            .flat_map(|t| t.pusher.iter().map(|k| (k.key.clone(), Arc::clone(t))))
+            .collect();
+        Tenants(Arc::new(by_id), Arc::new(by_pusher_key))
     }
 
     /// A tenant by id.
     pub fn get(&self, id: &str) -> Option<Arc<Tenant>> {
         self.0.get(id).cloned()
+    }
+
+    /// The tenant owning a Pusher app key (current or still accepted while rotating).
+    pub fn by_pusher_key(&self, key: &str) -> Option<Arc<Tenant>> {
+        self.1.get(key).cloned()
     }
 }

@@ -1,12 +1,9 @@
 //! `toolmark-worker`: the background jobs of a Redis-backed deployment. It times out calls
 //! whose waiting node died (and async calls), emitting `call.timeout` / `call.result` and
 //! sending the page its `cancel`, and it delivers every event of each tenant with a
-//! `webhook_url`. Any number of workers share the work: the sweep is leased, deliveries go
-//! through a consumer group, retries are leased per conversation.
-
-pub mod deliver;
-pub mod metrics;
-pub mod sign;
+//! `webhook_url` (the delivery code is the gateway's `jobs` module, which a memory-broker
+//! gateway runs itself). Any number of workers share the work: the sweep is leased, deliveries
+//! go through a consumer group, retries are leased per conversation.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,10 +17,7 @@ use tokio_util::task::TaskTracker;
 use toolmark_broker::redis::{RedisBroker, RedisOptions};
 use toolmark_broker::{Broker, ConvKey, PageSink};
 use toolmark_gateway::config::{BrokerKind, Config};
-
-use crate::deliver::{Deliverer, Target};
-use crate::metrics::Metrics;
-use crate::sign::SigningKey;
+use toolmark_gateway::jobs::metrics::JobMetrics;
 
 /// Why the worker could not run.
 #[derive(Debug, thiserror::Error)]
@@ -51,28 +45,6 @@ impl PageSink for NoPages {
     fn deliver(&self, _: &ConvKey, _: &str, _: Arc<str>) {}
 }
 
-/// The tenants with webhooks, with their keys checked.
-pub fn webhook_targets(config: &Config) -> Result<Vec<Target>, WorkerError> {
-    config
-        .tenants
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| Some((i, t, t.webhook_url.clone()?)))
-        .map(|(i, t, url)| {
-            let secret = t.webhook_secret.as_deref().unwrap_or_default();
-            let key = SigningKey::parse(secret).map_err(|reason| WorkerError::Config {
-                key: format!("tenants[{i}].webhook_secret"),
-                reason,
-            })?;
-            Ok(Target {
-                tenant: t.id.clone(),
-                url,
-                key,
-            })
-        })
-        .collect()
-}
-
 /// Runs the worker until `stop`, then lets in-flight deliveries finish (bounded).
 pub async fn run(
     config: Config,
@@ -86,9 +58,6 @@ pub async fn run(
                     .into(),
         });
     }
-    let targets = webhook_targets(&config)?;
-    // Webhook URLs may be https: rustls with the ring provider (already built for Redis TLS).
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let id = format!(
         "worker-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..12]
@@ -102,34 +71,32 @@ pub async fn run(
     let broker = RedisBroker::connect(&url, id.clone(), Arc::new(NoPages), opts, shutdown.clone())
         .await
         .map_err(|e| WorkerError::Broker(e.to_string()))?;
-    let metrics = Arc::new(Metrics::default());
-    let http = reqwest::Client::builder()
-        .build()
-        .map_err(|e| WorkerError::Broker(e.to_string()))?;
+    let metrics = Arc::new(JobMetrics::default());
     let tasks = TaskTracker::new();
-    for target in targets {
-        tracing::info!(tenant = %target.tenant, "delivering webhooks");
-        let d = Arc::new(Deliverer::new(
-            broker.clone(),
-            http.clone(),
-            target,
-            id.clone(),
-            config.worker.clone(),
-            metrics.clone(),
-        ));
-        tasks.spawn(Arc::clone(&d).run_new(shutdown.clone()));
-        tasks.spawn(d.run_retries(shutdown.clone()));
-    }
+    toolmark_gateway::jobs::spawn_deliveries(
+        broker.clone(),
+        &config,
+        &id,
+        metrics.clone(),
+        &tasks,
+        &shutdown,
+    )
+    .map_err(|e| WorkerError::Config {
+        key: e.key,
+        reason: e.reason,
+    })?;
     tasks.spawn(sweep(broker.clone(), metrics.clone(), shutdown.clone()));
 
-    let listener =
-        tokio::net::TcpListener::bind(config.worker.listen.parse::<SocketAddr>().map_err(|e| {
-            WorkerError::Config {
+    let addr: SocketAddr =
+        config
+            .worker
+            .listen
+            .parse()
+            .map_err(|e: std::net::AddrParseError| WorkerError::Config {
                 key: "worker.listen".into(),
                 reason: e.to_string(),
-            }
-        })?)
-        .await?;
+            })?;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let m = metrics.clone();
     let app = Router::new()
@@ -175,7 +142,7 @@ fn announce(bound: SocketAddr) {
 }
 
 /// Every second, times out calls whose deadline passed with nobody left to do it.
-async fn sweep(broker: Arc<RedisBroker>, metrics: Arc<Metrics>, stop: CancellationToken) {
+async fn sweep(broker: Arc<RedisBroker>, metrics: Arc<JobMetrics>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {

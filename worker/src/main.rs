@@ -27,6 +27,7 @@ fn fail(code: u8, message: &str) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    toolmark_gateway::tls::install_crypto();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) if !e.use_stderr() => {
@@ -60,9 +61,6 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(2, &format!("config: {e}")),
     };
-    if let Err(e) = toolmark_worker::webhook_targets(&config) {
-        return fail(2, &e.to_string());
-    }
     let telemetry = toolmark_gateway::telemetry::init("toolmark-worker");
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -129,6 +129,17 @@ impl Keys {
         format!("{}nodekeys:{node}", self.p)
     }
 
+    /// Pending confirmations to watch: member `tenant\nuser\nconversation\nconfirmId\nclientId`,
+    /// score when to look next.
+    pub fn pending_confirms(&self) -> String {
+        format!("{}pendingconfirms", self.p)
+    }
+
+    /// The lease of the confirmation sweep.
+    pub fn confirm_lease(&self) -> String {
+        format!("{}lease:confirms", self.p)
+    }
+
     /// The lease of the deadline sweep.
     pub fn sweep_lease(&self) -> String {
         format!("{}lease:sweep", self.p)

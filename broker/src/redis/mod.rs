@@ -575,13 +575,12 @@ impl RedisBroker {
         })
     }
 
-    /// Times out pending calls whose deadline passed with nobody left to do it (their node
-    /// died, or they were async). Leased: one node sweeps at a time. Returns what it timed out.
-    pub async fn sweep(&self) -> Result<Vec<CallRecord>, BrokerError> {
-        let leased: Option<String> = self
+    /// Takes a 2 s lease on `key` for this node: `false` when another node holds it.
+    async fn lease(&self, key: String) -> Result<bool, BrokerError> {
+        let taken: Option<String> = self
             .client
             .set(
-                self.keys.sweep_lease(),
+                key,
                 self.node.as_str(),
                 Some(Expiration::PX(2_000)),
                 Some(fred::types::SetOptions::NX),
@@ -589,7 +588,13 @@ impl RedisBroker {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        if leased.is_none() {
+        Ok(taken.is_some())
+    }
+
+    /// Times out pending calls whose deadline passed with nobody left to do it (their node
+    /// died, or they were async). Leased: one node sweeps at a time. Returns what it timed out.
+    pub async fn sweep(&self) -> Result<Vec<CallRecord>, BrokerError> {
+        if !self.lease(self.keys.sweep_lease()).await? {
             return Ok(Vec::new());
         }
         // One second of grace: the waiting node's own timer normally gets there first.
@@ -615,6 +620,123 @@ impl RedisBroker {
                 .await;
         }
         Ok(swept)
+    }
+
+    /// A confirmId binding from its stored part (`{confirm_id, call_id}`) and its call.
+    async fn confirm_binding(
+        &self,
+        conv: &ConvKey,
+        client_id: &str,
+        confirm_id: &str,
+        stored: &str,
+    ) -> Result<ConfirmBinding, BrokerError> {
+        let partial: Json = serde_json::from_str(stored).unwrap_or_default();
+        let call_id = partial["call_id"].as_str().unwrap_or_default().to_owned();
+        let call = self.call(&conv.tenant, &call_id).await?;
+        let (tool, untrusted) = call.map_or((String::new(), false), |c| {
+            (c.binding.tool, c.binding.untrusted)
+        });
+        Ok(ConfirmBinding {
+            confirm_id: confirm_id.to_owned(),
+            call_id,
+            tool,
+            conv: conv.clone(),
+            client_id: client_id.to_owned(),
+            untrusted,
+        })
+    }
+
+    /// Expires the confirmations of pages gone for `grace` (leased: one node at a time).
+    async fn sweep_confirms(&self, grace: Duration) -> Result<Vec<ConfirmBinding>, BrokerError> {
+        if !self.lease(self.keys.confirm_lease()).await? {
+            return Ok(Vec::new());
+        }
+        let now = now_ms();
+        #[allow(clippy::cast_precision_loss)]
+        let max = now as f64;
+        let due: Vec<String> = self
+            .client
+            .zrangebyscore(
+                self.keys.pending_confirms(),
+                "-inf",
+                max,
+                false,
+                Some((0, 200)),
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let live: Vec<String> = self.live_nodes().iter().cloned().collect();
+        let mut expired = Vec::new();
+        for member in due {
+            let parts: Vec<&str> = member.splitn(5, '\n').collect();
+            let [tenant, user, conversation, confirm_id, client] = parts[..] else {
+                let _: Result<i64, _> = self
+                    .client
+                    .zrem(self.keys.pending_confirms(), member.as_str())
+                    .await;
+                continue;
+            };
+            let conv = ConvKey::new(tenant, user, conversation);
+            let mut args = vec![
+                client.to_owned(),
+                now.to_string(),
+                u64::try_from(grace.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .to_string(),
+            ];
+            args.extend(live.iter().cloned());
+            let reply = strings(
+                self.script(
+                    &self.scripts.expire_confirm,
+                    vec![
+                        self.keys.confirm(&conv, confirm_id),
+                        self.keys.sockets(&conv),
+                        self.keys.conv(&conv),
+                    ],
+                    args,
+                )
+                .await?,
+            );
+            match reply.first().map(String::as_str) {
+                Some("keep") => {
+                    #[allow(clippy::cast_precision_loss)]
+                    let next = (now + 5_000) as f64;
+                    let _: Result<i64, _> = self
+                        .client
+                        .zadd(
+                            self.keys.pending_confirms(),
+                            None,
+                            None,
+                            false,
+                            false,
+                            (next, member.as_str()),
+                        )
+                        .await;
+                }
+                Some("expired") => {
+                    let _: Result<i64, _> = self
+                        .client
+                        .zrem(self.keys.pending_confirms(), member.as_str())
+                        .await;
+                    expired.push(
+                        self.confirm_binding(
+                            &conv,
+                            client,
+                            confirm_id,
+                            reply.get(1).map_or("", String::as_str),
+                        )
+                        .await?,
+                    );
+                }
+                _ => {
+                    let _: Result<i64, _> = self
+                        .client
+                        .zrem(self.keys.pending_confirms(), member.as_str())
+                        .await;
+                }
+            }
+        }
+        Ok(expired)
     }
 
     fn count_fields(&self, client_id: Option<&str>) -> Vec<String> {
@@ -744,6 +866,25 @@ impl Broker for RedisBroker {
         let reply = strings(reply);
         match reply.first().map(String::as_str) {
             Some("ok") => {
+                if let Some(c) = result.confirm_id() {
+                    let member = format!(
+                        "{}\n{}\n{}\n{c}\n{}",
+                        from.conv.tenant, from.conv.user, from.conv.conversation, from.client_id
+                    );
+                    #[allow(clippy::cast_precision_loss)]
+                    let at = now_ms() as f64;
+                    let _: Result<i64, _> = self
+                        .client
+                        .zadd(
+                            self.keys.pending_confirms(),
+                            None,
+                            None,
+                            false,
+                            false,
+                            (at, member.as_str()),
+                        )
+                        .await;
+                }
                 let binding: CallBinding = reply
                     .get(1)
                     .and_then(|b| serde_json::from_str(b).ok())
@@ -947,6 +1088,10 @@ impl Broker for RedisBroker {
         if let Some(h) = lock(&self.held).get_mut(conv) {
             *h.clients.entry(client_id.to_owned()).or_default() += 1;
         }
+        let _: Result<i64, _> = self
+            .client
+            .hdel(self.keys.conv(conv), format!("gone|{client_id}"))
+            .await;
         self.client
             .hincrby::<i64, _, _>(
                 self.keys.sockets(conv),
@@ -1011,6 +1156,15 @@ impl Broker for RedisBroker {
                         .is_some_and(|(node, c)| c == client && live.contains(node))
             })
         });
+        if page_gone && let Some(client) = client_id {
+            let _: Result<i64, _> = self
+                .client
+                .hset(
+                    self.keys.conv(conv),
+                    (format!("gone|{client}"), now_ms().to_string()),
+                )
+                .await;
+        }
         Ok(PageLeft { page_gone })
     }
 
@@ -1173,16 +1327,19 @@ impl Broker for RedisBroker {
         self.sweep().await
     }
 
+    async fn expire_abandoned_confirmations(
+        &self,
+        grace: Duration,
+    ) -> Result<Vec<ConfirmBinding>, BrokerError> {
+        self.sweep_confirms(grace).await
+    }
+
     async fn webhook_failed(&self, tenant: &str) -> Result<Vec<Json>, BrokerError> {
         Ok(self
             .webhook_dead_letters(tenant, 1000)
             .await?
-            .into_iter()
-            .map(|(id, p)| {
-                let event: Json = serde_json::from_str(&p.body).unwrap_or(Json::Null);
-                serde_json::json!({"id": id, "eventId": p.id, "conversation": p.conv, "attempts": p.attempts,
-                    "lastError": p.last_error, "firstFailureMs": p.first_failure_ms, "event": event})
-            })
+            .iter()
+            .map(|(id, p)| p.dead_letter_json(id))
             .collect())
     }
 

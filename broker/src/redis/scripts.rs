@@ -175,6 +175,31 @@ redis.call('SPUBLISH', ARGV[3], id .. '\n' .. ARGV[2])
 return id
 ";
 
+/// Expires a pending confirmation whose page has had no socket on a live node for the grace.
+/// KEYS: confirm, sockets, conv. ARGV: clientId, now ms, grace ms, live node ids…
+pub const EXPIRE_CONFIRM: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'b', 'u')
+if not f[1] or f[2] == '1' then return {'drop'} end
+local live = {}
+for i = 4, #ARGV do live[ARGV[i]] = true end
+local socks = redis.call('HGETALL', KEYS[2])
+for i = 1, #socks, 2 do
+  local field, n = socks[i], tonumber(socks[i + 1])
+  local bar = string.find(field, '|', 1, true)
+  if bar and n > 0 and string.sub(field, bar + 1) == ARGV[1] and live[string.sub(field, 1, bar - 1)] then
+    return {'keep'}
+  end
+end
+local gone = redis.call('HGET', KEYS[3], 'gone|' .. ARGV[1])
+if not gone then
+  redis.call('HSET', KEYS[3], 'gone|' .. ARGV[1], ARGV[2])
+  return {'keep'}
+end
+if tonumber(ARGV[2]) - tonumber(gone) < tonumber(ARGV[3]) then return {'keep'} end
+redis.call('HSET', KEYS[1], 'u', '1')
+return {'expired', f[1]}
+";
+
 /// All scripts, hashed once.
 #[derive(Debug)]
 pub struct Scripts {
@@ -189,6 +214,7 @@ pub struct Scripts {
     pub count_down: Script,
     pub gcra: Script,
     pub emit: Script,
+    pub expire_confirm: Script,
 }
 
 impl Default for Scripts {
@@ -205,6 +231,7 @@ impl Default for Scripts {
             count_down: Script::from_lua(COUNT_DOWN),
             gcra: Script::from_lua(GCRA),
             emit: Script::from_lua(EMIT),
+            expire_confirm: Script::from_lua(EXPIRE_CONFIRM),
         }
     }
 }

@@ -10,42 +10,16 @@ use fred::interfaces::{KeysInterface, ListInterface, SortedSetsInterface, Stream
 use fred::types::Value;
 use fred::types::scripts::Script;
 use fred::types::streams::XReadResponse;
-use serde::{Deserialize, Serialize};
 
 use super::{RedisBroker, strings, unavailable};
 use crate::BrokerError;
+pub use crate::webhook::{Admission, Pending};
 
 /// A stream entry: its id and its fields.
 type StreamEntry = (String, HashMap<String, String>);
 
 /// The consumer group of webhook deliveries.
 pub const GROUP: &str = "webhooks";
-
-/// An event waiting for delivery.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pending {
-    /// Event id (the stream entry id): the `webhook-id`, stable across retries.
-    pub id: String,
-    /// The event body as delivered.
-    pub body: String,
-    /// `user/conversation`: the ordering unit.
-    pub conv: String,
-    /// Failed attempts so far.
-    pub attempts: u32,
-    /// When the first attempt failed (ms since the epoch), 0 before any failure.
-    pub first_failure_ms: u64,
-    /// Last failure, for the dead-letter record (`status 500`, `timeout`…).
-    pub last_error: String,
-}
-
-/// Whether a new event may be delivered now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
-    /// Its conversation has nothing waiting: deliver it now.
-    Deliver,
-    /// Earlier events of its conversation wait: it was queued behind them (and acknowledged).
-    Queued,
-}
 
 /// Queues `ARGV[2]` behind its conversation's waiting events, if any, and acknowledges it.
 /// KEYS: stream, conversation queue. ARGV: entry id, pending event.
@@ -438,4 +412,56 @@ fn pending_from(id: &str, body: Option<&String>) -> Option<Pending> {
         first_failure_ms: 0,
         last_error: String::new(),
     })
+}
+
+#[async_trait::async_trait]
+impl crate::webhook::WebhookQueue for RedisBroker {
+    async fn open(&self, tenant: &str) -> Result<(), BrokerError> {
+        self.webhook_group(tenant).await
+    }
+    async fn read(
+        &self,
+        tenant: &str,
+        consumer: &str,
+        count: u64,
+        block_ms: u64,
+        stale_ms: u64,
+    ) -> Result<Vec<Pending>, BrokerError> {
+        self.webhook_read(tenant, consumer, count, block_ms, stale_ms)
+            .await
+    }
+    async fn admit(&self, tenant: &str, p: &Pending) -> Result<Admission, BrokerError> {
+        self.webhook_admit(tenant, p).await
+    }
+    async fn ack(&self, tenant: &str, id: &str) -> Result<(), BrokerError> {
+        self.webhook_ack(tenant, id).await
+    }
+    async fn defer(&self, tenant: &str, p: &Pending, due_ms: u64) -> Result<(), BrokerError> {
+        self.webhook_defer(tenant, p, due_ms).await
+    }
+    async fn due(
+        &self,
+        tenant: &str,
+        now_ms: u64,
+        lease_until_ms: u64,
+        count: u64,
+    ) -> Result<Vec<String>, BrokerError> {
+        self.webhook_due(tenant, now_ms, lease_until_ms, count)
+            .await
+    }
+    async fn head(&self, tenant: &str, conv: &str) -> Result<Option<Pending>, BrokerError> {
+        self.webhook_head(tenant, conv).await
+    }
+    async fn pop(&self, tenant: &str, conv: &str, now_ms: u64) -> Result<(), BrokerError> {
+        self.webhook_pop(tenant, conv, now_ms).await
+    }
+    async fn reschedule(&self, tenant: &str, p: &Pending, due_ms: u64) -> Result<(), BrokerError> {
+        self.webhook_reschedule(tenant, p, due_ms).await
+    }
+    async fn bury(&self, tenant: &str, p: &Pending, now_ms: u64) -> Result<(), BrokerError> {
+        self.webhook_bury(tenant, p, now_ms).await
+    }
+    async fn depth(&self, tenant: &str) -> Result<u64, BrokerError> {
+        self.webhook_depth(tenant).await
+    }
 }

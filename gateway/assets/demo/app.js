@@ -1,5 +1,6 @@
 // app.js: the demo "app page". A to-do list and a sign-up form whose tools an agent calls through
-// the gateway: registers the tools, attaches the bridge over the page WebSocket and renders
+// the gateway: registers the tools, attaches the bridge over the page WebSocket (or, with
+// ?transport=echo, over the Echo transport of echo.js) and renders
 // the connection, the pending confirmations and an activity log. The same tools can also be
 // paired with a desktop MCP client ("Pair with desktop MCP", mcp-pairing.js; port from
 // ?mcpPort=, default 17840). Agent input is hostile, so everything is rendered with
@@ -7,6 +8,7 @@
 
 import { REDACTED, attachBridge, createRegistry, ok, websocketTransport } from './bridge.js';
 import { DEFAULT_MCP_PORT, mcpPairing } from './mcp-pairing.js';
+import { echoTransport } from './echo.js';
 
 const $ = (id) => document.getElementById(id);
 const SIGNUP_FIELDS = ['name', 'email', 'password'];
@@ -303,13 +305,24 @@ async function start() {
   const registry = createRegistry();
   for (const tool of tools) registry.register(tool);
 
+  // ?transport=echo: Laravel Echo's way (Pusher channel in, POST to the app's bridge out).
+  const useEcho = new URLSearchParams(location.search).get('transport') === 'echo';
+  $('status').dataset.transport = useEcho ? 'echo' : 'websocket';
   // The first attempt uses the session already fetched; reconnects fetch a fresh token.
   let fresh = session;
-  const transport = websocketTransport(async () => {
-    const current = fresh ?? (await fetchSession());
-    fresh = null;
-    return socketUrl(current);
-  });
+  const transport = useEcho
+    ? echoTransport({
+        wsUrl: socketUrl({ pagePath: session.pusherPath }),
+        channel: session.channel,
+        authUrl: '/demo/broadcasting/auth',
+        postUrl: session.bridgePath,
+        onSendError: (err) => log('error', `transport_failed: ${err.message}`),
+      })
+    : websocketTransport(async () => {
+        const current = fresh ?? (await fetchSession());
+        fresh = null;
+        return socketUrl(current);
+      });
   transport.onStatus(showStatus);
 
   const bridge = attachBridge(registry, transport);

@@ -5,6 +5,7 @@ mod calls;
 pub use calls::announce_outcome;
 mod conversations;
 mod events;
+pub mod inbound;
 mod webhooks;
 
 use std::sync::Arc;
@@ -34,6 +35,10 @@ pub fn router() -> Router<AppState> {
         .route(
             "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/calls",
             post(calls::call),
+        )
+        .route(
+            "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/inbound",
+            post(inbound::inbound),
         )
         .route(
             "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/describe",

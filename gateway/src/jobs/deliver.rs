@@ -10,12 +10,11 @@ use std::time::{Duration, Instant};
 use rand::RngExt;
 use tokio_util::sync::CancellationToken;
 use toolmark_broker::now_ms;
-use toolmark_broker::redis::RedisBroker;
-use toolmark_broker::redis::webhooks::{Admission, Pending};
-use toolmark_gateway::config::WorkerConfig;
+use toolmark_broker::webhook::{Admission, Pending, WebhookQueue};
 
-use crate::metrics::{FailureLabels, Metrics, TenantLabel};
-use crate::sign::SigningKey;
+use super::metrics::{FailureLabels, JobMetrics, TenantLabel};
+use super::sign::SigningKey;
+use crate::config::WorkerConfig;
 
 /// What one tenant's deliveries need.
 #[derive(Debug, Clone)]
@@ -30,12 +29,12 @@ pub struct Target {
 
 /// One tenant's delivery loops.
 pub struct Deliverer {
-    broker: Arc<RedisBroker>,
+    broker: Arc<dyn WebhookQueue>,
     http: reqwest::Client,
     target: Target,
     consumer: String,
     settings: WorkerConfig,
-    metrics: Arc<Metrics>,
+    metrics: Arc<JobMetrics>,
 }
 
 impl std::fmt::Debug for Deliverer {
@@ -60,12 +59,12 @@ fn failure_label(e: &reqwest::Error) -> String {
 impl Deliverer {
     /// A deliverer for one tenant.
     pub fn new(
-        broker: Arc<RedisBroker>,
+        broker: Arc<dyn WebhookQueue>,
         http: reqwest::Client,
         target: Target,
         consumer: String,
         settings: WorkerConfig,
-        metrics: Arc<Metrics>,
+        metrics: Arc<JobMetrics>,
     ) -> Self {
         Deliverer {
             broker,
@@ -149,14 +148,14 @@ impl Deliverer {
     pub async fn run_new(self: Arc<Self>, stop: CancellationToken) {
         let t = &self.target.tenant;
         while !stop.is_cancelled() {
-            if let Err(e) = self.broker.webhook_group(t).await {
+            if let Err(e) = self.broker.open(t).await {
                 tracing::warn!(tenant = %t, error = %e, "webhook group not ready");
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
             let batch = tokio::select! {
                 () = stop.cancelled() => return,
-                b = self.broker.webhook_read(t, &self.consumer, 100, 1000, self.settings.webhook_claim_after_ms) => b,
+                b = self.broker.read(t, &self.consumer, 100, 1000, self.settings.webhook_claim_after_ms) => b,
             };
             let batch = match batch {
                 Ok(b) => b,
@@ -167,21 +166,21 @@ impl Deliverer {
                 }
             };
             for mut p in batch {
-                match self.broker.webhook_admit(t, &p).await {
+                match self.broker.admit(t, &p).await {
                     Ok(Admission::Queued) => continue,
                     Ok(Admission::Deliver) => {}
                     Err(_) => break, // Stays pending; read again (or claimed) later.
                 }
                 match self.post(&p).await {
                     Ok(()) => {
-                        let _ = self.broker.webhook_ack(t, &p.id).await;
+                        let _ = self.broker.ack(t, &p.id).await;
                     }
                     Err(status) => {
                         p.attempts = 1;
                         p.first_failure_ms = now_ms();
                         p.last_error = status;
                         let due = now_ms() + self.backoff(0);
-                        let _ = self.broker.webhook_defer(t, &p, due).await;
+                        let _ = self.broker.defer(t, &p, due).await;
                     }
                 }
             }
@@ -198,15 +197,11 @@ impl Deliverer {
                 _ = tick.tick() => {}
             }
             let lease = self.settings.webhook_timeout_ms * 3;
-            let due = match self
-                .broker
-                .webhook_due(&t, now_ms(), now_ms() + lease, 50)
-                .await
-            {
+            let due = match self.broker.due(&t, now_ms(), now_ms() + lease, 50).await {
                 Ok(d) => d,
                 Err(_) => continue,
             };
-            if let Ok(depth) = self.broker.webhook_depth(&t).await {
+            if let Ok(depth) = self.broker.depth(&t).await {
                 self.metrics
                     .queue_depth
                     .get_or_create(&self.labels())
@@ -222,12 +217,12 @@ impl Deliverer {
     async fn drain(&self, t: &str, conv: &str, stop: &CancellationToken) {
         let started = Instant::now();
         while !stop.is_cancelled() && started.elapsed() < Duration::from_secs(60) {
-            let Ok(Some(mut head)) = self.broker.webhook_head(t, conv).await else {
+            let Ok(Some(mut head)) = self.broker.head(t, conv).await else {
                 return;
             };
             match self.post(&head).await {
                 Ok(()) => {
-                    if self.broker.webhook_pop(t, conv, now_ms()).await.is_err() {
+                    if self.broker.pop(t, conv, now_ms()).await.is_err() {
                         return;
                     }
                 }
@@ -244,11 +239,11 @@ impl Deliverer {
                             .dead_letters
                             .get_or_create(&self.labels())
                             .inc();
-                        let _ = self.broker.webhook_bury(t, &head, now_ms()).await;
+                        let _ = self.broker.bury(t, &head, now_ms()).await;
                         continue;
                     }
                     let due = now_ms() + self.backoff(head.attempts.saturating_sub(1));
-                    let _ = self.broker.webhook_reschedule(t, &head, due).await;
+                    let _ = self.broker.reschedule(t, &head, due).await;
                     return;
                 }
             }

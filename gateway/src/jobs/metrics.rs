@@ -1,4 +1,4 @@
-//! The worker's Prometheus metrics.
+//! Metrics of the background jobs (webhook delivery, deadline sweeps).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -20,7 +20,7 @@ pub(crate) struct FailureLabels {
 
 /// Webhook and sweep metrics.
 #[derive(Debug)]
-pub struct Metrics {
+pub struct JobMetrics {
     registry: Registry,
     /// Conversations with events waiting for a retry, per tenant.
     pub(crate) queue_depth: Family<TenantLabel, Gauge>,
@@ -35,13 +35,13 @@ pub struct Metrics {
     /// From an event's emission to its successful delivery, seconds.
     pub(crate) delivery_latency: Histogram,
     /// Calls timed out by the deadline sweep.
-    pub(crate) swept: Counter,
+    pub swept: Counter,
 }
 
-impl Default for Metrics {
+impl Default for JobMetrics {
     fn default() -> Self {
         let mut registry = Registry::default();
-        let m = Metrics {
+        let m = JobMetrics {
             queue_depth: Family::default(),
             attempts: Family::default(),
             delivered: Family::default(),
@@ -88,11 +88,11 @@ impl Default for Metrics {
             "Calls timed out by the deadline sweep",
             m.swept.clone(),
         );
-        Metrics { registry, ..m }
+        JobMetrics { registry, ..m }
     }
 }
 
-impl Metrics {
+impl JobMetrics {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();

@@ -269,3 +269,34 @@ test('signup.submit waits for the user; approving resolves the confirmation', { 
   });
   assert.equal(await page.locator('.pending-item').count(), 0);
 });
+
+test('with ?transport=echo the page runs over the Pusher protocol and the bridge POST', { timeout: TEST_TIMEOUT_MS }, async () => {
+  const echoConversation = `e-${randomUUID()}`;
+  const echoUrl = `${apiBase}/users/${user}/conversations/${echoConversation}`;
+  const echoPage = await browser.newPage();
+  echoPage.setDefaultTimeout(WAIT_MS);
+  echoPage.on('pageerror', (err) => pageProblems.push(`echo pageerror: ${err.message}`));
+  try {
+    await echoPage.goto(`${BASE_URL}/demo?user=${user}&conversation=${echoConversation}&transport=echo`, { timeout: WAIT_MS });
+    await echoPage.waitForFunction(() => document.getElementById('status')?.textContent === 'connected', null, {
+      timeout: WAIT_MS,
+    });
+    assert.equal(await echoPage.$eval('#status', (el) => el.dataset.transport), 'echo');
+    const clientId = await echoPage.$eval('#client-id', (el) => el.textContent);
+    await eventually('the Echo page manifest', async () => {
+      const { status, body } = await api('GET', echoUrl);
+      return status === 200 && body.clientId === clientId ? body : null;
+    });
+    const { status, body } = await api('POST', `${echoUrl}/calls`, { tool: 'todo.add', input: { text: 'Over Echo' }, timeoutMs: 10000 });
+    assert.equal(status, 200, JSON.stringify(body));
+    assert.equal(body.clientId, clientId);
+    assert.equal(body.outcome.status, 'ok', JSON.stringify(body.outcome));
+    await echoPage.waitForFunction(
+      () => [...document.querySelectorAll('#todo-list li')].some((li) => li.textContent === 'Over Echo'),
+      null,
+      { timeout: WAIT_MS },
+    );
+  } finally {
+    await echoPage.close();
+  }
+});

@@ -107,7 +107,7 @@ async fn wait_exit(child: &mut Child) -> i32 {
 #[tokio::test]
 async fn dev_mode_serves_the_demo_and_sigterm_exits_zero() {
     let (mut child, addr) = start(&["--listen", "127.0.0.1:0"], &[]);
-    let http = reqwest::Client::new();
+    let http = crate::harness::http_client();
     assert_eq!(
         http.get(format!("http://{addr}/healthz"))
             .send()
@@ -170,7 +170,7 @@ async fn spans_are_exported_over_otlp_with_the_callers_trace_id() {
         ],
     );
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let res = reqwest::Client::new()
+    let res = crate::harness::http_client()
         .get(format!(
             "http://{addr}/v1/tenants/acme/users/u1/conversations/c1"
         ))

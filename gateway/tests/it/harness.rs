@@ -22,6 +22,10 @@ pub const ACME_KEY: &str = "key-acme";
 pub const GLOBEX_KEY: &str = "key-globex";
 pub const ACME_ORIGIN: &str = "https://app.acme.example";
 pub const GLOBEX_ORIGIN: &str = "https://app.globex.example";
+pub const ACME_PUSHER_KEY: &str = "acme-key";
+pub const ACME_PUSHER_SECRET: &str = "acme-pusher-secret";
+pub const GLOBEX_PUSHER_KEY: &str = "globex-key";
+pub const GLOBEX_PUSHER_SECRET: &str = "globex-pusher-secret";
 pub const ED_PUB: &str = include_str!("keys/ed25519.pub");
 pub const ED_KEY: &str = include_str!("keys/ed25519.key");
 pub const EC_PUB: &str = include_str!("keys/p256.pub");
@@ -29,6 +33,13 @@ pub const EC_KEY: &str = include_str!("keys/p256.key");
 
 /// How long a test waits for something that should happen.
 pub const WAIT: Duration = Duration::from_secs(5);
+
+/// An HTTP client for the tests. reqwest is built with rustls and no default crypto provider
+/// (the gateway picks ring), so the provider is installed first.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
 
 pub fn hash(key: &str) -> String {
     toolmark_gateway::auth::key_hash_string(key)
@@ -72,6 +83,8 @@ id = "globex"
 api_keys = ["{globex}"]
 token_secret = "{GLOBEX_SECRET}"
 allowed_origins = ["{GLOBEX_ORIGIN}"]
+pusher_key = "{GLOBEX_PUSHER_KEY}"
+pusher_secret = "{GLOBEX_PUSHER_SECRET}"
 
 [[tenants]]
 id = "edco"
@@ -90,6 +103,8 @@ id = "acme"
 api_keys = ["{acme}"]
 token_secret = "{ACME_SECRET}"
 allowed_origins = ["{ACME_ORIGIN}"]
+pusher_key = "{ACME_PUSHER_KEY}"
+pusher_secret = "{ACME_PUSHER_SECRET}"
 {extra}
 "#,
         globex = hash(GLOBEX_KEY),
@@ -153,7 +168,7 @@ impl Gateway {
         });
         Gateway {
             addr,
-            http: reqwest::Client::new(),
+            http: http_client(),
             stop: Some(tx),
             task: Some(task),
         }

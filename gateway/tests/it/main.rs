@@ -3,11 +3,15 @@
 
 mod agent_api;
 mod binary;
+mod echo_inbound;
 mod harness;
 mod inbound;
 mod isolation;
 mod lifecycle;
 mod nodes;
+mod pusher;
 mod redis_support;
 mod security;
+mod tls;
 mod tokens;
+mod webhooks;

@@ -29,8 +29,15 @@ fn require(binary: &str) {
 }
 
 fn ping(port: u16) -> bool {
-    Command::new("redis-cli")
-        .args(["-p", &port.to_string(), "ping"])
+    ping_with(port, None)
+}
+
+fn ping_with(port: u16, tls_ca: Option<&str>) -> bool {
+    let mut cmd = Command::new("redis-cli");
+    if let Some(ca) = tls_ca {
+        cmd.args(["--tls", "--cacert", ca, "-h", "localhost"]);
+    }
+    cmd.args(["-p", &port.to_string(), "ping"])
         .output()
         .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
 }
@@ -41,11 +48,23 @@ pub struct RedisProc {
     pub port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    /// TLS only, with this directory's `tls.crt`, `tls.key` and `ca.crt`.
+    tls: Option<String>,
 }
 
 impl RedisProc {
     /// Starts a server with persistence off (plus `extra` arguments).
     pub fn start(extra: &[&str]) -> RedisProc {
+        Self::start_with(extra.iter().map(|s| (*s).to_owned()).collect(), None)
+    }
+
+    /// A server speaking TLS only, with the certificates in `keys` (`tls.crt`, `tls.key`,
+    /// `ca.crt`).
+    pub fn start_tls(keys: &str) -> RedisProc {
+        Self::start_with(Vec::new(), Some(keys.to_owned()))
+    }
+
+    fn start_with(extra: Vec<String>, tls: Option<String>) -> RedisProc {
         require("redis-server");
         require("redis-cli");
         let dir = std::env::temp_dir().join(format!("toolmark-redis-{}", uuid::Uuid::new_v4()));
@@ -54,7 +73,8 @@ impl RedisProc {
             child: None,
             port: 0,
             dir,
-            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            extra,
+            tls,
         };
         for _ in 0..5 {
             r.port = free_port();
@@ -67,9 +87,30 @@ impl RedisProc {
 
     fn spawn(&mut self) -> bool {
         let mut cmd = Command::new("redis-server");
+        let port = self.port.to_string();
+        match &self.tls {
+            None => {
+                cmd.args(["--port", &port]);
+            }
+            Some(k) => {
+                cmd.args([
+                    "--port",
+                    "0",
+                    "--tls-port",
+                    &port,
+                    "--tls-auth-clients",
+                    "no",
+                ]);
+                cmd.args([
+                    "--tls-cert-file",
+                    &format!("{k}/tls.crt"),
+                    "--tls-key-file",
+                    &format!("{k}/tls.key"),
+                ]);
+                cmd.args(["--tls-ca-cert-file", &format!("{k}/ca.crt")]);
+            }
+        }
         cmd.args([
-            "--port",
-            &self.port.to_string(),
             "--bind",
             "127.0.0.1",
             "--save",
@@ -94,9 +135,10 @@ impl RedisProc {
             .stderr(Stdio::null())
             .spawn();
         self.child = Some(child);
+        let ca = self.tls.as_ref().map(|k| format!("{k}/ca.crt"));
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
-            if ping(self.port) {
+            if ping_with(self.port, ca.as_deref()) {
                 return true;
             }
             if let Some(c) = self.child.as_mut()
@@ -111,6 +153,50 @@ impl RedisProc {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A Sentinel watching the master on `master_port` under the name `service`.
+    pub fn sentinel(master_port: u16, service: &str) -> RedisProc {
+        require("redis-server");
+        let dir = std::env::temp_dir().join(format!("toolmark-sentinel-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(&conf, format!("sentinel monitor {service} 127.0.0.1 {master_port} 1\nsentinel down-after-milliseconds {service} 5000\n")).unwrap();
+        let mut r = RedisProc {
+            child: None,
+            port: 0,
+            dir,
+            extra: vec![],
+            tls: None,
+        };
+        for _ in 0..5 {
+            r.port = free_port();
+            let child = Command::new("redis-server")
+                .arg(&conf)
+                .args([
+                    "--sentinel",
+                    "--port",
+                    &r.port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--protected-mode",
+                    "no",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server --sentinel starts");
+            r.child = Some(child);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if ping(r.port) {
+                    return r;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r.kill();
+        }
+        panic!("redis-server --sentinel did not start");
     }
 
     /// Stops the server at once (its data is gone: persistence is off).

@@ -33,6 +33,9 @@ pub struct Agent {
 impl Agent {
     /// An agent with `api_key` calling the pages `0..pages` of `target`.
     pub fn new(target: Arc<Target>, api_key: &str, pages: usize) -> Result<Self, LoadError> {
+        // reqwest may be built with rustls and no default provider (feature unification with
+        // the gateway): install ring first; the load generator itself speaks plain HTTP.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = Client::builder()
             .no_proxy()
             .http1_only()
@@ -109,6 +112,50 @@ impl Agent {
     }
 }
 
+/// How a call with a deadline ended, as the storm counts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// 200 with the page's faithful echo.
+    Answered,
+    /// 200 with the gateway's `{"status":"timeout"}`: the page was away past the deadline.
+    TimedOut,
+    /// Anything else (HTTP error, transport error, wrong outcome): the call is lost.
+    Lost(String),
+}
+
+impl Agent {
+    /// Calls the echo tool of page `index` with `{"n": n}` and the deadline `timeout_ms`.
+    pub async fn echo_with_deadline(&self, index: usize, n: u64, timeout_ms: u64) -> Ending {
+        let body = format!(r#"{{"tool":"{TOOL}","input":{{"n":{n}}},"timeoutMs":{timeout_ms}}}"#);
+        let sent = self
+            .client
+            .post(&self.call_urls[index])
+            .header(AUTHORIZATION, self.auth.clone())
+            .header(CONTENT_TYPE, self.json.clone())
+            .body(body)
+            .send()
+            .await;
+        let response = match sent {
+            Ok(r) => r,
+            Err(e) => return Ending::Lost(transport_reason(&e)),
+        };
+        let status = response.status();
+        match response.bytes().await {
+            Ok(body) => classify(status, &body, n),
+            Err(e) => Ending::Lost(transport_reason(&e)),
+        }
+    }
+}
+
+/// The [`Ending`] of an answer to the echo call `n`.
+fn classify(status: StatusCode, body: &[u8], n: u64) -> Ending {
+    match check_echo(status, body, n) {
+        Ok(()) => Ending::Answered,
+        Err(reason) if reason == "outcome timeout" => Ending::TimedOut,
+        Err(reason) => Ending::Lost(reason),
+    }
+}
+
 /// Whether a call's answer is a 200 with an `ok` outcome echoing `{"n": n}`.
 fn check_echo(status: StatusCode, body: &[u8], n: u64) -> Result<(), String> {
     let v: Value = serde_json::from_slice(body)
@@ -139,6 +186,19 @@ fn transport_reason(e: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_is_an_ending_not_a_loss() {
+        let timeout = br#"{"id":"x","clientId":"y","outcome":{"status":"timeout"}}"#;
+        assert_eq!(classify(StatusCode::OK, timeout, 1), Ending::TimedOut);
+        let ok = br#"{"outcome":{"status":"ok","data":{"n":1}}}"#;
+        assert_eq!(classify(StatusCode::OK, ok, 1), Ending::Answered);
+        let no_page = br#"{"code":"no_page","status":409}"#;
+        assert_eq!(
+            classify(StatusCode::CONFLICT, no_page, 1),
+            Ending::Lost("HTTP 409 no_page".into())
+        );
+    }
 
     #[test]
     fn only_a_faithful_echo_passes() {

@@ -40,7 +40,7 @@ pub async fn run(args: CallsArgs) -> Result<(), LoadError> {
         None => target.clone(),
     };
     let agent = Agent::new(agent_target, &args.api_key, pages)?;
-    let fleet = Fleet::launch(target, &minter, pages, args.common.ramp_per_sec)?;
+    let fleet = Fleet::launch(target, None, &minter, pages, args.common.ramp_per_sec)?;
     let outcome = drive_calls(&fleet, &agent, &args).await;
     fleet.stop().await;
     outcome
@@ -71,7 +71,7 @@ async fn drive_calls(fleet: &Fleet, agent: &Agent, args: &CallsArgs) -> Result<(
 }
 
 /// Waits until the gateway holds every page's manifest: a call sent earlier would be `no_page`.
-async fn manifests_visible(fleet: &Fleet, agent: &Agent) -> Result<(), LoadError> {
+pub async fn manifests_visible(fleet: &Fleet, agent: &Agent) -> Result<(), LoadError> {
     let deadline = Instant::now() + MANIFEST_TIMEOUT;
     let checks = futures_util::stream::iter(fleet.client_ids.iter().enumerate())
         .map(|(index, client_id)| async move {

@@ -20,6 +20,14 @@ pub enum Scenario {
     Idle(IdleArgs),
     /// Connect pages, then drive agent calls at a fixed rate and measure their round trip.
     Calls(CallsArgs),
+    /// Pages on one node, calls through another, then drain the first node (SIGTERM): time
+    /// until every page is back on the other node, and how every call ended.
+    Storm(StormArgs),
+    /// Draw an SVG of latency against call rate from `calls` JSON lines.
+    Chart(ChartArgs),
+    /// (Internal) one process's share of an `idle --processes N` fleet.
+    #[command(hide = true)]
+    Hold(HoldArgs),
 }
 
 /// Flags both scenarios take.
@@ -61,6 +69,24 @@ pub struct IdleArgs {
     /// The gateway's process id, whose VmRSS is read from /proc.
     #[arg(long)]
     pub gateway_pid: u32,
+    /// Processes holding the pages (this binary run again as children): each process may
+    /// hold only as many sockets as its open-file limit allows. 1 keeps them in this process.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub processes: u32,
+}
+
+/// `hold` (internal): pages `first .. first + count`, held until standard input closes.
+#[derive(Debug, Clone, Args)]
+pub struct HoldArgs {
+    /// Shared flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// The first page's index.
+    #[arg(long)]
+    pub first: u32,
+    /// How many pages.
+    #[arg(long)]
+    pub count: u32,
 }
 
 /// `calls`
@@ -107,4 +133,63 @@ impl CallsArgs {
     pub fn total_calls(&self) -> u64 {
         u64::from(self.rate) * self.duration_secs
     }
+}
+
+/// `storm`
+#[derive(Debug, Clone, Args)]
+pub struct StormArgs {
+    /// Shared flags; `--url` is the node that will be drained.
+    #[command(flatten)]
+    pub common: Common,
+    /// The node pages reconnect to and agent calls go through.
+    #[arg(long)]
+    pub fallback_url: String,
+    /// The pid of the node behind `--url`, sent SIGTERM to drain it.
+    #[arg(long)]
+    pub drain_pid: u32,
+    /// Number of pages, one conversation each.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub pages: u32,
+    /// Calls per second through the other node, before and after the drain.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub rate: u32,
+    /// Seconds of calls before the drain.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub before_secs: u64,
+    /// Seconds of calls after the drain.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub after_secs: u64,
+    /// Each call's deadline (`timeoutMs`): a call to a page still away ends `timeout` then.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub call_timeout_ms: u64,
+    /// Each page reconnects after a delay spread over 0 ..= this, as real clients jitter.
+    #[arg(long, default_value_t = 1000)]
+    pub jitter_ms: u64,
+    /// The goal: every page back within this many seconds of the drain, or the run fails.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub back_within_secs: u64,
+    /// The tenant's agent API key.
+    #[arg(long, env = "TOOLMARK_BENCH_API_KEY", hide_env_values = true)]
+    pub api_key: String,
+    /// Calls in flight at most; a call due while the bound is reached is skipped (and fails
+    /// the run).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_in_flight: u32,
+}
+
+/// `chart`
+#[derive(Debug, Clone, Args)]
+pub struct ChartArgs {
+    /// `LABEL=FILE`: a file of `calls` JSON lines (one per rate) drawn as one series; repeat.
+    #[arg(long, required = true)]
+    pub series: Vec<String>,
+    /// The chart's title.
+    #[arg(long, default_value = "Call round trip against call rate")]
+    pub title: String,
+    /// A latency limit drawn as a horizontal line (ms), when inside the plot.
+    #[arg(long)]
+    pub limit_ms: Option<f64>,
+    /// Where the SVG goes.
+    #[arg(long)]
+    pub output: String,
 }

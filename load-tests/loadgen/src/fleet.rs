@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::LoadError;
-use crate::page::{self, PageSpec};
+use crate::page::{self, Fallback, PageSpec};
 use crate::tally::{Counts, Tally};
 use crate::target::Target;
 use crate::token::Minter;
@@ -44,11 +44,25 @@ impl Fleet {
     /// Mints every page's token, then starts connecting `pages` pages, `per_sec` a second.
     pub fn launch(
         target: Arc<Target>,
+        fallback: Option<Fallback>,
         minter: &Minter,
         pages: usize,
         per_sec: u32,
     ) -> Result<Self, LoadError> {
-        let specs = (0..pages)
+        Self::launch_range(target, fallback, minter, 0..pages, per_sec)
+    }
+
+    /// Like [`Fleet::launch`] for the pages `range` only (one process's share of a fleet
+    /// spread over several processes); `client_ids[k]` is page `range.start + k`.
+    pub fn launch_range(
+        target: Arc<Target>,
+        fallback: Option<Fallback>,
+        minter: &Minter,
+        range: std::ops::Range<usize>,
+        per_sec: u32,
+    ) -> Result<Self, LoadError> {
+        let pages = range.len();
+        let specs = range
             .map(|index| {
                 let token = minter.mint(&user(index), &conversation(index))?;
                 Ok(PageSpec {
@@ -72,7 +86,7 @@ impl Fleet {
                     () = s.cancelled() => return,
                     () = tokio::time::sleep_until(start + period * u32::try_from(i).unwrap_or(u32::MAX)) => {}
                 }
-                spawner.spawn(page::run(target.clone(), spec, t.clone(), s.clone()));
+                spawner.spawn(page::run(target.clone(), fallback.clone(), spec, t.clone(), s.clone()));
             }
         });
         Ok(Fleet {

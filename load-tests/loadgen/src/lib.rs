@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod calls;
+pub mod chart;
 pub mod cli;
 pub mod driver;
 pub mod error;
@@ -13,6 +14,8 @@ pub mod latency;
 pub mod page;
 pub mod report;
 pub mod rss;
+pub mod spread;
+pub mod storm;
 pub mod tally;
 pub mod target;
 pub mod token;
@@ -25,5 +28,8 @@ pub async fn run(cli: Cli) -> Result<(), LoadError> {
     match cli.scenario {
         Scenario::Idle(args) => idle::run(args).await,
         Scenario::Calls(args) => calls::run(args).await,
+        Scenario::Storm(args) => storm::run(args).await,
+        Scenario::Chart(args) => chart::run(&args),
+        Scenario::Hold(args) => spread::hold(args).await,
     }
 }

@@ -1,6 +1,7 @@
 //! One simulated browser page: a WebSocket from its own source address with the tenant's
 //! `Origin`, a manifest, then an immediate echo of every call addressed to it until the run
-//! stops it.
+//! stops it. With a fallback node, a page closed with 1001 (its node draining) reconnects there
+//! with the same token and clientId and without resending its manifest, as the bridge does.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,6 +27,30 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest frame a page accepts: the gateway's own cap.
 const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
+/// Close code of a draining node: the page comes back elsewhere.
+const GOING_AWAY: u16 = 1001;
+/// Pause between two failed reconnection attempts.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// Where a page goes when its node drains, and how much it waits first.
+#[derive(Debug, Clone)]
+pub struct Fallback {
+    /// The node pages reconnect to.
+    pub target: Arc<Target>,
+    /// Each page waits a random delay up to this before reconnecting (0: at once), as real
+    /// clients spread their reconnections.
+    pub jitter: Duration,
+}
+
+/// How a page's socket ended.
+enum End {
+    /// The run stopped the page.
+    Stopped,
+    /// The gateway closed it with this code.
+    Closed(u16, String),
+    /// Anything else.
+    Broken(String),
+}
 
 /// Who a page is.
 #[derive(Debug, Clone)]
@@ -52,7 +77,13 @@ fn ws_config() -> WebSocketConfig {
 
 /// Connects page `spec`, sends its manifest, and answers its calls until `stop`; every outcome
 /// lands in `tally`.
-pub async fn run(target: Arc<Target>, spec: PageSpec, tally: Arc<Tally>, stop: CancellationToken) {
+pub async fn run(
+    target: Arc<Target>,
+    fallback: Option<Fallback>,
+    spec: PageSpec,
+    tally: Arc<Tally>,
+    stop: CancellationToken,
+) {
     let connected = tokio::select! {
         () = stop.cancelled() => return,
         c = tokio::time::timeout(HANDSHAKE_TIMEOUT, connect(&target, &spec)) => c,
@@ -69,12 +100,71 @@ pub async fn run(target: Arc<Target>, spec: PageSpec, tally: Arc<Tally>, stop: C
         return tally.failed(format!("manifest: {e}"));
     }
     tally.ready();
-    match serve(&mut ws, &spec.client_id, &tally, &stop).await {
-        Ok(()) => {
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, close(&mut ws)).await;
+    loop {
+        match serve(&mut ws, &spec.client_id, &tally, &stop).await {
+            End::Stopped => {
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, close(&mut ws)).await;
+                return;
+            }
+            End::Closed(GOING_AWAY, _) if fallback.is_some() => {
+                tally.went_away();
+                let Some(fb) = &fallback else { return };
+                match reconnect(fb, &spec, &stop).await {
+                    Some(again) => {
+                        ws = again;
+                        tally.came_back();
+                    }
+                    None => return,
+                }
+            }
+            End::Closed(code, reason) => {
+                return tally.dropped(format!("closed by the gateway: {code} {reason}"));
+            }
+            End::Broken(reason) => return tally.dropped(reason),
         }
-        Err(reason) => tally.dropped(reason),
     }
+}
+
+/// Connects to the fallback node until it works or the run stops (`None`).
+async fn reconnect(
+    fallback: &Fallback,
+    spec: &PageSpec,
+    stop: &CancellationToken,
+) -> Option<Socket> {
+    let jitter = jitter_for(spec, fallback.jitter);
+    tokio::select! {
+        () = stop.cancelled() => return None,
+        () = tokio::time::sleep(jitter) => {}
+    }
+    loop {
+        let attempt = tokio::select! {
+            () = stop.cancelled() => return None,
+            a = tokio::time::timeout(HANDSHAKE_TIMEOUT, connect(&fallback.target, spec)) => a,
+        };
+        if let Ok(Ok(ws)) = attempt {
+            return Some(ws);
+        }
+        tokio::select! {
+            () = stop.cancelled() => return None,
+            () = tokio::time::sleep(RETRY_PAUSE) => {}
+        }
+    }
+}
+
+/// A delay in `0..=max` that differs from page to page (derived from its clientId, so no
+/// random source is needed).
+fn jitter_for(spec: &PageSpec, max: Duration) -> Duration {
+    let max_us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
+    if max_us == 0 {
+        return Duration::ZERO;
+    }
+    let seed = spec
+        .client_id
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    Duration::from_micros(seed % (max_us + 1))
 }
 
 async fn connect(target: &Target, spec: &PageSpec) -> Result<Socket, String> {
@@ -103,37 +193,32 @@ async fn connect(target: &Target, spec: &PageSpec) -> Result<Socket, String> {
     Ok(ws)
 }
 
-/// Answers calls until `stop` (`Ok`) or until the socket ends on its own (`Err` with why).
-async fn serve(
-    ws: &mut Socket,
-    client_id: &str,
-    tally: &Tally,
-    stop: &CancellationToken,
-) -> Result<(), String> {
+/// Answers calls until `stop` or until the socket ends on its own.
+async fn serve(ws: &mut Socket, client_id: &str, tally: &Tally, stop: &CancellationToken) -> End {
     loop {
         let incoming = tokio::select! {
-            () = stop.cancelled() => return Ok(()),
+            () = stop.cancelled() => return End::Stopped,
             incoming = ws.next() => incoming,
         };
         match incoming {
             Some(Ok(Message::Text(text))) => {
                 if let Some(reply) = frames::answer(text.as_str(), client_id) {
-                    ws.send(Message::text(reply))
-                        .await
-                        .map_err(|e| format!("send: {e}"))?;
+                    if let Err(e) = ws.send(Message::text(reply)).await {
+                        return End::Broken(format!("send: {e}"));
+                    }
                     tally.answered();
                 }
             }
             Some(Ok(Message::Close(frame))) => {
-                return Err(match frame {
-                    Some(f) => format!("closed by the gateway: {} {}", u16::from(f.code), f.reason),
-                    None => "closed by the gateway".into(),
-                });
+                return match frame {
+                    Some(f) => End::Closed(u16::from(f.code), f.reason.to_string()),
+                    None => End::Broken("closed by the gateway without a code".into()),
+                };
             }
             // Pings are answered by tungstenite itself while reading.
             Some(Ok(_)) => {}
-            Some(Err(e)) => return Err(format!("read: {e}")),
-            None => return Err("connection ended".into()),
+            Some(Err(e)) => return End::Broken(format!("read: {e}")),
+            None => return End::Broken("connection ended".into()),
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
 
 /// Shared counters of one fleet of pages; each page task updates its own outcome.
 #[derive(Debug, Default)]
@@ -16,6 +17,12 @@ pub struct Tally {
     dropped: AtomicUsize,
     /// Calls answered by all pages.
     answered: AtomicU64,
+    /// Pages closed with 1001 (node draining) that set out to reconnect elsewhere.
+    went_away: AtomicUsize,
+    /// Of those, pages connected again; `back_at` holds when, for the storm's timings.
+    came_back: AtomicUsize,
+    /// The instant each page came back, in order of arrival.
+    back_at: Mutex<Vec<Instant>>,
     /// Why pages failed or dropped, with counts; written only on those rare paths.
     reasons: Mutex<BTreeMap<String, usize>>,
 }
@@ -59,6 +66,37 @@ impl Tally {
     pub fn dropped(&self, reason: String) {
         self.note(reason);
         self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A page was closed by its draining node and is reconnecting.
+    pub fn went_away(&self) {
+        self.went_away.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A page that went away is connected again.
+    pub fn came_back(&self) {
+        let now = Instant::now();
+        self.back_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(now);
+        self.came_back.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Pages that went away and pages back so far.
+    pub fn away_and_back(&self) -> (usize, usize) {
+        (
+            self.went_away.load(Ordering::Relaxed),
+            self.came_back.load(Ordering::Relaxed),
+        )
+    }
+
+    /// When each page came back, in order of arrival.
+    pub fn back_instants(&self) -> Vec<Instant> {
+        self.back_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// A page answered a call.

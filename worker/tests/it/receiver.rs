@@ -73,17 +73,31 @@ impl Receiver {
 
     /// Requests answered 2xx.
     pub fn delivered(&self) -> Vec<Delivery> {
-        self.seen().into_iter().filter(|d| d.answered == 200).collect()
+        self.seen()
+            .into_iter()
+            .filter(|d| d.answered == 200)
+            .collect()
     }
 }
 
 async fn handle(s: &Shared, headers: &HeaderMap, body: &Bytes) -> StatusCode {
-    let mode = s.script.lock().unwrap().pop().unwrap_or(match s.mode.load(Ordering::SeqCst) {
-        0 => Mode::Ok,
-        1 => Mode::Fail,
-        _ => Mode::Hang,
-    });
-    let h = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let mode = s
+        .script
+        .lock()
+        .unwrap()
+        .pop()
+        .unwrap_or(match s.mode.load(Ordering::SeqCst) {
+            0 => Mode::Ok,
+            1 => Mode::Fail,
+            _ => Mode::Hang,
+        });
+    let h = |k: &str| {
+        headers
+            .get(k)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
     let answered = match mode {
         Mode::Ok => 200,
         Mode::Fail => 500,

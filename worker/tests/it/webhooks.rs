@@ -9,7 +9,7 @@ use serde_json::json;
 use toolmark_broker::redis::{RedisBroker, RedisOptions};
 use toolmark_broker::{Broker, ConvKey, EventType, PageSink};
 use toolmark_gateway::config::{Config, Overrides};
-use toolmark_worker::sign::SigningKey;
+use toolmark_gateway::jobs::sign::SigningKey;
 
 use crate::receiver::{Mode, Receiver};
 use crate::redis_support::RedisProc;
@@ -45,8 +45,19 @@ webhook_secret = "{SECRET}"
 
 /// A broker handle for emitting events as a gateway would.
 async fn emitter(redis: &str, prefix: &str) -> Arc<RedisBroker> {
-    let opts = RedisOptions { prefix: prefix.into(), ..RedisOptions::default() };
-    RedisBroker::connect(redis, "emitter", Arc::new(NoPages), opts, tokio_util::sync::CancellationToken::new()).await.unwrap()
+    let opts = RedisOptions {
+        prefix: prefix.into(),
+        ..RedisOptions::default()
+    };
+    RedisBroker::connect(
+        redis,
+        "emitter",
+        Arc::new(NoPages),
+        opts,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap()
 }
 
 /// Runs a worker in this process until the returned sender is dropped or fires.
@@ -85,17 +96,37 @@ async fn failures_are_retried_with_the_same_id_and_a_valid_signature_and_never_r
     let _stop = spawn_worker(&config_text(&redis.url(), "w1", &hook.url, worker));
     let broker = emitter(&redis.url(), "w1").await;
     let conv = ConvKey::new("acme", "u1", "c1");
-    let event = broker.emit("acme", EventType::PageManifest, &conv, json!({"rev": 1})).await.unwrap();
-    wait_for("the delivery", Duration::from_secs(15), || !hook.delivered().is_empty()).await;
+    let event = broker
+        .emit("acme", EventType::PageManifest, &conv, json!({"rev": 1}))
+        .await
+        .unwrap();
+    wait_for("the delivery", Duration::from_secs(15), || {
+        !hook.delivered().is_empty()
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let seen = hook.seen();
-    assert_eq!(seen.len(), 4, "3 failed attempts (500, 500, timeout) and 1 success: {seen:?}");
-    assert!(seen.iter().all(|d| d.id == event.id), "webhook-id is the event id on every attempt");
+    assert_eq!(
+        seen.len(),
+        4,
+        "3 failed attempts (500, 500, timeout) and 1 success: {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|d| d.id == event.id),
+        "webhook-id is the event id on every attempt"
+    );
     let ok = &hook.delivered()[0];
     assert!(verify(ok), "the signature verifies");
     let body: serde_json::Value = serde_json::from_str(&ok.body).unwrap();
-    assert_eq!(body, json!({"type": "page.manifest", "id": event.id, "timestamp": event.timestamp, "data": {"rev": 1}}));
-    assert_eq!(hook.delivered().len(), 1, "nothing is delivered twice after success");
+    assert_eq!(
+        body,
+        json!({"type": "page.manifest", "id": event.id, "timestamp": event.timestamp, "data": {"rev": 1}})
+    );
+    assert_eq!(
+        hook.delivered().len(),
+        1,
+        "nothing is delivered twice after success"
+    );
 }
 
 fn start_worker_process(config: &std::path::Path) -> Child {
@@ -108,7 +139,9 @@ fn start_worker_process(config: &std::path::Path) -> Child {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     assert!(line.starts_with("toolmark-worker listening on"), "{line}");
     child
 }
@@ -124,21 +157,41 @@ async fn a_worker_killed_while_holding_events_is_taken_over() {
     let mut ids = Vec::new();
     for i in 0..20 {
         let conv = ConvKey::new("acme", &format!("u{i}"), "c1");
-        ids.push(broker.emit("acme", EventType::PageManifest, &conv, json!({"i": i})).await.unwrap().id);
+        ids.push(
+            broker
+                .emit("acme", EventType::PageManifest, &conv, json!({"i": i}))
+                .await
+                .unwrap()
+                .id,
+        );
     }
     // Started after the events: its first read takes all 20.
     let mut victim = start_worker_process(&path);
     // The victim has read the events and hangs on their deliveries.
     // One delivery hangs; the victim has read (and holds) all 20 in the same batch.
-    wait_for("the victim's first attempt", Duration::from_secs(10), || !hook.seen().is_empty()).await;
-    assert_eq!(redis_pending(&redis, "w2"), 20, "the victim holds every event");
-    let _ = Command::new("kill").args(["-KILL", &victim.id().to_string()]).status();
+    wait_for(
+        "the victim's first attempt",
+        Duration::from_secs(10),
+        || !hook.seen().is_empty(),
+    )
+    .await;
+    assert_eq!(
+        redis_pending(&redis, "w2"),
+        20,
+        "the victim holds every event"
+    );
+    let _ = Command::new("kill")
+        .args(["-KILL", &victim.id().to_string()])
+        .status();
     let _ = victim.wait();
     hook.set(Mode::Ok);
     // Another worker claims what the victim held once it has been idle long enough.
     let taker = "webhook_timeout_ms = 500\nwebhook_claim_after_ms = 1000";
     let _stop = spawn_worker(&config_text(&redis.url(), "w2", &hook.url, taker));
-    wait_for("every event", Duration::from_secs(20), || hook.delivered().len() >= ids.len()).await;
+    wait_for("every event", Duration::from_secs(20), || {
+        hook.delivered().len() >= ids.len()
+    })
+    .await;
     let mut got: Vec<String> = hook.delivered().into_iter().map(|d| d.id).collect();
     got.sort();
     ids.sort();
@@ -149,30 +202,54 @@ async fn a_worker_killed_while_holding_events_is_taken_over() {
 /// Entries the consumer group has handed out and not yet acknowledged.
 fn redis_pending(redis: &RedisProc, prefix: &str) -> usize {
     let out = redis.cli(&["xpending", &format!("{prefix}:{{acme}}:events"), "webhooks"]);
-    out.lines().next().and_then(|l| l.trim().parse().ok()).unwrap_or(0)
+    out.lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_events_after_an_outage_arrive_once_each_in_conversation_order() {
-    let outage: u64 = std::env::var("TOOLMARK_TEST_OUTAGE_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(15);
+    let outage: u64 = std::env::var("TOOLMARK_TEST_OUTAGE_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(15);
     let redis = RedisProc::start(&[]);
     let hook = Receiver::start(Mode::Fail).await;
     let worker = "webhook_timeout_ms = 1000\nwebhook_backoff_base_ms = 200\nwebhook_backoff_max_ms = 1000\nwebhook_claim_after_ms = 5000";
     let _stop = spawn_worker(&config_text(&redis.url(), "w3", &hook.url, worker));
-    let opts = RedisOptions { prefix: "w3".into(), events_per_tenant: 20_000, ..RedisOptions::default() };
-    let broker = RedisBroker::connect(&redis.url(), "emitter", Arc::new(NoPages), opts, tokio_util::sync::CancellationToken::new()).await.unwrap();
+    let opts = RedisOptions {
+        prefix: "w3".into(),
+        events_per_tenant: 20_000,
+        ..RedisOptions::default()
+    };
+    let broker = RedisBroker::connect(
+        &redis.url(),
+        "emitter",
+        Arc::new(NoPages),
+        opts,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     let started = Instant::now();
     let mut expected: HashMap<String, Vec<String>> = HashMap::new();
     for i in 0..10_000u32 {
         let user = format!("u{}", i % 20);
         let conv = ConvKey::new("acme", &user, "c1");
-        let e = broker.emit("acme", EventType::CallResult, &conv, json!({"n": i})).await.unwrap();
+        let e = broker
+            .emit("acme", EventType::CallResult, &conv, json!({"n": i}))
+            .await
+            .unwrap();
         expected.entry(user).or_default().push(e.id);
     }
     let left = Duration::from_secs(outage).saturating_sub(started.elapsed());
     tokio::time::sleep(left).await;
     hook.set(Mode::Ok);
-    wait_for("all 10,000 events", Duration::from_secs(120), || hook.delivered().len() >= 10_000).await;
+    wait_for("all 10,000 events", Duration::from_secs(120), || {
+        hook.delivered().len() >= 10_000
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let delivered = hook.delivered();
     assert_eq!(delivered.len(), 10_000, "none twice");
@@ -193,21 +270,118 @@ async fn events_failing_past_the_maximum_age_become_dead_letters_and_can_be_retr
     let _stop = spawn_worker(&config_text(&redis.url(), "w4", &hook.url, worker));
     let broker = emitter(&redis.url(), "w4").await;
     let conv = ConvKey::new("acme", "u1", "c1");
-    let event = broker.emit("acme", EventType::CallTimeout, &conv, json!({"id": "x"})).await.unwrap();
+    let event = broker
+        .emit("acme", EventType::CallTimeout, &conv, json!({"id": "x"}))
+        .await
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let failed = loop {
         let f = broker.webhook_failed("acme").await.unwrap();
         if !f.is_empty() {
             break f;
         }
-        assert!(Instant::now() < deadline, "the event never became a dead letter");
+        assert!(
+            Instant::now() < deadline,
+            "the event never became a dead letter"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(failed[0]["eventId"], event.id.as_str());
     assert_eq!(failed[0]["lastError"], "500");
     hook.set(Mode::Ok);
-    assert!(broker.webhook_retry("acme", failed[0]["id"].as_str().unwrap()).await.unwrap());
-    wait_for("the retried delivery", Duration::from_secs(10), || !hook.delivered().is_empty()).await;
+    assert!(
+        broker
+            .webhook_retry("acme", failed[0]["id"].as_str().unwrap())
+            .await
+            .unwrap()
+    );
+    wait_for("the retried delivery", Duration::from_secs(10), || {
+        !hook.delivered().is_empty()
+    })
+    .await;
     assert_eq!(hook.delivered()[0].id, event.id);
     assert!(broker.webhook_failed("acme").await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirmations_of_a_page_gone_from_every_node_expire_once() {
+    use toolmark_broker::{AdmitLimits, CallBinding, CallKind, PageIdentity, now_ms};
+    use toolmark_proto::{AgentMessage, Call, ToolResult};
+    let redis = RedisProc::start(&[]);
+    let broker = emitter(&redis.url(), "w5").await;
+    let conv = ConvKey::new("acme", "u1", "c1");
+    broker
+        .admit_page(
+            &conv,
+            &AdmitLimits {
+                max_connections: 10,
+                max_pages_per_conversation: 10,
+            },
+        )
+        .await
+        .unwrap();
+    broker.page_identified(&conv, "p1").await.unwrap();
+    let binding = CallBinding {
+        id: "call-1".into(),
+        conv: conv.clone(),
+        client_id: "p1".into(),
+        tool: "signup.submit".into(),
+        kind: CallKind::Call,
+        deadline_ms: now_ms() + 60_000,
+        node: "emitter".into(),
+        untrusted: false,
+        respond_async: false,
+    };
+    let frame = AgentMessage::Call(Call {
+        client_id: "p1".into(),
+        id: "call-1".into(),
+        rev: None,
+        tool: "signup.submit".into(),
+        input: json!({}),
+    });
+    let _waiter = broker.send_call(binding, frame).await.unwrap();
+    let from = PageIdentity {
+        conv: conv.clone(),
+        client_id: "p1".into(),
+    };
+    let needs = ToolResult::NeedsConfirmation {
+        confirm_id: "k1".into(),
+        summary: "s".into(),
+        changes: None,
+    };
+    broker.submit_result(&from, "call-1", needs).await.unwrap();
+    assert!(
+        broker
+            .expire_abandoned_confirmations(Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the page is still there"
+    );
+    broker.release_page(&conv, Some("p1")).await.unwrap();
+    // Leased sweeps: wait out the lease of the previous one.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let expired = loop {
+        let e = broker
+            .expire_abandoned_confirmations(Duration::ZERO)
+            .await
+            .unwrap();
+        if !e.is_empty() {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "the confirmation never expired");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(
+        (
+            expired[0].confirm_id.as_str(),
+            expired[0].call_id.as_str(),
+            expired[0].tool.as_str()
+        ),
+        ("k1", "call-1", "signup.submit")
+    );
+    assert!(
+        broker.submit_confirmed(&from, "k1").await.is_err(),
+        "a late confirmed is rejected"
+    );
 }

@@ -89,7 +89,7 @@ async fn pages_authenticate_register_echo_and_close() {
             .collect(),
     });
     let minter = Minter::new("bench", SECRET).unwrap();
-    let fleet = Fleet::launch(target, &minter, pages, 1000).unwrap();
+    let fleet = Fleet::launch(target, None, &minter, pages, 1000).unwrap();
     let counts = fleet.ready().await.unwrap();
     assert_eq!(counts.ready, pages);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -135,4 +135,79 @@ async fn pages_authenticate_register_echo_and_close() {
         );
         assert!(page.closed, "the page closed its socket");
     }
+}
+
+fn loopback_target(addr: std::net::SocketAddr) -> Arc<Target> {
+    Arc::new(Target {
+        http_base: format!("http://{addr}"),
+        page_url: format!("ws://{addr}/v1/tenants/bench/page"),
+        addr,
+        tenant: "bench".into(),
+        origin: ORIGIN.into(),
+        sources: Vec::new(),
+    })
+}
+
+#[tokio::test]
+async fn a_page_closed_with_1001_comes_back_on_the_fallback_without_its_manifest() {
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+    let draining = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let fallback = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (draining_addr, fallback_addr) = (
+        draining.local_addr().unwrap(),
+        fallback.local_addr().unwrap(),
+    );
+    // The draining node: takes the manifest, then closes with 1001.
+    let first = tokio::spawn(async move {
+        let (stream, _) = draining.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(stream).await.unwrap();
+        let text = ws.next().await.unwrap().unwrap().into_text().unwrap();
+        let manifest: Value = serde_json::from_str(&text).unwrap();
+        let frame = CloseFrame {
+            code: CloseCode::Away,
+            reason: "draining".into(),
+        };
+        ws.close(Some(frame)).await.unwrap();
+        while let Some(Ok(_)) = ws.next().await {}
+        manifest["clientId"].as_str().unwrap().to_owned()
+    });
+    // The other node: the page's first frame must be the answer to a call, not a manifest.
+    let second = tokio::spawn(async move {
+        let (stream, _) = fallback.accept().await.unwrap();
+        let ws = tokio_tungstenite::accept_async(stream).await.unwrap();
+        (ws, fallback)
+    });
+    let minter = Minter::new("bench", SECRET).unwrap();
+    let fallback_page = toolmark_loadgen::page::Fallback {
+        target: loopback_target(fallback_addr),
+        jitter: Duration::ZERO,
+    };
+    let fleet = Fleet::launch(
+        loopback_target(draining_addr),
+        Some(fallback_page),
+        &minter,
+        1,
+        1000,
+    )
+    .unwrap();
+    fleet.ready().await.unwrap();
+    let client_id = first.await.unwrap();
+    assert_eq!(client_id, fleet.client_ids[0]);
+    let (mut ws, _listener) = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .unwrap()
+        .unwrap();
+    let call = json!({"protocol": 1, "type": "call", "clientId": client_id, "id": "after", "rev": 1, "tool": "bench.echo", "input": {"n": 1}});
+    ws.send(Message::text(call.to_string())).await.unwrap();
+    let text = ws.next().await.unwrap().unwrap().into_text().unwrap();
+    let reply: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(reply["type"], "result", "no manifest resent: {reply}");
+    assert_eq!(reply["clientId"], client_id.as_str());
+    assert_eq!(fleet.tally.away_and_back(), (1, 1));
+    assert!(fleet.intact().is_ok());
+    let closing = tokio::spawn(async move { while let Some(Ok(_)) = ws.next().await {} });
+    fleet.stop().await;
+    closing.await.unwrap();
 }

@@ -1,0 +1,171 @@
+//! Page → agent messages, whichever transport carried them (a page WebSocket frame, or an
+//! `/inbound` POST forwarded by the tenant's Echo bridge): decoding under the tenant's limits,
+//! then the broker's binding, single-use and deadline checks and the manifest, result and
+//! confirmed handling, with one set of metrics and events, so the transports cannot drift.
+
+use std::num::NonZeroU32;
+
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use serde_json::json;
+use toolmark_broker::{BrokerError, ConvKey, EventType, PageIdentity, Rejection, SubmitError};
+use toolmark_proto::{DecodeError, Limits, PageMessage, decode_to_agent, llm};
+
+use crate::state::AppState;
+
+/// Why a page message was dropped. Every variant but [`Refused::Broker`] is counted in the
+/// metrics by [`decode`] or [`dispatch`] before it is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// Over the limits, not JSON, or not a valid page → agent message
+    /// (`toolmark_inbound_rejected_total`).
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// The message claims the clientId of another page (`toolmark_inbound_rejected_total`).
+    #[error("the clientId belongs to another page")]
+    ClientMismatch,
+    /// A `result` or `confirmed` refused by a security rule
+    /// (`toolmark_results_rejected_total`).
+    #[error("{0}")]
+    Rejected(Rejection),
+    /// The broker could not decide (not counted; the page may retry).
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
+
+impl Refused {
+    /// The stable reason: the metrics label of the counter that counted it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refused::Decode(e) => e.reason().as_str(),
+            Refused::ClientMismatch => CLIENT_MISMATCH,
+            Refused::Rejected(r) => r.as_str(),
+            Refused::Broker(_) => "unavailable",
+        }
+    }
+}
+
+/// Page messages of one conversation per second on this node (burst twice that), for
+/// transports without a socket to hold a per-socket rate (`/inbound`).
+pub struct ConversationRate(DefaultKeyedRateLimiter<ConvKey>);
+
+impl std::fmt::Debug for ConversationRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConversationRate").finish_non_exhaustive()
+    }
+}
+
+/// Conversations tracked before the idle ones are forgotten.
+const RATE_KEYS: usize = 10_000;
+
+impl ConversationRate {
+    /// `per_second` messages per conversation, burst twice that.
+    pub fn new(per_second: u32) -> Self {
+        let rate = NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN);
+        let burst = rate.saturating_mul(NonZeroU32::MIN.saturating_add(1));
+        ConversationRate(RateLimiter::keyed(
+            Quota::per_second(rate).allow_burst(burst),
+        ))
+    }
+
+    /// Takes one message of `conv`; `false` (counted) when its rate is exhausted.
+    pub fn take(&self, app: &AppState, conv: &ConvKey) -> bool {
+        if self.0.len() > RATE_KEYS {
+            self.0.retain_recent();
+        }
+        let ok = self.0.check_key(conv).is_ok();
+        if !ok {
+            app.metrics.inbound_rejected("rate_limited");
+        }
+        ok
+    }
+}
+
+/// The metrics label of a message carrying another page's clientId.
+pub const CLIENT_MISMATCH: &str = "client_mismatch";
+
+/// Decodes one page message under `limits`; a refusal is counted and logged.
+pub fn decode(app: &AppState, raw: &[u8], limits: &Limits) -> Result<PageMessage, Refused> {
+    decode_to_agent(raw, limits).map_err(|e| {
+        app.metrics.inbound_rejected(e.reason().as_str());
+        tracing::debug!(error = %e, "page message dropped");
+        Refused::Decode(e)
+    })
+}
+
+/// Counts a message whose clientId is not the sender's.
+pub fn client_mismatch(app: &AppState) -> Refused {
+    app.metrics.inbound_rejected(CLIENT_MISMATCH);
+    Refused::ClientMismatch
+}
+
+/// Applies a decoded message of a page of `conv` (its clientId already checked by the
+/// transport): a manifest is kept and announced, a `result` or `confirmed` is checked against
+/// its binding by the broker. Refusals are counted and logged here.
+pub async fn dispatch(app: &AppState, conv: &ConvKey, message: PageMessage) -> Result<(), Refused> {
+    let from = PageIdentity {
+        conv: conv.clone(),
+        client_id: message.client_id().to_owned(),
+    };
+    match message {
+        PageMessage::Manifest(m) => {
+            if let Err(e) = app.broker.put_manifest(conv, &m).await {
+                tracing::warn!(error = %e, "manifest not stored");
+                return Err(e.into());
+            }
+            let data = json!({"user": conv.user, "conversation": conv.conversation,
+                "clientId": m.client_id, "rev": m.rev, "tools": m.tools});
+            app.emit(EventType::PageManifest, conv, data).await;
+            Ok(())
+        }
+        PageMessage::Changed(c) => {
+            tracing::debug!(client_id = %c.client_id, rev = c.rev, "page changed (no manifest)");
+            Ok(())
+        }
+        PageMessage::Result(r) => match app.broker.submit_result(&from, &r.id, r.result).await {
+            Ok(_) => Ok(()),
+            Err(SubmitError::Rejected(why)) => {
+                app.metrics.result_rejected(why.as_str());
+                tracing::info!(call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
+                Err(Refused::Rejected(why))
+            }
+            Err(SubmitError::Broker(e)) => {
+                tracing::warn!(call_id = %r.id, error = %e, "result not recorded");
+                Err(e.into())
+            }
+        },
+        PageMessage::Confirmed(c) => {
+            match app.broker.submit_confirmed(&from, &c.confirm_id).await {
+                Ok(bound) => {
+                    let wrapped = llm::wrap_untrusted(&c.result);
+                    let data = json!({
+                        "confirmId": bound.confirm_id,
+                        "callId": bound.call_id,
+                        "tool": bound.tool,
+                        "clientId": bound.client_id,
+                        "user": conv.user,
+                        "conversation": conv.conversation,
+                        "outcome": c.result,
+                        "toolResultMessage": {
+                            "role": "tool",
+                            "callId": bound.call_id,
+                            "confirmId": bound.confirm_id,
+                            "tool": bound.tool,
+                            "content": wrapped,
+                        },
+                    });
+                    app.emit(EventType::ConfirmationResolved, conv, data).await;
+                    Ok(())
+                }
+                Err(SubmitError::Rejected(why)) => {
+                    app.metrics.result_rejected(why.as_str());
+                    tracing::info!(confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");
+                    Err(Refused::Rejected(why))
+                }
+                Err(SubmitError::Broker(e)) => {
+                    tracing::warn!(confirm_id = %c.confirm_id, error = %e, "confirmed not recorded");
+                    Err(e.into())
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! One Pusher connection: the handshake, then one `select!` over the socket, the frames of its
+//! subscriptions, the activity timer and shutdown. Each subscription is admitted, registered
+//! and released like a page socket of its conversation; its clientId stays unknown (an Echo
+//! page never speaks on the socket), so it receives every frame of the conversation and the
+//! page filters by clientId (rule 1).
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use futures_util::stream::{SelectAll, Stream, StreamExt};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use toolmark_broker::{AdmitError, AdmitLimits, ConvKey};
+use tracing::Instrument;
+
+use super::protocol::{self, ACTIVITY_TIMEOUT_SECS, ClientEvent, code};
+use crate::registry::Outbox;
+use crate::state::AppState;
+use crate::tenants::Tenant;
+
+/// Subscriptions one connection may hold.
+const MAX_SUBSCRIPTIONS: usize = 32;
+const ACTIVITY: Duration = Duration::from_secs(ACTIVITY_TIMEOUT_SECS);
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Frames of one subscription: `(channel, registry slot, frame)`; `None` once its queue was
+/// closed (full, or unsubscribed).
+type Frames = Pin<Box<dyn Stream<Item = (Arc<str>, u64, Option<Arc<str>>)> + Send>>;
+
+struct Subscription {
+    conv: ConvKey,
+    slot: u64,
+    outbox: Arc<Outbox>,
+}
+
+struct Connection {
+    app: AppState,
+    tenant: Arc<Tenant>,
+    socket_id: String,
+    rate: DefaultDirectRateLimiter,
+    subs: HashMap<Arc<str>, Subscription>,
+    frames: SelectAll<Frames>,
+}
+
+enum Flow {
+    Continue,
+    Send(String),
+    Close(u16, &'static str),
+    Gone,
+}
+
+/// Serves one upgraded connection for the app key `key`.
+pub(super) async fn serve(
+    app: AppState,
+    mut socket: WebSocket,
+    key: String,
+    proto: Option<String>,
+) {
+    let tenant = app.tenants.by_pusher_key(&key);
+    let refusal = match (&tenant, proto.as_deref()) {
+        _ if app.is_draining() => Some((code::OVER_CAPACITY, "draining")),
+        (None, _) => Some((code::UNKNOWN_APP, "App key not in use")),
+        (Some(_), p) if p != Some(protocol::PROTOCOL) => {
+            Some((code::UNSUPPORTED_PROTOCOL, "Unsupported protocol version"))
+        }
+        _ => None,
+    };
+    let (Some(tenant), None) = (tenant, refusal) else {
+        let (c, why) = refusal.unwrap_or((code::UNKNOWN_APP, "App key not in use"));
+        app.metrics.closed(c);
+        let _ = socket
+            .send(Message::Text(protocol::error(c, why, None).into()))
+            .await;
+        close(&mut socket, c, why).await;
+        return;
+    };
+    let per_second =
+        NonZeroU32::new(tenant.limits.page_messages_per_second).unwrap_or(NonZeroU32::MIN);
+    let mut conn = Connection {
+        rate: RateLimiter::direct(
+            Quota::per_second(per_second)
+                .allow_burst(per_second.saturating_mul(NonZeroU32::MIN.saturating_add(1))),
+        ),
+        app,
+        tenant,
+        socket_id: super::new_socket_id(),
+        subs: HashMap::new(),
+        frames: SelectAll::new(),
+    };
+    let span = tracing::info_span!("pusher", tenant = %conn.tenant.id, socket_id = %conn.socket_id);
+    async move {
+        let hello = protocol::established(&conn.socket_id);
+        if socket.send(Message::Text(hello.into())).await.is_ok() {
+            Box::pin(conn.run(&mut socket)).await;
+        }
+        conn.finish().await;
+    }
+    .instrument(span)
+    .await;
+}
+
+async fn close(socket: &mut WebSocket, code: u16, reason: &'static str) {
+    let _ = socket
+        .send(Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        })))
+        .await;
+    // Read what the client still sends, so the close frame is not lost to a reset.
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Some(Ok(_)) = socket.recv().await {}
+    })
+    .await;
+}
+
+impl Connection {
+    async fn run(&mut self, socket: &mut WebSocket) {
+        let mut tick = tokio::time::interval(ACTIVITY);
+        tick.tick().await;
+        let mut last_seen = Instant::now();
+        let shutdown = self.app.shutdown.clone();
+        loop {
+            let flow = tokio::select! {
+                () = shutdown.cancelled() => Flow::Close(code::RECONNECT, "draining"),
+                Some((channel, slot, frame)) = self.frames.next(), if !self.frames.is_empty() => {
+                    match (self.subs.get(&channel), frame) {
+                        (Some(s), Some(f)) if s.slot == slot => Flow::Send(protocol::message(&channel, &f)),
+                        (Some(s), None) if s.slot == slot => Flow::Close(code::OVER_CAPACITY, "cannot keep up"),
+                        _ => Flow::Continue, // an ended subscription
+                    }
+                }
+                _ = tick.tick() => {
+                    if last_seen.elapsed() > ACTIVITY * 3 {
+                        Flow::Close(code::NO_ACTIVITY, "no activity")
+                    } else if last_seen.elapsed() >= ACTIVITY {
+                        Flow::Send(protocol::ping())
+                    } else {
+                        Flow::Continue
+                    }
+                }
+                incoming = socket.recv() => {
+                    last_seen = Instant::now();
+                    match incoming {
+                        None | Some(Ok(Message::Close(_))) => Flow::Gone,
+                        Some(Ok(Message::Text(text))) => Box::pin(self.on_text(text.as_str())).await,
+                        Some(Ok(_)) => Flow::Continue,
+                        Some(Err(e)) if e.to_string().contains("too long") || e.to_string().contains("Space limit") => {
+                            Flow::Close(crate::page::close::TOO_BIG, "frame too large")
+                        }
+                        Some(Err(_)) => Flow::Gone,
+                    }
+                }
+            };
+            match flow {
+                Flow::Continue => {}
+                Flow::Send(text) => {
+                    if socket.send(Message::Text(text.into())).await.is_err() {
+                        return;
+                    }
+                }
+                Flow::Close(c, why) => {
+                    self.app.metrics.closed(c);
+                    let _ = socket
+                        .send(Message::Text(protocol::error(c, why, None).into()))
+                        .await;
+                    close(socket, c, why).await;
+                    return;
+                }
+                Flow::Gone => return,
+            }
+        }
+    }
+
+    async fn on_text(&mut self, text: &str) -> Flow {
+        if self.rate.check().is_err() {
+            self.app.metrics.inbound_rejected("rate_limited");
+            return Flow::Continue;
+        }
+        match ClientEvent::parse(text) {
+            Some(ClientEvent::Ping) => Flow::Send(protocol::pong()),
+            Some(ClientEvent::Subscribe {
+                channel,
+                auth,
+                channel_data,
+            }) => self.subscribe(channel, auth, channel_data).await,
+            Some(ClientEvent::Unsubscribe { channel }) => {
+                if let Some(s) = self.subs.remove(channel.as_str()) {
+                    release(&self.app, s).await;
+                }
+                Flow::Continue
+            }
+            Some(ClientEvent::ClientEvent) => Flow::Send(protocol::error(
+                code::UNAUTHORIZED,
+                "Client events are not accepted: pages send through the app's bridge endpoint",
+                None,
+            )),
+            Some(ClientEvent::Pong | ClientEvent::Other) | None => Flow::Continue,
+        }
+    }
+
+    /// Authorizes and admits one subscription; the answer is `subscription_succeeded` or a
+    /// `pusher:error` naming the channel.
+    async fn subscribe(
+        &mut self,
+        channel: String,
+        auth: Option<String>,
+        channel_data: Option<String>,
+    ) -> Flow {
+        if self.subs.contains_key(channel.as_str()) {
+            return Flow::Send(protocol::subscribed(&channel));
+        }
+        let refuse = |app: &AppState, c: u16, why: &str| {
+            app.metrics.closed(c);
+            tracing::debug!(%channel, code = c, reason = why, "subscription refused");
+            Flow::Send(protocol::error(c, why, Some(&channel)))
+        };
+        let Some((user, conversation)) = protocol::toolmark_channel(&channel) else {
+            return refuse(&self.app, code::UNAUTHORIZED, "Channel not served");
+        };
+        if channel_data.is_some() {
+            return refuse(&self.app, code::UNAUTHORIZED, "Channel not served");
+        }
+        let authorized = auth
+            .as_deref()
+            .is_some_and(|a| super::verify(&self.tenant.pusher, a, &self.socket_id, &channel));
+        if !authorized {
+            return refuse(&self.app, code::UNAUTHORIZED, "Invalid signature");
+        }
+        if self.subs.len() >= MAX_SUBSCRIPTIONS {
+            return refuse(&self.app, code::OVER_CAPACITY, "Too many subscriptions");
+        }
+        let conv = ConvKey::new(&self.tenant.id, user, conversation);
+        let limits = AdmitLimits {
+            max_connections: self.tenant.limits.max_connections,
+            max_pages_per_conversation: self.tenant.limits.max_pages_per_conversation,
+        };
+        if let Err(e) = self.app.broker.admit_page(&conv, &limits).await {
+            let why = match e {
+                AdmitError::TenantConnections => "tenant connection limit",
+                AdmitError::ConversationPages => "conversation page limit",
+                AdmitError::Broker(_) => "unavailable",
+            };
+            return refuse(&self.app, code::OVER_CAPACITY, why);
+        }
+        self.app.metrics.connections.inc();
+        let (slot, outbox) = self.app.registry.join(&conv);
+        let name: Arc<str> = channel.as_str().into();
+        self.frames
+            .push(frames(Arc::clone(&name), slot, Arc::clone(&outbox)));
+        self.subs.insert(name, Subscription { conv, slot, outbox });
+        tracing::debug!(%channel, slot, "subscribed");
+        Flow::Send(protocol::subscribed(&channel))
+    }
+
+    async fn finish(self) {
+        for (_, s) in self.subs {
+            release(&self.app, s).await;
+        }
+    }
+}
+
+/// Ends a subscription: its registry slot and its admission.
+async fn release(app: &AppState, s: Subscription) {
+    s.outbox.close();
+    app.registry.leave(&s.conv, s.slot);
+    app.metrics.connections.dec();
+    if let Err(e) = app.broker.release_page(&s.conv, None).await {
+        tracing::warn!(error = %e, "page release not recorded");
+    }
+}
+
+/// The frames of one subscription's outbox, then one `None` when it closes.
+fn frames(channel: Arc<str>, slot: u64, outbox: Arc<Outbox>) -> Frames {
+    Box::pin(futures_util::stream::unfold(Some(outbox), move |o| {
+        let channel = Arc::clone(&channel);
+        async move {
+            let o = o?;
+            match o.next().await {
+                Some(f) => Some(((channel, slot, Some(f)), Some(o))),
+                None => Some(((channel, slot, None), None)),
+            }
+        }
+    }))
+}

@@ -1,0 +1,42 @@
+//! Laravel Echo's transport: a Pusher protocol 7 endpoint at `/app/{key}`. The app key selects
+//! the tenant; each authorized `private-toolmark.{user}.{conversation}` subscription is a page
+//! socket of that conversation (admitted, limited and routed like a page WebSocket), and agent
+//! → page messages arrive on it as the event `toolmark.message`. Pages answer through the
+//! tenant's own endpoint, which forwards to `/inbound` (`crate::api`).
+
+mod connection;
+pub mod protocol;
+mod signature;
+
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use serde::Deserialize;
+
+pub use signature::{AppKey, is_valid_app_key, new_socket_id, verify};
+
+use crate::state::AppState;
+
+/// Largest client frame: Pusher client events are small (a subscribe is well under 1 KiB).
+const MAX_CLIENT_FRAME: usize = 64 * 1024;
+
+/// The connection query pusher-js sends (`?protocol=7&client=js&version=…`).
+#[derive(Debug, Deserialize)]
+pub struct ConnectQuery {
+    protocol: Option<String>,
+}
+
+/// `GET /app/{key}`: refusals (unknown key, protocol, draining) happen after the upgrade, as a
+/// `pusher:error` followed by a close with the same code.
+pub async fn upgrade(
+    State(app): State<AppState>,
+    Path(key): Path<String>,
+    Query(q): Query<ConnectQuery>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    ws.read_buffer_size(1024)
+        .write_buffer_size(0)
+        .max_message_size(MAX_CLIENT_FRAME)
+        .max_frame_size(MAX_CLIENT_FRAME)
+        .on_upgrade(move |socket| connection::serve(app, socket, key, q.protocol))
+}

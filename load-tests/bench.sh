@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# `make bench` (load part): regenerates the gateway figures of docs/benchmarks.md on this
+# machine, each stage against fresh release processes on loopback:
+#   idle   RSS per idle page at IDLE_PAGES (default "10000 19000") on one node (memory broker);
+#          the pages are spread over two load-generator processes (open files are capped per
+#          process)
+#   calls  call round trip on one node at SWEEP rates (default "1000 2000 4000 6000 8000"),
+#          SWEEP_SECS (10) each, until p99 passes 20 ms
+#   cross  the same across two nodes on Redis (pages on node 1, agent on node 2), plus Redis
+#          commands per call from INFO commandstats at CROSS_RATE (1000) for CROSS_SECS (20)
+#   storm  STORM_PAGES (10000) pages on node 1, calls at STORM_RATE (200/s) through node 2,
+#          node 1 drained: time until every page is back on node 2, and how every call ended
+# Stages: BENCH_STAGES (default "idle calls cross storm"). Output: one JSON line per run in
+# $OUT/report.jsonl (OUT default docs/img/bench), and the chart docs/img/latency-vs-rate.svg.
+# Refuses to start while a compiler, test run or browser is busy unless BENCH_ANYWAY=1.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=load-tests/lib.sh
+source "$root/load-tests/lib.sh"
+
+stages="${BENCH_STAGES:-idle calls cross storm}"
+idle_pages="${IDLE_PAGES:-10000 19000}"
+sweep="${SWEEP:-1000 2000 4000 6000 8000}"
+sweep_secs="${SWEEP_SECS:-10}"
+cross_rate="${CROSS_RATE:-1000}"
+cross_secs="${CROSS_SECS:-20}"
+storm_pages="${STORM_PAGES:-10000}"
+storm_rate="${STORM_RATE:-200}"
+out="${OUT:-$root/docs/img/bench}"
+chart="${CHART:-$root/docs/img/latency-vs-rate.svg}"
+busy_pattern='rustc|cargo test|cargo build|cargo clippy|node |chromium'
+
+lt_raise_nofile
+lt_build
+mkdir -p "$out"
+report="$out/report.jsonl"
+: >"$report"
+
+# Waits until no compiler, test or browser has run for 5 s (the figures would be disturbed).
+quiet_machine() {
+    [[ -n "${BENCH_ANYWAY:-}" ]] && return
+    local calm=0 waited=0
+    while (( calm < 5 )); do
+        if pgrep -f "$busy_pattern" >/dev/null; then calm=0; else calm=$((calm + 1)); fi
+        sleep 1
+        waited=$((waited + 1))
+        if (( waited == 600 )); then
+            echo "bench.sh: the machine stayed busy for 10 min; set BENCH_ANYWAY=1 to measure anyway" >&2
+            exit 1
+        fi
+    done
+}
+
+# Appends a JSON line to the report with the stage and the machine's facts.
+record() {
+    LT_ROOT="$root" LT_GATEWAY="$lt_gateway_bin" python3 - "$1" "$2" "$report" <<'PY'
+import json, os, subprocess, sys, datetime
+stage, line, report = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+mem_kib = int(next(l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal")))
+line.update({
+    "stage": stage,
+    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    "cores": os.cpu_count(),
+    "mem_gib": round(mem_kib / 1048576, 1),
+    "commit": subprocess.run(["git", "-C", os.environ["LT_ROOT"], "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip(),
+    "gateway_version": subprocess.run([os.environ["LT_GATEWAY"], "--version"], capture_output=True, text=True).stdout.strip(),
+})
+with open(report, "a") as f:
+    f.write(json.dumps(line, sort_keys=True) + "\n")
+PY
+}
+
+field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get(sys.argv[2], ""))' "$1" "$2"; }
+
+loadgen() {
+    TOOLMARK_BENCH_TOKEN_SECRET="$lt_token_secret" TOOLMARK_BENCH_API_KEY="$lt_api_key" \
+        "$lt_loadgen_bin" "$@" --tenant bench --origin "$lt_origin"
+}
+
+stop_all() {
+    local p
+    for p in "${lt_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    lt_pids=()
+}
+
+# The rate sweep against pages on $1 with agent calls through $2; lines go to $3.
+sweep_rates() {
+    local r res p99 errors
+    : >"$3"
+    for r in $sweep; do
+        quiet_machine
+        res="$(loadgen calls --url "$1" --agent-url "$2" --pages 1000 --rate "$r" --duration-secs "$sweep_secs" 2>"$lt_work/sweep.err" | head -1)" || true
+        if [[ -z "$res" ]]; then
+            echo "bench.sh: rate $r/s failed:" >&2; tail -3 "$lt_work/sweep.err" >&2; break
+        fi
+        echo "$res" >>"$3"
+        p99="$(field "$res" p99_us)"; errors="$(field "$res" errors)"
+        echo "bench.sh: $r calls/s: p50 $(field "$res" p50_us) µs, p99 $p99 µs, $errors errors" >&2
+        if [[ "$p99" -gt 20000 || "$errors" -gt 0 ]]; then break; fi
+    done
+}
+
+lt_init
+for stage in $stages; do
+    case "$stage" in
+    idle)
+        lt_write_config memory
+        for n in $idle_pages; do
+            lt_start_node idle
+            quiet_machine
+            echo "== idle: $n pages" >&2
+            res="$(loadgen idle --url "$lt_node_url" --pages "$n" --processes 2 --gateway-pid "$lt_node_pid" | head -1)"
+            echo "$res"
+            record idle "$res"
+            stop_all
+        done
+        ;;
+    calls)
+        lt_write_config memory
+        lt_start_node single
+        echo "== calls on one node: $sweep" >&2
+        sweep_rates "$lt_node_url" "$lt_node_url" "$out/single-node.jsonl"
+        while read -r l; do record calls "$l"; done <"$out/single-node.jsonl"
+        stop_all
+        ;;
+    cross)
+        lt_start_redis
+        lt_write_config redis
+        lt_start_node 1; node1="$lt_node_url"
+        lt_start_node 2; node2="$lt_node_url"
+        quiet_machine
+        echo "== cross-node calls at $cross_rate/s for $cross_secs s, Redis commands per call" >&2
+        loadgen calls --url "$node1" --agent-url "$node2" --pages 1000 --rate "$cross_rate" \
+            --duration-secs "$cross_secs" --pause-before-secs 2 >"$lt_work/cross.out" 2>"$lt_work/cross.err" &
+        lg=$!
+        until grep -q pausing "$lt_work/cross.err" 2>/dev/null; do
+            kill -0 "$lg" 2>/dev/null || { cat "$lt_work/cross.err" >&2; exit 1; }
+            sleep 0.1
+        done
+        "${REDIS_CLI:-redis-cli}" -p "$lt_redis_port" config resetstat >/dev/null
+        wait "$lg"
+        res="$(head -1 "$lt_work/cross.out")"
+        "${REDIS_CLI:-redis-cli}" -p "$lt_redis_port" info commandstats >"$lt_work/stats.txt"
+        res="$(python3 - "$res" "$lt_work/stats.txt" <<'PY'
+import json, re, sys
+line = json.loads(sys.argv[1])
+sent = line["sent"]
+per = {}
+for l in open(sys.argv[2]):
+    m = re.match(r"cmdstat_([a-z|]+):calls=(\d+)", l.strip())
+    if m:
+        per[m.group(1)] = round(int(m.group(2)) / sent, 3)
+line["redis_commands_per_call"] = per
+line["redis_commands_per_call_total"] = round(sum(per.values()), 3)
+print(json.dumps(line))
+PY
+)"
+        echo "$res"
+        record cross-rate "$res"
+        echo "== calls across nodes: $sweep" >&2
+        sweep_rates "$node1" "$node2" "$out/cross-node.jsonl"
+        while read -r l; do record cross "$l"; done <"$out/cross-node.jsonl"
+        stop_all
+        ;;
+    storm)
+        lt_start_redis
+        lt_write_config redis
+        lt_start_node 1; node1="$lt_node_url"; node1_pid="$lt_node_pid"
+        lt_start_node 2; node2="$lt_node_url"
+        quiet_machine
+        echo "== storm: $storm_pages pages on node 1, $storm_rate calls/s through node 2, node 1 drained" >&2
+        res="$(loadgen storm --url "$node1" --fallback-url "$node2" --drain-pid "$node1_pid" \
+            --pages "$storm_pages" --rate "$storm_rate" | head -1)" || true
+        [[ -n "$res" ]] || { echo "bench.sh: the storm did not report" >&2; exit 1; }
+        echo "$res"
+        record storm "$res"
+        stop_all
+        ;;
+    *) echo "bench.sh: unknown stage $stage" >&2; exit 2 ;;
+    esac
+done
+
+series=()
+[[ -s "$out/single-node.jsonl" ]] && series+=(--series "one node=$out/single-node.jsonl")
+[[ -s "$out/cross-node.jsonl" ]] && series+=(--series "two nodes (Redis)=$out/cross-node.jsonl")
+if (( ${#series[@]} )); then
+    "$lt_loadgen_bin" chart "${series[@]}" --limit-ms 20 --output "$chart" \
+        --title "Toolmark Gateway: call round trip against call rate"
+    echo "bench.sh: chart written to ${chart#"$root"/}" >&2
+fi
+echo "bench.sh: report in ${report#"$root"/}" >&2

@@ -1,0 +1,217 @@
+//! The `storm` scenario: pages on one node, agent calls through another at a fixed rate, then
+//! the first node is drained (SIGTERM). Every page is closed with 1001 and reconnects to the
+//! other node with its clientId; the run measures how long until every page is back and how
+//! every call ended. A call is lost when it does not end with the page's answer or the
+//! gateway's `{"status":"timeout"}` (a transport error, an HTTP error, a wrong outcome).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio_util::task::TaskTracker;
+
+use crate::agent::{Agent, Ending};
+use crate::calls::manifests_visible;
+use crate::cli::{Common, StormArgs};
+use crate::driver::{self, Plan};
+use crate::error::LoadError;
+use crate::fleet::Fleet;
+use crate::latency::Recorder;
+use crate::page::Fallback;
+use crate::report;
+use crate::target::Target;
+use crate::token::Minter;
+
+/// How long after the drain the run waits for pages at most, beyond the goal.
+const BACK_SLACK: Duration = Duration::from_secs(20);
+
+/// How the calls of the run ended.
+#[derive(Debug, Default)]
+struct Endings {
+    answered: u64,
+    timed_out: u64,
+    lost: BTreeMap<String, u64>,
+}
+
+/// Runs the scenario and prints its JSON line and summary.
+pub async fn run(args: StormArgs) -> Result<(), LoadError> {
+    let draining = Arc::new(Target::resolve(&args.common).await?);
+    let other = Arc::new(
+        Target::resolve(&Common {
+            url: args.fallback_url.clone(),
+            ..args.common.clone()
+        })
+        .await?,
+    );
+    let minter = Minter::new(&draining.tenant, &args.common.token_secret)?;
+    let pages = args.pages as usize;
+    let agent = Agent::new(other.clone(), &args.api_key, pages)?;
+    let fallback = Fallback {
+        target: other,
+        jitter: Duration::from_millis(args.jitter_ms),
+    };
+    let fleet = Fleet::launch(
+        draining,
+        Some(fallback),
+        &minter,
+        pages,
+        args.common.ramp_per_sec,
+    )?;
+    let outcome = storm(&fleet, &agent, &args).await;
+    fleet.stop().await;
+    outcome
+}
+
+async fn storm(fleet: &Fleet, agent: &Agent, args: &StormArgs) -> Result<(), LoadError> {
+    fleet.ready().await?;
+    manifests_visible(fleet, agent).await?;
+    let pages = fleet.client_ids.len();
+    eprintln!(
+        "storm: {} calls/s through the other node; draining pid {} in {} s",
+        args.rate, args.drain_pid, args.before_secs
+    );
+    let endings = Arc::new(Mutex::new(Endings::default()));
+    let recorder = Arc::new(Recorder::default());
+    let calls = spawn_calls(agent, args, &endings, &recorder);
+    tokio::time::sleep(Duration::from_secs(args.before_secs)).await;
+    let drained_at = Instant::now();
+    drain(args.drain_pid)?;
+    let goal = Duration::from_secs(args.back_within_secs);
+    let deadline = drained_at + goal + BACK_SLACK;
+    loop {
+        let (away, back) = fleet.tally.away_and_back();
+        if away == pages && back == away {
+            break;
+        }
+        if Instant::now() > deadline || fleet.tally.counts().dropped > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (away, back) = fleet.tally.away_and_back();
+    let mut back_ms: Vec<u64> = fleet
+        .tally
+        .back_instants()
+        .iter()
+        .map(|t| u64::try_from((*t - drained_at).as_millis()).unwrap_or(u64::MAX))
+        .collect();
+    back_ms.sort_unstable();
+    eprintln!("storm: {back} of {away} pages back; waiting for the last calls");
+    let driven = calls
+        .await
+        .map_err(|e| LoadError::Local(format!("call driver: {e}")))?;
+    let endings = std::mem::take(
+        &mut *endings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let lost: u64 = endings.lost.values().sum();
+    let summary = recorder.summary();
+    let all_back_ms = (back == pages).then(|| back_ms.last().copied().unwrap_or(0));
+    let pick = |q: f64| -> u64 {
+        let i = ((back_ms.len() as f64 * q).ceil() as usize).saturating_sub(1);
+        back_ms.get(i).copied().unwrap_or(0)
+    };
+    let line = json!({
+        "scenario": "storm",
+        "pages": pages,
+        "went_away": away,
+        "came_back": back,
+        "all_back_ms": all_back_ms,
+        "back_p50_ms": pick(0.5),
+        "back_p99_ms": pick(0.99),
+        "back_within_goal_ms": goal.as_millis() as u64,
+        "rate": args.rate,
+        "call_timeout_ms": args.call_timeout_ms,
+        "sent": driven.sent,
+        "skipped": driven.skipped,
+        "answered": endings.answered,
+        "timed_out": endings.timed_out,
+        "lost": lost,
+        "lost_reasons": endings.lost,
+        "answered_p50_us": summary.corrected.p50,
+        "answered_p99_us": summary.corrected.p99,
+    });
+    let human = format!(
+        "storm: {pages} pages drained, {back} back on the other node, all back {}; calls: {} sent, {} answered, {} timed out, {lost} lost, {} skipped",
+        all_back_ms.map_or_else(|| "never".to_owned(), |ms| format!("after {ms} ms")),
+        driven.sent,
+        endings.answered,
+        endings.timed_out,
+        driven.skipped,
+    );
+    report::emit(&line, &human)?;
+    let reasons = fleet.tally.reasons();
+    match all_back_ms {
+        None => Err(LoadError::Pages(format!(
+            "{back} of {pages} pages came back; {reasons}"
+        ))),
+        Some(ms) if ms > goal.as_millis() as u64 => Err(LoadError::Pages(format!(
+            "every page back only after {ms} ms (goal {} ms)",
+            goal.as_millis()
+        ))),
+        Some(_) if lost > 0 || driven.skipped > 0 => Err(LoadError::Gateway(format!(
+            "{lost} calls lost, {} skipped",
+            driven.skipped
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Drives the calls for the whole storm (before and after the drain) on a thread of its own.
+fn spawn_calls(
+    agent: &Agent,
+    args: &StormArgs,
+    endings: &Arc<Mutex<Endings>>,
+    recorder: &Arc<Recorder>,
+) -> tokio::task::JoinHandle<driver::Driven> {
+    let plan = Plan {
+        rate: args.rate,
+        total: u64::from(args.rate) * (args.before_secs + args.after_secs),
+        max_in_flight: args.max_in_flight as usize,
+    };
+    let pages = args.pages as u64;
+    let timeout_ms = args.call_timeout_ms;
+    let runtime = tokio::runtime::Handle::current();
+    let (agent, endings, recorder) = (agent.clone(), endings.clone(), recorder.clone());
+    tokio::task::spawn_blocking(move || {
+        let tasks = TaskTracker::new();
+        let driven = driver::drive(plan, &runtime, &tasks, |i, due| {
+            let (agent, endings, recorder) = (agent.clone(), endings.clone(), recorder.clone());
+            async move {
+                let sent = Instant::now();
+                let index = usize::try_from(i % pages).unwrap_or(0);
+                let ending = agent.echo_with_deadline(index, i, timeout_ms).await;
+                let mut e = endings
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                match ending {
+                    Ending::Answered => {
+                        let now = Instant::now();
+                        recorder.ok(now - due, now - sent);
+                        e.answered += 1;
+                    }
+                    Ending::TimedOut => e.timed_out += 1,
+                    Ending::Lost(reason) => *e.lost.entry(reason).or_default() += 1,
+                }
+            }
+        });
+        tasks.close();
+        runtime.block_on(tasks.wait());
+        driven
+    })
+}
+
+/// Sends SIGTERM to the node to drain (through `kill`, which every Linux has).
+fn drain(pid: u32) -> Result<(), LoadError> {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .map_err(|e| LoadError::Local(format!("kill -TERM {pid}: {e}")))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(LoadError::Local(format!("kill -TERM {pid}: {status}")))
+    }
+}
