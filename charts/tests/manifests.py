@@ -226,10 +226,9 @@ def check_references(docs, fixtures) -> None:
 def known_metrics(repo: Path) -> set[str]:
     """Series the gateway exports: registered names, counters with _total, histograms' series."""
     names = set()
-    for source in ["gateway/src/metrics.rs", "worker/src/metrics.rs"]:
-        if not (repo / source).exists():
-            continue
-        for name in re.findall(r'register\(\s*"([a-z_]+)"', (repo / source).read_text()):
+    sources = sorted(repo.glob("gateway/src/**/metrics.rs")) + sorted(repo.glob("worker/src/**/metrics.rs"))
+    for source in sources:
+        for name in re.findall(r'register\(\s*"([a-z_]+)"', source.read_text()):
             names.update({name, f"{name}_total", f"{name}_bucket", f"{name}_sum", f"{name}_count"})
     # Series of Prometheus itself and of kube-state-metrics that the alerts rely on.
     names.update({"up", "kube_deployment_status_replicas_available", "kube_deployment_spec_replicas"})
