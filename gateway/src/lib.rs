@@ -107,6 +107,18 @@ pub async fn run(
     dev: Option<DevInfo>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
+    run_with_ready(listener, config, dev, stop, || {}).await
+}
+
+/// [`run`], calling `ready` once the broker is connected and requests are being served (the
+/// binary prints its `listening on` line there).
+pub async fn run_with_ready(
+    listener: TcpListener,
+    config: Config,
+    dev: Option<DevInfo>,
+    stop: impl Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(),
+) -> Result<(), RunError> {
     let tenants = config
         .tenants
         .iter()
@@ -210,6 +222,7 @@ pub async fn run(
                 .into_future(),
         ),
     };
+    ready();
     app.shutdown.cancelled().await;
     // Draining: /readyz answers 503, pages are being closed with 1001, new calls get 503.
     // In-flight calls get up to the drain timeout, then the listener stops.

@@ -113,8 +113,8 @@ async fn serve(mut config: Config) -> ExitCode {
         config.tenants.push(tenant);
         dev = Some(info);
     }
-    announce(bound);
-    match toolmark_gateway::run(listener, config, dev, shutdown_signal()).await {
+    let ready = move || announce(bound);
+    match toolmark_gateway::run_with_ready(listener, config, dev, shutdown_signal(), ready).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(1, &e.to_string()),
     }
