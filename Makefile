@@ -5,7 +5,7 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit chart-test browser mcp-e2e pusher bench fuzz clean
+.PHONY: run test deps lint unit chart-test browser mcp-e2e pusher bench load-test fuzz clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
@@ -46,9 +46,15 @@ mcp-e2e:
 pusher:
 	scripts/pusher-test.sh
 
-## bench: criterion benchmarks; figures go to docs/benchmarks.md by hand with the machine
+## bench: criterion benchmarks, then the gateway's load figures (docs/benchmarks.md, docs/img/)
 bench:
 	$(CARGO) bench -p toolmark-proto --bench decode
+	CARGO="$(CARGO)" load-tests/bench.sh
+
+## load-test: k6 mixed scenario against a local two-node gateway on Redis (about a minute);
+## fails when a threshold is crossed (not part of `test`: it is a load test)
+load-test:
+	CARGO="$(CARGO)" load-tests/load-test.sh
 
 ## fuzz: the cargo-fuzz target on inbound decoding, for FUZZ_SECONDS (stable toolchain)
 fuzz:

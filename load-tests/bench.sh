@@ -4,12 +4,13 @@
 #   idle   RSS per idle page at IDLE_PAGES (default "10000 19000") on one node (memory broker);
 #          the pages are spread over two load-generator processes (open files are capped per
 #          process)
-#   calls  call round trip on one node at SWEEP rates (default "1000 2000 4000 6000 8000"),
+#   calls  call round trip on one node at SWEEP rates (default "1000 2000 … 10000 12000"),
 #          SWEEP_SECS (10) each, until p99 passes 20 ms
 #   cross  the same across two nodes on Redis (pages on node 1, agent on node 2), plus Redis
 #          commands per call from INFO commandstats at CROSS_RATE (1000) for CROSS_SECS (20)
 #   storm  STORM_PAGES (10000) pages on node 1, calls at STORM_RATE (200/s) through node 2,
-#          node 1 drained: time until every page is back on node 2, and how every call ended
+#          node 1 drained (drain timeout STORM_DRAIN_TIMEOUT_MS, 10000): time until every page
+#          is back on node 2, and how every call ended
 # Stages: BENCH_STAGES (default "idle calls cross storm"). Output: one JSON line per run in
 # $OUT/report.jsonl (OUT default docs/img/bench), and the chart docs/img/latency-vs-rate.svg.
 # Refuses to start while a compiler, test run or browser is busy unless BENCH_ANYWAY=1.
@@ -21,7 +22,7 @@ source "$root/load-tests/lib.sh"
 
 stages="${BENCH_STAGES:-idle calls cross storm}"
 idle_pages="${IDLE_PAGES:-10000 19000}"
-sweep="${SWEEP:-1000 2000 4000 6000 8000}"
+sweep="${SWEEP:-1000 2000 4000 6000 8000 10000 12000}"
 sweep_secs="${SWEEP_SECS:-10}"
 cross_rate="${CROSS_RATE:-1000}"
 cross_secs="${CROSS_SECS:-20}"
@@ -91,7 +92,7 @@ sweep_rates() {
     : >"$3"
     for r in $sweep; do
         quiet_machine
-        res="$(loadgen calls --url "$1" --agent-url "$2" --pages 1000 --rate "$r" --duration-secs "$sweep_secs" 2>"$lt_work/sweep.err" | head -1)" || true
+        res="$(loadgen calls --url "$1" --agent-url "$2" --pages 1000 --rate "$r" --duration-secs "$sweep_secs" 2>"$lt_work/sweep.err" | sed -n 1p)" || true
         if [[ -z "$res" ]]; then
             echo "bench.sh: rate $r/s failed:" >&2; tail -3 "$lt_work/sweep.err" >&2; break
         fi
@@ -111,7 +112,7 @@ for stage in $stages; do
             lt_start_node idle
             quiet_machine
             echo "== idle: $n pages" >&2
-            res="$(loadgen idle --url "$lt_node_url" --pages "$n" --processes 2 --gateway-pid "$lt_node_pid" | head -1)"
+            res="$(loadgen idle --url "$lt_node_url" --pages "$n" --processes 2 --gateway-pid "$lt_node_pid" | sed -n 1p)"
             echo "$res"
             record idle "$res"
             stop_all
@@ -166,13 +167,14 @@ PY
         ;;
     storm)
         lt_start_redis
-        lt_write_config redis
+        # The drain timeout in production by default: node 1 closes its pages, then exits.
+        DRAIN_TIMEOUT_MS="${STORM_DRAIN_TIMEOUT_MS:-10000}" lt_write_config redis
         lt_start_node 1; node1="$lt_node_url"; node1_pid="$lt_node_pid"
         lt_start_node 2; node2="$lt_node_url"
         quiet_machine
         echo "== storm: $storm_pages pages on node 1, $storm_rate calls/s through node 2, node 1 drained" >&2
         res="$(loadgen storm --url "$node1" --fallback-url "$node2" --drain-pid "$node1_pid" \
-            --pages "$storm_pages" --rate "$storm_rate" | head -1)" || true
+            --pages "$storm_pages" --rate "$storm_rate" | sed -n 1p)" || true
         [[ -n "$res" ]] || { echo "bench.sh: the storm did not report" >&2; exit 1; }
         echo "$res"
         record storm "$res"

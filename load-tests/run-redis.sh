@@ -77,10 +77,13 @@ start_node() {
         sleep 0.1
     done
     [[ -n "$line" ]] || { cat "$log" >&2; exit 1; }
-    echo "${line#listening on }"
+    node_url="${line#listening on }"
 }
-node1="$(start_node 1)"
-node2="$(start_node 2)"
+# Not in a subshell: the node's pid must reach the cleanup list.
+start_node 1
+node1="$node_url"
+start_node 2
+node2="$node_url"
 echo "run-redis.sh: redis on $redis_port, node 1 $node1 (pages), node 2 $node2 (agent)" >&2
 
 calls() {

@@ -131,6 +131,19 @@ pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
     /// The tenant's events after `after` (an event id; `None` means only live ones).
     async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError>;
 
+    /// A draining node closed this conversation's sockets (with 1001): its pages are expected
+    /// back on another node, so calls stay accepted for [`RECONNECT_GRACE`].
+    async fn mark_drained(&self, _conv: &ConvKey) -> Result<(), BrokerError> {
+        Ok(())
+    }
+
+    /// The frames of the conversation's calls still pending, to hand to a socket that just
+    /// joined: a page that reconnects (to any node) gets the calls it may have missed while it
+    /// was away. Pages ignore an id they already have (seed rule 2), so a repeat is harmless.
+    async fn pending_frames(&self, _conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError> {
+        Ok(Vec::new())
+    }
+
     /// Confirmations still pending from pages that have been gone (no socket on any node) for
     /// at least `grace`: marked used (a late `confirmed` is rejected) and returned, so that the
     /// caller announces them as expired (seed D23: a gone page's confirmIds are treated as
@@ -157,6 +170,10 @@ pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
 /// How long a page must be gone (no socket anywhere) before its pending confirmations count as
 /// expired: longer than the page-side transport's longest reconnect backoff (30 s).
 pub const CONFIRM_ABANDON_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long a conversation whose pages a draining node closed still accepts calls for its
+/// current page: the page reconnects elsewhere and gets them when it is back.
+pub const RECONNECT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A shareable broker handle.
 pub type SharedBroker = Arc<dyn Broker>;

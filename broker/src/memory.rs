@@ -48,6 +48,8 @@ struct CallEntry {
     record: CallRecord,
     waiter: Option<oneshot::Sender<Outcome>>,
     finished: Option<Instant>,
+    /// The frame sent, for a page that reconnects while the call is pending.
+    frame: Arc<str>,
 }
 
 struct ConfirmEntry {
@@ -67,6 +69,10 @@ struct Conv {
     idle_since: Option<Instant>,
     /// Pages whose last socket closed, and when.
     gone_since: HashMap<String, Instant>,
+    /// When a draining node closed this conversation's sockets.
+    drained_at: Option<Instant>,
+    /// Calls sent to this conversation that may still be pending (pruned lazily).
+    pending: std::collections::HashSet<String>,
 }
 
 /// Calls, sharded by id so that no single lock (or rehash of a huge map) stalls every call.
@@ -237,6 +243,19 @@ impl MemoryBroker {
         }
         lock(&self.confirms).retain(|_, c| c.expires > now);
         {
+            // Forget finished calls in the conversations' pending sets (state, then a shard:
+            // no path holds a shard while taking the state lock).
+            let mut st = lock(&self.state);
+            for c in st.convs.values_mut() {
+                c.pending.retain(|id| {
+                    self.calls
+                        .shard(id)
+                        .get(id)
+                        .is_some_and(|e| e.record.state == CallState::Pending)
+                });
+            }
+        }
+        {
             let mut st = lock(&self.state);
             let idle_for = self.retention.idle_conversations;
             st.convs.retain(|_, c| {
@@ -299,6 +318,13 @@ impl Broker for MemoryBroker {
         let (tx, rx) = oneshot::channel();
         let conv = binding.conv.clone();
         let client_id = binding.client_id.clone();
+        let frame: Arc<str> = frame.to_json().into();
+        lock(&self.state)
+            .convs
+            .entry(conv.clone())
+            .or_default()
+            .pending
+            .insert(binding.id.clone());
         {
             let record = CallRecord {
                 binding,
@@ -311,10 +337,11 @@ impl Broker for MemoryBroker {
                     record,
                     waiter: Some(tx),
                     finished: None,
+                    frame: Arc::clone(&frame),
                 },
             );
         }
-        self.sink.deliver(&conv, &client_id, frame.to_json().into());
+        self.sink.deliver(&conv, &client_id, frame);
         Ok(rx)
     }
 
@@ -395,6 +422,39 @@ impl Broker for MemoryBroker {
 
     async fn sweep_deadlines(&self) -> Result<Vec<CallRecord>, BrokerError> {
         Ok(self.sweep())
+    }
+
+    async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError> {
+        if let Some(c) = lock(&self.state).convs.get_mut(conv) {
+            c.drained_at = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    async fn pending_frames(&self, conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError> {
+        let ids: Vec<String> = lock(&self.state)
+            .convs
+            .get(conv)
+            .map(|c| c.pending.iter().cloned().collect())
+            .unwrap_or_default();
+        let mut frames = Vec::new();
+        let mut done = Vec::new();
+        for id in ids {
+            match self.calls.shard(&id).get(&id) {
+                Some(e) if e.record.state == CallState::Pending => {
+                    frames.push(Arc::clone(&e.frame))
+                }
+                _ => done.push(id),
+            }
+        }
+        if !done.is_empty()
+            && let Some(c) = lock(&self.state).convs.get_mut(conv)
+        {
+            for id in done {
+                c.pending.remove(&id);
+            }
+        }
+        Ok(frames)
     }
 
     async fn expire_abandoned_confirmations(
@@ -485,6 +545,7 @@ impl Broker for MemoryBroker {
         }
         c.sockets += 1;
         c.idle_since = None;
+        c.drained_at = None;
         *st.tenant_sockets.entry(conv.tenant.clone()).or_default() += 1;
         Ok(())
     }
@@ -556,6 +617,12 @@ impl Broker for MemoryBroker {
                 })
                 .collect(),
             sockets: c.sockets,
+            reconnecting_for_ms: (c.sockets == 0)
+                .then(|| {
+                    c.drained_at
+                        .map(|t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX))
+                })
+                .flatten(),
         })
     }
 

@@ -190,6 +190,9 @@ pub struct ConversationState {
     /// Open sockets of the conversation, including those whose clientId is not known yet
     /// (a reconnected page is silent until it has something to say).
     pub sockets: u32,
+    /// Set while the conversation has no socket because a draining node closed its pages
+    /// (they reconnect to another node): how long ago that was.
+    pub reconnecting_for_ms: Option<u64>,
 }
 
 /// Event types of the contract.

@@ -226,9 +226,16 @@ pub async fn run_with_ready(
     app.shutdown.cancelled().await;
     // Draining: /readyz answers 503, pages are being closed with 1001, new calls get 503.
     // In-flight calls get up to the drain timeout, then the listener stops.
+    // Pages get their 1001 before anything else stops; then in-flight calls finish. Both
+    // within the drain timeout.
     app.tasks.close();
-    if tokio::time::timeout(drain, app.tasks.wait()).await.is_err() {
-        tracing::warn!("drain timeout reached with calls still in flight");
+    app.sockets.close();
+    let drained = async {
+        app.sockets.wait().await;
+        app.tasks.wait().await;
+    };
+    if tokio::time::timeout(drain, drained).await.is_err() {
+        tracing::warn!("drain timeout reached with pages or calls still open");
     }
     stopping.cancel();
     match tokio::time::timeout(Duration::from_secs(1), server).await {

@@ -73,6 +73,7 @@ pub async fn upgrade(
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| async move {
+            let _open = app.sockets.token();
             match authenticate(&app, &tenant_id, q.token.as_deref(), origin.as_deref()) {
                 Err((code, reason)) => refuse(&app, socket, code, reason).await,
                 Ok((tenant, conv)) => serve(app, socket, tenant, conv).await,
@@ -130,6 +131,10 @@ async fn serve(app: AppState, socket: WebSocket, tenant: Arc<Tenant>, conv: Conv
     }
     app.metrics.connections.inc();
     let (socket_id, outbound) = app.registry.join(&conv);
+    // A page coming back (to this node or any other) gets the calls it may have missed.
+    for frame in app.broker.pending_frames(&conv).await.unwrap_or_default() {
+        outbound.push(frame);
+    }
     let per_second =
         NonZeroU32::new(tenant.limits.page_messages_per_second).unwrap_or(NonZeroU32::MIN);
     let mut page = PageSocket {
@@ -151,6 +156,11 @@ async fn serve(app: AppState, socket: WebSocket, tenant: Arc<Tenant>, conv: Conv
         End::Gone => None,
         End::Closed(code) => Some(code),
     };
+    if code == Some(close::GOING_AWAY)
+        && let Err(e) = page.app.broker.mark_drained(&page.conv).await
+    {
+        tracing::debug!(error = %e, "drain not recorded");
+    }
     tracing::debug!(
         ?code,
         client_id = page.client_id.as_deref().unwrap_or(""),

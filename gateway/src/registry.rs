@@ -36,7 +36,7 @@ impl Outbox {
     }
 
     /// Queues a frame; a full queue closes the outbox instead (the page cannot keep up).
-    fn push(&self, frame: Arc<str>) -> bool {
+    pub fn push(&self, frame: Arc<str>) -> bool {
         let mut s = self.lock();
         if s.closed {
             return false;

@@ -37,8 +37,10 @@ pub struct Inner {
     pub metrics: Arc<Metrics>,
     /// Cancelled when the process starts draining.
     pub shutdown: CancellationToken,
-    /// Call supervisors and socket tasks, awaited (bounded) at exit.
+    /// Call supervisors, awaited (bounded) at exit.
     pub tasks: TaskTracker,
+    /// Open page and Echo sockets: the drain waits (bounded) until each has sent its 1001.
+    pub sockets: TaskTracker,
     /// Dev mode only.
     pub dev: Option<DevInfo>,
     /// Metrics of the jobs this node runs itself (memory broker: webhook delivery).
@@ -71,6 +73,7 @@ impl AppState {
             metrics,
             shutdown,
             tasks: TaskTracker::new(),
+            sockets: TaskTracker::new(),
             dev,
             job_metrics,
             draining: AtomicBool::new(false),

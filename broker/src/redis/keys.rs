@@ -63,6 +63,16 @@ impl Keys {
         format!("{}{}:socks", self.p, conv_tag(c))
     }
 
+    /// Ids of the conversation's calls that may still be pending.
+    pub fn pending(&self, c: &ConvKey) -> String {
+        format!("{}{}:pending", self.p, conv_tag(c))
+    }
+
+    /// Prefix of the call hashes of a conversation (`…:call:<id>`).
+    pub fn call_prefix(&self, c: &ConvKey) -> String {
+        format!("{}{}:call:", self.p, conv_tag(c))
+    }
+
     /// The sharded channel of a conversation's pages.
     pub fn conv_channel(&self, c: &ConvKey) -> String {
         format!("{}ch:{}", self.p, conv_tag(c))

@@ -790,7 +790,7 @@ impl Broker for RedisBroker {
         let message = format!("{}\n{}", binding.client_id, frame.to_json());
         let bind = self.script(
             &self.scripts.bind,
-            vec![self.keys.call(&conv, &id)],
+            vec![self.keys.call(&conv, &id), self.keys.pending(&conv)],
             vec![
                 serde_json::to_string(&binding).unwrap_or_default(),
                 binding.client_id.clone(),
@@ -799,6 +799,7 @@ impl Broker for RedisBroker {
                 ttl_ms.to_string(),
                 self.keys.conv_channel(&conv),
                 message,
+                id.clone(),
             ],
         );
         let index = self.client.set::<(), _, _>(
@@ -852,7 +853,11 @@ impl Broker for RedisBroker {
         let reply = self
             .script(
                 &self.scripts.result,
-                vec![self.keys.call(&from.conv, id), confirm_key],
+                vec![
+                    self.keys.call(&from.conv, id),
+                    confirm_key,
+                    self.keys.pending(&from.conv),
+                ],
                 vec![
                     from.client_id.clone(),
                     outcome,
@@ -917,7 +922,7 @@ impl Broker for RedisBroker {
         let reply = strings(
             self.script(
                 &self.scripts.timeout,
-                vec![self.keys.call(conv, id)],
+                vec![self.keys.call(conv, id), self.keys.pending(conv)],
                 vec![
                     id.to_owned(),
                     serde_json::to_string(&Outcome::Timeout).unwrap_or_default(),
@@ -1070,6 +1075,7 @@ impl Broker for RedisBroker {
         *lock(&self.tenant_sockets)
             .entry(conv.tenant.clone())
             .or_default() += 1;
+        let _: Result<i64, _> = self.client.hdel(self.keys.conv(conv), "drained").await;
         let _: Result<i64, _> = self
             .client
             .sadd(
@@ -1191,7 +1197,7 @@ impl Broker for RedisBroker {
             )
             .await?,
         );
-        let [effective, manifest, sockets, rest @ ..] = &reply[..] else {
+        let [effective, manifest, sockets, drained_at, rest @ ..] = &reply[..] else {
             return Ok(ConversationState::default());
         };
         let manifest: Option<Manifest> =
@@ -1220,7 +1226,34 @@ impl Broker for RedisBroker {
             tools: manifest.map(|m| m.tools).unwrap_or_default(),
             pages,
             sockets: sockets.parse().unwrap_or(0),
+            reconnecting_for_ms: drained_at
+                .parse::<u64>()
+                .ok()
+                .filter(|_| sockets.parse::<u32>().unwrap_or(0) == 0)
+                .map(|since| now_ms().saturating_sub(since)),
         })
+    }
+
+    async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError> {
+        self.client
+            .hset::<i64, _, _>(self.keys.conv(conv), ("drained", now_ms().to_string()))
+            .await
+            .map(|_| ())
+            .map_err(|e| unavailable(&e))
+    }
+
+    async fn pending_frames(&self, conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError> {
+        let reply = self
+            .script(
+                &self.scripts.pending,
+                vec![self.keys.pending(conv)],
+                vec![self.keys.call_prefix(conv)],
+            )
+            .await?;
+        Ok(strings(reply)
+            .into_iter()
+            .filter_map(|m| m.split_once('\n').map(|(_, frame)| Arc::from(frame)))
+            .collect())
     }
 
     async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), RateLimited> {

@@ -4,18 +4,21 @@
 use fred::types::scripts::Script;
 
 /// Stores a call's binding, then publishes the call frame on the conversation's channel.
-/// KEYS: call. ARGV: binding, clientId, deadline ms, node, ttl ms, channel, message.
+/// KEYS: call, pending set. ARGV: binding, clientId, deadline ms, node, ttl ms, channel, message,
+/// call id.
 pub const BIND: &str = r"
-redis.call('HSET', KEYS[1], 'b', ARGV[1], 'c', ARGV[2], 'd', ARGV[3], 'n', ARGV[4], 's', 'p')
+redis.call('HSET', KEYS[1], 'b', ARGV[1], 'c', ARGV[2], 'd', ARGV[3], 'n', ARGV[4], 's', 'p', 'f', ARGV[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('SADD', KEYS[2], ARGV[8])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
 redis.call('SPUBLISH', ARGV[6], ARGV[7])
 return 1
 ";
 
 /// Checks a page's result against the binding and marks the call answered; stores the
 /// confirmId binding of a needs_confirmation; sends the outcome to the waiting node.
-/// KEYS: call, confirm. ARGV: clientId, outcome, confirm binding or '', confirm ttl ms, call id,
-/// node channel prefix.
+/// KEYS: call, confirm, pending set. ARGV: clientId, outcome, confirm binding or '', confirm ttl
+/// ms, call id, node channel prefix.
 pub const RESULT: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'b', 'c', 'd', 'n', 's')
 if not f[1] then return {'unknown_id'} end
@@ -26,6 +29,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now > tonumber(f[3]) then return {'late'} end
 redis.call('HSET', KEYS[1], 's', 'a', 'o', ARGV[2])
+redis.call('SREM', KEYS[3], ARGV[5])
 if ARGV[3] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('HSET', KEYS[2], 'b', ARGV[3], 'c', ARGV[1], 'u', '0')
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
@@ -35,12 +39,14 @@ return {'ok', f[1]}
 ";
 
 /// Marks a pending call timed out, sends the page its cancel and the waiting node the outcome.
-/// KEYS: call. ARGV: call id, timeout outcome, conversation channel, node channel prefix.
+/// KEYS: call, pending set. ARGV: call id, timeout outcome, conversation channel, node channel
+/// prefix.
 pub const TIMEOUT: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'b', 'c', 'n', 's')
 if not f[1] then return {'missing'} end
 if f[4] ~= 'p' then return {f[4]} end
 redis.call('HSET', KEYS[1], 's', 't', 'o', ARGV[2])
+redis.call('SREM', KEYS[2], ARGV[1])
 local cancel = cjson.encode({protocol = 1, type = 'cancel', clientId = f[2], id = ARGV[1]})
 redis.call('SPUBLISH', ARGV[3], f[2] .. '\n' .. cancel)
 redis.call('PUBLISH', ARGV[4] .. f[3], 'r\n' .. ARGV[1] .. '\n' .. ARGV[2])
@@ -88,8 +94,8 @@ return 1
 
 /// The conversation as the agent API sees it, counting only sockets of live nodes.
 /// KEYS: conv, sockets. ARGV: manifest key prefix, live node ids…
-/// Returns: effective clientId or '', its manifest or '', open sockets, then per connected
-/// page: clientId, sockets, rev or ''.
+/// Returns: effective clientId or '', its manifest or '', open sockets, when a draining node
+/// closed its sockets (ms, or ''), then per connected page: clientId, sockets, rev or ''.
 pub const CONV_READ: &str = r"
 local live = {}
 for i = 2, #ARGV do live[ARGV[i]] = true end
@@ -126,7 +132,7 @@ if current and not pages[current] and total <= identified then
 end
 local manifest = false
 if effective then manifest = redis.call('GET', ARGV[1] .. effective) end
-local out = {effective or '', manifest or '', tostring(total)}
+local out = {effective or '', manifest or '', tostring(total), h['drained'] or ''}
 for client, n in pairs(pages) do
   table.insert(out, client)
   table.insert(out, tostring(n))
@@ -200,6 +206,17 @@ redis.call('HSET', KEYS[1], 'u', '1')
 return {'expired', f[1]}
 ";
 
+/// The frames (`clientId\nframe`) of the conversation's pending calls; forgets finished ones.
+/// KEYS: pending set. ARGV: call key prefix.
+pub const PENDING: &str = r"
+local out = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local f = redis.call('HMGET', ARGV[1] .. id, 's', 'f')
+  if f[1] == 'p' and f[2] then table.insert(out, f[2]) else redis.call('SREM', KEYS[1], id) end
+end
+return out
+";
+
 /// All scripts, hashed once.
 #[derive(Debug)]
 pub struct Scripts {
@@ -215,6 +232,7 @@ pub struct Scripts {
     pub gcra: Script,
     pub emit: Script,
     pub expire_confirm: Script,
+    pub pending: Script,
 }
 
 impl Default for Scripts {
@@ -232,6 +250,7 @@ impl Default for Scripts {
             gcra: Script::from_lua(GCRA),
             emit: Script::from_lua(EMIT),
             expire_confirm: Script::from_lua(EXPIRE_CONFIRM),
+            pending: Script::from_lua(PENDING),
         }
     }
 }

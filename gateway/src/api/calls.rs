@@ -258,7 +258,16 @@ async fn start(
         .map_err(Problem::rate_limited)?;
     let state = app.broker.conversation(&conv).await?;
     let client_id = match state.client_id {
-        Some(c) if state.sockets > 0 => c,
+        // No socket because a draining node closed the pages: they are reconnecting elsewhere;
+        // for a short while the call is accepted and handed to the page when it is back.
+        Some(c)
+            if state.sockets > 0
+                || state
+                    .reconnecting_for_ms
+                    .is_some_and(|ms| ms < toolmark_broker::RECONNECT_GRACE.as_millis() as u64) =>
+        {
+            c
+        }
         _ => return Err(Problem::no_page()),
     };
     let untrusted = state

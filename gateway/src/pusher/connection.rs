@@ -247,6 +247,16 @@ impl Connection {
         }
         self.app.metrics.connections.inc();
         let (slot, outbox) = self.app.registry.join(&conv);
+        // An Echo page coming back gets the calls it may have missed.
+        for frame in self
+            .app
+            .broker
+            .pending_frames(&conv)
+            .await
+            .unwrap_or_default()
+        {
+            outbox.push(frame);
+        }
         let name: Arc<str> = channel.as_str().into();
         self.frames
             .push(frames(Arc::clone(&name), slot, Arc::clone(&outbox)));

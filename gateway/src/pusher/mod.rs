@@ -38,5 +38,8 @@ pub async fn upgrade(
         .write_buffer_size(0)
         .max_message_size(MAX_CLIENT_FRAME)
         .max_frame_size(MAX_CLIENT_FRAME)
-        .on_upgrade(move |socket| connection::serve(app, socket, key, q.protocol))
+        .on_upgrade(move |socket| async move {
+            let _open = app.sockets.token();
+            connection::serve(app, socket, key, q.protocol).await;
+        })
 }

@@ -270,6 +270,7 @@ pub async fn page_at(addr: SocketAddr, tenant: &str, user: &str, conversation: &
         Page {
             ws,
             client_id: uuid::Uuid::new_v4().to_string(),
+            seen: Default::default(),
         }
     }
 }
@@ -293,6 +294,7 @@ pub async fn connect_at(
         let mut page = Page {
             ws,
             client_id: uuid::Uuid::new_v4().to_string(),
+            seen: Default::default(),
         };
         // A refused socket is closed right after the upgrade.
         match tokio::time::timeout(Duration::from_millis(150), page.ws.next()).await {
@@ -354,6 +356,8 @@ pub fn es256(claims: &Value) -> String {
 pub struct Page {
     pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
     pub client_id: String,
+    /// Request ids already received: like a real page, a repeat is ignored (rule 2).
+    pub seen: std::collections::HashSet<String>,
 }
 
 pub fn tool(name: &str, hints: Value) -> Value {
@@ -403,8 +407,30 @@ impl Page {
         self.try_recv(WAIT).await.expect("a frame arrives")
     }
 
-    /// The next text frame within `wait`, or `None`.
+    /// The next frame for this page within `wait`, or `None`: as a real page does, frames for
+    /// another clientId and repeated call or describe ids are ignored (rules 1 and 2).
     pub async fn try_recv(&mut self, wait: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let frame = self.try_recv_raw(left).await?;
+            if frame["clientId"] != self.client_id.as_str() {
+                continue;
+            }
+            let is_request = frame["type"] == "call" || frame["type"] == "describe";
+            if is_request
+                && !self
+                    .seen
+                    .insert(frame["id"].as_str().unwrap_or_default().to_owned())
+            {
+                continue;
+            }
+            return Some(frame);
+        }
+    }
+
+    /// The next text frame within `wait`, whoever it addresses, or `None`.
+    pub async fn try_recv_raw(&mut self, wait: Duration) -> Option<Value> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             match tokio::time::timeout_at(deadline, self.ws.next()).await {

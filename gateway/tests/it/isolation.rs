@@ -95,7 +95,7 @@ async fn a_globex_page_does_not_receive_acme_calls() {
         .call_later("u1", "c1", json!({"tool": "t", "input": {}}));
     let frame = acme_page.recv().await;
     assert_eq!(
-        globex_page.try_recv(Duration::from_millis(300)).await,
+        globex_page.try_recv_raw(Duration::from_millis(300)).await,
         None,
         "globex's unidentified socket got an acme call"
     );

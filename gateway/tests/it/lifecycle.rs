@@ -24,7 +24,7 @@ async fn a_reload_takes_over_new_calls_and_the_old_page_can_still_answer() {
     let second_frame = new.recv().await;
     assert_eq!(second_frame["clientId"], new.client_id.as_str());
     assert_eq!(
-        old.try_recv(Duration::from_millis(200)).await,
+        old.try_recv_raw(Duration::from_millis(200)).await,
         None,
         "the old page got the new call"
     );
@@ -223,4 +223,39 @@ async fn sigterm_drains_pages_with_1001_and_refuses_new_calls_with_503() {
         .await
         .expect("the gateway exits after the drain")
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_call_sent_before_a_reconnect_reaches_the_page_again() {
+    let gw = Gateway::start().await;
+    let mut page = ready_page(&gw, "acme", "u1", "c1", json!([tool("t", json!({}))])).await;
+    let pending = gw.acme().call_later(
+        "u1",
+        "c1",
+        json!({"tool": "t", "input": {}, "timeoutMs": 10000}),
+    );
+    let first = page.recv().await;
+    // The socket drops before the page answered; the same page load reconnects.
+    let (client_id, seen) = (page.client_id.clone(), std::mem::take(&mut page.seen));
+    drop(page);
+    let mut again = gw.page("acme", "u1", "c1").await;
+    again.client_id = client_id;
+    // It is handed the pending call again (a page that did not get it would need it) ...
+    let frame = again
+        .try_recv_raw(crate::harness::WAIT)
+        .await
+        .expect("the pending call is sent again");
+    assert_eq!(frame["id"], first["id"]);
+    // ... and, remembering the id, a real page just goes on and answers it.
+    again.seen = seen;
+    again
+        .answer(
+            first["id"].as_str().unwrap(),
+            json!({"status": "ok", "data": "after reconnect"}),
+        )
+        .await;
+    assert_eq!(
+        pending.await.unwrap().body["outcome"]["data"],
+        "after reconnect"
+    );
 }

@@ -510,8 +510,11 @@ async fn sigkill_of_a_node_with_100_pages_moves_them_and_orphaned_calls_time_out
     // Every page reconnects (same clientId, no manifest resend) to a surviving node.
     for (i, p) in pages.iter_mut().enumerate() {
         let client_id = p.client_id.clone();
+        let seen = std::mem::take(&mut p.seen);
         *p = page_at(survivors[i % 2].addr, "acme", &format!("u{i}"), "c1").await;
+        // The same page load: same clientId, and it remembers the ids it already has.
         p.client_id = client_id;
+        p.seen = seen;
     }
     // The orphaned call is timed out by contract: call.timeout is emitted, the record says so.
     let ev = events.next_of("call.timeout").await;
@@ -615,4 +618,51 @@ async fn a_rediss_url_speaks_tls_to_redis() {
         line.starts_with("toolmark-gateway listening on"),
         "the gateway did not start over TLS Redis: {line:?}"
     );
+}
+
+#[tokio::test]
+async fn calls_made_while_drained_pages_reconnect_are_accepted_and_delivered() {
+    let mut nodes = Gateway::start_nodes(2, "").await;
+    let mut page = nodes[0].page("acme", "u1", "c1").await;
+    page.manifest(1, tools()).await;
+    nodes[1]
+        .acme()
+        .wait_current("u1", "c1", &page.client_id)
+        .await;
+    nodes[0].stop();
+    assert_eq!(page.closed().await, 1001);
+    // The page is away, reconnecting: the call is accepted, not refused with no_page.
+    let deadline = Instant::now() + WAIT;
+    let pending = loop {
+        let s = nodes[1].acme().get("/users/u1/conversations/c1").await;
+        if s.body["pages"].as_array().is_some_and(Vec::is_empty) {
+            break nodes[1].acme().call_later(
+                "u1",
+                "c1",
+                json!({"tool": "todo.add", "input": {}, "timeoutMs": 10000}),
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the drained page was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut back = nodes[1].page("acme", "u1", "c1").await;
+    back.client_id = page.client_id.clone();
+    let frame = back.recv().await;
+    back.answer(
+        frame["id"].as_str().unwrap(),
+        json!({"status": "ok", "data": "after the drain"}),
+    )
+    .await;
+    let a = pending.await.unwrap();
+    assert_eq!(
+        (a.status, a.body["outcome"]["data"].as_str()),
+        (200, Some("after the drain")),
+        "{}",
+        a.body
+    );
+    nodes.truncate(1);
 }

@@ -25,11 +25,14 @@ pub struct Series {
     pub points: Vec<(f64, f64, f64)>,
 }
 
-/// Reads the `calls` JSON lines of `text` (other lines are skipped) into a series.
+/// Reads the `calls` JSON lines of `text` (other lines are skipped) into a series. A run that
+/// skipped calls (its in-flight bound reached: the gateway saturated) is left out: its
+/// percentiles describe the bound, not the gateway, and would flatten the rest of the chart.
 pub fn series(label: &str, text: &str) -> Series {
     let mut points: Vec<(f64, f64, f64)> = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["skipped"].as_u64().unwrap_or(0) == 0)
         .filter_map(|v| {
             let rate = v["rate"].as_f64()?;
             let p50 = v["p50_us"].as_f64()? / 1000.0;
@@ -124,10 +127,12 @@ pub fn render(title: &str, all: &[Series], limit_ms: Option<f64>) -> String {
     if let Some(limit) = limit_ms.filter(|l| *l <= y_top) {
         let _ = writeln!(
             svg,
-            r##"<line x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#888888" stroke-dasharray="2 4"/>"##,
+            r##"<line x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#888888" stroke-dasharray="2 4"/><text x="{:.1}" y="{:.1}" fill="#666666">{limit} ms</text>"##,
             LEFT + pw,
             y(limit),
-            y(limit)
+            y(limit),
+            LEFT + pw + 4.0,
+            y(limit) + 4.0
         );
     }
     for (k, s) in all.iter().enumerate() {
@@ -148,7 +153,7 @@ pub fn render(title: &str, all: &[Series], limit_ms: Option<f64>) -> String {
                 let _ = writeln!(svg, r#"<circle cx="{px}" cy="{py}" r="3" fill="{color}"/>"#);
             }
         }
-        let ly = TOP + 10.0 + k as f64 * 40.0;
+        let ly = TOP + 30.0 + k as f64 * 40.0;
         let lx = LEFT + pw + 15.0;
         let _ = writeln!(
             svg,
@@ -201,7 +206,7 @@ mod tests {
 
     #[test]
     fn series_reads_calls_lines_and_skips_the_rest() {
-        let text = "{\"rate\":2000,\"p50_us\":500,\"p99_us\":1500}\ncalls: 2000 sent\n{\"rate\":1000,\"p50_us\":400,\"p99_us\":1200}\n";
+        let text = "{\"rate\":2000,\"p50_us\":500,\"p99_us\":1500}\ncalls: 2000 sent\n{\"rate\":1000,\"p50_us\":400,\"p99_us\":1200}\n{\"rate\":9000,\"p50_us\":400000,\"p99_us\":500000,\"skipped\":3}\n";
         let s = series("one node", text);
         assert_eq!(s.points, vec![(1000.0, 0.4, 1.2), (2000.0, 0.5, 1.5)]);
     }
@@ -220,6 +225,7 @@ mod tests {
         assert!(svg.starts_with("<svg"));
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(svg.contains("latency &amp; rate") && svg.contains("a&lt;b p99"));
+        assert!(svg.contains(">1 ms</text>"), "the limit is labelled");
         assert!(svg.trim_end().ends_with("</svg>"));
     }
 }

@@ -1,7 +1,8 @@
 //! One simulated browser page: a WebSocket from its own source address with the tenant's
 //! `Origin`, a manifest, then an immediate echo of every call addressed to it until the run
-//! stops it. With a fallback node, a page closed with 1001 (its node draining) reconnects there
-//! with the same token and clientId and without resending its manifest, as the bridge does.
+//! stops it. With a fallback node, a page closed with 1001 (its node draining), or whose socket
+//! breaks, reconnects there with the same token and clientId and without resending its
+//! manifest, as the bridge does.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -107,24 +108,25 @@ pub async fn run(
                 return;
             }
             End::Closed(GOING_AWAY, _) if fallback.is_some() => {
-                tally.went_away();
-                let Some(fb) = &fallback else { return };
-                match reconnect(fb, &spec, &stop).await {
-                    Some(again) => {
-                        ws = again;
-                        tally.came_back();
-                    }
-                    None => return,
-                }
+                tally.went_away(false);
             }
+            // A real page also comes back after an abnormal closure; counted apart.
+            End::Broken(_) if fallback.is_some() => tally.went_away(true),
             End::Closed(code, reason) => {
                 return tally.dropped(format!("closed by the gateway: {code} {reason}"));
             }
             End::Broken(reason) => return tally.dropped(reason),
         }
+        let Some(fb) = &fallback else { return };
+        match reconnect(fb, &spec, &stop).await {
+            Some(again) => {
+                ws = again;
+                tally.came_back();
+            }
+            None => return,
+        }
     }
 }
-
 /// Connects to the fallback node until it works or the run stops (`None`).
 async fn reconnect(
     fallback: &Fallback,

@@ -1,7 +1,8 @@
 //! The `storm` scenario: pages on one node, agent calls through another at a fixed rate, then
 //! the first node is drained (SIGTERM). Every page is closed with 1001 and reconnects to the
 //! other node with its clientId; the run measures how long until every page is back and how
-//! every call ended. A call is lost when it does not end with the page's answer or the
+//! every call ended. A page whose socket breaks without a 1001 comes back too (as a real page
+//! does), counted as `abrupt`. A call is lost when it does not end with the page's answer or the
 //! gateway's `{"status":"timeout"}` (a transport error, an HTTP error, a wrong outcome).
 
 use std::collections::BTreeMap;
@@ -81,22 +82,25 @@ async fn storm(fleet: &Fleet, agent: &Agent, args: &StormArgs) -> Result<(), Loa
     let deadline = drained_at + goal + BACK_SLACK;
     loop {
         let (away, back) = fleet.tally.away_and_back();
-        if away == pages && back == away {
+        if away + fleet.tally.counts().dropped >= pages && back == away {
             break;
         }
-        if Instant::now() > deadline || fleet.tally.counts().dropped > 0 {
+        if Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (away, back) = fleet.tally.away_and_back();
-    let mut back_ms: Vec<u64> = fleet
-        .tally
-        .back_instants()
-        .iter()
-        .map(|t| u64::try_from((*t - drained_at).as_millis()).unwrap_or(u64::MAX))
-        .collect();
-    back_ms.sort_unstable();
+    let since_drain = |instants: Vec<Instant>| {
+        let mut ms: Vec<u64> = instants
+            .iter()
+            .map(|t| u64::try_from((*t - drained_at).as_millis()).unwrap_or(u64::MAX))
+            .collect();
+        ms.sort_unstable();
+        ms
+    };
+    let back_ms = since_drain(fleet.tally.back_instants());
+    let away_ms = since_drain(fleet.tally.away_instants());
     eprintln!("storm: {back} of {away} pages back; waiting for the last calls");
     let driven = calls
         .await
@@ -109,18 +113,23 @@ async fn storm(fleet: &Fleet, agent: &Agent, args: &StormArgs) -> Result<(), Loa
     let lost: u64 = endings.lost.values().sum();
     let summary = recorder.summary();
     let all_back_ms = (back == pages).then(|| back_ms.last().copied().unwrap_or(0));
-    let pick = |q: f64| -> u64 {
-        let i = ((back_ms.len() as f64 * q).ceil() as usize).saturating_sub(1);
-        back_ms.get(i).copied().unwrap_or(0)
+    let pick = |ms: &[u64], q: f64| -> u64 {
+        let i = ((ms.len() as f64 * q).ceil() as usize).saturating_sub(1);
+        ms.get(i).copied().unwrap_or(0)
     };
     let line = json!({
         "scenario": "storm",
         "pages": pages,
         "went_away": away,
+        "abrupt": fleet.tally.abrupt(),
+        "dropped": fleet.tally.counts().dropped,
         "came_back": back,
+        "away_p50_ms": pick(&away_ms, 0.5),
+        "all_away_ms": away_ms.last().copied(),
         "all_back_ms": all_back_ms,
-        "back_p50_ms": pick(0.5),
-        "back_p99_ms": pick(0.99),
+        "back_p50_ms": pick(&back_ms, 0.5),
+        "back_p99_ms": pick(&back_ms, 0.99),
+        "jitter_ms": args.jitter_ms,
         "back_within_goal_ms": goal.as_millis() as u64,
         "rate": args.rate,
         "call_timeout_ms": args.call_timeout_ms,
@@ -134,7 +143,8 @@ async fn storm(fleet: &Fleet, agent: &Agent, args: &StormArgs) -> Result<(), Loa
         "answered_p99_us": summary.corrected.p99,
     });
     let human = format!(
-        "storm: {pages} pages drained, {back} back on the other node, all back {}; calls: {} sent, {} answered, {} timed out, {lost} lost, {} skipped",
+        "storm: {pages} pages drained ({} without a 1001 close), {back} back on the other node, all back {}; calls: {} sent, {} answered, {} timed out, {lost} lost, {} skipped",
+        fleet.tally.abrupt(),
         all_back_ms.map_or_else(|| "never".to_owned(), |ms| format!("after {ms} ms")),
         driven.sent,
         endings.answered,

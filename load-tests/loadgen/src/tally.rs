@@ -17,8 +17,13 @@ pub struct Tally {
     dropped: AtomicUsize,
     /// Calls answered by all pages.
     answered: AtomicU64,
-    /// Pages closed with 1001 (node draining) that set out to reconnect elsewhere.
+    /// Pages closed with 1001 (node draining), or whose socket broke, that set out to
+    /// reconnect elsewhere (only pages given a fallback node do).
     went_away: AtomicUsize,
+    /// Of those, pages whose socket ended without a 1001 close (reset, end of stream).
+    abrupt: AtomicUsize,
+    /// The instant each page went away, in order.
+    away_at: Mutex<Vec<Instant>>,
     /// Of those, pages connected again; `back_at` holds when, for the storm's timings.
     came_back: AtomicUsize,
     /// The instant each page came back, in order of arrival.
@@ -68,9 +73,31 @@ impl Tally {
         self.dropped.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A page was closed by its draining node and is reconnecting.
-    pub fn went_away(&self) {
+    /// A page was closed by its draining node (`abrupt`: its socket broke without a 1001) and
+    /// is reconnecting.
+    pub fn went_away(&self, abrupt: bool) {
+        let now = Instant::now();
+        self.away_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(now);
+        if abrupt {
+            self.abrupt.fetch_add(1, Ordering::Relaxed);
+        }
         self.went_away.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Pages that went away without a 1001 close.
+    pub fn abrupt(&self) -> usize {
+        self.abrupt.load(Ordering::Relaxed)
+    }
+
+    /// When each page went away, in order.
+    pub fn away_instants(&self) -> Vec<Instant> {
+        self.away_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// A page that went away is connected again.
