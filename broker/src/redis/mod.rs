@@ -206,7 +206,7 @@ impl RedisBroker {
                 c.connection_timeout = opts.command_timeout;
                 c.internal_command_timeout = opts.command_timeout;
                 // Bounded memory while Redis is away: commands past this are refused at once.
-                c.max_command_buffer_len = 10_000;
+                c.max_command_buffer_len = 100_000;
             })
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2));
         let client = builder
