@@ -530,7 +530,8 @@ async fn sigkill_of_a_node_with_100_pages_moves_them_and_orphaned_calls_time_out
         let late = emitted.duration_since(deadline).unwrap_or_default();
         eprintln!("orphaned call: call.timeout {late:?} after its deadline");
     }
-    // And calls flow again to every page.
+    // And calls flow again to every page (page 0 also gets the orphaned call's cancel).
+    let mut orphan_cancelled = false;
     for (i, p) in pages.iter_mut().enumerate() {
         let pending = agent(survivors[(i + 1) % 2].addr).call_later(
             &format!("u{i}"),
@@ -540,6 +541,9 @@ async fn sigkill_of_a_node_with_100_pages_moves_them_and_orphaned_calls_time_out
         // Page 0 may first see the cancel of its orphaned call.
         let frame = loop {
             let f = p.recv().await;
+            if f["type"] == "cancel" && f["id"] == orphan_id.as_str() {
+                orphan_cancelled = true;
+            }
             if f["type"] == "call" {
                 break f;
             }
@@ -552,6 +556,10 @@ async fn sigkill_of_a_node_with_100_pages_moves_them_and_orphaned_calls_time_out
         let a = pending.await.unwrap();
         assert_eq!(a.body["outcome"]["data"], i, "page {i}: {}", a.body);
     }
+    assert!(
+        orphan_cancelled,
+        "the page of the orphaned call got its cancel"
+    );
     std::fs::remove_file(config).unwrap();
 }
 

@@ -213,7 +213,7 @@ async fn ten_thousand_events_after_an_outage_arrive_once_each_in_conversation_or
     let outage: u64 = std::env::var("TOOLMARK_TEST_OUTAGE_SECS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(15);
+        .unwrap_or(60);
     let redis = RedisProc::start(&[]);
     let hook = Receiver::start(Mode::Fail).await;
     let worker = "webhook_timeout_ms = 1000\nwebhook_backoff_base_ms = 200\nwebhook_backoff_max_ms = 1000\nwebhook_claim_after_ms = 5000";
