@@ -10,17 +10,9 @@ command -v node >/dev/null || { echo "browser-test: node is missing; install wit
 (cd gateway/tests/browser && [ -d node_modules/playwright-core ] || npm install --no-audit --no-fund --silent)
 
 cargo build --locked -q -p toolmark-gateway
-work=$(mktemp -d)
-trap 'kill "$gw" 2>/dev/null || true; wait "$gw" 2>/dev/null || true; rm -rf "$work"' EXIT
-RUST_LOG=warn target/debug/toolmark-gateway --listen 127.0.0.1:0 >"$work/out" 2>"$work/err" &
-gw=$!
-for _ in $(seq 1 100); do
-  grep -q 'listening on' "$work/out" 2>/dev/null && break
-  sleep 0.1
-done
-url=$(sed -n 's/^toolmark-gateway listening on //p' "$work/out")
-key=$(grep -o 'tmk_dev_[0-9a-f]*' "$work/err" | head -1)
-[ -n "$url" ] && [ -n "$key" ] || { echo "browser-test: the gateway did not start:" >&2; cat "$work/err" >&2; exit 1; }
+. scripts/dev-gateway.sh
+trap stop_dev_gateway EXIT
+start_dev_gateway
 
 cd gateway/tests/browser
-BASE_URL="$url" API_KEY="$key" TENANT=dev node --test demo.test.mjs
+BASE_URL="$dev_url" API_KEY="$dev_key" TENANT=dev node --test demo.test.mjs

@@ -25,27 +25,15 @@ fi
 cargo build --locked -q -p toolmark-mcp -p toolmark-gateway
 export TOOLMARK_MCP="$PWD/target/debug/toolmark-mcp"
 
-work=$(mktemp -d)
-gw=
-cleanup() {
-  if [ -n "$gw" ]; then kill "$gw" 2>/dev/null || true; wait "$gw" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+. scripts/dev-gateway.sh
+trap stop_dev_gateway EXIT
 
 failed=0
 echo "mcp-e2e: Python MCP client"
 (cd "$e2e" && .venv/bin/python -m pytest -q -p no:cacheprovider test_python_client.py) || failed=1
 
-RUST_LOG=warn target/debug/toolmark-gateway --listen 127.0.0.1:0 >"$work/out" 2>"$work/err" &
-gw=$!
-for _ in $(seq 1 100); do
-  grep -q 'listening on' "$work/out" 2>/dev/null && break
-  sleep 0.1
-done
-url=$(sed -n 's/^toolmark-gateway listening on //p' "$work/out")
-[ -n "$url" ] || { echo "mcp-e2e: the gateway did not start:" >&2; cat "$work/err" >&2; exit 1; }
+start_dev_gateway
 
 echo "mcp-e2e: MCP Inspector CLI and the demo page in Chromium"
-(cd "$e2e" && BASE_URL="$url" node --test inspector.test.mjs browser.test.mjs) || failed=1
+(cd "$e2e" && BASE_URL="$dev_url" node --test inspector.test.mjs browser.test.mjs) || failed=1
 exit "$failed"
