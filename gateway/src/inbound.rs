@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use serde_json::json;
 use toolmark_broker::{BrokerError, ConvKey, EventType, PageIdentity, Rejection, SubmitError};
-use toolmark_proto::{DecodeError, Limits, PageMessage, decode_to_agent, llm};
+use toolmark_proto::{DecodeError, Limits, PageMessage, decode_to_agent};
 
 use crate::state::AppState;
 
@@ -136,23 +136,8 @@ pub async fn dispatch(app: &AppState, conv: &ConvKey, message: PageMessage) -> R
         PageMessage::Confirmed(c) => {
             match app.broker.submit_confirmed(&from, &c.confirm_id).await {
                 Ok(bound) => {
-                    let wrapped = llm::wrap_untrusted(&c.result);
-                    let data = json!({
-                        "confirmId": bound.confirm_id,
-                        "callId": bound.call_id,
-                        "tool": bound.tool,
-                        "clientId": bound.client_id,
-                        "user": conv.user,
-                        "conversation": conv.conversation,
-                        "outcome": c.result,
-                        "toolResultMessage": {
-                            "role": "tool",
-                            "callId": bound.call_id,
-                            "confirmId": bound.confirm_id,
-                            "tool": bound.tool,
-                            "content": wrapped,
-                        },
-                    });
+                    // bound.conv is the page's own conversation: submit_confirmed checked it.
+                    let data = toolmark_broker::confirmation_event(&bound, &c.result);
                     app.emit(EventType::ConfirmationResolved, conv, data).await;
                     Ok(())
                 }

@@ -575,6 +575,25 @@ impl RedisBroker {
         })
     }
 
+    /// (Re)schedules the check of a pending confirmation (`tenant\nuser\nconversation\n
+    /// confirmId\nclientId`) at `at_ms`; best effort, the sweep finds it again otherwise.
+    async fn watch_confirm(&self, member: &str, at_ms: u64) {
+        // Milliseconds since the epoch are exact in an f64.
+        #[allow(clippy::cast_precision_loss)]
+        let score = at_ms as f64;
+        let _: Result<i64, _> = self
+            .client
+            .zadd(
+                self.keys.pending_confirms(),
+                None,
+                None,
+                false,
+                false,
+                (score, member),
+            )
+            .await;
+    }
+
     /// Takes a 2 s lease on `key` for this node: `false` when another node holds it.
     async fn lease(&self, key: String) -> Result<bool, BrokerError> {
         let taken: Option<String> = self
@@ -699,19 +718,7 @@ impl RedisBroker {
             );
             match reply.first().map(String::as_str) {
                 Some("keep") => {
-                    #[allow(clippy::cast_precision_loss)]
-                    let next = (now + 5_000) as f64;
-                    let _: Result<i64, _> = self
-                        .client
-                        .zadd(
-                            self.keys.pending_confirms(),
-                            None,
-                            None,
-                            false,
-                            false,
-                            (next, member.as_str()),
-                        )
-                        .await;
+                    self.watch_confirm(&member, now + 5_000).await;
                 }
                 Some("expired") => {
                     let _: Result<i64, _> = self
@@ -876,19 +883,7 @@ impl Broker for RedisBroker {
                         "{}\n{}\n{}\n{c}\n{}",
                         from.conv.tenant, from.conv.user, from.conv.conversation, from.client_id
                     );
-                    #[allow(clippy::cast_precision_loss)]
-                    let at = now_ms() as f64;
-                    let _: Result<i64, _> = self
-                        .client
-                        .zadd(
-                            self.keys.pending_confirms(),
-                            None,
-                            None,
-                            false,
-                            false,
-                            (at, member.as_str()),
-                        )
-                        .await;
+                    self.watch_confirm(&member, now_ms()).await;
                 }
                 let binding: CallBinding = reply
                     .get(1)

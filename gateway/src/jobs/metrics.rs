@@ -40,8 +40,8 @@ pub struct JobMetrics {
 
 impl Default for JobMetrics {
     fn default() -> Self {
-        let mut registry = Registry::default();
-        let m = JobMetrics {
+        let mut m = JobMetrics {
+            registry: Registry::default(),
             queue_depth: Family::default(),
             attempts: Family::default(),
             delivered: Family::default(),
@@ -51,44 +51,44 @@ impl Default for JobMetrics {
                 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0, 86_400.0,
             ]),
             swept: Counter::default(),
-            registry: Registry::default(),
         };
-        registry.register(
+        let r = &mut m.registry;
+        r.register(
             "toolmark_webhook_queue_depth",
             "Conversations with events waiting for a retry",
             m.queue_depth.clone(),
         );
-        registry.register(
+        r.register(
             "toolmark_webhook_attempts",
             "Webhook delivery attempts",
             m.attempts.clone(),
         );
-        registry.register(
+        r.register(
             "toolmark_webhook_delivered",
             "Webhook events delivered",
             m.delivered.clone(),
         );
-        registry.register(
+        r.register(
             "toolmark_webhook_failures",
             "Failed webhook attempts by HTTP status",
             m.failures.clone(),
         );
-        registry.register(
+        r.register(
             "toolmark_webhook_dead_letters",
             "Webhook events moved to the dead letters",
             m.dead_letters.clone(),
         );
-        registry.register(
+        r.register(
             "toolmark_webhook_delivery_seconds",
             "From an event's emission to its delivery",
             m.delivery_latency.clone(),
         );
-        registry.register(
+        r.register(
             "toolmark_deadline_sweeps",
             "Calls timed out by the deadline sweep",
             m.swept.clone(),
         );
-        JobMetrics { registry, ..m }
+        m
     }
 }
 
