@@ -88,3 +88,14 @@ pub struct RateLimited {
     /// When the next call would be allowed.
     pub retry_after: Duration,
 }
+
+/// A call not taken from the tenant's rate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TakeError {
+    /// The rate is exhausted (429).
+    #[error(transparent)]
+    Limited(#[from] RateLimited),
+    /// The broker could not decide (503): the limit does not fail open.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}

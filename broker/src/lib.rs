@@ -6,6 +6,7 @@
 mod error;
 pub mod memory;
 mod memory_webhooks;
+pub mod model;
 pub mod redis;
 mod types;
 pub mod webhook;
@@ -17,7 +18,8 @@ use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
 use toolmark_proto::{AgentMessage, Manifest, ToolResult};
 
-pub use error::{AdmitError, BrokerError, RateLimited, Rejection, SubmitError};
+pub use error::{AdmitError, BrokerError, RateLimited, Rejection, SubmitError, TakeError};
+pub use model::{CONFIRM_ABANDON_GRACE, RECONNECT_GRACE, Retention};
 pub use types::{
     AdmitLimits, CallBinding, CallKind, CallRecord, CallState, ConfirmBinding, ConvKey,
     ConversationState, Event, EventType, Outcome, PageIdentity, PageInfo, PageLeft,
@@ -116,8 +118,9 @@ pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
     /// The conversation's current page, its latest manifest and the connected pages.
     async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError>;
 
-    /// Takes one call from the tenant's rate (`per_second`, burst twice that).
-    async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), RateLimited>;
+    /// Takes one call from the tenant's rate (`per_second`, burst [`model::burst`]). An
+    /// unreachable broker refuses the call (the limit never fails open).
+    async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), TakeError>;
 
     /// Appends an event to the tenant's log and feeds live readers.
     async fn emit(
@@ -166,14 +169,6 @@ pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
         Ok(false)
     }
 }
-
-/// How long a page must be gone (no socket anywhere) before its pending confirmations count as
-/// expired: longer than the page-side transport's longest reconnect backoff (30 s).
-pub const CONFIRM_ABANDON_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// How long a conversation whose pages a draining node closed still accepts calls for its
-/// current page: the page reconnects elsewhere and gets them when it is back.
-pub const RECONNECT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A shareable broker handle.
 pub type SharedBroker = Arc<dyn Broker>;

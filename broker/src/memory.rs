@@ -17,32 +17,11 @@ use crate::{
     AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallState,
     ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
     OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, RateLimited, Rejection, SubmitError,
-    event_id_after, now_ms,
+    TakeError, event_id_after, now_ms,
 };
 
-/// How long the memory broker keeps things nobody can still need.
-#[derive(Debug, Clone, Copy)]
-pub struct Retention {
-    /// A finished call stays readable at `GET /calls/{id}` this long.
-    pub finished_calls: Duration,
-    /// A confirmId binding lives this long (the page's confirmation expiry is 600 s).
-    pub confirmations: Duration,
-    /// A conversation without sockets keeps its manifests this long (reconnects keep state).
-    pub idle_conversations: Duration,
-    /// Events kept per tenant for `Last-Event-ID` resumption.
-    pub events_per_tenant: usize,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Retention {
-            finished_calls: Duration::from_secs(300),
-            confirmations: Duration::from_secs(900),
-            idle_conversations: Duration::from_secs(600),
-            events_per_tenant: 10_000,
-        }
-    }
-}
+pub use crate::model::Retention;
+use crate::model::{self, ConfirmSweep, Found, Presence};
 
 struct CallEntry {
     record: CallRecord,
@@ -56,7 +35,13 @@ struct ConfirmEntry {
     binding: ConfirmBinding,
     used: bool,
     expires: Instant,
+    /// When the sweep first saw its page certainly gone (ms), `None` while it may be present.
+    absent_since: Option<u64>,
 }
+
+/// ConfirmIds are minted by pages: bindings are kept per conversation (confirmId, then the
+/// conversations that used it), so one conversation's page cannot squat another's id.
+type Confirms = HashMap<String, HashMap<ConvKey, ConfirmEntry>>;
 
 #[derive(Default)]
 struct Conv {
@@ -67,8 +52,6 @@ struct Conv {
     sockets: u32,
     pages: BTreeMap<String, u32>,
     idle_since: Option<Instant>,
-    /// Pages whose last socket closed, and when.
-    gone_since: HashMap<String, Instant>,
     /// When a draining node closed this conversation's sockets.
     drained_at: Option<Instant>,
     /// Calls sent to this conversation that may still be pending (pruned lazily).
@@ -130,6 +113,15 @@ impl StoredEvent {
         }
     }
 
+    /// Bytes its body takes in the log (what retention bounds).
+    fn size(&self) -> u64 {
+        (self.id.len()
+            + self.timestamp.len()
+            + self.user.len()
+            + self.conversation.len()
+            + self.data.len()) as u64
+    }
+
     fn to_event(&self) -> Event {
         Event {
             id: self.id.to_string(),
@@ -144,6 +136,8 @@ impl StoredEvent {
 
 struct TenantLog {
     events: VecDeque<StoredEvent>,
+    /// Bytes of the retained events' bodies.
+    bytes: u64,
     last: (u64, u64),
     live: broadcast::Sender<Event>,
 }
@@ -154,7 +148,7 @@ pub struct MemoryBroker {
     sink: Arc<dyn PageSink>,
     retention: Retention,
     calls: CallShards,
-    confirms: Mutex<HashMap<String, ConfirmEntry>>,
+    confirms: Mutex<Confirms>,
     state: Mutex<State>,
     logs: Mutex<HashMap<String, TenantLog>>,
     webhooks: Mutex<HashMap<String, crate::memory_webhooks::WebhookTenant>>,
@@ -222,9 +216,8 @@ impl MemoryBroker {
                     .is_none_or(|t| now.duration_since(t) < finished_for)
             });
             for e in calls.values_mut() {
-                // One second of grace: the waiting request's own timer normally gets there first.
                 if e.record.state == CallState::Pending
-                    && now_ms > e.record.binding.deadline_ms + 1000
+                    && now_ms > e.record.binding.deadline_ms + model::millis(model::SWEEP_GRACE)
                 {
                     e.record.state = CallState::TimedOut;
                     e.record.outcome = Some(Outcome::Timeout);
@@ -241,7 +234,10 @@ impl MemoryBroker {
                 }
             }
         }
-        lock(&self.confirms).retain(|_, c| c.expires > now);
+        lock(&self.confirms).retain(|_, convs| {
+            convs.retain(|_, c| c.expires > now);
+            !convs.is_empty()
+        });
         {
             // Forget finished calls in the conversations' pending sets (state, then a shard:
             // no path holds a shard while taking the state lock).
@@ -257,7 +253,7 @@ impl MemoryBroker {
         }
         {
             let mut st = lock(&self.state);
-            let idle_for = self.retention.idle_conversations;
+            let idle_for = self.retention.conversations;
             st.convs.retain(|_, c| {
                 c.sockets > 0
                     || c.idle_since
@@ -282,22 +278,20 @@ impl MemoryBroker {
     }
 }
 
-/// The page new calls go to: the one that sent the latest manifest (D23), unless it is gone
-/// while other pages with manifests are connected, then the latest of those. A page counts as
-/// possibly present while sockets with a not-yet-known clientId are open (a reconnect is silent
-/// until it has something to say).
-fn effective_current(c: &Conv) -> Option<&String> {
-    let current = c.current.as_ref()?;
+/// The conversation's open sockets as the model counts them.
+fn presence(c: &Conv) -> Presence {
     let identified: u32 = c.pages.values().sum();
-    if c.pages.contains_key(current) || c.sockets > identified {
-        return Some(current);
+    Presence {
+        identified: c.pages.clone(),
+        unidentified: c.sockets.saturating_sub(identified),
     }
-    c.manifests
-        .iter()
-        .filter(|(id, _)| c.pages.contains_key(*id))
-        .max_by_key(|(_, (seq, _))| *seq)
-        .map(|(id, _)| id)
-        .or(Some(current))
+}
+
+/// D23's choice of the page new calls go to ([`model::current_page`]).
+fn effective_current(c: &Conv) -> Option<String> {
+    model::current_page(c.current.as_deref(), &presence(c), |id| {
+        c.manifests.get(id).map(|(seq, _)| *seq)
+    })
 }
 
 #[async_trait]
@@ -357,17 +351,16 @@ impl Broker for MemoryBroker {
                 return Err(SubmitError::Rejected(Rejection::UnknownId));
             };
             let b = &entry.record.binding;
-            if b.conv != from.conv || b.client_id != from.client_id {
-                return Err(SubmitError::Rejected(Rejection::Mismatch));
-            }
-            match entry.record.state {
-                CallState::Answered => return Err(SubmitError::Rejected(Rejection::Duplicate)),
-                CallState::TimedOut => return Err(SubmitError::Rejected(Rejection::Late)),
-                CallState::Pending if now_ms() > b.deadline_ms => {
-                    return Err(SubmitError::Rejected(Rejection::Late));
-                }
-                CallState::Pending => {}
-            }
+            let found = if b.conv == from.conv {
+                Found::Here(model::CallFacts {
+                    client_id: &b.client_id,
+                    state: entry.record.state,
+                    deadline_ms: b.deadline_ms,
+                })
+            } else {
+                Found::Elsewhere
+            };
+            model::check_result(found, &from.client_id, now_ms()).map_err(SubmitError::Rejected)?;
             entry.record.state = CallState::Answered;
             entry.record.outcome = Some(Outcome::Result(result.clone()));
             entry.finished = Some(Instant::now());
@@ -377,6 +370,8 @@ impl Broker for MemoryBroker {
                 let expires = Instant::now() + self.retention.confirmations;
                 lock(&self.confirms)
                     .entry(confirm_id.to_owned())
+                    .or_default()
+                    .entry(record.binding.conv.clone())
                     .or_insert_with(|| ConfirmEntry {
                         binding: ConfirmBinding {
                             confirm_id: confirm_id.to_owned(),
@@ -388,6 +383,7 @@ impl Broker for MemoryBroker {
                         },
                         used: false,
                         expires,
+                        absent_since: None,
                     });
             }
             (record, waiter)
@@ -463,22 +459,24 @@ impl Broker for MemoryBroker {
     ) -> Result<Vec<ConfirmBinding>, BrokerError> {
         let mut confirms = lock(&self.confirms);
         let st = lock(&self.state);
+        let now = now_ms();
         let mut expired = Vec::new();
-        for entry in confirms.values_mut().filter(|e| !e.used) {
+        for entry in confirms.values_mut().flat_map(HashMap::values_mut) {
+            if entry.used {
+                continue;
+            }
             let b = &entry.binding;
-            let gone = match st.convs.get(&b.conv) {
-                // The conversation itself was forgotten: nobody is there.
-                None => true,
-                Some(c) => {
-                    !c.pages.contains_key(&b.client_id)
-                        && c.gone_since
-                            .get(&b.client_id)
-                            .is_some_and(|t| t.elapsed() >= grace)
+            // A forgotten conversation has nobody there.
+            let present = st
+                .convs
+                .get(&b.conv)
+                .is_some_and(|c| presence(c).possibly(&b.client_id));
+            match model::sweep_confirm(present, entry.absent_since, now, grace) {
+                ConfirmSweep::Keep { absent_since } => entry.absent_since = absent_since,
+                ConfirmSweep::Expire => {
+                    entry.used = true;
+                    expired.push(b.clone());
                 }
-            };
-            if gone {
-                entry.used = true;
-                expired.push(b.clone());
             }
         }
         Ok(expired)
@@ -520,15 +518,21 @@ impl Broker for MemoryBroker {
         confirm_id: &str,
     ) -> Result<ConfirmBinding, SubmitError> {
         let mut confirms = lock(&self.confirms);
-        let Some(entry) = confirms.get_mut(confirm_id) else {
+        let convs = confirms.get_mut(confirm_id);
+        let known_elsewhere = convs.as_ref().is_some_and(|c| !c.is_empty());
+        let entry = convs.and_then(|c| c.get_mut(&from.conv));
+        let found = match &entry {
+            Some(e) => Found::Here(model::ConfirmFacts {
+                client_id: &e.binding.client_id,
+                used: e.used,
+            }),
+            None if known_elsewhere => Found::Elsewhere,
+            None => Found::Nowhere,
+        };
+        model::check_confirm(found, &from.client_id).map_err(SubmitError::Rejected)?;
+        let Some(entry) = entry else {
             return Err(SubmitError::Rejected(Rejection::UnknownConfirm));
         };
-        if entry.binding.conv != from.conv || entry.binding.client_id != from.client_id {
-            return Err(SubmitError::Rejected(Rejection::Mismatch));
-        }
-        if entry.used {
-            return Err(SubmitError::Rejected(Rejection::Duplicate));
-        }
         entry.used = true;
         Ok(entry.binding.clone())
     }
@@ -554,7 +558,6 @@ impl Broker for MemoryBroker {
         let mut st = lock(&self.state);
         let c = st.convs.entry(conv.clone()).or_default();
         *c.pages.entry(client_id.to_owned()).or_default() += 1;
-        c.gone_since.remove(client_id);
         Ok(())
     }
 
@@ -577,7 +580,11 @@ impl Broker for MemoryBroker {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
                     c.pages.remove(id);
-                    c.gone_since.insert(id.to_owned(), Instant::now());
+                    // A page load that is gone for good: only the current page's manifest is
+                    // still needed (D23 keeps it for a silent reconnect).
+                    if c.current.as_deref() != Some(id) {
+                        c.manifests.remove(id);
+                    }
                     page_gone = true;
                 }
             }
@@ -601,7 +608,7 @@ impl Broker for MemoryBroker {
             return Ok(ConversationState::default());
         };
         let current = effective_current(c)
-            .and_then(|id| c.manifests.get(id))
+            .and_then(|id| c.manifests.get(&id))
             .map(|(_, m)| m);
         Ok(ConversationState {
             client_id: current.map(|m| m.client_id.clone()),
@@ -626,19 +633,21 @@ impl Broker for MemoryBroker {
         })
     }
 
-    async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), RateLimited> {
+    async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), TakeError> {
         let limiter = {
             let mut limiters = lock(&self.limiters);
             Arc::clone(limiters.entry(tenant.to_owned()).or_insert_with(|| {
                 let rate = NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN);
-                let burst = rate.saturating_mul(NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN));
+                let burst = NonZeroU32::new(model::burst(per_second)).unwrap_or(NonZeroU32::MIN);
                 Arc::new(RateLimiter::direct(
                     Quota::per_second(rate).allow_burst(burst),
                 ))
             }))
         };
-        limiter.check().map_err(|not_until| RateLimited {
-            retry_after: not_until.wait_time_from(DefaultClock::default().now()),
+        limiter.check().map_err(|not_until| {
+            TakeError::Limited(RateLimited {
+                retry_after: not_until.wait_time_from(DefaultClock::default().now()),
+            })
         })
     }
 
@@ -652,6 +661,7 @@ impl Broker for MemoryBroker {
         let mut logs = lock(&self.logs);
         let log = logs.entry(tenant.to_owned()).or_insert_with(|| TenantLog {
             events: VecDeque::new(),
+            bytes: 0,
             last: (0, 0),
             live: broadcast::channel(1024).0,
         });
@@ -666,9 +676,16 @@ impl Broker for MemoryBroker {
             conversation: conv.conversation.clone(),
             data,
         };
-        log.events.push_back(StoredEvent::from_event(&event));
-        while log.events.len() > self.retention.events_per_tenant {
-            log.events.pop_front();
+        let stored = StoredEvent::from_event(&event);
+        log.bytes += stored.size();
+        log.events.push_back(stored);
+        let trim = model::events_to_trim(
+            log.events.iter().map(StoredEvent::size),
+            log.bytes,
+            &self.retention,
+        );
+        for e in log.events.drain(..trim) {
+            log.bytes = log.bytes.saturating_sub(e.size());
         }
         let _ = log.live.send(event.clone());
         drop(logs);
@@ -682,6 +699,7 @@ impl Broker for MemoryBroker {
         let mut logs = lock(&self.logs);
         let log = logs.entry(tenant.to_owned()).or_insert_with(|| TenantLog {
             events: VecDeque::new(),
+            bytes: 0,
             last: (0, 0),
             live: broadcast::channel(1024).0,
         });
@@ -791,138 +809,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn results_are_checked_against_their_binding() {
-        let (_, b) = setup();
-        let _rx = b
-            .send_call(binding("a", now_ms() + 60_000), frame("a"))
-            .await
-            .unwrap();
-        let rej = |e| Err(SubmitError::Rejected(e));
-        assert_eq!(
-            b.submit_result(&page("p1"), "nope", ok()).await,
-            rej(Rejection::UnknownId)
-        );
-        assert_eq!(
-            b.submit_result(&page("p2"), "a", ok()).await,
-            rej(Rejection::Mismatch)
-        );
-        let other_user = PageIdentity {
-            conv: ConvKey::new("t", "u2", "c"),
-            client_id: "p1".into(),
-        };
-        assert_eq!(
-            b.submit_result(&other_user, "a", ok()).await,
-            rej(Rejection::Mismatch)
-        );
-        let other_tenant = PageIdentity {
-            conv: ConvKey::new("t2", "u", "c"),
-            client_id: "p1".into(),
-        };
-        assert_eq!(
-            b.submit_result(&other_tenant, "a", ok()).await,
-            rej(Rejection::Mismatch)
-        );
-        assert!(b.submit_result(&page("p1"), "a", ok()).await.is_ok());
-        assert_eq!(
-            b.submit_result(&page("p1"), "a", ok()).await,
-            rej(Rejection::Duplicate)
-        );
-        let _rx = b
-            .send_call(binding("late", now_ms() - 1), frame("late"))
-            .await
-            .unwrap();
-        assert_eq!(
-            b.submit_result(&page("p1"), "late", ok()).await,
-            rej(Rejection::Late)
-        );
-    }
-
-    #[tokio::test]
-    async fn confirm_ids_are_single_use_and_bound_to_their_page() {
-        let (_, b) = setup();
-        let _rx = b
-            .send_call(binding("a", now_ms() + 60_000), frame("a"))
-            .await
-            .unwrap();
-        let needs = ToolResult::NeedsConfirmation {
-            confirm_id: "k1".into(),
-            summary: "s".into(),
-            changes: None,
-        };
-        b.submit_result(&page("p1"), "a", needs).await.unwrap();
-        let rej = |e| Err(SubmitError::Rejected(e));
-        assert_eq!(
-            b.submit_confirmed(&page("p1"), "k2").await,
-            rej(Rejection::UnknownConfirm)
-        );
-        assert_eq!(
-            b.submit_confirmed(&page("p2"), "k1").await,
-            rej(Rejection::Mismatch)
-        );
-        let bound = b.submit_confirmed(&page("p1"), "k1").await.unwrap();
-        assert_eq!(
-            (bound.call_id.as_str(), bound.tool.as_str()),
-            ("a", "todo.add")
-        );
-        assert_eq!(
-            b.submit_confirmed(&page("p1"), "k1").await,
-            rej(Rejection::Duplicate)
-        );
-    }
-
-    #[tokio::test]
-    async fn confirmations_of_a_gone_page_expire_once_and_a_late_confirmed_is_rejected() {
-        let (_, b) = setup();
-        let conv = ConvKey::new("t", "u", "c");
-        let limits = AdmitLimits {
-            max_connections: 10,
-            max_pages_per_conversation: 10,
-        };
-        b.admit_page(&conv, &limits).await.unwrap();
-        b.page_identified(&conv, "p1").await.unwrap();
-        let _rx = b
-            .send_call(binding("a", now_ms() + 60_000), frame("a"))
-            .await
-            .unwrap();
-        let needs = ToolResult::NeedsConfirmation {
-            confirm_id: "k1".into(),
-            summary: "s".into(),
-            changes: None,
-        };
-        b.submit_result(&page("p1"), "a", needs).await.unwrap();
-        // Still connected: nothing expires.
-        assert!(
-            b.expire_abandoned_confirmations(Duration::ZERO)
-                .await
-                .unwrap()
-                .is_empty()
-        );
-        b.release_page(&conv, Some("p1")).await.unwrap();
-        let expired = b
-            .expire_abandoned_confirmations(Duration::ZERO)
-            .await
-            .unwrap();
-        assert_eq!(
-            expired
-                .iter()
-                .map(|e| e.confirm_id.as_str())
-                .collect::<Vec<_>>(),
-            ["k1"]
-        );
-        assert!(
-            b.expire_abandoned_confirmations(Duration::ZERO)
-                .await
-                .unwrap()
-                .is_empty(),
-            "once"
-        );
-        assert_eq!(
-            b.submit_confirmed(&page("p1"), "k1").await,
-            Err(SubmitError::Rejected(Rejection::Duplicate))
-        );
-    }
-
-    #[tokio::test]
     async fn sweep_times_out_orphans_and_forgets_finished_calls() {
         let frames = Arc::new(Frames::default());
         let retention = Retention {
@@ -964,41 +850,6 @@ mod tests {
         b.page_identified(&conv, "p1").await.unwrap();
         assert!(b.release_page(&conv, Some("p1")).await.unwrap().page_gone);
         b.admit_page(&other, &limits).await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn calls_go_to_the_latest_connected_page_when_the_current_one_left() {
-        let (_, b) = setup();
-        let conv = ConvKey::new("t", "u", "c");
-        let limits = AdmitLimits {
-            max_connections: 10,
-            max_pages_per_conversation: 10,
-        };
-        let manifest = |id: &str| Manifest {
-            client_id: id.into(),
-            rev: 1,
-            tools: vec![],
-        };
-        for id in ["a", "b"] {
-            b.admit_page(&conv, &limits).await.unwrap();
-            b.page_identified(&conv, id).await.unwrap();
-            b.put_manifest(&conv, &manifest(id)).await.unwrap();
-        }
-        assert_eq!(
-            b.conversation(&conv).await.unwrap().client_id.as_deref(),
-            Some("b")
-        );
-        b.release_page(&conv, Some("b")).await.unwrap();
-        assert_eq!(
-            b.conversation(&conv).await.unwrap().client_id.as_deref(),
-            Some("a")
-        );
-        // A silent socket (b reconnecting) keeps b current.
-        b.admit_page(&conv, &limits).await.unwrap();
-        assert_eq!(
-            b.conversation(&conv).await.unwrap().client_id.as_deref(),
-            Some("b")
-        );
     }
 
     #[tokio::test]

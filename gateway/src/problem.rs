@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use toolmark_broker::{BrokerError, RateLimited};
+use toolmark_broker::{BrokerError, RateLimited, TakeError};
 
 /// An API error, answered as `application/problem+json`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +128,15 @@ impl From<BrokerError> for Problem {
     fn from(e: BrokerError) -> Self {
         match e {
             BrokerError::Unavailable { retry_after } => Problem::unavailable(retry_after),
+        }
+    }
+}
+
+impl From<TakeError> for Problem {
+    fn from(e: TakeError) -> Self {
+        match e {
+            TakeError::Limited(r) => Problem::rate_limited(r),
+            TakeError::Broker(b) => b.into(),
         }
     }
 }

@@ -43,17 +43,29 @@ impl Keys {
         format!("{}{}:call:{id}", self.p, conv_tag(c))
     }
 
+    /// Marks a page-minted confirmId as used by some conversation (to tell `mismatch` from
+    /// `unknown_confirm`).
+    pub fn confirm_index(&self, confirm_id: &str) -> String {
+        format!("{}confirmidx:{confirm_id}", self.p)
+    }
+
+    /// Bytes of the tenant's retained event bodies (beside its stream, same tag).
+    pub fn event_bytes(&self, tenant: &str) -> String {
+        format!("{}{}:events:bytes", self.p, tenant_tag(tenant))
+    }
+
     /// The hash of one confirmId binding.
     pub fn confirm(&self, c: &ConvKey, confirm_id: &str) -> String {
         format!("{}{}:confirm:{confirm_id}", self.p, conv_tag(c))
     }
 
-    /// Prefix of the manifest keys of a conversation (`…:manifest:<clientId>`).
+    /// Prefix of the manifest hashes of a conversation (`…:manifest:<clientId>`: `m` the
+    /// manifest, `s` its order, `r` its revision).
     pub fn manifest_prefix(&self, c: &ConvKey) -> String {
         format!("{}{}:manifest:", self.p, conv_tag(c))
     }
 
-    /// The conversation hash: `current` clientId, `seq|<clientId>` and `rev|<clientId>`.
+    /// The conversation hash: `current` clientId, the manifest counter `seq`, `drained`.
     pub fn conv(&self, c: &ConvKey) -> String {
         format!("{}{}:conv", self.p, conv_tag(c))
     }

@@ -31,11 +31,12 @@ use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 use toolmark_proto::{AgentMessage, Manifest, ToolManifestSummary, ToolResult};
 
+use crate::model::{self, Retention};
 use crate::{
     AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallState,
     ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
     OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, RateLimited, Rejection, SubmitError,
-    event_id_after, now_ms,
+    TakeError, event_id_after, now_ms,
 };
 use scripts::Scripts;
 
@@ -44,15 +45,10 @@ use scripts::Scripts;
 pub struct RedisOptions {
     /// Longest wait for one Redis command; past it the agent API answers 503.
     pub command_timeout: Duration,
-    /// A finished call stays readable this long.
-    pub finished_call_ttl: Duration,
-    /// A confirmId binding lives this long.
-    pub confirm_ttl: Duration,
-    /// Manifests and conversation state live this long after their last write.
-    pub conversation_ttl: Duration,
-    /// Events kept per tenant stream (approximate, `MAXLEN ~`).
-    pub events_per_tenant: u64,
-    /// How often a node announces itself; a node silent for 5 intervals counts as dead.
+    /// How long everything lives (the same values as the memory broker's).
+    pub retention: Retention,
+    /// How often a node announces itself and probes its own pub/sub path; a node silent for
+    /// [`model::DEAD_AFTER_HEARTBEATS`] intervals counts as dead.
     pub heartbeat: Duration,
     /// Prefix of every key and channel.
     pub prefix: String,
@@ -62,10 +58,7 @@ impl Default for RedisOptions {
     fn default() -> Self {
         RedisOptions {
             command_timeout: Duration::from_secs(2),
-            finished_call_ttl: Duration::from_secs(300),
-            confirm_ttl: Duration::from_secs(900),
-            conversation_ttl: Duration::from_secs(600),
-            events_per_tenant: 10_000,
+            retention: Retention::default(),
             heartbeat: Duration::from_secs(2),
             prefix: "tm".into(),
         }
@@ -121,6 +114,19 @@ pub struct RedisBroker {
     live: RwLock<Arc<HashSet<String>>>,
     feeds: Mutex<HashMap<String, broadcast::Sender<Event>>>,
     manifest_seq: std::sync::atomic::AtomicU64,
+    /// When the live-node set was last read from Redis.
+    live_at: Mutex<std::time::Instant>,
+    /// Subscription changes of conversation channels, one at a time, so that a socket's
+    /// release cannot unsubscribe after a new socket of the same conversation subscribed.
+    subs: tokio::sync::Mutex<()>,
+    /// When this node last got its own probe back through pub/sub (delivery-verified
+    /// readiness), and when it started.
+    probe_seen: Mutex<std::time::Instant>,
+    /// When the held conversations' keys were last refreshed.
+    refreshed_at: Mutex<std::time::Instant>,
+    /// A connection of its own for blocking reads (the webhook consumer's `XREADGROUP BLOCK`),
+    /// so that they never hold up the commands multiplexed on `client`.
+    blocking: tokio::sync::OnceCell<Client>,
 }
 
 impl std::fmt::Debug for RedisBroker {
@@ -239,6 +245,11 @@ impl RedisBroker {
             tenant_sockets: Mutex::default(),
             feeds: Mutex::default(),
             manifest_seq: std::sync::atomic::AtomicU64::new(1),
+            live_at: Mutex::new(std::time::Instant::now()),
+            subs: tokio::sync::Mutex::new(()),
+            probe_seen: Mutex::new(std::time::Instant::now()),
+            refreshed_at: Mutex::new(std::time::Instant::now()),
+            blocking: tokio::sync::OnceCell::new(),
         });
         broker.clear_own_fields().await;
         let _resubscriber = broker.subscriber.manage_subscriptions();
@@ -323,8 +334,33 @@ impl RedisBroker {
                 (score, self.node.as_str()),
             )
             .await;
-        let dead_before =
-            now.saturating_sub(5 * u64::try_from(self.opts.heartbeat.as_millis()).unwrap_or(2000));
+        self.refresh_live().await;
+        #[allow(clippy::cast_precision_loss)]
+        let forget = now.saturating_sub(3_600_000) as f64;
+        let _: Result<i64, _> = self
+            .client
+            .zremrangebyscore(&self.keys.nodes(), "-inf", forget)
+            .await;
+        // A probe through this node's own channel: readiness holds only while it comes back.
+        let _: Result<i64, _> = self
+            .client
+            .publish(self.keys.node_channel(&self.node), "p")
+            .await;
+        // Waiters whose request went away (their outcome message never came) are forgotten.
+        lock(&self.waiters).retain(|_, tx| !tx.is_closed());
+        let refresh_every = self.opts.retention.conversations / 3;
+        let due = lock(&self.refreshed_at).elapsed() >= refresh_every;
+        if due {
+            *lock(&self.refreshed_at) = std::time::Instant::now();
+            self.refresh_held().await;
+        }
+    }
+
+    /// Reads the set of live nodes (heartbeat within [`model::DEAD_AFTER_HEARTBEATS`]
+    /// intervals).
+    async fn refresh_live(&self) {
+        let hb = u64::try_from(self.opts.heartbeat.as_millis()).unwrap_or(2000);
+        let dead_before = now_ms().saturating_sub(u64::from(model::DEAD_AFTER_HEARTBEATS) * hb);
         #[allow(clippy::cast_precision_loss)]
         let min = dead_before as f64;
         if let Ok(nodes) = self
@@ -335,17 +371,56 @@ impl RedisBroker {
             let mut set: HashSet<String> = nodes.into_iter().collect();
             set.insert(self.node.clone());
             *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(set);
+            *lock(&self.live_at) = std::time::Instant::now();
         }
-        #[allow(clippy::cast_precision_loss)]
-        let forget = now.saturating_sub(3_600_000) as f64;
+    }
+
+    /// Heartbeat-scoped expiry: what the pages this node holds need (conversation, presence,
+    /// manifests) gets its TTL again, however quiet the pages are. A node that dies stops
+    /// refreshing, and its pages' state ends one TTL later.
+    async fn refresh_held(&self) {
+        let ttl = model::millis(self.opts.retention.conversations).to_string();
+        let held: Vec<(ConvKey, Vec<String>)> = lock(&self.held)
+            .iter()
+            .map(|(k, h)| {
+                let mut clients: HashSet<String> = h.clients.keys().cloned().collect();
+                clients.extend(h.manifests.keys().cloned());
+                (k.clone(), clients.into_iter().collect())
+            })
+            .collect();
+        let tenants: Vec<String> = lock(&self.tenant_sockets).keys().cloned().collect();
+        for chunk in held.chunks(256) {
+            let calls = chunk.iter().map(|(conv, clients)| {
+                let mut args = vec![ttl.clone(), self.keys.manifest_prefix(conv)];
+                args.extend(clients.iter().cloned());
+                self.script(
+                    &self.scripts.refresh,
+                    vec![self.keys.conv(conv), self.keys.sockets(conv)],
+                    args,
+                )
+            });
+            for r in futures_util::future::join_all(calls).await {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "refresh of a held conversation failed");
+                }
+            }
+        }
+        let day = millis(Duration::from_secs(86_400).max(self.opts.retention.conversations));
+        for t in tenants {
+            let _: Result<i64, _> = self
+                .client
+                .pexpire(self.keys.tenant_sockets(&t), day, None)
+                .await;
+        }
         let _: Result<i64, _> = self
             .client
-            .zremrangebyscore(&self.keys.nodes(), "-inf", forget)
+            .pexpire(self.keys.node_keys(&self.node), day, None)
             .await;
     }
 
     async fn run_heartbeat(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(self.opts.heartbeat);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => {
@@ -378,7 +453,7 @@ impl RedisBroker {
     }
 
     async fn republish(&self) {
-        let ttl = millis(self.opts.conversation_ttl).to_string();
+        let ttl = model::millis(self.opts.retention.conversations).to_string();
         let snapshot: Vec<HeldSnapshot> = lock(&self.held)
             .iter()
             .map(|(k, h)| {
@@ -409,7 +484,7 @@ impl RedisBroker {
             let _: Result<i64, _> = self.client.hset(&socks, fields).await;
             let _: Result<i64, _> = self
                 .client
-                .pexpire(&socks, millis(self.opts.conversation_ttl), None)
+                .pexpire(&socks, millis(self.opts.retention.conversations), None)
                 .await;
             let _: Result<i64, _> = self
                 .client
@@ -431,9 +506,21 @@ impl RedisBroker {
                 .await;
             let _: Result<i64, _> = self
                 .client
+                .pexpire(&key, millis(Duration::from_secs(86_400)), None)
+                .await;
+            let _: Result<i64, _> = self
+                .client
                 .sadd(self.keys.node_keys(&self.node), key.as_str())
                 .await;
         }
+        let _: Result<i64, _> = self
+            .client
+            .pexpire(
+                self.keys.node_keys(&self.node),
+                millis(Duration::from_secs(86_400)),
+                None,
+            )
+            .await;
     }
 
     async fn run_messages(self: Arc<Self>, shutdown: CancellationToken) {
@@ -474,6 +561,10 @@ impl RedisBroker {
     }
 
     fn on_outcome(&self, payload: &str) {
+        if payload == "p" {
+            *lock(&self.probe_seen) = std::time::Instant::now();
+            return;
+        }
         let mut parts = payload.splitn(3, '\n');
         let (Some("r"), Some(id), Some(outcome)) = (parts.next(), parts.next(), parts.next())
         else {
@@ -516,10 +607,10 @@ impl RedisBroker {
             vec![manifest_key, self.keys.conv(conv)],
             vec![
                 json,
-                m.client_id.clone(),
                 m.rev.to_string(),
                 ttl.to_owned(),
                 if keep_current { "1" } else { "0" }.into(),
+                m.client_id.clone(),
             ],
         )
         .await
@@ -527,6 +618,7 @@ impl RedisBroker {
     }
 
     async fn subscribe_conv(&self, conv: &ConvKey) -> Result<(), BrokerError> {
+        let _one_at_a_time = self.subs.lock().await;
         self.subscriber
             .ssubscribe(self.keys.conv_channel(conv))
             .await
@@ -534,6 +626,11 @@ impl RedisBroker {
     }
 
     async fn unsubscribe_conv(&self, conv: &ConvKey) {
+        let _one_at_a_time = self.subs.lock().await;
+        // A socket of the conversation joined since the last one left: stay subscribed.
+        if lock(&self.held).contains_key(conv) {
+            return;
+        }
         if let Err(e) = self
             .subscriber
             .sunsubscribe(self.keys.conv_channel(conv))
@@ -557,6 +654,19 @@ impl RedisBroker {
     }
 
     /// A call's conversation, only when it belongs to `tenant`.
+    async fn conv_read(&self, conv: &ConvKey) -> Result<Vec<String>, BrokerError> {
+        let mut args = vec![self.keys.manifest_prefix(conv)];
+        args.extend(self.live_nodes().iter().cloned());
+        Ok(strings(
+            self.script(
+                &self.scripts.conv_read,
+                vec![self.keys.conv(conv), self.keys.sockets(conv)],
+                args,
+            )
+            .await?,
+        ))
+    }
+
     async fn conv_of(&self, tenant: &str, id: &str) -> Result<Option<ConvKey>, BrokerError> {
         Ok(self.indexed(id).await?.filter(|c| c.tenant == tenant))
     }
@@ -610,15 +720,21 @@ impl RedisBroker {
         Ok(taken.is_some())
     }
 
+    /// Gives back a lease this node took, so the next sweep (on any node) need not wait for it.
+    async fn release_lease(&self, key: String) {
+        let _ = self
+            .script(&self.scripts.release, vec![key], vec![self.node.clone()])
+            .await;
+    }
+
     /// Times out pending calls whose deadline passed with nobody left to do it (their node
     /// died, or they were async). Leased: one node sweeps at a time. Returns what it timed out.
     pub async fn sweep(&self) -> Result<Vec<CallRecord>, BrokerError> {
         if !self.lease(self.keys.sweep_lease()).await? {
             return Ok(Vec::new());
         }
-        // One second of grace: the waiting node's own timer normally gets there first.
         #[allow(clippy::cast_precision_loss)]
-        let max = now_ms().saturating_sub(1000) as f64;
+        let max = now_ms().saturating_sub(model::millis(model::SWEEP_GRACE)) as f64;
         let due: Vec<String> = self
             .client
             .zrangebyscore(&self.keys.deadlines(), "-inf", max, false, Some((0, 500)))
@@ -638,30 +754,21 @@ impl RedisBroker {
                 .zrem(&self.keys.deadlines(), member.as_str())
                 .await;
         }
+        self.release_lease(self.keys.sweep_lease()).await;
         Ok(swept)
     }
 
-    /// A confirmId binding from its stored part (`{confirm_id, call_id}`) and its call.
-    async fn confirm_binding(
-        &self,
-        conv: &ConvKey,
-        client_id: &str,
-        confirm_id: &str,
-        stored: &str,
-    ) -> Result<ConfirmBinding, BrokerError> {
-        let partial: Json = serde_json::from_str(stored).unwrap_or_default();
-        let call_id = partial["call_id"].as_str().unwrap_or_default().to_owned();
-        let call = self.call(&conv.tenant, &call_id).await?;
-        let (tool, untrusted) = call.map_or((String::new(), false), |c| {
-            (c.binding.tool, c.binding.untrusted)
-        });
-        Ok(ConfirmBinding {
+    /// A confirmId binding from the binding of the call that carried it (kept with the
+    /// confirmation, so the tool is known however late the confirmation comes).
+    fn confirm_binding(confirm_id: &str, call_binding: &str) -> Option<ConfirmBinding> {
+        let call: CallBinding = serde_json::from_str(call_binding).ok()?;
+        Some(ConfirmBinding {
             confirm_id: confirm_id.to_owned(),
-            call_id,
-            tool,
-            conv: conv.clone(),
-            client_id: client_id.to_owned(),
-            untrusted,
+            call_id: call.id,
+            tool: call.tool,
+            conv: call.conv,
+            client_id: call.client_id,
+            untrusted: call.untrusted,
         })
     }
 
@@ -710,7 +817,6 @@ impl RedisBroker {
                     vec![
                         self.keys.confirm(&conv, confirm_id),
                         self.keys.sockets(&conv),
-                        self.keys.conv(&conv),
                     ],
                     args,
                 )
@@ -718,22 +824,26 @@ impl RedisBroker {
             );
             match reply.first().map(String::as_str) {
                 Some("keep") => {
-                    self.watch_confirm(&member, now + 5_000).await;
+                    // Look again when it could expire at the earliest (a page counted absent),
+                    // or in 2 s (a page that may be present).
+                    let grace_ms = model::millis(grace);
+                    let next = match reply.get(1).and_then(|a| a.parse::<u64>().ok()) {
+                        Some(since) => (since + grace_ms).clamp(now + 250, now + 2_000),
+                        None => now + 2_000,
+                    };
+                    self.watch_confirm(&member, next).await;
                 }
                 Some("expired") => {
                     let _: Result<i64, _> = self
                         .client
                         .zrem(self.keys.pending_confirms(), member.as_str())
                         .await;
-                    expired.push(
-                        self.confirm_binding(
-                            &conv,
-                            client,
-                            confirm_id,
-                            reply.get(1).map_or("", String::as_str),
-                        )
-                        .await?,
-                    );
+                    if let Some(b) = reply
+                        .get(1)
+                        .and_then(|b| Self::confirm_binding(confirm_id, b))
+                    {
+                        expired.push(b);
+                    }
                 }
                 _ => {
                     let _: Result<i64, _> = self
@@ -743,6 +853,7 @@ impl RedisBroker {
                 }
             }
         }
+        self.release_lease(self.keys.confirm_lease()).await;
         Ok(expired)
     }
 
@@ -753,6 +864,17 @@ impl RedisBroker {
         }
         f
     }
+}
+
+/// A manifest as stored (what `put_manifest` wrote).
+fn parse_manifest(stored: &str) -> Option<Manifest> {
+    let v: Json = serde_json::from_str(stored).ok()?;
+    let tools: Vec<ToolManifestSummary> = serde_json::from_value(v.get("tools")?.clone()).ok()?;
+    Some(Manifest {
+        client_id: v.get("clientId")?.as_str()?.to_owned(),
+        rev: v.get("rev")?.as_u64()?,
+        tools,
+    })
 }
 
 fn parse_event(id: &str, body: &str) -> Option<Event> {
@@ -780,7 +902,17 @@ impl Broker for RedisBroker {
         self.client
             .ping::<()>(None)
             .await
-            .map_err(|e| unavailable(&e))
+            .map_err(|e| unavailable(&e))?;
+        // Delivery-verified: the probe this node publishes every heartbeat must come back
+        // through its subscriber; a subscriber connection that died silently fails readiness
+        // and is re-subscribed.
+        let silent = lock(&self.probe_seen).elapsed();
+        if silent > self.opts.heartbeat * 3 + Duration::from_secs(1) {
+            tracing::warn!(node = %self.node, silent_ms = silent.as_millis(), "own pub/sub probes are not coming back: re-subscribing");
+            let _ = self.subscriber.resubscribe_all().await;
+            return Err(BrokerError::Unavailable { retry_after: RETRY });
+        }
+        Ok(())
     }
 
     async fn send_call(
@@ -793,7 +925,7 @@ impl Broker for RedisBroker {
         lock(&self.waiters).insert(id.clone(), tx);
         let conv = binding.conv.clone();
         let ttl_ms = binding.deadline_ms.saturating_sub(now_ms())
-            + u64::try_from(self.opts.finished_call_ttl.as_millis()).unwrap_or(300_000);
+            + model::millis(self.opts.retention.finished_calls);
         let message = format!("{}\n{}", binding.client_id, frame.to_json());
         let bind = self.script(
             &self.scripts.bind,
@@ -852,11 +984,7 @@ impl Broker for RedisBroker {
             || self.keys.call(&from.conv, id),
             |c| self.keys.confirm(&from.conv, c),
         );
-        let confirm = match result.confirm_id() {
-            // The binding is completed from the call's binding by the gateway-independent fields.
-            Some(c) => serde_json::json!({"confirm_id": c, "call_id": id}).to_string(),
-            None => String::new(),
-        };
+        let confirm = result.confirm_id().unwrap_or_default().to_owned();
         let reply = self
             .script(
                 &self.scripts.result,
@@ -869,7 +997,7 @@ impl Broker for RedisBroker {
                     from.client_id.clone(),
                     outcome,
                     confirm,
-                    millis(self.opts.confirm_ttl).to_string(),
+                    millis(self.opts.retention.confirmations).to_string(),
                     id.to_owned(),
                     self.keys.node_channel_prefix(),
                 ],
@@ -879,6 +1007,18 @@ impl Broker for RedisBroker {
         match reply.first().map(String::as_str) {
             Some("ok") => {
                 if let Some(c) = result.confirm_id() {
+                    // Which conversation first used this page-minted id: only to tell a
+                    // `confirmed` from another conversation (mismatch) from an unknown one.
+                    let _: Result<Option<String>, _> = self
+                        .client
+                        .set(
+                            self.keys.confirm_index(c),
+                            "1",
+                            Some(Expiration::PX(millis(self.opts.retention.confirmations))),
+                            Some(fred::types::SetOptions::NX),
+                            false,
+                        )
+                        .await;
                     let member = format!(
                         "{}\n{}\n{}\n{c}\n{}",
                         from.conv.tenant, from.conv.user, from.conv.conversation, from.client_id
@@ -984,24 +1124,22 @@ impl Broker for RedisBroker {
             .await?,
         );
         match reply.first().map(String::as_str) {
-            Some("ok") => {
-                let partial: Json = reply
-                    .get(1)
-                    .and_then(|b| serde_json::from_str(b).ok())
-                    .unwrap_or_default();
-                let call_id = partial["call_id"].as_str().unwrap_or_default().to_owned();
-                let call = self.call(&from.conv.tenant, &call_id).await?;
-                let (tool, untrusted) = call.map_or((String::new(), false), |c| {
-                    (c.binding.tool, c.binding.untrusted)
-                });
-                Ok(ConfirmBinding {
-                    confirm_id: confirm_id.to_owned(),
-                    call_id,
-                    tool,
-                    conv: from.conv.clone(),
-                    client_id: from.client_id.clone(),
-                    untrusted,
-                })
+            Some("ok") => reply
+                .get(1)
+                .and_then(|b| Self::confirm_binding(confirm_id, b))
+                .ok_or(SubmitError::Rejected(Rejection::UnknownConfirm)),
+            Some("unknown_confirm") => {
+                let elsewhere: bool = self
+                    .client
+                    .exists::<i64, _>(self.keys.confirm_index(confirm_id))
+                    .await
+                    .map_err(|e| unavailable(&e))?
+                    > 0;
+                Err(SubmitError::Rejected(if elsewhere {
+                    Rejection::Mismatch
+                } else {
+                    Rejection::UnknownConfirm
+                }))
             }
             Some(code) => Err(SubmitError::Rejected(
                 rejection(code).unwrap_or(Rejection::UnknownConfirm),
@@ -1013,7 +1151,7 @@ impl Broker for RedisBroker {
     }
 
     async fn admit_page(&self, conv: &ConvKey, limits: &AdmitLimits) -> Result<(), AdmitError> {
-        let ttl = millis(self.opts.conversation_ttl.max(Duration::from_secs(86_400))).to_string();
+        let ttl = millis(self.opts.retention.conversations).to_string();
         let socks = self.keys.sockets(conv);
         let tenant_key = self.keys.tenant_sockets(&conv.tenant);
         let (c, t) = tokio::join!(
@@ -1070,13 +1208,15 @@ impl Broker for RedisBroker {
         *lock(&self.tenant_sockets)
             .entry(conv.tenant.clone())
             .or_default() += 1;
-        let _: Result<i64, _> = self.client.hdel(self.keys.conv(conv), "drained").await;
+        // `drained` stays: a reader that does not count this node yet still sees the grace.
+        let node_keys = self.keys.node_keys(&self.node);
         let _: Result<i64, _> = self
             .client
-            .sadd(
-                self.keys.node_keys(&self.node),
-                vec![socks.as_str(), tenant_key.as_str()],
-            )
+            .sadd(&node_keys, vec![socks.as_str(), tenant_key.as_str()])
+            .await;
+        let _: Result<i64, _> = self
+            .client
+            .pexpire(&node_keys, millis(Duration::from_secs(86_400)), None)
             .await;
         if first && let Err(e) = self.subscribe_conv(conv).await {
             let _ = self.release_page(conv, None).await;
@@ -1086,14 +1226,15 @@ impl Broker for RedisBroker {
     }
 
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
-        if let Some(h) = lock(&self.held).get_mut(conv) {
-            *h.clients.entry(client_id.to_owned()).or_default() += 1;
-        }
-        let _: Result<i64, _> = self
+        let known = {
+            let mut held = lock(&self.held);
+            held.get_mut(conv).is_some_and(|h| {
+                *h.clients.entry(client_id.to_owned()).or_default() += 1;
+                h.manifests.contains_key(client_id)
+            })
+        };
+        let counted = self
             .client
-            .hdel(self.keys.conv(conv), format!("gone|{client_id}"))
-            .await;
-        self.client
             .hincrby::<i64, _, _>(
                 self.keys.sockets(conv),
                 format!("{}|{client_id}", self.node),
@@ -1101,7 +1242,28 @@ impl Broker for RedisBroker {
             )
             .await
             .map(|_| ())
-            .map_err(|e| unavailable(&e))
+            .map_err(|e| unavailable(&e));
+        // A page that moved here does not send its manifest again: keep a copy of the stored
+        // one, so that this node can write it again after Redis lost its data.
+        if !known {
+            let stored: Option<String> = self
+                .client
+                .hget(
+                    format!("{}{client_id}", self.keys.manifest_prefix(conv)),
+                    "m",
+                )
+                .await
+                .unwrap_or(None);
+            if let Some(m) = stored.as_deref().and_then(parse_manifest) {
+                let seq = self
+                    .manifest_seq
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Some(h) = lock(&self.held).get_mut(conv) {
+                    h.manifests.entry(client_id.to_owned()).or_insert((seq, m));
+                }
+            }
+        }
+        counted
     }
 
     async fn release_page(
@@ -1157,15 +1319,6 @@ impl Broker for RedisBroker {
                         .is_some_and(|(node, c)| c == client && live.contains(node))
             })
         });
-        if page_gone && let Some(client) = client_id {
-            let _: Result<i64, _> = self
-                .client
-                .hset(
-                    self.keys.conv(conv),
-                    (format!("gone|{client}"), now_ms().to_string()),
-                )
-                .await;
-        }
         Ok(PageLeft { page_gone })
     }
 
@@ -1177,34 +1330,31 @@ impl Broker for RedisBroker {
             h.manifests
                 .insert(manifest.client_id.clone(), (seq, manifest.clone()));
         }
-        let ttl = millis(self.opts.conversation_ttl).to_string();
+        let ttl = model::millis(self.opts.retention.conversations).to_string();
         self.put_manifest_script(conv, manifest, &ttl, false).await
     }
 
     async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError> {
-        let mut args = vec![self.keys.manifest_prefix(conv)];
-        args.extend(self.live_nodes().iter().cloned());
-        let reply = strings(
-            self.script(
-                &self.scripts.conv_read,
-                vec![self.keys.conv(conv), self.keys.sockets(conv)],
-                args,
-            )
-            .await?,
-        );
-        let [effective, manifest, sockets, drained_at, rest @ ..] = &reply[..] else {
+        let mut reply = self.conv_read(conv).await?;
+        // Sockets on a node this node does not count as live yet (it just started): read the
+        // live set again and ask once more, rather than report its pages missing.
+        let unknown = reply.get(4).is_some_and(|u| !u.is_empty());
+        if unknown && lock(&self.live_at).elapsed() > Duration::from_millis(250) {
+            self.refresh_live().await;
+            reply = self.conv_read(conv).await?;
+        }
+        let [
+            effective,
+            manifest,
+            sockets,
+            drained_at,
+            _unknown,
+            rest @ ..,
+        ] = &reply[..]
+        else {
             return Ok(ConversationState::default());
         };
-        let manifest: Option<Manifest> =
-            serde_json::from_str::<Json>(manifest).ok().and_then(|v| {
-                let tools: Vec<ToolManifestSummary> =
-                    serde_json::from_value(v.get("tools")?.clone()).ok()?;
-                Some(Manifest {
-                    client_id: v.get("clientId")?.as_str()?.to_owned(),
-                    rev: v.get("rev")?.as_u64()?,
-                    tools,
-                })
-            });
+        let manifest = parse_manifest(manifest);
         let mut pages: Vec<PageInfo> = rest
             .chunks(3)
             .filter(|c| c.len() == 3)
@@ -1230,11 +1380,16 @@ impl Broker for RedisBroker {
     }
 
     async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError> {
-        self.client
-            .hset::<i64, _, _>(self.keys.conv(conv), ("drained", now_ms().to_string()))
-            .await
-            .map(|_| ())
-            .map_err(|e| unavailable(&e))
+        self.script(
+            &self.scripts.drained,
+            vec![self.keys.conv(conv)],
+            vec![
+                now_ms().to_string(),
+                model::millis(self.opts.retention.conversations).to_string(),
+            ],
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn pending_frames(&self, conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError> {
@@ -1251,29 +1406,26 @@ impl Broker for RedisBroker {
             .collect())
     }
 
-    async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), RateLimited> {
+    async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), TakeError> {
         let interval_us = 1_000_000 / u64::from(per_second.max(1));
-        let burst = u64::from(per_second.max(1)) * 2;
-        match self
+        let wait_us = self
             .script(
                 &self.scripts.gcra,
                 vec![self.keys.rate(tenant)],
-                vec![interval_us.max(1).to_string(), burst.to_string()],
+                vec![
+                    interval_us.max(1).to_string(),
+                    model::burst(per_second).to_string(),
+                ],
             )
-            .await
-        {
-            Ok(v) => {
-                let wait_us = v.as_u64().unwrap_or(0);
-                if wait_us == 0 {
-                    Ok(())
-                } else {
-                    Err(RateLimited {
-                        retry_after: Duration::from_micros(wait_us),
-                    })
-                }
-            }
-            // An unreachable broker fails the call right after, with 503; do not also say 429.
-            Err(_) => Ok(()),
+            .await?
+            .as_u64()
+            .unwrap_or(0);
+        if wait_us == 0 {
+            Ok(())
+        } else {
+            Err(TakeError::Limited(RateLimited {
+                retry_after: Duration::from_micros(wait_us),
+            }))
         }
     }
 
@@ -1286,19 +1438,26 @@ impl Broker for RedisBroker {
     ) -> Result<Event, BrokerError> {
         let timestamp = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
         let body = serde_json::json!({"type": kind, "timestamp": timestamp, "user": conv.user, "conversation": conv.conversation, "data": data});
-        let id = self
-            .script(
+        let reply = strings(
+            self.script(
                 &self.scripts.emit,
-                vec![self.keys.events(tenant)],
+                vec![self.keys.events(tenant), self.keys.event_bytes(tenant)],
                 vec![
-                    self.opts.events_per_tenant.to_string(),
+                    self.opts.retention.events_per_tenant.to_string(),
+                    self.opts.retention.event_bytes_per_tenant.to_string(),
                     body.to_string(),
                     self.keys.events_channel(tenant),
                 ],
             )
-            .await?
-            .as_string()
-            .unwrap_or_default();
+            .await?,
+        );
+        let id = reply.first().cloned().unwrap_or_default();
+        if reply.get(1).is_some_and(|h| h != "0") {
+            tracing::warn!(
+                tenant,
+                "event retention reached, but the oldest events are not delivered to webhooks yet: they stay until delivered or dead-lettered"
+            );
+        }
         Ok(Event {
             id,
             kind,
@@ -1337,7 +1496,7 @@ impl Broker for RedisBroker {
                         self.keys.events(tenant),
                         start,
                         "+",
-                        Some(self.opts.events_per_tenant),
+                        Some(self.opts.retention.events_per_tenant),
                     )
                     .await
                     .map_err(|e| unavailable(&e))?;

@@ -6,7 +6,9 @@
 
 use std::collections::HashMap;
 
-use fred::interfaces::{KeysInterface, ListInterface, SortedSetsInterface, StreamsInterface};
+use fred::interfaces::{
+    ClientLike, KeysInterface, ListInterface, SortedSetsInterface, StreamsInterface,
+};
 use fred::types::Value;
 use fred::types::scripts::Script;
 use fred::types::streams::XReadResponse;
@@ -152,9 +154,10 @@ impl RedisBroker {
             .filter_map(|(id, f)| pending_from(&id, f.get("e")))
             .collect();
         if out.is_empty() {
-            let read: XReadResponse<String, String, String, String> = self
-                .client
-                .xreadgroup_map(
+            let raw: Value = self
+                .blocking_client()
+                .await?
+                .xreadgroup(
                     GROUP,
                     consumer,
                     Some(count),
@@ -165,6 +168,12 @@ impl RedisBroker {
                 )
                 .await
                 .map_err(|e| unavailable(&e))?;
+            // A read that blocked without new entries answers nil, which is no map: nothing new.
+            let read: XReadResponse<String, String, String, String> = if raw.is_null() {
+                HashMap::new()
+            } else {
+                raw.into_xread_response().map_err(|e| unavailable(&e))?
+            };
             for (_, items) in read {
                 for (id, fields) in items {
                     if let Some(p) = pending_from(&id, fields.get("e")) {
@@ -382,6 +391,17 @@ impl RedisBroker {
             .await
             .map_err(|e| unavailable(&e))?;
         Ok(due)
+    }
+
+    /// The connection for blocking reads, opened on first use.
+    async fn blocking_client(&self) -> Result<&fred::prelude::Client, BrokerError> {
+        self.blocking
+            .get_or_try_init(|| async {
+                let c = self.client.clone_new();
+                c.init().await.map_err(|e| unavailable(&e))?;
+                Ok(c)
+            })
+            .await
     }
 
     async fn script_of(

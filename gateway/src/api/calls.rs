@@ -254,20 +254,17 @@ async fn start(
     }
     app.broker
         .take_call(&tenant.id, limits.calls_per_second)
-        .await
-        .map_err(Problem::rate_limited)?;
+        .await?;
     let state = app.broker.conversation(&conv).await?;
+    // With no socket because a draining node closed the pages (they are reconnecting
+    // elsewhere), the call is accepted for a short while and handed to the page when it is back.
+    let accepted = toolmark_broker::model::accepts_calls(
+        state.client_id.as_deref(),
+        state.sockets,
+        state.reconnecting_for_ms.map(Duration::from_millis),
+    );
     let client_id = match state.client_id {
-        // No socket because a draining node closed the pages: they are reconnecting elsewhere;
-        // for a short while the call is accepted and handed to the page when it is back.
-        Some(c)
-            if state.sockets > 0
-                || state
-                    .reconnecting_for_ms
-                    .is_some_and(|ms| ms < toolmark_broker::RECONNECT_GRACE.as_millis() as u64) =>
-        {
-            c
-        }
+        Some(c) if accepted => c,
         _ => return Err(Problem::no_page()),
     };
     let untrusted = state
@@ -335,10 +332,12 @@ async fn supervise(
                 Ok(won) => won_timeout = won.is_some(),
                 Err(e) => tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded; the deadline sweep will retry"),
             }
-            // The timeout won, or the result won a moment before it: the waiter gets the winner.
-            match tokio::time::timeout(Duration::from_secs(5), waiter).await {
+            // The timeout won, or the result won a moment before it: the waiter gets the
+            // winner. Should its message never come (a pub/sub message lost while the
+            // subscriber reconnected), the stored outcome decides, not a guess.
+            match tokio::time::timeout(OUTCOME_WAIT, waiter).await {
                 Ok(Ok(o)) => o,
-                _ => Outcome::Timeout,
+                _ => stored_outcome(&app, &binding).await,
             }
         }
     };
@@ -362,6 +361,23 @@ async fn supervise(
         announce_outcome(&app, &binding, &outcome).await;
     }
     let _ = reply.send(outcome);
+}
+
+/// How long past the deadline the supervisor waits for the outcome message before it reads
+/// the stored outcome instead.
+const OUTCOME_WAIT: Duration = Duration::from_secs(2);
+
+/// The call's outcome as the broker stored it (a timeout when it has none, or is unreachable).
+async fn stored_outcome(app: &AppState, binding: &CallBinding) -> Outcome {
+    match app.broker.call(&binding.conv.tenant, &binding.id).await {
+        Ok(Some(CallRecord {
+            outcome: Some(o), ..
+        })) => {
+            tracing::warn!(call_id = %binding.id, "outcome message never arrived: answered from the stored outcome");
+            o
+        }
+        _ => Outcome::Timeout,
+    }
 }
 
 /// Emits `call.timeout` for a timed-out call and `call.result` for an async call.

@@ -220,7 +220,10 @@ async fn ten_thousand_events_after_an_outage_arrive_once_each_in_conversation_or
     let _stop = spawn_worker(&config_text(&redis.url(), "w3", &hook.url, worker));
     let opts = RedisOptions {
         prefix: "w3".into(),
-        events_per_tenant: 20_000,
+        retention: toolmark_broker::Retention {
+            events_per_tenant: 20_000,
+            ..toolmark_broker::Retention::default()
+        },
         ..RedisOptions::default()
     };
     let broker = RedisBroker::connect(

@@ -1,0 +1,422 @@
+//! The rules of the broker's state, written once, as plain functions and data: no I/O and no
+//! clock (the time is passed in). [`crate::memory::MemoryBroker`] calls them; the Redis
+//! scripts implement the same rules, and the broker contract suite (`broker/tests/it`) runs
+//! both implementations against them. `docs/architecture.md` ("The state model") shows the same
+//! rules as one table.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::{CallState, Rejection};
+
+/// Where a lookup by id found its record: under the asking page's conversation, under another
+/// conversation (or tenant), or nowhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found<T> {
+    /// Stored under the asking page's own conversation.
+    Here(T),
+    /// Stored, but for another tenant, user or conversation.
+    Elsewhere,
+    /// Never stored (or expired).
+    Nowhere,
+}
+
+/// What a call binding says about who may answer it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallFacts<'a> {
+    /// The clientId the call was sent to.
+    pub client_id: &'a str,
+    /// Where the call stands.
+    pub state: CallState,
+    /// Its absolute deadline, ms since the epoch.
+    pub deadline_ms: u64,
+}
+
+/// Security MUST 3 for a `result`: the checks, in the order their reasons are reported.
+/// `Ok` means the result wins and the call becomes answered.
+pub fn check_result(
+    found: Found<CallFacts<'_>>,
+    from_client: &str,
+    now_ms: u64,
+) -> Result<(), Rejection> {
+    let call = match found {
+        Found::Nowhere => return Err(Rejection::UnknownId),
+        Found::Elsewhere => return Err(Rejection::Mismatch),
+        Found::Here(c) => c,
+    };
+    if call.client_id != from_client {
+        return Err(Rejection::Mismatch);
+    }
+    match call.state {
+        CallState::Answered => Err(Rejection::Duplicate),
+        CallState::TimedOut => Err(Rejection::Late),
+        CallState::Pending if now_ms > call.deadline_ms => Err(Rejection::Late),
+        CallState::Pending => Ok(()),
+    }
+}
+
+/// What a confirmId binding says about who may confirm it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfirmFacts<'a> {
+    /// The page that sent the `needs_confirmation`.
+    pub client_id: &'a str,
+    /// Already confirmed, or expired because its page was gone.
+    pub used: bool,
+}
+
+/// Security MUSTs 3 and 4 for a `confirmed`: bound to the page that sent the
+/// `needs_confirmation`, accepted once. ConfirmIds are minted by pages, so they are stored per
+/// conversation (one conversation's page cannot squat another's id); a confirmId known only in
+/// another conversation is a `mismatch`.
+pub fn check_confirm(found: Found<ConfirmFacts<'_>>, from_client: &str) -> Result<(), Rejection> {
+    let confirm = match found {
+        Found::Nowhere => return Err(Rejection::UnknownConfirm),
+        Found::Elsewhere => return Err(Rejection::Mismatch),
+        Found::Here(c) => c,
+    };
+    if confirm.client_id != from_client {
+        return Err(Rejection::Mismatch);
+    }
+    if confirm.used {
+        return Err(Rejection::Duplicate);
+    }
+    Ok(())
+}
+
+/// The open sockets of one conversation on live nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Presence {
+    /// Sockets whose first frame named their clientId, per clientId.
+    pub identified: BTreeMap<String, u32>,
+    /// Sockets that have not spoken yet (a reconnected page is silent until it has something to
+    /// say) and Laravel Echo subscriptions (which never name a clientId).
+    pub unidentified: u32,
+}
+
+impl Presence {
+    /// Every open socket.
+    pub fn sockets(&self) -> u32 {
+        self.identified.values().sum::<u32>() + self.unidentified
+    }
+
+    /// Whether page load `client_id` may be behind one of the open sockets: one of them named
+    /// it, or one has not named anything yet. The same rule serves routing and confirmation
+    /// expiry.
+    pub fn possibly(&self, client_id: &str) -> bool {
+        self.unidentified > 0 || self.identified.get(client_id).is_some_and(|n| *n > 0)
+    }
+}
+
+/// D23: the page new calls go to. It is the page that sent the latest manifest (`current`)
+/// while it may still be connected ([`Presence::possibly`]); when it is certainly gone, the
+/// connected page whose manifest arrived last (`manifest_seq` gives that order); when none has
+/// one, still `current` (the agent learns from `pages` that nobody is there).
+pub fn current_page(
+    current: Option<&str>,
+    presence: &Presence,
+    manifest_seq: impl Fn(&str) -> Option<u64>,
+) -> Option<String> {
+    let current = current?;
+    if presence.possibly(current) {
+        return Some(current.to_owned());
+    }
+    presence
+        .identified
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .filter_map(|(id, _)| manifest_seq(id).map(|seq| (seq, id)))
+        .max()
+        .map_or_else(|| Some(current.to_owned()), |(_, id)| Some(id.clone()))
+}
+
+/// Whether an agent call to a conversation is accepted, given what [`current_page`] chose,
+/// the open sockets and how long ago a draining node closed its pages.
+pub fn accepts_calls(
+    current: Option<&str>,
+    sockets: u32,
+    reconnecting_for: Option<Duration>,
+) -> bool {
+    current.is_some() && (sockets > 0 || reconnecting_for.is_some_and(|d| d < RECONNECT_GRACE))
+}
+
+/// What the confirmation sweep does with one pending confirmation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfirmSweep {
+    /// Keep it; `absent_since` is when its page was first seen certainly gone (`None` while it
+    /// may be present).
+    Keep {
+        /// Ms since the epoch, or `None`.
+        absent_since: Option<u64>,
+    },
+    /// Its page has been gone for the whole grace: mark it used and announce it expired (D23).
+    Expire,
+}
+
+/// Seed D23: only a page that is gone has its confirmIds treated as expired. A page counts as
+/// gone when no socket of its conversation may be it ([`Presence::possibly`]) for `grace`
+/// without a break; any sign of it resets the clock.
+pub fn sweep_confirm(
+    present: bool,
+    absent_since: Option<u64>,
+    now_ms: u64,
+    grace: Duration,
+) -> ConfirmSweep {
+    if present {
+        return ConfirmSweep::Keep { absent_since: None };
+    }
+    match absent_since {
+        None => ConfirmSweep::Keep {
+            absent_since: Some(now_ms),
+        },
+        Some(since) if now_ms.saturating_sub(since) >= millis(grace) => ConfirmSweep::Expire,
+        Some(since) => ConfirmSweep::Keep {
+            absent_since: Some(since),
+        },
+    }
+}
+
+/// How long a page must be gone (no socket anywhere that may be it) before its pending
+/// confirmations count as expired: longer than the page-side transport's longest reconnect
+/// backoff (30 s).
+pub const CONFIRM_ABANDON_GRACE: Duration = Duration::from_secs(60);
+
+/// How long a conversation whose pages a draining node closed still accepts calls for its
+/// current page: the page reconnects elsewhere and gets them when it is back.
+pub const RECONNECT_GRACE: Duration = Duration::from_secs(10);
+
+/// How far past its deadline a pending call waits before the deadline sweep times it out: the
+/// waiting request's own timer normally gets there first.
+pub const SWEEP_GRACE: Duration = Duration::from_secs(1);
+
+/// Every rate is a GCRA / token bucket whose burst is this many seconds of its rate.
+pub const BURST_FACTOR: u32 = 2;
+
+/// The burst of a rate of `per_second` (at least 1).
+pub fn burst(per_second: u32) -> u32 {
+    per_second.max(1).saturating_mul(BURST_FACTOR)
+}
+
+/// A node that has not refreshed its heartbeat for this many intervals counts as dead: its
+/// sockets no longer count as presence anywhere.
+pub const DEAD_AFTER_HEARTBEATS: u32 = 5;
+
+/// How long the broker keeps what nobody may still need. The same values serve both brokers;
+/// tests compress them to cross every limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// A finished call stays readable at `GET /calls/{id}` this long after its deadline.
+    pub finished_calls: Duration,
+    /// A confirmId binding lives this long (the page's own confirmation expiry is 600 s).
+    pub confirmations: Duration,
+    /// What a live page needs (its manifest, its presence) outlives the last refresh by the node
+    /// holding it by this long; a conversation without sockets keeps its manifests this long.
+    pub conversations: Duration,
+    /// Events kept per tenant for `Last-Event-ID` resumption, at most this many…
+    pub events_per_tenant: u64,
+    /// …and at most this many bytes of event bodies (a manifest event may be 1 MiB).
+    pub event_bytes_per_tenant: u64,
+    /// The grace of D23 ([`CONFIRM_ABANDON_GRACE`]).
+    pub confirm_abandon_grace: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            finished_calls: Duration::from_secs(300),
+            confirmations: Duration::from_secs(900),
+            conversations: Duration::from_secs(600),
+            events_per_tenant: 10_000,
+            event_bytes_per_tenant: 16 * 1024 * 1024,
+            confirm_abandon_grace: CONFIRM_ABANDON_GRACE,
+        }
+    }
+}
+
+/// Which of a tenant's retained events to drop, oldest first, so that at most
+/// `retention.events_per_tenant` events and `retention.event_bytes_per_tenant` bytes remain:
+/// the number of leading events of `sizes` (oldest first) to drop. The newest event is always
+/// kept, even when it alone is over the byte bound.
+pub fn events_to_trim(
+    sizes: impl ExactSizeIterator<Item = u64>,
+    total_bytes: u64,
+    retention: &Retention,
+) -> usize {
+    let count = sizes.len();
+    let mut bytes = total_bytes;
+    let mut drop = 0;
+    for size in sizes {
+        let remaining = (count - drop) as u64;
+        if remaining <= 1
+            || (remaining <= retention.events_per_tenant
+                && bytes <= retention.event_bytes_per_tenant)
+        {
+            break;
+        }
+        bytes = bytes.saturating_sub(size);
+        drop += 1;
+    }
+    drop
+}
+
+/// Milliseconds of a duration, saturating.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn presence(identified: &[(&str, u32)], unidentified: u32) -> Presence {
+        Presence {
+            identified: identified
+                .iter()
+                .map(|(c, n)| ((*c).to_owned(), *n))
+                .collect(),
+            unidentified,
+        }
+    }
+
+    #[test]
+    fn a_result_is_checked_in_the_order_of_its_reasons() {
+        let pending = |deadline_ms| {
+            Found::Here(CallFacts {
+                client_id: "p1",
+                state: CallState::Pending,
+                deadline_ms,
+            })
+        };
+        assert_eq!(
+            check_result(Found::Nowhere, "p1", 0),
+            Err(Rejection::UnknownId)
+        );
+        assert_eq!(
+            check_result(Found::Elsewhere, "p1", 0),
+            Err(Rejection::Mismatch)
+        );
+        assert_eq!(check_result(pending(10), "p2", 0), Err(Rejection::Mismatch));
+        assert_eq!(check_result(pending(10), "p1", 11), Err(Rejection::Late));
+        assert_eq!(check_result(pending(10), "p1", 10), Ok(()));
+        let done = |state| {
+            Found::Here(CallFacts {
+                client_id: "p1",
+                state,
+                deadline_ms: 10,
+            })
+        };
+        assert_eq!(
+            check_result(done(CallState::Answered), "p1", 0),
+            Err(Rejection::Duplicate)
+        );
+        assert_eq!(
+            check_result(done(CallState::TimedOut), "p1", 0),
+            Err(Rejection::Late)
+        );
+    }
+
+    #[test]
+    fn a_confirmation_is_bound_and_single_use() {
+        let here = |used| {
+            Found::Here(ConfirmFacts {
+                client_id: "p1",
+                used,
+            })
+        };
+        assert_eq!(
+            check_confirm(Found::Nowhere, "p1"),
+            Err(Rejection::UnknownConfirm)
+        );
+        assert_eq!(
+            check_confirm(Found::Elsewhere, "p1"),
+            Err(Rejection::Mismatch)
+        );
+        assert_eq!(check_confirm(here(false), "p2"), Err(Rejection::Mismatch));
+        assert_eq!(check_confirm(here(true), "p1"), Err(Rejection::Duplicate));
+        assert_eq!(check_confirm(here(false), "p1"), Ok(()));
+    }
+
+    #[test]
+    fn the_current_page_stays_while_it_may_be_present() {
+        let seq = |c: &str| match c {
+            "a" => Some(1),
+            "b" => Some(2),
+            _ => None,
+        };
+        // b sent the latest manifest and is connected.
+        let p = presence(&[("a", 1), ("b", 1)], 0);
+        assert_eq!(current_page(Some("b"), &p, seq).as_deref(), Some("b"));
+        // b left: a, the latest connected page with a manifest.
+        let p = presence(&[("a", 1)], 0);
+        assert_eq!(current_page(Some("b"), &p, seq).as_deref(), Some("a"));
+        // A silent socket may be b coming back: b stays.
+        let p = presence(&[("a", 1)], 1);
+        assert_eq!(current_page(Some("b"), &p, seq).as_deref(), Some("b"));
+        // Nobody with a manifest: still b (the agent sees no pages).
+        let p = presence(&[("z", 1)], 0);
+        assert_eq!(current_page(Some("b"), &p, seq).as_deref(), Some("b"));
+        assert_eq!(current_page(None, &p, seq), None);
+    }
+
+    #[test]
+    fn calls_are_accepted_while_a_socket_is_open_or_a_drained_page_is_expected_back() {
+        assert!(accepts_calls(Some("a"), 1, None));
+        assert!(!accepts_calls(None, 1, None));
+        assert!(!accepts_calls(Some("a"), 0, None));
+        assert!(accepts_calls(Some("a"), 0, Some(Duration::from_secs(9))));
+        assert!(!accepts_calls(Some("a"), 0, Some(RECONNECT_GRACE)));
+    }
+
+    #[test]
+    fn a_confirmation_expires_only_after_its_page_was_gone_for_the_whole_grace() {
+        let g = Duration::from_secs(60);
+        assert_eq!(
+            sweep_confirm(true, Some(5), 100, g),
+            ConfirmSweep::Keep { absent_since: None }
+        );
+        assert_eq!(
+            sweep_confirm(false, None, 100, g),
+            ConfirmSweep::Keep {
+                absent_since: Some(100)
+            }
+        );
+        assert_eq!(
+            sweep_confirm(false, Some(100), 60_099, g),
+            ConfirmSweep::Keep {
+                absent_since: Some(100)
+            }
+        );
+        assert_eq!(
+            sweep_confirm(false, Some(100), 60_100, g),
+            ConfirmSweep::Expire
+        );
+        // A silent socket may be the page; a socket of another page is not.
+        assert!(presence(&[], 1).possibly("p1"));
+        assert!(!presence(&[("p2", 1)], 0).possibly("p1"));
+        assert!(presence(&[("p1", 1)], 0).possibly("p1"));
+    }
+
+    #[test]
+    fn events_are_trimmed_by_count_and_by_bytes_keeping_the_newest() {
+        let r = Retention {
+            events_per_tenant: 3,
+            event_bytes_per_tenant: 100,
+            ..Retention::default()
+        };
+        let trim = |sizes: &[u64]| events_to_trim(sizes.iter().copied(), sizes.iter().sum(), &r);
+        assert_eq!(trim(&[10, 10, 10]), 0);
+        assert_eq!(trim(&[10, 10, 10, 10, 10]), 2);
+        assert_eq!(trim(&[60, 30, 30]), 1);
+        assert_eq!(
+            trim(&[60, 30, 500]),
+            2,
+            "the newest stays even when it alone is too big"
+        );
+        assert_eq!(trim(&[]), 0);
+    }
+
+    #[test]
+    fn bursts_are_twice_the_rate() {
+        assert_eq!(burst(100), 200);
+        assert_eq!(burst(0), 2);
+    }
+}

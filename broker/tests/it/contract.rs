@@ -1,0 +1,342 @@
+//! The rules every broker follows, each tried on memory, Redis and Redis Cluster.
+
+use std::time::Duration;
+
+use serde_json::json;
+use toolmark_broker::{ConvKey, EventType, Outcome, Rejection, Retention, SubmitError, model};
+use toolmark_proto::Manifest;
+
+use crate::contract;
+use crate::support::{Backend, LIMITS, Nodes, call, conv, eventually, needs, ok, page, short};
+
+fn rejected(r: Rejection) -> Result<(), SubmitError> {
+    Err(SubmitError::Rejected(r))
+}
+
+async fn results_are_checked_against_their_binding(backend: Backend) {
+    let mut nodes = Nodes::new(backend, short());
+    let (b, sink) = nodes.node("n1").await;
+    let c = conv();
+    let (id, waiter) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    assert!(sink.frames().iter().any(|f| f.contains(&id)) || backend != Backend::Memory);
+    let submit = |from, id: &str| {
+        let b = b.clone();
+        let id = id.to_owned();
+        async move { b.submit_result(&from, &id, ok()).await.map(|_| ()) }
+    };
+    assert_eq!(
+        submit(page(&c, "p1"), "nope").await,
+        rejected(Rejection::UnknownId)
+    );
+    assert_eq!(
+        submit(page(&c, "p2"), &id).await,
+        rejected(Rejection::Mismatch)
+    );
+    let other = ConvKey::new("t", "u", "other");
+    assert_eq!(
+        submit(page(&other, "p1"), &id).await,
+        rejected(Rejection::Mismatch)
+    );
+    let other_tenant = ConvKey::new("t2", "u", "c");
+    assert_eq!(
+        submit(page(&other_tenant, "p1"), &id).await,
+        rejected(Rejection::Mismatch)
+    );
+    assert_eq!(submit(page(&c, "p1"), &id).await, Ok(()));
+    assert_eq!(
+        submit(page(&c, "p1"), &id).await,
+        rejected(Rejection::Duplicate)
+    );
+    assert_eq!(waiter.await.unwrap(), Outcome::Result(ok()));
+    let (late, _w) = call(&b, &c, "p1", Duration::from_millis(1)).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        submit(page(&c, "p1"), &late).await,
+        rejected(Rejection::Late)
+    );
+    let (timed, w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    assert!(b.time_out(&c, &timed).await.unwrap().is_some());
+    assert_eq!(w.await.unwrap(), Outcome::Timeout);
+    assert_eq!(
+        submit(page(&c, "p1"), &timed).await,
+        rejected(Rejection::Late)
+    );
+}
+contract!(results_are_checked_against_their_binding);
+
+async fn confirmations_are_bound_single_use_and_keep_their_tool(backend: Backend) {
+    let retention = Retention {
+        finished_calls: Duration::from_millis(300),
+        ..short()
+    };
+    let mut nodes = Nodes::new(backend, retention);
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    let (id, _w) = call(&b, &c, "p1", Duration::from_millis(200)).await;
+    b.submit_result(&page(&c, "p1"), &id, needs("k1"))
+        .await
+        .unwrap();
+    let confirm = |from, k: &str| {
+        let b = b.clone();
+        let k = k.to_owned();
+        async move { b.submit_confirmed(&from, &k).await }
+    };
+    assert_eq!(
+        confirm(page(&c, "p1"), "k2").await,
+        Err(SubmitError::Rejected(Rejection::UnknownConfirm))
+    );
+    assert_eq!(
+        confirm(page(&c, "p2"), "k1").await,
+        Err(SubmitError::Rejected(Rejection::Mismatch))
+    );
+    // The same id from another conversation is a mismatch on every broker.
+    let other = ConvKey::new("t", "u", "other");
+    assert_eq!(
+        confirm(page(&other, "p1"), "k1").await,
+        Err(SubmitError::Rejected(Rejection::Mismatch))
+    );
+    // Long after the call itself is forgotten, the confirmation still knows its tool.
+    eventually(
+        Duration::from_secs(5),
+        "the finished call is forgotten",
+        || {
+            let b = b.clone();
+            let id = id.clone();
+            async move {
+                if let Backend::Memory = backend {
+                    // The memory broker forgets at its sweep.
+                    let _ = b.sweep_deadlines().await;
+                }
+                b.call("t", &id).await.unwrap().is_none().then_some(())
+            }
+        },
+    )
+    .await;
+    let bound = confirm(page(&c, "p1"), "k1").await.unwrap();
+    assert_eq!(
+        (bound.call_id.as_str(), bound.tool.as_str()),
+        (id.as_str(), "todo.add")
+    );
+    assert!(bound.untrusted);
+    assert_eq!(
+        confirm(page(&c, "p1"), "k1").await,
+        Err(SubmitError::Rejected(Rejection::Duplicate))
+    );
+}
+contract!(confirmations_are_bound_single_use_and_keep_their_tool);
+
+/// Runs the confirmation sweep until it has looked at the confirmation twice (the first look
+/// that finds the page gone starts the grace; grace is zero here).
+async fn sweep(b: &toolmark_broker::SharedBroker) -> Vec<String> {
+    let mut out = Vec::new();
+    for _ in 0..2 {
+        // The Redis sweep is leased (2 s) and looks again 5 s after a keep: wait it out.
+        out.extend(
+            b.expire_abandoned_confirmations(Duration::ZERO)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|c| c.confirm_id),
+        );
+    }
+    out
+}
+
+async fn sweep_until_expired(b: &toolmark_broker::SharedBroker, k: &str) {
+    eventually(Duration::from_secs(20), "the confirmation expires", || {
+        let b = b.clone();
+        let k = k.to_owned();
+        async move { sweep(&b).await.contains(&k).then_some(()) }
+    })
+    .await;
+}
+
+/// Sweeps for as long as a sweep would need to expire a gone page's confirmation, and checks
+/// that nothing expired.
+async fn sweep_keeps(b: &toolmark_broker::SharedBroker, backend: Backend) {
+    let rounds = if backend == Backend::Memory { 3 } else { 16 };
+    for _ in 0..rounds {
+        assert!(
+            sweep(b).await.is_empty(),
+            "a possibly present page's confirmation expired"
+        );
+        if backend != Backend::Memory {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+async fn a_silent_socket_keeps_confirmations_and_their_expiry_needs_the_page_gone(
+    backend: Backend,
+) {
+    let mut nodes = Nodes::new(backend, short());
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    b.page_identified(&c, "p1").await.unwrap();
+    let (id, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    b.submit_result(&page(&c, "p1"), &id, needs("k1"))
+        .await
+        .unwrap();
+    // A network blip: the page's socket goes, it comes back and is silent.
+    assert!(b.release_page(&c, Some("p1")).await.unwrap().page_gone);
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    sweep_keeps(&b, backend).await;
+    // The user approves: the confirmed is accepted.
+    b.page_identified(&c, "p1").await.unwrap();
+    assert!(b.submit_confirmed(&page(&c, "p1"), "k1").await.is_ok());
+
+    // A page that is really gone: its confirmation expires, once.
+    let (id, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    b.submit_result(&page(&c, "p1"), &id, needs("k2"))
+        .await
+        .unwrap();
+    b.release_page(&c, Some("p1")).await.unwrap();
+    b.release_page(&c, None).await.unwrap();
+    sweep_until_expired(&b, "k2").await;
+    assert_eq!(
+        b.submit_confirmed(&page(&c, "p1"), "k2").await,
+        Err(SubmitError::Rejected(Rejection::Duplicate))
+    );
+}
+contract!(a_silent_socket_keeps_confirmations_and_their_expiry_needs_the_page_gone);
+
+async fn an_echo_subscription_keeps_its_pages_confirmations_until_it_is_gone(backend: Backend) {
+    let mut nodes = Nodes::new(backend, short());
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    // A Laravel Echo subscription never names a clientId; its page speaks through /inbound.
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    let (id, _w) = call(&b, &c, "e1", Duration::from_secs(30)).await;
+    b.submit_result(&page(&c, "e1"), &id, needs("k1"))
+        .await
+        .unwrap();
+    sweep_keeps(&b, backend).await;
+    b.release_page(&c, None).await.unwrap();
+    sweep_until_expired(&b, "k1").await;
+}
+contract!(an_echo_subscription_keeps_its_pages_confirmations_until_it_is_gone);
+
+fn manifest(client: &str, rev: u64) -> Manifest {
+    Manifest {
+        client_id: client.into(),
+        rev,
+        tools: vec![serde_json::from_value(json!({"name": "todo.add", "llmName": "todo_add", "description": "Add", "hints": {}})).unwrap()],
+    }
+}
+
+async fn a_quiet_page_stays_reachable_past_every_ttl(backend: Backend) {
+    let retention = short();
+    let mut nodes = Nodes::new(backend, retention);
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    b.page_identified(&c, "p1").await.unwrap();
+    b.put_manifest(&c, &manifest("p1", 3)).await.unwrap();
+    // Quiet for three times the conversation TTL: the node's heartbeat keeps the page alive.
+    tokio::time::sleep(retention.conversations * 3).await;
+    let _ = b.sweep_deadlines().await;
+    let s = b.conversation(&c).await.unwrap();
+    assert_eq!(s.client_id.as_deref(), Some("p1"));
+    assert_eq!(s.rev, Some(3));
+    assert_eq!(s.tools.len(), 1);
+    assert_eq!(s.sockets, 1);
+    assert!(model::accepts_calls(
+        s.client_id.as_deref(),
+        s.sockets,
+        None
+    ));
+    // A page that reconnected and stayed silent keeps the conversation too.
+    b.release_page(&c, Some("p1")).await.unwrap();
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    tokio::time::sleep(retention.conversations * 3).await;
+    let s = b.conversation(&c).await.unwrap();
+    assert_eq!(
+        s.client_id.as_deref(),
+        Some("p1"),
+        "the silent socket may be p1"
+    );
+    assert_eq!(s.tools.len(), 1);
+}
+contract!(a_quiet_page_stays_reachable_past_every_ttl);
+
+async fn calls_go_to_the_latest_connected_page_and_a_silent_socket_keeps_the_current_one(
+    backend: Backend,
+) {
+    let mut nodes = Nodes::new(backend, short());
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    for id in ["a", "b"] {
+        b.admit_page(&c, &LIMITS).await.unwrap();
+        b.page_identified(&c, id).await.unwrap();
+        b.put_manifest(&c, &manifest(id, 1)).await.unwrap();
+    }
+    assert_eq!(
+        b.conversation(&c).await.unwrap().client_id.as_deref(),
+        Some("b")
+    );
+    b.release_page(&c, Some("b")).await.unwrap();
+    assert_eq!(
+        b.conversation(&c).await.unwrap().client_id.as_deref(),
+        Some("a")
+    );
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    assert_eq!(
+        b.conversation(&c).await.unwrap().client_id.as_deref(),
+        Some("b")
+    );
+}
+contract!(calls_go_to_the_latest_connected_page_and_a_silent_socket_keeps_the_current_one);
+
+async fn events_are_bounded_in_count_and_in_bytes(backend: Backend) {
+    let retention = Retention {
+        events_per_tenant: 50,
+        event_bytes_per_tenant: 20_000,
+        ..short()
+    };
+    let mut nodes = Nodes::new(backend, retention);
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    let big = "x".repeat(2_000);
+    for i in 0..40 {
+        b.emit(
+            "t",
+            EventType::PageManifest,
+            &c,
+            json!({"i": i, "pad": big}),
+        )
+        .await
+        .unwrap();
+    }
+    let feed = b.events("t", Some("0-0")).await.unwrap();
+    let bytes: usize = feed.backlog.iter().map(|e| e.data.to_string().len()).sum();
+    assert!(bytes <= 20_000, "{bytes} bytes of events retained");
+    assert!(feed.backlog.len() >= 5, "only {} kept", feed.backlog.len());
+    assert_eq!(
+        feed.backlog.last().unwrap().data["i"],
+        39,
+        "the newest is kept"
+    );
+    for i in 0..100 {
+        b.emit("t", EventType::CallTimeout, &c, json!({"i": i}))
+            .await
+            .unwrap();
+    }
+    let feed = b.events("t", Some("0-0")).await.unwrap();
+    assert_eq!(feed.backlog.len(), 50);
+    assert_eq!(feed.backlog.first().unwrap().data["i"], 50);
+}
+contract!(events_are_bounded_in_count_and_in_bytes);
+
+async fn the_rate_is_a_burst_of_twice_the_rate(backend: Backend) {
+    let mut nodes = Nodes::new(backend, short());
+    let (b, _) = nodes.node("n1").await;
+    let mut taken = 0;
+    while b.take_call("t", 10).await.is_ok() {
+        taken += 1;
+        assert!(taken <= 30, "the burst is bounded");
+    }
+    // 2 × 10, and perhaps one more refilled while taking.
+    assert!((20..=21).contains(&taken), "burst of {taken}");
+}
+contract!(the_rate_is_a_burst_of_twice_the_rate);

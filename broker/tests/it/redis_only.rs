@@ -1,0 +1,276 @@
+//! What only a shared Redis has: several nodes, a server that stops, pub/sub connections that
+//! die, keys that must all expire.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use toolmark_broker::redis::{RedisBroker, RedisOptions};
+use toolmark_broker::{Broker, EventType, Retention, TakeError};
+
+use crate::redis_support::RedisProc;
+use crate::support::{
+    Backend, LIMITS, Nodes, Sink, call, conv, eventually, needs, ok, page, short,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_moving_to_a_node_that_just_started_is_not_reported_gone() {
+    let mut nodes = Nodes::new(Backend::Redis, short());
+    // Node 1 reads the live-node set rarely: it has not seen node 2 start.
+    let (n1, _) = nodes.node_with("n1", Duration::from_secs(30)).await;
+    let c = conv();
+    n1.admit_page(&c, &LIMITS).await.unwrap();
+    n1.page_identified(&c, "p1").await.unwrap();
+    n1.put_manifest(
+        &c,
+        &toolmark_proto::Manifest {
+            client_id: "p1".into(),
+            rev: 1,
+            tools: vec![],
+        },
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (n2, _) = nodes.node("n2").await;
+    // The page reconnects to node 2 and has not spoken yet; its old socket on node 1 goes.
+    n2.admit_page(&c, &LIMITS).await.unwrap();
+    n1.release_page(&c, Some("p1")).await.unwrap();
+    let s = n1.conversation(&c).await.unwrap();
+    assert_eq!(s.client_id.as_deref(), Some("p1"));
+    assert_eq!(s.sockets, 1, "node 2's silent socket counts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_call_rate_does_not_fail_open_when_redis_is_away() {
+    let mut redis = RedisProc::start(&[]);
+    let stop = CancellationToken::new();
+    let opts = RedisOptions {
+        command_timeout: Duration::from_millis(300),
+        prefix: "rate".into(),
+        ..RedisOptions::default()
+    };
+    let b = RedisBroker::connect(
+        &redis.url(),
+        "n1",
+        std::sync::Arc::new(Sink::default()),
+        opts,
+        stop.clone(),
+    )
+    .await
+    .unwrap();
+    assert!(b.take_call("t", 10).await.is_ok());
+    redis.kill();
+    let r = b.take_call("t", 10).await;
+    assert!(matches!(r, Err(TakeError::Broker(_))), "{r:?}");
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_a_webhook_consumer_has_not_read_are_never_trimmed() {
+    let retention = Retention {
+        events_per_tenant: 5,
+        ..short()
+    };
+    let redis = RedisProc::start(&[]);
+    let stop = CancellationToken::new();
+    let opts = RedisOptions {
+        prefix: "ev".into(),
+        retention,
+        ..RedisOptions::default()
+    };
+    let b = RedisBroker::connect(
+        &redis.url(),
+        "n1",
+        std::sync::Arc::new(Sink::default()),
+        opts,
+        stop.clone(),
+    )
+    .await
+    .unwrap();
+    let stream_len = || {
+        redis
+            .cli(&["xlen", "ev:{t}:events"])
+            .trim()
+            .parse::<u32>()
+            .unwrap()
+    };
+    b.webhook_group("t").await.unwrap();
+    let c = conv();
+    for i in 0..12 {
+        b.emit("t", EventType::CallTimeout, &c, json!({"i": i}))
+            .await
+            .unwrap();
+    }
+    assert_eq!(stream_len(), 12, "unread: all kept");
+    let read = b.webhook_read("t", "w1", 100, 100, 60_000).await.unwrap();
+    assert_eq!(read.len(), 12);
+    // Read but not acknowledged: still kept.
+    b.emit("t", EventType::CallTimeout, &c, json!({"i": 12}))
+        .await
+        .unwrap();
+    assert_eq!(stream_len(), 13);
+    for p in &read {
+        b.webhook_ack("t", &p.id).await.unwrap();
+    }
+    b.emit("t", EventType::CallTimeout, &c, json!({"i": 13}))
+        .await
+        .unwrap();
+    assert!(stream_len() <= 6, "{} kept after delivery", stream_len());
+    let kept = b.events("t", Some("0-0")).await.unwrap().backlog;
+    assert_eq!(kept.last().unwrap().data["i"], 13);
+    stop.cancel();
+}
+
+/// Keys that are indexes or logs with their own bound, listed in docs/architecture.md.
+fn without_ttl_allowed(key: &str) -> bool {
+    key.ends_with(":nodes")
+        || key.ends_with(":deadlines")
+        || key.ends_with(":pendingconfirms")
+        || key.ends_with(":events")
+        || key.ends_with(":events:bytes")
+        || key.contains(":events:wh:")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_has_a_ttl_except_the_documented_ones() {
+    let mut redis = RedisProc::start(&[]);
+    let stop = CancellationToken::new();
+    let opts = RedisOptions {
+        retention: short(),
+        heartbeat: Duration::from_millis(200),
+        prefix: "tm".into(),
+        ..RedisOptions::default()
+    };
+    let sink = std::sync::Arc::new(Sink::default());
+    let b: toolmark_broker::SharedBroker =
+        RedisBroker::connect(&redis.url(), "n1", sink, opts.clone(), stop.clone())
+            .await
+            .unwrap();
+    let c = conv();
+    // A page's whole life: admitted, identified, manifests, calls answered and timed out, a
+    // confirmation, events, a drain, a reconnect, a release, a restart of Redis.
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    b.page_identified(&c, "p1").await.unwrap();
+    b.put_manifest(
+        &c,
+        &toolmark_proto::Manifest {
+            client_id: "p1".into(),
+            rev: 1,
+            tools: vec![],
+        },
+    )
+    .await
+    .unwrap();
+    let (id, _w) = call(&b, &c, "p1", Duration::from_secs(5)).await;
+    b.submit_result(&page(&c, "p1"), &id, needs("k1"))
+        .await
+        .unwrap();
+    let (id, _w) = call(&b, &c, "p1", Duration::from_secs(5)).await;
+    b.submit_result(&page(&c, "p1"), &id, ok()).await.unwrap();
+    let (id, _w) = call(&b, &c, "p1", Duration::from_secs(5)).await;
+    b.time_out(&c, &id).await.unwrap();
+    let _ = b.take_call("t", 10).await;
+    b.emit("t", EventType::PageManifest, &c, json!({}))
+        .await
+        .unwrap();
+    let _ = b.expire_abandoned_confirmations(Duration::ZERO).await;
+    b.mark_drained(&c).await.unwrap();
+    b.release_page(&c, Some("p1")).await.unwrap();
+    let _ = b.conversation(&c).await.unwrap();
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    redis.restart();
+    eventually(Duration::from_secs(10), "the node is back", || {
+        let b = b.clone();
+        async move { b.ready().await.ok() }
+    })
+    .await;
+    eventually(
+        Duration::from_secs(10),
+        "the node re-published its page",
+        || {
+            let b = b.clone();
+            let c = c.clone();
+            async move { (b.conversation(&c).await.ok()?.sockets == 1).then_some(()) }
+        },
+    )
+    .await;
+    b.release_page(&c, None).await.unwrap();
+    b.mark_drained(&c).await.unwrap();
+    let mut without = Vec::new();
+    for key in redis.cli(&["--scan", "--pattern", "tm:*"]).lines() {
+        let ttl: i64 = redis.cli(&["pttl", key]).trim().parse().unwrap_or(-3);
+        if ttl == -1 && !without_ttl_allowed(key) {
+            without.push(key.to_owned());
+        }
+    }
+    assert!(without.is_empty(), "keys without a TTL: {without:?}");
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_comes_back_after_the_subscriber_connection_is_killed_and_readiness_follows_it() {
+    let redis = RedisProc::start(&[]);
+    let stop = CancellationToken::new();
+    let opts = RedisOptions {
+        heartbeat: Duration::from_millis(200),
+        command_timeout: Duration::from_millis(500),
+        prefix: "probe".into(),
+        ..RedisOptions::default()
+    };
+    let sink = std::sync::Arc::new(Sink::default());
+    let b: toolmark_broker::SharedBroker =
+        RedisBroker::connect(&redis.url(), "n1", sink.clone(), opts, stop.clone())
+            .await
+            .unwrap();
+    let c = conv();
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    eventually(Duration::from_secs(5), "ready", || {
+        let b = b.clone();
+        async move { b.ready().await.ok() }
+    })
+    .await;
+    let killed = redis.cli(&["client", "kill", "type", "pubsub"]);
+    assert!(
+        killed.trim().parse::<u32>().unwrap_or(0) >= 1,
+        "a subscriber was killed: {killed}"
+    );
+    // Calls reach the page again, and readiness says so.
+    eventually(
+        Duration::from_secs(10),
+        "a call reaches the page again",
+        || {
+            let b = b.clone();
+            let sink = sink.clone();
+            let c = c.clone();
+            async move {
+                let (id, _w) = call(&b, &c, "p1", Duration::from_secs(5)).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                sink.frames().iter().any(|f| f.contains(&id)).then_some(())
+            }
+        },
+    )
+    .await;
+    eventually(Duration::from_secs(5), "ready again", || {
+        let b = b.clone();
+        async move { b.ready().await.ok() }
+    })
+    .await;
+    // Redis paused: probes stop coming back and the node is not ready.
+    redis.cli(&["client", "pause", "3000", "all"]);
+    eventually(
+        Duration::from_secs(5),
+        "not ready while Redis is paused",
+        || {
+            let b = b.clone();
+            async move { b.ready().await.is_err().then_some(()) }
+        },
+    )
+    .await;
+    eventually(Duration::from_secs(15), "ready after the pause", || {
+        let b = b.clone();
+        async move { b.ready().await.ok() }
+    })
+    .await;
+    stop.cancel();
+}

@@ -1,0 +1,239 @@
+//! Brokers under test: one builder for memory, Redis and Redis Cluster, a recording page sink,
+//! and waiting with deadlines.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use toolmark_broker::memory::MemoryBroker;
+use toolmark_broker::redis::{RedisBroker, RedisOptions};
+use toolmark_broker::{
+    AdmitLimits, CallBinding, CallKind, ConvKey, PageIdentity, PageSink, Retention, SharedBroker,
+    now_ms,
+};
+use toolmark_proto::{AgentMessage, Call, ToolResult};
+
+use crate::redis_support::{RedisCluster, RedisProc};
+
+/// Where the broker's state lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    Redis,
+    Cluster,
+}
+
+/// Frames delivered to this node's pages.
+#[derive(Debug, Default)]
+pub struct Sink(Mutex<Vec<(ConvKey, String, String)>>);
+
+impl PageSink for Sink {
+    fn deliver(&self, conv: &ConvKey, client_id: &str, frame: Arc<str>) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((conv.clone(), client_id.to_owned(), frame.to_string()));
+    }
+}
+
+impl Sink {
+    pub fn frames(&self) -> Vec<String> {
+        self.0.lock().unwrap().iter().map(|f| f.2.clone()).collect()
+    }
+}
+
+static REDIS: OnceLock<RedisProc> = OnceLock::new();
+static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+
+/// The URL of the shared server (or cluster) of `backend`.
+pub fn url(backend: Backend) -> String {
+    match backend {
+        Backend::Memory => String::new(),
+        Backend::Redis => REDIS.get_or_init(|| RedisProc::start(&[])).url(),
+        Backend::Cluster => CLUSTER.get_or_init(RedisCluster::start).url(),
+    }
+}
+
+/// Retention compressed for tests: every limit is crossed within seconds.
+pub fn short() -> Retention {
+    Retention {
+        finished_calls: Duration::from_millis(500),
+        confirmations: Duration::from_secs(30),
+        conversations: Duration::from_millis(1500),
+        events_per_tenant: 1000,
+        event_bytes_per_tenant: 1 << 20,
+        confirm_abandon_grace: Duration::ZERO,
+    }
+}
+
+/// The nodes of one test: they share one state (one process for memory, one key prefix for
+/// Redis), each with its own page sink.
+pub struct Nodes {
+    pub backend: Backend,
+    prefix: String,
+    url: String,
+    retention: Retention,
+    pub stop: CancellationToken,
+    memory: Option<(Arc<MemoryBroker>, Arc<Sink>)>,
+}
+
+impl Nodes {
+    pub fn new(backend: Backend, retention: Retention) -> Nodes {
+        Nodes {
+            backend,
+            prefix: format!("t{}", uuid::Uuid::new_v4().simple()),
+            url: url(backend),
+            retention,
+            stop: CancellationToken::new(),
+            memory: None,
+        }
+    }
+
+    /// The key prefix of this test (Redis).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A node with heartbeat `heartbeat` (Redis). The memory broker has one node only: every
+    /// call returns the same one.
+    pub async fn node_with(
+        &mut self,
+        name: &str,
+        heartbeat: Duration,
+    ) -> (SharedBroker, Arc<Sink>) {
+        if self.backend == Backend::Memory {
+            let (b, s) = self.memory.get_or_insert_with(|| {
+                let sink = Arc::new(Sink::default());
+                let b = Arc::new(MemoryBroker::with_retention(
+                    name,
+                    sink.clone(),
+                    self.retention,
+                ));
+                (b, sink)
+            });
+            return (b.clone(), s.clone());
+        }
+        let sink = Arc::new(Sink::default());
+        let opts = RedisOptions {
+            retention: self.retention,
+            heartbeat,
+            prefix: self.prefix.clone(),
+            ..RedisOptions::default()
+        };
+        let b = RedisBroker::connect(&self.url, name, sink.clone(), opts, self.stop.child_token())
+            .await
+            .expect("the broker connects");
+        (b, sink)
+    }
+
+    pub async fn node(&mut self, name: &str) -> (SharedBroker, Arc<Sink>) {
+        self.node_with(name, Duration::from_millis(200)).await
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+pub fn conv() -> ConvKey {
+    ConvKey::new("t", "u", "c")
+}
+
+pub fn page(conv: &ConvKey, client: &str) -> PageIdentity {
+    PageIdentity {
+        conv: conv.clone(),
+        client_id: client.into(),
+    }
+}
+
+pub const LIMITS: AdmitLimits = AdmitLimits {
+    max_connections: 100,
+    max_pages_per_conversation: 50,
+};
+
+/// Binds and sends a call of `todo.add` to `client` with `timeout`.
+pub async fn call(
+    b: &SharedBroker,
+    conv: &ConvKey,
+    client: &str,
+    timeout: Duration,
+) -> (String, toolmark_broker::OutcomeWaiter) {
+    let id = uuid::Uuid::new_v4().to_string();
+    let binding = CallBinding {
+        id: id.clone(),
+        conv: conv.clone(),
+        client_id: client.into(),
+        tool: "todo.add".into(),
+        kind: CallKind::Call,
+        deadline_ms: now_ms() + u64::try_from(timeout.as_millis()).unwrap(),
+        node: b.node_id().into(),
+        untrusted: true,
+        respond_async: false,
+    };
+    let frame = AgentMessage::Call(Call {
+        client_id: client.into(),
+        id: id.clone(),
+        rev: None,
+        tool: "todo.add".into(),
+        input: json!({}),
+    });
+    let waiter = b
+        .send_call(binding, frame)
+        .await
+        .expect("the call is bound");
+    (id, waiter)
+}
+
+pub fn needs(confirm_id: &str) -> ToolResult {
+    ToolResult::NeedsConfirmation {
+        confirm_id: confirm_id.into(),
+        summary: "s".into(),
+        changes: None,
+    }
+}
+
+pub fn ok() -> ToolResult {
+    ToolResult::Ok { data: None }
+}
+
+/// Polls `check` until it returns `Some`, failing after `within`.
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs one contract test on every backend, each as its own test.
+#[macro_export]
+macro_rules! contract {
+    ($name:ident) => {
+        mod $name {
+            use $crate::support::Backend;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory() {
+                super::$name(Backend::Memory).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis() {
+                super::$name(Backend::Redis).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis_cluster() {
+                super::$name(Backend::Cluster).await;
+            }
+        }
+    };
+}
