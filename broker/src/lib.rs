@@ -5,7 +5,6 @@
 
 mod error;
 pub mod memory;
-mod memory_webhooks;
 pub mod model;
 pub mod redis;
 mod types;
@@ -45,19 +44,27 @@ pub struct EventFeed {
     pub live: broadcast::Receiver<Event>,
 }
 
-/// The state and routing every gateway node shares.
+/// The state and routing every gateway node shares, by domain ([`Calls`], [`Confirmations`],
+/// [`Pages`], [`Events`], [`Limits`], [`DeadLetters`]); the rules they follow are
+/// [`model`]'s.
 ///
 /// Every check-and-mark (a result against its binding, a timeout against a result, a
 /// confirmation against its single use) is atomic in each implementation, so a call and its
 /// timeout can never both win.
 #[async_trait]
-pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
+pub trait Broker:
+    Calls + Confirmations + Pages + Events + Limits + DeadLetters + std::fmt::Debug + 'static
+{
     /// This node's id (results are routed back to the node whose agent request waits).
     fn node_id(&self) -> &str;
 
-    /// Whether the shared state is reachable.
+    /// Whether the shared state is reachable and this node's delivery path works.
     async fn ready(&self) -> Result<(), BrokerError>;
+}
 
+/// Calls and describes: bound before they are sent, answered or timed out exactly once.
+#[async_trait]
+pub trait Calls: Send + Sync {
     /// Stores the binding (before anything is sent), registers this node as the waiter and
     /// publishes `frame` to the pages of the binding's conversation.
     async fn send_call(
@@ -66,8 +73,8 @@ pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
         frame: AgentMessage,
     ) -> Result<OutcomeWaiter, BrokerError>;
 
-    /// Checks a page's `result` against the call's binding (conversation, clientId, pending,
-    /// deadline) and marks it answered; the outcome goes to the waiting node.
+    /// Checks a page's `result` against the call's binding ([`model::check_result`]) and marks
+    /// it answered; the outcome goes to the waiting node.
     async fn submit_result(
         &self,
         from: &PageIdentity,
@@ -79,9 +86,9 @@ pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
     /// [`Outcome::Timeout`]. `None` when the call was no longer pending (its result won).
     async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError>;
 
-    /// Times out pending calls whose deadline passed with nobody left to do it (the waiting
-    /// node died, or the call is async). Safe to run on every node: only one sweeps at a time,
-    /// and each call is timed out once. Returns the calls this sweep timed out.
+    /// Times out pending calls whose deadline passed ([`model::SWEEP_GRACE`] ago) with nobody
+    /// left to do it (the waiting node died, or the call is async). Safe to run on every node:
+    /// only one sweeps at a time, and each call is timed out once. Returns what it timed out.
     async fn sweep_deadlines(&self) -> Result<Vec<CallRecord>, BrokerError>;
 
     /// Sends the protocol `cancel` for a pending call; its own result stays the outcome.
@@ -90,21 +97,44 @@ pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
     /// A call of `tenant` by id.
     async fn call(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError>;
 
+    /// The frames of the conversation's calls still pending, to hand to a socket that just
+    /// joined: a page that reconnects (to any node) gets the calls it may have missed while it
+    /// was away. Pages ignore an id they already have (seed rule 2), so a repeat is harmless.
+    async fn pending_frames(&self, conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError>;
+}
+
+/// Deferred confirmations: single use, bound to their page, expired only when their page is
+/// gone (D23).
+#[async_trait]
+pub trait Confirmations: Send + Sync {
     /// Accepts a page's `confirmed` once per confirmId, only from the page that sent the
-    /// `needs_confirmation`; returns what the confirmation was bound to.
+    /// `needs_confirmation` ([`model::check_confirm`]); returns what it was bound to.
     async fn submit_confirmed(
         &self,
         from: &PageIdentity,
         confirm_id: &str,
     ) -> Result<ConfirmBinding, SubmitError>;
 
+    /// Confirmations still pending from pages that have been gone (no socket anywhere that may
+    /// be them, [`model::Presence::possibly`]) for at least `grace` without a break
+    /// ([`model::sweep_confirm`]): marked used (a late `confirmed` is rejected) and returned, so
+    /// that the caller announces them as expired. Safe on every node; each is returned once.
+    async fn expire_abandoned_confirmations(
+        &self,
+        grace: std::time::Duration,
+    ) -> Result<Vec<ConfirmBinding>, BrokerError>;
+}
+
+/// Page sockets, their presence and manifests, and the conversation they make up.
+#[async_trait]
+pub trait Pages: Send + Sync {
     /// Counts a new page socket against the tenant's and the conversation's limits.
     async fn admit_page(&self, conv: &ConvKey, limits: &AdmitLimits) -> Result<(), AdmitError>;
 
     /// Records that a socket of `conv` is the page load `client_id`.
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError>;
 
-    /// Releases a socket admitted by [`Broker::admit_page`].
+    /// Releases a socket admitted by [`Pages::admit_page`].
     async fn release_page(
         &self,
         conv: &ConvKey,
@@ -115,13 +145,19 @@ pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
     /// current one (new calls go there; D23).
     async fn put_manifest(&self, conv: &ConvKey, manifest: &Manifest) -> Result<(), BrokerError>;
 
-    /// The conversation's current page, its latest manifest and the connected pages.
+    /// The conversation's current page ([`model::current_page`]), its latest manifest and the
+    /// connected pages.
     async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError>;
 
-    /// Takes one call from the tenant's rate (`per_second`, burst [`model::burst`]). An
-    /// unreachable broker refuses the call (the limit never fails open).
-    async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), TakeError>;
+    /// A draining node closed this conversation's sockets (with 1001): its pages are expected
+    /// back on another node, so calls stay accepted for [`RECONNECT_GRACE`].
+    async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError>;
+}
 
+/// The tenants' event logs: retained for `Last-Event-ID` resumption (bounded in count and
+/// bytes, [`model::events_to_trim`]) and fed live.
+#[async_trait]
+pub trait Events: Send + Sync {
     /// Appends an event to the tenant's log and feeds live readers.
     async fn emit(
         &self,
@@ -133,41 +169,29 @@ pub trait Broker: Send + Sync + std::fmt::Debug + 'static {
 
     /// The tenant's events after `after` (an event id; `None` means only live ones).
     async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError>;
+}
 
-    /// A draining node closed this conversation's sockets (with 1001): its pages are expected
-    /// back on another node, so calls stay accepted for [`RECONNECT_GRACE`].
-    async fn mark_drained(&self, _conv: &ConvKey) -> Result<(), BrokerError> {
-        Ok(())
-    }
+/// Cluster-wide rates.
+#[async_trait]
+pub trait Limits: Send + Sync {
+    /// Takes one call from the tenant's rate (`per_second`, burst [`model::burst`]). An
+    /// unreachable broker refuses the call (the limit never fails open).
+    async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), TakeError>;
+}
 
-    /// The frames of the conversation's calls still pending, to hand to a socket that just
-    /// joined: a page that reconnects (to any node) gets the calls it may have missed while it
-    /// was away. Pages ignore an id they already have (seed rule 2), so a repeat is harmless.
-    async fn pending_frames(&self, _conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError> {
-        Ok(Vec::new())
-    }
-
-    /// Confirmations still pending from pages that have been gone (no socket on any node) for
-    /// at least `grace`: marked used (a late `confirmed` is rejected) and returned, so that the
-    /// caller announces them as expired (seed D23: a gone page's confirmIds are treated as
-    /// expired). Safe on every node; each is returned once.
-    async fn expire_abandoned_confirmations(
-        &self,
-        _grace: std::time::Duration,
-    ) -> Result<Vec<ConfirmBinding>, BrokerError> {
-        Ok(Vec::new())
-    }
-
-    /// Webhook events that exhausted their retries (dead letters), oldest first, as
-    /// `{id, eventId, conversation, attempts, lastError, firstFailure, event}`.
-    async fn webhook_failed(&self, _tenant: &str) -> Result<Vec<Value>, BrokerError> {
-        Ok(Vec::new())
-    }
+/// Webhook events that exhausted their retries.
+#[async_trait]
+pub trait DeadLetters: Send + Sync {
+    /// The tenant's dead letters, oldest first.
+    async fn webhook_failed(&self, tenant: &str) -> Result<Vec<webhook::DeadLetter>, BrokerError>;
 
     /// Puts a dead letter back in its conversation's queue; `false` when there is none.
-    async fn webhook_retry(&self, _tenant: &str, _id: &str) -> Result<bool, BrokerError> {
-        Ok(false)
-    }
+    async fn webhook_retry(&self, tenant: &str, id: &str) -> Result<bool, BrokerError>;
+}
+
+/// Every domain trait, for callers of a [`SharedBroker`].
+pub mod prelude {
+    pub use crate::{Broker, Calls, Confirmations, DeadLetters, Events, Limits, Pages};
 }
 
 /// A shareable broker handle.

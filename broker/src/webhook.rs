@@ -5,7 +5,6 @@
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::{BrokerError, Event};
 
@@ -40,12 +39,38 @@ impl Pending {
     }
 
     /// The dead-letter record shown by `GET /webhooks/failed`.
-    pub fn dead_letter_json(&self, id: &str) -> serde_json::Value {
-        let event: serde_json::Value =
-            serde_json::from_str(&self.body).unwrap_or(serde_json::Value::Null);
-        json!({"id": id, "eventId": self.id, "conversation": self.conv, "attempts": self.attempts,
-            "lastError": self.last_error, "firstFailureMs": self.first_failure_ms, "event": event})
+    /// The dead letter this event became, under the dead-letter id `id`.
+    pub fn dead_letter(&self, id: &str) -> DeadLetter {
+        DeadLetter {
+            id: id.to_owned(),
+            event_id: self.id.clone(),
+            conversation: self.conv.clone(),
+            attempts: self.attempts,
+            last_error: self.last_error.clone(),
+            first_failure_ms: self.first_failure_ms,
+            event: serde_json::from_str(&self.body).unwrap_or(serde_json::Value::Null),
+        }
     }
+}
+
+/// A webhook event that exhausted its retries, as `GET …/webhooks/failed` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetter {
+    /// Its id in the dead letters (for `POST …/webhooks/failed/{id}/retry`).
+    pub id: String,
+    /// The event's id.
+    pub event_id: String,
+    /// `user/conversation`.
+    pub conversation: String,
+    /// Delivery attempts made.
+    pub attempts: u32,
+    /// The last attempt's HTTP status or error.
+    pub last_error: String,
+    /// When the first attempt failed (ms since the epoch).
+    pub first_failure_ms: u64,
+    /// The event body that was to be delivered.
+    pub event: serde_json::Value,
 }
 
 /// Whether a new event may be delivered now.

@@ -9,13 +9,14 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use toolmark_broker::prelude::*;
 
 use axum::Router;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolmark_broker::redis::{RedisBroker, RedisOptions};
-use toolmark_broker::{Broker, ConvKey, PageSink};
+use toolmark_broker::{ConvKey, PageSink};
 use toolmark_gateway::config::{BrokerKind, Config};
 use toolmark_gateway::jobs::metrics::JobMetrics;
 

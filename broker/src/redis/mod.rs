@@ -8,7 +8,13 @@
 //! writes it again whenever the connection to Redis comes back, so pages never have to
 //! reconnect after a Redis restart.
 
+mod calls;
+mod codec;
+mod confirmations;
+mod events;
 pub mod keys;
+mod limits;
+mod pages;
 pub mod scripts;
 mod url;
 pub mod webhooks;
@@ -32,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use toolmark_proto::{AgentMessage, Manifest, ToolManifestSummary, ToolResult};
 
 use crate::model::{self, Retention};
+use crate::prelude::*;
 use crate::{
     AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallState,
     ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
@@ -344,7 +351,7 @@ impl RedisBroker {
         // A probe through this node's own channel: readiness holds only while it comes back.
         let _: Result<i64, _> = self
             .client
-            .publish(self.keys.node_channel(&self.node), "p")
+            .publish(self.keys.node_channel(&self.node), codec::PROBE)
             .await;
         // Waiters whose request went away (their outcome message never came) are forgotten.
         lock(&self.waiters).retain(|_, tx| !tx.is_closed());
@@ -546,9 +553,10 @@ impl RedisBroker {
                 continue;
             };
             if let Some(tag) = channel.strip_prefix(&self.keys.conv_channel_prefix()) {
-                if let (Some(conv), Some((client_id, frame))) =
-                    (keys::parse_conv_tag(tag), payload.split_once('\n'))
-                {
+                if let (Some(conv), Some((client_id, frame))) = (
+                    keys::parse_conv_tag(tag),
+                    codec::parse_page_message(&payload),
+                ) {
                     self.sink.deliver(&conv, client_id, frame.into());
                 }
             } else if channel.starts_with(&self.keys.node_channel_prefix()) {
@@ -561,28 +569,21 @@ impl RedisBroker {
     }
 
     fn on_outcome(&self, payload: &str) {
-        if payload == "p" {
-            *lock(&self.probe_seen) = std::time::Instant::now();
-            return;
-        }
-        let mut parts = payload.splitn(3, '\n');
-        let (Some("r"), Some(id), Some(outcome)) = (parts.next(), parts.next(), parts.next())
-        else {
-            return;
-        };
-        let Some(waiter) = lock(&self.waiters).remove(id) else {
-            return;
-        };
-        match serde_json::from_str::<Outcome>(outcome) {
-            Ok(o) => {
-                let _ = waiter.send(o);
+        match codec::parse_node_message(payload) {
+            Some(codec::NodeMessage::Probe) => {
+                *lock(&self.probe_seen) = std::time::Instant::now();
             }
-            Err(e) => tracing::error!(call_id = id, error = %e, "unreadable outcome"),
+            Some(codec::NodeMessage::Outcome { id, outcome }) => {
+                if let Some(waiter) = lock(&self.waiters).remove(&id) {
+                    let _ = waiter.send(outcome);
+                }
+            }
+            None => tracing::error!(payload, "unreadable message on this node's channel"),
         }
     }
 
     fn on_event(&self, tenant: &str, payload: &str) {
-        let Some((id, body)) = payload.split_once('\n') else {
+        let Some((id, body)) = codec::parse_event_message(payload) else {
             return;
         };
         let Some(event) = parse_event(id, body) else {
@@ -647,10 +648,7 @@ impl RedisBroker {
             .get(self.keys.call_index(id))
             .await
             .map_err(|e| unavailable(&e))?;
-        Ok(v.and_then(|s| {
-            let mut p = s.splitn(3, '\n');
-            Some(ConvKey::new(p.next()?, p.next()?, p.next()?))
-        }))
+        Ok(v.as_deref().and_then(codec::parse_conv_ref))
     }
 
     /// A call's conversation, only when it belongs to `tenant`.
@@ -742,10 +740,8 @@ impl RedisBroker {
             .map_err(|e| unavailable(&e))?;
         let mut swept = Vec::new();
         for member in due {
-            let parts: Vec<&str> = member.splitn(4, '\n').collect();
-            if let [tenant, user, conversation, id] = parts[..] {
-                let conv = ConvKey::new(tenant, user, conversation);
-                if let Some(r) = self.time_out(&conv, id).await? {
+            if let Some((conv, id)) = codec::parse_deadline_member(&member) {
+                if let Some(r) = self.time_out(&conv, &id).await? {
                     swept.push(r);
                 }
             }
@@ -794,17 +790,15 @@ impl RedisBroker {
         let live: Vec<String> = self.live_nodes().iter().cloned().collect();
         let mut expired = Vec::new();
         for member in due {
-            let parts: Vec<&str> = member.splitn(5, '\n').collect();
-            let [tenant, user, conversation, confirm_id, client] = parts[..] else {
+            let Some((conv, confirm_id, client)) = codec::parse_confirm_member(&member) else {
                 let _: Result<i64, _> = self
                     .client
                     .zrem(self.keys.pending_confirms(), member.as_str())
                     .await;
                 continue;
             };
-            let conv = ConvKey::new(tenant, user, conversation);
             let mut args = vec![
-                client.to_owned(),
+                client.clone(),
                 now.to_string(),
                 u64::try_from(grace.as_millis())
                     .unwrap_or(u64::MAX)
@@ -815,7 +809,7 @@ impl RedisBroker {
                 self.script(
                     &self.scripts.expire_confirm,
                     vec![
-                        self.keys.confirm(&conv, confirm_id),
+                        self.keys.confirm(&conv, &confirm_id),
                         self.keys.sockets(&conv),
                     ],
                     args,
@@ -840,7 +834,7 @@ impl RedisBroker {
                         .await;
                     if let Some(b) = reply
                         .get(1)
-                        .and_then(|b| Self::confirm_binding(confirm_id, b))
+                        .and_then(|b| Self::confirm_binding(&confirm_id, b))
                     {
                         expired.push(b);
                     }
@@ -913,624 +907,5 @@ impl Broker for RedisBroker {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
         Ok(())
-    }
-
-    async fn send_call(
-        &self,
-        binding: CallBinding,
-        frame: AgentMessage,
-    ) -> Result<OutcomeWaiter, BrokerError> {
-        let (tx, rx) = oneshot::channel();
-        let id = binding.id.clone();
-        lock(&self.waiters).insert(id.clone(), tx);
-        let conv = binding.conv.clone();
-        let ttl_ms = binding.deadline_ms.saturating_sub(now_ms())
-            + model::millis(self.opts.retention.finished_calls);
-        let message = format!("{}\n{}", binding.client_id, frame.to_json());
-        let bind = self.script(
-            &self.scripts.bind,
-            vec![self.keys.call(&conv, &id), self.keys.pending(&conv)],
-            vec![
-                serde_json::to_string(&binding).unwrap_or_default(),
-                binding.client_id.clone(),
-                binding.deadline_ms.to_string(),
-                binding.node.clone(),
-                ttl_ms.to_string(),
-                self.keys.conv_channel(&conv),
-                message,
-                id.clone(),
-            ],
-        );
-        let index = self.client.set::<(), _, _>(
-            self.keys.call_index(&id),
-            format!("{}\n{}\n{}", conv.tenant, conv.user, conv.conversation),
-            Some(Expiration::PX(i64::try_from(ttl_ms).unwrap_or(i64::MAX))),
-            None,
-            false,
-        );
-        #[allow(clippy::cast_precision_loss)]
-        let score = binding.deadline_ms as f64;
-        let member = format!(
-            "{}\n{}\n{}\n{}",
-            conv.tenant, conv.user, conv.conversation, id
-        );
-        let deadline = self.client.zadd::<(), _, _>(
-            self.keys.deadlines(),
-            None,
-            None,
-            false,
-            false,
-            (score, member.as_str()),
-        );
-        let (bind, index, deadline) = tokio::join!(bind, index, deadline);
-        if let Err(e) = bind
-            .and(index.map_err(|e| unavailable(&e)))
-            .and(deadline.map_err(|e| unavailable(&e)))
-        {
-            lock(&self.waiters).remove(&id);
-            return Err(e);
-        }
-        Ok(rx)
-    }
-
-    async fn submit_result(
-        &self,
-        from: &PageIdentity,
-        id: &str,
-        result: ToolResult,
-    ) -> Result<CallRecord, SubmitError> {
-        let outcome = serde_json::to_string(&Outcome::Result(result.clone())).unwrap_or_default();
-        let confirm_key = result.confirm_id().map_or_else(
-            || self.keys.call(&from.conv, id),
-            |c| self.keys.confirm(&from.conv, c),
-        );
-        let confirm = result.confirm_id().unwrap_or_default().to_owned();
-        let reply = self
-            .script(
-                &self.scripts.result,
-                vec![
-                    self.keys.call(&from.conv, id),
-                    confirm_key,
-                    self.keys.pending(&from.conv),
-                ],
-                vec![
-                    from.client_id.clone(),
-                    outcome,
-                    confirm,
-                    millis(self.opts.retention.confirmations).to_string(),
-                    id.to_owned(),
-                    self.keys.node_channel_prefix(),
-                ],
-            )
-            .await?;
-        let reply = strings(reply);
-        match reply.first().map(String::as_str) {
-            Some("ok") => {
-                if let Some(c) = result.confirm_id() {
-                    // Which conversation first used this page-minted id: only to tell a
-                    // `confirmed` from another conversation (mismatch) from an unknown one.
-                    let _: Result<Option<String>, _> = self
-                        .client
-                        .set(
-                            self.keys.confirm_index(c),
-                            "1",
-                            Some(Expiration::PX(millis(self.opts.retention.confirmations))),
-                            Some(fred::types::SetOptions::NX),
-                            false,
-                        )
-                        .await;
-                    let member = format!(
-                        "{}\n{}\n{}\n{c}\n{}",
-                        from.conv.tenant, from.conv.user, from.conv.conversation, from.client_id
-                    );
-                    self.watch_confirm(&member, now_ms()).await;
-                }
-                let binding: CallBinding = reply
-                    .get(1)
-                    .and_then(|b| serde_json::from_str(b).ok())
-                    .ok_or(SubmitError::Rejected(Rejection::UnknownId))?;
-                Ok(CallRecord {
-                    binding,
-                    state: CallState::Answered,
-                    outcome: Some(Outcome::Result(result)),
-                })
-            }
-            Some("unknown_id") => {
-                // Not under this conversation: another conversation's call (mismatch) or none.
-                let exists = self.indexed(id).await?.is_some();
-                Err(SubmitError::Rejected(if exists {
-                    Rejection::Mismatch
-                } else {
-                    Rejection::UnknownId
-                }))
-            }
-            Some(code) => Err(SubmitError::Rejected(
-                rejection(code).unwrap_or(Rejection::UnknownId),
-            )),
-            None => Err(SubmitError::Broker(BrokerError::Unavailable {
-                retry_after: RETRY,
-            })),
-        }
-    }
-
-    async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError> {
-        let reply = strings(
-            self.script(
-                &self.scripts.timeout,
-                vec![self.keys.call(conv, id), self.keys.pending(conv)],
-                vec![
-                    id.to_owned(),
-                    serde_json::to_string(&Outcome::Timeout).unwrap_or_default(),
-                    self.keys.conv_channel(conv),
-                    self.keys.node_channel_prefix(),
-                ],
-            )
-            .await?,
-        );
-        match (reply.first().map(String::as_str), reply.get(1)) {
-            (Some("ok"), Some(b)) => Ok(Self::record(b, "t", "{\"status\":\"timeout\"}")),
-            _ => Ok(None),
-        }
-    }
-
-    async fn cancel(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
-        let Some(conv) = self.conv_of(tenant, id).await? else {
-            return Ok(None);
-        };
-        let reply = strings(
-            self.script(
-                &self.scripts.cancel,
-                vec![self.keys.call(&conv, id)],
-                vec![id.to_owned(), self.keys.conv_channel(&conv)],
-            )
-            .await?,
-        );
-        match &reply[..] {
-            [b, s, o] => Ok(Self::record(b, s, o)),
-            _ => Ok(None),
-        }
-    }
-
-    async fn call(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
-        let Some(conv) = self.conv_of(tenant, id).await? else {
-            return Ok(None);
-        };
-        let f: Vec<Option<String>> = self
-            .client
-            .hmget(self.keys.call(&conv, id), vec!["b", "s", "o"])
-            .await
-            .map_err(|e| unavailable(&e))?;
-        match &f[..] {
-            [Some(b), s, o] => Ok(Self::record(
-                b,
-                s.as_deref().unwrap_or("p"),
-                o.as_deref().unwrap_or(""),
-            )),
-            _ => Ok(None),
-        }
-    }
-
-    async fn submit_confirmed(
-        &self,
-        from: &PageIdentity,
-        confirm_id: &str,
-    ) -> Result<ConfirmBinding, SubmitError> {
-        let reply = strings(
-            self.script(
-                &self.scripts.confirm,
-                vec![self.keys.confirm(&from.conv, confirm_id)],
-                vec![from.client_id.clone()],
-            )
-            .await?,
-        );
-        match reply.first().map(String::as_str) {
-            Some("ok") => reply
-                .get(1)
-                .and_then(|b| Self::confirm_binding(confirm_id, b))
-                .ok_or(SubmitError::Rejected(Rejection::UnknownConfirm)),
-            Some("unknown_confirm") => {
-                let elsewhere: bool = self
-                    .client
-                    .exists::<i64, _>(self.keys.confirm_index(confirm_id))
-                    .await
-                    .map_err(|e| unavailable(&e))?
-                    > 0;
-                Err(SubmitError::Rejected(if elsewhere {
-                    Rejection::Mismatch
-                } else {
-                    Rejection::UnknownConfirm
-                }))
-            }
-            Some(code) => Err(SubmitError::Rejected(
-                rejection(code).unwrap_or(Rejection::UnknownConfirm),
-            )),
-            None => Err(SubmitError::Broker(BrokerError::Unavailable {
-                retry_after: RETRY,
-            })),
-        }
-    }
-
-    async fn admit_page(&self, conv: &ConvKey, limits: &AdmitLimits) -> Result<(), AdmitError> {
-        let ttl = millis(self.opts.retention.conversations).to_string();
-        let socks = self.keys.sockets(conv);
-        let tenant_key = self.keys.tenant_sockets(&conv.tenant);
-        let (c, t) = tokio::join!(
-            self.script(
-                &self.scripts.count_up,
-                vec![socks.clone()],
-                vec![self.node.clone(), ttl.clone()]
-            ),
-            self.script(
-                &self.scripts.count_up,
-                vec![tenant_key.clone()],
-                vec![self.node.clone(), ttl]
-            ),
-        );
-        let undo = || async {
-            let _ = self
-                .script(
-                    &self.scripts.count_down,
-                    vec![socks.clone()],
-                    vec![self.node.clone()],
-                )
-                .await;
-            let _ = self
-                .script(
-                    &self.scripts.count_down,
-                    vec![tenant_key.clone()],
-                    vec![self.node.clone()],
-                )
-                .await;
-        };
-        let (c, t) = match (c, t) {
-            (Ok(c), Ok(t)) => (pairs(c), pairs(t)),
-            (Err(e), _) | (_, Err(e)) => {
-                undo().await;
-                return Err(AdmitError::Broker(e));
-            }
-        };
-        let conv_total = self.live_total(&c);
-        let tenant_total = self.live_total(&t);
-        if u64::try_from(tenant_total).unwrap_or(0) > limits.max_connections {
-            undo().await;
-            return Err(AdmitError::TenantConnections);
-        }
-        if conv_total > i64::from(limits.max_pages_per_conversation) {
-            undo().await;
-            return Err(AdmitError::ConversationPages);
-        }
-        let first = {
-            let mut held = lock(&self.held);
-            let h = held.entry(conv.clone()).or_default();
-            h.sockets += 1;
-            h.sockets == 1
-        };
-        *lock(&self.tenant_sockets)
-            .entry(conv.tenant.clone())
-            .or_default() += 1;
-        // `drained` stays: a reader that does not count this node yet still sees the grace.
-        let node_keys = self.keys.node_keys(&self.node);
-        let _: Result<i64, _> = self
-            .client
-            .sadd(&node_keys, vec![socks.as_str(), tenant_key.as_str()])
-            .await;
-        let _: Result<i64, _> = self
-            .client
-            .pexpire(&node_keys, millis(Duration::from_secs(86_400)), None)
-            .await;
-        if first && let Err(e) = self.subscribe_conv(conv).await {
-            let _ = self.release_page(conv, None).await;
-            return Err(AdmitError::Broker(e));
-        }
-        Ok(())
-    }
-
-    async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
-        let known = {
-            let mut held = lock(&self.held);
-            held.get_mut(conv).is_some_and(|h| {
-                *h.clients.entry(client_id.to_owned()).or_default() += 1;
-                h.manifests.contains_key(client_id)
-            })
-        };
-        let counted = self
-            .client
-            .hincrby::<i64, _, _>(
-                self.keys.sockets(conv),
-                format!("{}|{client_id}", self.node),
-                1,
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| unavailable(&e));
-        // A page that moved here does not send its manifest again: keep a copy of the stored
-        // one, so that this node can write it again after Redis lost its data.
-        if !known {
-            let stored: Option<String> = self
-                .client
-                .hget(
-                    format!("{}{client_id}", self.keys.manifest_prefix(conv)),
-                    "m",
-                )
-                .await
-                .unwrap_or(None);
-            if let Some(m) = stored.as_deref().and_then(parse_manifest) {
-                let seq = self
-                    .manifest_seq
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if let Some(h) = lock(&self.held).get_mut(conv) {
-                    h.manifests.entry(client_id.to_owned()).or_insert((seq, m));
-                }
-            }
-        }
-        counted
-    }
-
-    async fn release_page(
-        &self,
-        conv: &ConvKey,
-        client_id: Option<&str>,
-    ) -> Result<PageLeft, BrokerError> {
-        let last = {
-            let mut held = lock(&self.held);
-            let mut last = false;
-            if let Some(h) = held.get_mut(conv) {
-                h.sockets = h.sockets.saturating_sub(1);
-                if let Some(c) = client_id
-                    && let Some(n) = h.clients.get_mut(c)
-                {
-                    *n = n.saturating_sub(1);
-                    if *n == 0 {
-                        h.clients.remove(c);
-                        h.manifests.remove(c);
-                    }
-                }
-                if h.sockets == 0 {
-                    held.remove(conv);
-                    last = true;
-                }
-            }
-            last
-        };
-        if let Some(n) = lock(&self.tenant_sockets).get_mut(&conv.tenant) {
-            *n = n.saturating_sub(1);
-        }
-        if last {
-            self.unsubscribe_conv(conv).await;
-        }
-        let (c, _) = tokio::join!(
-            self.script(
-                &self.scripts.count_down,
-                vec![self.keys.sockets(conv)],
-                self.count_fields(client_id)
-            ),
-            self.script(
-                &self.scripts.count_down,
-                vec![self.keys.tenant_sockets(&conv.tenant)],
-                vec![self.node.clone()]
-            ),
-        );
-        let fields = pairs(c?);
-        let live = self.live_nodes();
-        let page_gone = client_id.is_some_and(|client| {
-            !fields.iter().any(|(f, n)| {
-                *n > 0
-                    && f.split_once('|')
-                        .is_some_and(|(node, c)| c == client && live.contains(node))
-            })
-        });
-        Ok(PageLeft { page_gone })
-    }
-
-    async fn put_manifest(&self, conv: &ConvKey, manifest: &Manifest) -> Result<(), BrokerError> {
-        let seq = self
-            .manifest_seq
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some(h) = lock(&self.held).get_mut(conv) {
-            h.manifests
-                .insert(manifest.client_id.clone(), (seq, manifest.clone()));
-        }
-        let ttl = model::millis(self.opts.retention.conversations).to_string();
-        self.put_manifest_script(conv, manifest, &ttl, false).await
-    }
-
-    async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError> {
-        let mut reply = self.conv_read(conv).await?;
-        // Sockets on a node this node does not count as live yet (it just started): read the
-        // live set again and ask once more, rather than report its pages missing.
-        let unknown = reply.get(4).is_some_and(|u| !u.is_empty());
-        if unknown && lock(&self.live_at).elapsed() > Duration::from_millis(250) {
-            self.refresh_live().await;
-            reply = self.conv_read(conv).await?;
-        }
-        let [
-            effective,
-            manifest,
-            sockets,
-            drained_at,
-            _unknown,
-            rest @ ..,
-        ] = &reply[..]
-        else {
-            return Ok(ConversationState::default());
-        };
-        let manifest = parse_manifest(manifest);
-        let mut pages: Vec<PageInfo> = rest
-            .chunks(3)
-            .filter(|c| c.len() == 3)
-            .map(|c| PageInfo {
-                client_id: c[0].clone(),
-                sockets: c[1].parse().unwrap_or(0),
-                rev: c[2].parse().ok(),
-            })
-            .collect();
-        pages.sort_by(|a, b| a.client_id.cmp(&b.client_id));
-        Ok(ConversationState {
-            client_id: (!effective.is_empty()).then(|| effective.clone()),
-            rev: manifest.as_ref().map(|m| m.rev),
-            tools: manifest.map(|m| m.tools).unwrap_or_default(),
-            pages,
-            sockets: sockets.parse().unwrap_or(0),
-            reconnecting_for_ms: drained_at
-                .parse::<u64>()
-                .ok()
-                .filter(|_| sockets.parse::<u32>().unwrap_or(0) == 0)
-                .map(|since| now_ms().saturating_sub(since)),
-        })
-    }
-
-    async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError> {
-        self.script(
-            &self.scripts.drained,
-            vec![self.keys.conv(conv)],
-            vec![
-                now_ms().to_string(),
-                model::millis(self.opts.retention.conversations).to_string(),
-            ],
-        )
-        .await
-        .map(|_| ())
-    }
-
-    async fn pending_frames(&self, conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError> {
-        let reply = self
-            .script(
-                &self.scripts.pending,
-                vec![self.keys.pending(conv)],
-                vec![self.keys.call_prefix(conv)],
-            )
-            .await?;
-        Ok(strings(reply)
-            .into_iter()
-            .filter_map(|m| m.split_once('\n').map(|(_, frame)| Arc::from(frame)))
-            .collect())
-    }
-
-    async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), TakeError> {
-        let interval_us = 1_000_000 / u64::from(per_second.max(1));
-        let wait_us = self
-            .script(
-                &self.scripts.gcra,
-                vec![self.keys.rate(tenant)],
-                vec![
-                    interval_us.max(1).to_string(),
-                    model::burst(per_second).to_string(),
-                ],
-            )
-            .await?
-            .as_u64()
-            .unwrap_or(0);
-        if wait_us == 0 {
-            Ok(())
-        } else {
-            Err(TakeError::Limited(RateLimited {
-                retry_after: Duration::from_micros(wait_us),
-            }))
-        }
-    }
-
-    async fn emit(
-        &self,
-        tenant: &str,
-        kind: EventType,
-        conv: &ConvKey,
-        data: Json,
-    ) -> Result<Event, BrokerError> {
-        let timestamp = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-        let body = serde_json::json!({"type": kind, "timestamp": timestamp, "user": conv.user, "conversation": conv.conversation, "data": data});
-        let reply = strings(
-            self.script(
-                &self.scripts.emit,
-                vec![self.keys.events(tenant), self.keys.event_bytes(tenant)],
-                vec![
-                    self.opts.retention.events_per_tenant.to_string(),
-                    self.opts.retention.event_bytes_per_tenant.to_string(),
-                    body.to_string(),
-                    self.keys.events_channel(tenant),
-                ],
-            )
-            .await?,
-        );
-        let id = reply.first().cloned().unwrap_or_default();
-        if reply.get(1).is_some_and(|h| h != "0") {
-            tracing::warn!(
-                tenant,
-                "event retention reached, but the oldest events are not delivered to webhooks yet: they stay until delivered or dead-lettered"
-            );
-        }
-        Ok(Event {
-            id,
-            kind,
-            timestamp,
-            user: conv.user.clone(),
-            conversation: conv.conversation.clone(),
-            data,
-        })
-    }
-
-    async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError> {
-        let (live, first) = {
-            let mut feeds = lock(&self.feeds);
-            let first = !feeds.contains_key(tenant);
-            let tx = feeds
-                .entry(tenant.to_owned())
-                .or_insert_with(|| broadcast::channel(4096).0);
-            (tx.subscribe(), first)
-        };
-        if first
-            && let Err(e) = self
-                .subscriber
-                .ssubscribe(self.keys.events_channel(tenant))
-                .await
-        {
-            lock(&self.feeds).remove(tenant);
-            return Err(unavailable(&e));
-        }
-        let backlog = match after {
-            None => Vec::new(),
-            Some(after) => {
-                let start = format!("({after}");
-                let entries: Vec<(String, HashMap<String, String>)> = self
-                    .client
-                    .xrange(
-                        self.keys.events(tenant),
-                        start,
-                        "+",
-                        Some(self.opts.retention.events_per_tenant),
-                    )
-                    .await
-                    .map_err(|e| unavailable(&e))?;
-                entries
-                    .into_iter()
-                    .filter(|(id, _)| event_id_after(id, after))
-                    .filter_map(|(id, fields)| parse_event(&id, fields.get("e")?))
-                    .collect()
-            }
-        };
-        Ok(EventFeed { backlog, live })
-    }
-
-    async fn sweep_deadlines(&self) -> Result<Vec<CallRecord>, BrokerError> {
-        self.sweep().await
-    }
-
-    async fn expire_abandoned_confirmations(
-        &self,
-        grace: Duration,
-    ) -> Result<Vec<ConfirmBinding>, BrokerError> {
-        self.sweep_confirms(grace).await
-    }
-
-    async fn webhook_failed(&self, tenant: &str) -> Result<Vec<Json>, BrokerError> {
-        Ok(self
-            .webhook_dead_letters(tenant, 1000)
-            .await?
-            .iter()
-            .map(|(id, p)| p.dead_letter_json(id))
-            .collect())
-    }
-
-    async fn webhook_retry(&self, tenant: &str, id: &str) -> Result<bool, BrokerError> {
-        self.webhook_retry_failed(tenant, id, now_ms()).await
     }
 }

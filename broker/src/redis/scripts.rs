@@ -3,11 +3,12 @@
 
 use fred::types::scripts::Script;
 
-/// Stores a call's binding, then publishes the call frame on the conversation's channel.
+/// Stores a call's binding (with its `cancel` message, built by `proto`, for a timeout or an
+/// agent's cancel), then publishes the call frame on the conversation's channel.
 /// KEYS: call, pending set. ARGV: binding, clientId, deadline ms, node, ttl ms, channel, message,
-/// call id.
+/// call id, cancel message.
 pub const BIND: &str = r"
-redis.call('HSET', KEYS[1], 'b', ARGV[1], 'c', ARGV[2], 'd', ARGV[3], 'n', ARGV[4], 's', 'p', 'f', ARGV[7])
+redis.call('HSET', KEYS[1], 'b', ARGV[1], 'c', ARGV[2], 'd', ARGV[3], 'n', ARGV[4], 's', 'p', 'f', ARGV[7], 'x', ARGV[9])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 redis.call('SADD', KEYS[2], ARGV[8])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
@@ -21,7 +22,7 @@ return 1
 /// to the waiting node. A call key missing here is `unknown_id`; the caller tells a call of
 /// another conversation (mismatch) through the call index.
 /// KEYS: call, confirm, pending set. ARGV: clientId, outcome, confirmId or '', confirm ttl ms,
-/// call id, node channel prefix.
+/// call id, node channel prefix, outcome message.
 pub const RESULT: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'b', 'c', 'd', 'n', 's')
 if not f[1] then return {'unknown_id'} end
@@ -37,34 +38,30 @@ if ARGV[3] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('HSET', KEYS[2], 'k', f[1], 'c', ARGV[1], 'u', '0')
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
-redis.call('PUBLISH', ARGV[6] .. f[4], 'r\n' .. ARGV[5] .. '\n' .. ARGV[2])
+redis.call('PUBLISH', ARGV[6] .. f[4], ARGV[7])
 return {'ok', f[1]}
 ";
 
-/// Marks a pending call timed out, sends the page its cancel and the waiting node the outcome.
-/// KEYS: call, pending set. ARGV: call id, timeout outcome, conversation channel, node channel
-/// prefix.
+/// Marks a pending call timed out, sends the page its stored cancel and the waiting node the
+/// outcome. KEYS: call, pending set. ARGV: call id, timeout outcome, conversation channel, node
+/// channel prefix, outcome message.
 pub const TIMEOUT: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'b', 'c', 'n', 's')
+local f = redis.call('HMGET', KEYS[1], 'b', 'x', 'n', 's')
 if not f[1] then return {'missing'} end
 if f[4] ~= 'p' then return {f[4]} end
 redis.call('HSET', KEYS[1], 's', 't', 'o', ARGV[2])
 redis.call('SREM', KEYS[2], ARGV[1])
-local cancel = cjson.encode({protocol = 1, type = 'cancel', clientId = f[2], id = ARGV[1]})
-redis.call('SPUBLISH', ARGV[3], f[2] .. '\n' .. cancel)
-redis.call('PUBLISH', ARGV[4] .. f[3], 'r\n' .. ARGV[1] .. '\n' .. ARGV[2])
+if f[2] then redis.call('SPUBLISH', ARGV[3], f[2]) end
+redis.call('PUBLISH', ARGV[4] .. f[3], ARGV[5])
 return {'ok', f[1]}
 ";
 
-/// Sends the protocol cancel of a pending call; returns binding, state and outcome.
-/// KEYS: call. ARGV: call id, conversation channel.
+/// Sends the stored protocol cancel of a pending call; returns binding, state and outcome.
+/// KEYS: call. ARGV: conversation channel.
 pub const CANCEL: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'b', 'c', 's', 'o')
+local f = redis.call('HMGET', KEYS[1], 'b', 'x', 's', 'o')
 if not f[1] then return {} end
-if f[3] == 'p' then
-  local cancel = cjson.encode({protocol = 1, type = 'cancel', clientId = f[2], id = ARGV[1]})
-  redis.call('SPUBLISH', ARGV[2], f[2] .. '\n' .. cancel)
-end
+if f[3] == 'p' and f[2] then redis.call('SPUBLISH', ARGV[1], f[2]) end
 return {f[1], f[3], f[4] or ''}
 ";
 

@@ -485,3 +485,22 @@ impl crate::webhook::WebhookQueue for RedisBroker {
         self.webhook_depth(tenant).await
     }
 }
+
+#[async_trait::async_trait]
+impl crate::DeadLetters for RedisBroker {
+    async fn webhook_failed(
+        &self,
+        tenant: &str,
+    ) -> Result<Vec<crate::webhook::DeadLetter>, BrokerError> {
+        Ok(self
+            .webhook_dead_letters(tenant, 1000)
+            .await?
+            .iter()
+            .map(|(id, p)| p.dead_letter(id))
+            .collect())
+    }
+
+    async fn webhook_retry(&self, tenant: &str, id: &str) -> Result<bool, BrokerError> {
+        self.webhook_retry_failed(tenant, id, crate::now_ms()).await
+    }
+}

@@ -2,11 +2,12 @@
 //! die, keys that must all expire.
 
 use std::time::Duration;
+use toolmark_broker::prelude::*;
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use toolmark_broker::redis::{RedisBroker, RedisOptions};
-use toolmark_broker::{Broker, EventType, Retention, TakeError};
+use toolmark_broker::{EventType, Retention, TakeError};
 
 use crate::redis_support::RedisProc;
 use crate::support::{

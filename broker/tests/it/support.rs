@@ -91,11 +91,6 @@ impl Nodes {
         }
     }
 
-    /// The key prefix of this test (Redis).
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
     /// A node with heartbeat `heartbeat` (Redis). The memory broker has one node only: every
     /// call returns the same one.
     pub async fn node_with(

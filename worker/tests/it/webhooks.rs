@@ -4,10 +4,11 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use toolmark_broker::prelude::*;
 
 use serde_json::json;
 use toolmark_broker::redis::{RedisBroker, RedisOptions};
-use toolmark_broker::{Broker, ConvKey, EventType, PageSink};
+use toolmark_broker::{ConvKey, EventType, PageSink};
 use toolmark_gateway::config::{Config, Overrides};
 use toolmark_gateway::jobs::sign::SigningKey;
 
@@ -289,15 +290,10 @@ async fn events_failing_past_the_maximum_age_become_dead_letters_and_can_be_retr
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!(failed[0]["eventId"], event.id.as_str());
-    assert_eq!(failed[0]["lastError"], "500");
+    assert_eq!(failed[0].event_id, event.id);
+    assert_eq!(failed[0].last_error, "500");
     hook.set(Mode::Ok);
-    assert!(
-        broker
-            .webhook_retry("acme", failed[0]["id"].as_str().unwrap())
-            .await
-            .unwrap()
-    );
+    assert!(broker.webhook_retry("acme", &failed[0].id).await.unwrap());
     wait_for("the retried delivery", Duration::from_secs(10), || {
         !hook.delivered().is_empty()
     })

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use crate::memory::MemoryBroker;
+use super::MemoryBroker;
 use crate::webhook::{Admission, Pending, WebhookQueue};
 use crate::{BrokerError, Event};
 
@@ -202,5 +202,23 @@ impl WebhookQueue for MemoryBroker {
 
     async fn depth(&self, tenant: &str) -> Result<u64, BrokerError> {
         Ok(self.with_tenant(tenant, |t| t.due.len() as u64))
+    }
+}
+
+#[async_trait]
+impl crate::DeadLetters for MemoryBroker {
+    async fn webhook_failed(
+        &self,
+        tenant: &str,
+    ) -> Result<Vec<crate::webhook::DeadLetter>, BrokerError> {
+        Ok(self
+            .dead_letters(tenant)
+            .iter()
+            .map(|(id, p)| p.dead_letter(id))
+            .collect())
+    }
+
+    async fn webhook_retry(&self, tenant: &str, id: &str) -> Result<bool, BrokerError> {
+        Ok(self.retry_dead_letter(tenant, id, crate::now_ms()))
     }
 }

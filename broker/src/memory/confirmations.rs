@@ -1,0 +1,61 @@
+//! Confirmations of the memory broker: per conversation, single use, expired by `model::sweep_confirm`.
+
+use super::*;
+use crate::prelude::*;
+
+#[async_trait]
+impl Confirmations for MemoryBroker {
+    async fn submit_confirmed(
+        &self,
+        from: &PageIdentity,
+        confirm_id: &str,
+    ) -> Result<ConfirmBinding, SubmitError> {
+        let mut confirms = lock(&self.confirms);
+        let convs = confirms.get_mut(confirm_id);
+        let known_elsewhere = convs.as_ref().is_some_and(|c| !c.is_empty());
+        let entry = convs.and_then(|c| c.get_mut(&from.conv));
+        let found = match &entry {
+            Some(e) => Found::Here(model::ConfirmFacts {
+                client_id: &e.binding.client_id,
+                used: e.used,
+            }),
+            None if known_elsewhere => Found::Elsewhere,
+            None => Found::Nowhere,
+        };
+        model::check_confirm(found, &from.client_id).map_err(SubmitError::Rejected)?;
+        let Some(entry) = entry else {
+            return Err(SubmitError::Rejected(Rejection::UnknownConfirm));
+        };
+        entry.used = true;
+        Ok(entry.binding.clone())
+    }
+
+    async fn expire_abandoned_confirmations(
+        &self,
+        grace: Duration,
+    ) -> Result<Vec<ConfirmBinding>, BrokerError> {
+        let mut confirms = lock(&self.confirms);
+        let st = lock(&self.state);
+        let now = now_ms();
+        let mut expired = Vec::new();
+        for entry in confirms.values_mut().flat_map(HashMap::values_mut) {
+            if entry.used {
+                continue;
+            }
+            let b = &entry.binding;
+            // A forgotten conversation has nobody there.
+            let present = st
+                .convs
+                .get(&b.conv)
+                .is_some_and(|c| presence(c).possibly(&b.client_id));
+            match model::sweep_confirm(present, entry.absent_since, now, grace) {
+                ConfirmSweep::Keep { absent_since } => entry.absent_since = absent_since,
+                ConfirmSweep::Expire => {
+                    entry.used = true;
+                    expired.push(b.clone());
+                }
+            }
+        }
+        Ok(expired)
+    }
+}

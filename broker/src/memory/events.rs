@@ -1,0 +1,72 @@
+//! Events of the memory broker: the tenant's log, bounded by `model::events_to_trim`, and its live feed.
+
+use super::*;
+use crate::prelude::*;
+
+#[async_trait]
+impl Events for MemoryBroker {
+    async fn emit(
+        &self,
+        tenant: &str,
+        kind: EventType,
+        conv: &ConvKey,
+        data: Value,
+    ) -> Result<Event, BrokerError> {
+        let mut logs = lock(&self.logs);
+        let log = logs.entry(tenant.to_owned()).or_insert_with(|| TenantLog {
+            events: VecDeque::new(),
+            bytes: 0,
+            last: (0, 0),
+            live: broadcast::channel(1024).0,
+        });
+        let ms = now_ms().max(log.last.0);
+        let seq = if ms == log.last.0 { log.last.1 + 1 } else { 0 };
+        log.last = (ms, seq);
+        let event = Event {
+            id: format!("{ms}-{seq}"),
+            kind,
+            timestamp: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            user: conv.user.clone(),
+            conversation: conv.conversation.clone(),
+            data,
+        };
+        let stored = StoredEvent::from_event(&event);
+        log.bytes += stored.size();
+        log.events.push_back(stored);
+        let trim = model::events_to_trim(
+            log.events.iter().map(StoredEvent::size),
+            log.bytes,
+            &self.retention,
+        );
+        for e in log.events.drain(..trim) {
+            log.bytes = log.bytes.saturating_sub(e.size());
+        }
+        let _ = log.live.send(event.clone());
+        drop(logs);
+        if let Some(t) = lock(&self.webhooks).get_mut(tenant) {
+            t.capture(&event);
+        }
+        Ok(event)
+    }
+
+    async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError> {
+        let mut logs = lock(&self.logs);
+        let log = logs.entry(tenant.to_owned()).or_insert_with(|| TenantLog {
+            events: VecDeque::new(),
+            bytes: 0,
+            last: (0, 0),
+            live: broadcast::channel(1024).0,
+        });
+        let live = log.live.subscribe();
+        let backlog = match after {
+            None => Vec::new(),
+            Some(after) => log
+                .events
+                .iter()
+                .filter(|e| event_id_after(&e.id, after))
+                .map(StoredEvent::to_event)
+                .collect(),
+        };
+        Ok(EventFeed { backlog, live })
+    }
+}

@@ -1,0 +1,471 @@
+//! The embedded broker: all shared state in one process, behind short `std` mutex sections
+//! (no `.await` while locked). Deliveries to pages go straight to the node's [`PageSink`].
+
+mod calls;
+mod confirmations;
+mod events;
+mod limits;
+mod pages;
+mod webhooks;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use serde_json::Value;
+use tokio::sync::{broadcast, oneshot};
+use toolmark_proto::{AgentMessage, Cancel, Manifest, ToolResult};
+
+use crate::{
+    AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallState,
+    ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
+    OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, RateLimited, Rejection, SubmitError,
+    TakeError, event_id_after, now_ms,
+};
+
+pub use crate::model::Retention;
+use crate::model::{self, ConfirmSweep, Found, Presence};
+
+struct CallEntry {
+    record: CallRecord,
+    waiter: Option<oneshot::Sender<Outcome>>,
+    finished: Option<Instant>,
+    /// The frame sent, for a page that reconnects while the call is pending.
+    frame: Arc<str>,
+}
+
+struct ConfirmEntry {
+    binding: ConfirmBinding,
+    used: bool,
+    expires: Instant,
+    /// When the sweep first saw its page certainly gone (ms), `None` while it may be present.
+    absent_since: Option<u64>,
+}
+
+/// ConfirmIds are minted by pages: bindings are kept per conversation (confirmId, then the
+/// conversations that used it), so one conversation's page cannot squat another's id.
+type Confirms = HashMap<String, HashMap<ConvKey, ConfirmEntry>>;
+
+#[derive(Default)]
+struct Conv {
+    current: Option<String>,
+    /// Latest manifest of each page, with the order in which it arrived.
+    manifests: HashMap<String, (u64, Manifest)>,
+    next_seq: u64,
+    sockets: u32,
+    pages: BTreeMap<String, u32>,
+    idle_since: Option<Instant>,
+    /// When a draining node closed this conversation's sockets.
+    drained_at: Option<Instant>,
+    /// Calls sent to this conversation that may still be pending (pruned lazily).
+    pending: std::collections::HashSet<String>,
+}
+
+/// Calls, sharded by id so that no single lock (or rehash of a huge map) stalls every call.
+struct CallShards {
+    shards: Vec<Mutex<HashMap<String, CallEntry>>>,
+    hasher: std::hash::RandomState,
+}
+
+const CALL_SHARDS: usize = 32;
+
+impl Default for CallShards {
+    fn default() -> Self {
+        CallShards {
+            shards: (0..CALL_SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: std::hash::RandomState::new(),
+        }
+    }
+}
+
+impl CallShards {
+    fn shard(&self, id: &str) -> MutexGuard<'_, HashMap<String, CallEntry>> {
+        use std::hash::BuildHasher;
+        // The shard count is tiny, so the modulo result always fits in usize.
+        #[allow(clippy::cast_possible_truncation)]
+        let i = (self.hasher.hash_one(id) % CALL_SHARDS as u64) as usize;
+        lock(&self.shards[i])
+    }
+}
+
+#[derive(Default)]
+struct State {
+    convs: HashMap<ConvKey, Conv>,
+    tenant_sockets: HashMap<String, u64>,
+}
+
+/// An event as the log keeps it: the payload serialized (a fraction of a `Value` tree's size).
+struct StoredEvent {
+    id: Box<str>,
+    kind: EventType,
+    timestamp: Box<str>,
+    user: Box<str>,
+    conversation: Box<str>,
+    data: Box<str>,
+}
+
+impl StoredEvent {
+    fn from_event(e: &Event) -> Self {
+        StoredEvent {
+            id: e.id.as_str().into(),
+            kind: e.kind,
+            timestamp: e.timestamp.as_str().into(),
+            user: e.user.as_str().into(),
+            conversation: e.conversation.as_str().into(),
+            data: e.data.to_string().into_boxed_str(),
+        }
+    }
+
+    /// Bytes its body takes in the log (what retention bounds).
+    fn size(&self) -> u64 {
+        (self.id.len()
+            + self.timestamp.len()
+            + self.user.len()
+            + self.conversation.len()
+            + self.data.len()) as u64
+    }
+
+    fn to_event(&self) -> Event {
+        Event {
+            id: self.id.to_string(),
+            kind: self.kind,
+            timestamp: self.timestamp.to_string(),
+            user: self.user.to_string(),
+            conversation: self.conversation.to_string(),
+            data: serde_json::from_str(&self.data).unwrap_or(Value::Null),
+        }
+    }
+}
+
+struct TenantLog {
+    events: VecDeque<StoredEvent>,
+    /// Bytes of the retained events' bodies.
+    bytes: u64,
+    last: (u64, u64),
+    live: broadcast::Sender<Event>,
+}
+
+/// Shared state of one gateway process.
+pub struct MemoryBroker {
+    node: String,
+    sink: Arc<dyn PageSink>,
+    retention: Retention,
+    calls: CallShards,
+    confirms: Mutex<Confirms>,
+    state: Mutex<State>,
+    logs: Mutex<HashMap<String, TenantLog>>,
+    webhooks: Mutex<HashMap<String, webhooks::WebhookTenant>>,
+    limiters: Mutex<HashMap<String, Arc<DefaultDirectRateLimiter>>>,
+}
+
+impl std::fmt::Debug for MemoryBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBroker")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn cancel_frame(binding: &CallBinding) -> Arc<str> {
+    AgentMessage::Cancel(Cancel {
+        client_id: binding.client_id.clone(),
+        id: binding.id.clone(),
+    })
+    .to_json()
+    .into()
+}
+
+impl MemoryBroker {
+    /// A broker delivering to `sink`, with default retention.
+    pub fn new(node: impl Into<String>, sink: Arc<dyn PageSink>) -> Self {
+        Self::with_retention(node, sink, Retention::default())
+    }
+
+    /// A broker with explicit retention.
+    pub fn with_retention(
+        node: impl Into<String>,
+        sink: Arc<dyn PageSink>,
+        retention: Retention,
+    ) -> Self {
+        MemoryBroker {
+            node: node.into(),
+            sink,
+            retention,
+            calls: CallShards::default(),
+            confirms: Mutex::default(),
+            state: Mutex::default(),
+            logs: Mutex::default(),
+            webhooks: Mutex::default(),
+            limiters: Mutex::default(),
+        }
+    }
+
+    /// Removes what retention allows and times out pending calls whose deadline passed with no
+    /// one left to do it. Returns the calls it timed out.
+    pub fn sweep(&self) -> Vec<CallRecord> {
+        let now = Instant::now();
+        let now_ms = now_ms();
+        let mut timed_out = Vec::new();
+        let mut frames = Vec::new();
+        let finished_for = self.retention.finished_calls;
+        for shard in &self.calls.shards {
+            let mut calls = lock(shard);
+            calls.retain(|_, e| {
+                e.finished
+                    .is_none_or(|t| now.duration_since(t) < finished_for)
+            });
+            for e in calls.values_mut() {
+                if e.record.state == CallState::Pending
+                    && now_ms > e.record.binding.deadline_ms + model::millis(model::SWEEP_GRACE)
+                {
+                    e.record.state = CallState::TimedOut;
+                    e.record.outcome = Some(Outcome::Timeout);
+                    e.finished = Some(now);
+                    if let Some(w) = e.waiter.take() {
+                        let _ = w.send(Outcome::Timeout);
+                    }
+                    frames.push((
+                        e.record.binding.conv.clone(),
+                        e.record.binding.client_id.clone(),
+                        cancel_frame(&e.record.binding),
+                    ));
+                    timed_out.push(e.record.clone());
+                }
+            }
+        }
+        lock(&self.confirms).retain(|_, convs| {
+            convs.retain(|_, c| c.expires > now);
+            !convs.is_empty()
+        });
+        {
+            // Forget finished calls in the conversations' pending sets (state, then a shard:
+            // no path holds a shard while taking the state lock).
+            let mut st = lock(&self.state);
+            for c in st.convs.values_mut() {
+                c.pending.retain(|id| {
+                    self.calls
+                        .shard(id)
+                        .get(id)
+                        .is_some_and(|e| e.record.state == CallState::Pending)
+                });
+            }
+        }
+        {
+            let mut st = lock(&self.state);
+            let idle_for = self.retention.conversations;
+            st.convs.retain(|_, c| {
+                c.sockets > 0
+                    || c.idle_since
+                        .is_none_or(|t| now.duration_since(t) < idle_for)
+            });
+        }
+        for (conv, client_id, frame) in frames {
+            self.sink.deliver(&conv, &client_id, frame);
+        }
+        timed_out
+    }
+
+    pub(crate) fn webhooks_lock(&self) -> MutexGuard<'_, HashMap<String, webhooks::WebhookTenant>> {
+        lock(&self.webhooks)
+    }
+
+    /// Number of calls held (pending and recently finished), for tests and metrics.
+    pub fn calls_held(&self) -> usize {
+        self.calls.shards.iter().map(|s| lock(s).len()).sum()
+    }
+}
+
+/// The conversation's open sockets as the model counts them.
+fn presence(c: &Conv) -> Presence {
+    let identified: u32 = c.pages.values().sum();
+    Presence {
+        identified: c.pages.clone(),
+        unidentified: c.sockets.saturating_sub(identified),
+    }
+}
+
+/// D23's choice of the page new calls go to ([`model::current_page`]).
+fn effective_current(c: &Conv) -> Option<String> {
+    model::current_page(c.current.as_deref(), &presence(c), |id| {
+        c.manifests.get(id).map(|(seq, _)| *seq)
+    })
+}
+
+#[async_trait]
+impl Broker for MemoryBroker {
+    fn node_id(&self) -> &str {
+        &self.node
+    }
+
+    async fn ready(&self) -> Result<(), BrokerError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CallKind;
+    use crate::prelude::*;
+    use serde_json::json;
+    use toolmark_proto::Call;
+
+    #[derive(Default)]
+    struct Frames(Mutex<Vec<(ConvKey, String, String)>>);
+    impl PageSink for Frames {
+        fn deliver(&self, conv: &ConvKey, client_id: &str, frame: Arc<str>) {
+            lock(&self.0).push((conv.clone(), client_id.to_owned(), frame.to_string()));
+        }
+    }
+
+    fn setup() -> (Arc<Frames>, MemoryBroker) {
+        let frames = Arc::new(Frames::default());
+        (frames.clone(), MemoryBroker::new("n1", frames))
+    }
+
+    fn binding(id: &str, deadline_ms: u64) -> CallBinding {
+        CallBinding {
+            id: id.into(),
+            conv: ConvKey::new("t", "u", "c"),
+            client_id: "p1".into(),
+            tool: "todo.add".into(),
+            kind: CallKind::Call,
+            deadline_ms,
+            node: "n1".into(),
+            untrusted: false,
+            respond_async: false,
+        }
+    }
+
+    fn frame(id: &str) -> AgentMessage {
+        AgentMessage::Call(Call {
+            client_id: "p1".into(),
+            id: id.into(),
+            rev: None,
+            tool: "todo.add".into(),
+            input: json!({}),
+        })
+    }
+
+    fn page(client: &str) -> PageIdentity {
+        PageIdentity {
+            conv: ConvKey::new("t", "u", "c"),
+            client_id: client.into(),
+        }
+    }
+
+    fn ok() -> ToolResult {
+        ToolResult::Ok { data: None }
+    }
+
+    #[tokio::test]
+    async fn a_result_and_a_timeout_never_both_win() {
+        let (frames, b) = setup();
+        let rx = b
+            .send_call(binding("a", now_ms() + 60_000), frame("a"))
+            .await
+            .unwrap();
+        assert!(b.submit_result(&page("p1"), "a", ok()).await.is_ok());
+        assert_eq!(
+            b.time_out(&ConvKey::new("t", "u", "c"), "a").await.unwrap(),
+            None
+        );
+        assert_eq!(rx.await.unwrap(), Outcome::Result(ok()));
+
+        let rx = b
+            .send_call(binding("b", now_ms() + 60_000), frame("b"))
+            .await
+            .unwrap();
+        assert!(
+            b.time_out(&ConvKey::new("t", "u", "c"), "b")
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(
+            b.submit_result(&page("p1"), "b", ok()).await,
+            Err(SubmitError::Rejected(Rejection::Late))
+        );
+        assert_eq!(rx.await.unwrap(), Outcome::Timeout);
+        let sent = lock(&frames.0);
+        assert!(
+            sent.last().unwrap().2.contains(r#""type":"cancel""#),
+            "timeout sends a cancel"
+        );
+    }
+
+    #[tokio::test]
+    async fn sweep_times_out_orphans_and_forgets_finished_calls() {
+        let frames = Arc::new(Frames::default());
+        let retention = Retention {
+            finished_calls: Duration::ZERO,
+            ..Retention::default()
+        };
+        let b = MemoryBroker::with_retention("n1", frames, retention);
+        let rx = b
+            .send_call(binding("old", now_ms() - 5_000), frame("old"))
+            .await
+            .unwrap();
+        let swept = b.sweep();
+        assert_eq!(swept.len(), 1);
+        assert_eq!(rx.await.unwrap(), Outcome::Timeout);
+        b.sweep();
+        assert_eq!(b.calls_held(), 0);
+    }
+
+    #[tokio::test]
+    async fn page_limits_count_sockets_and_release_them() {
+        let (_, b) = setup();
+        let conv = ConvKey::new("t", "u", "c");
+        let limits = AdmitLimits {
+            max_connections: 3,
+            max_pages_per_conversation: 2,
+        };
+        b.admit_page(&conv, &limits).await.unwrap();
+        b.admit_page(&conv, &limits).await.unwrap();
+        assert_eq!(
+            b.admit_page(&conv, &limits).await,
+            Err(AdmitError::ConversationPages)
+        );
+        let other = ConvKey::new("t", "u", "c2");
+        b.admit_page(&other, &limits).await.unwrap();
+        assert_eq!(
+            b.admit_page(&other, &limits).await,
+            Err(AdmitError::TenantConnections)
+        );
+        b.page_identified(&conv, "p1").await.unwrap();
+        assert!(b.release_page(&conv, Some("p1")).await.unwrap().page_gone);
+        b.admit_page(&other, &limits).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn events_resume_after_an_id_and_tenants_are_apart() {
+        let (_, b) = setup();
+        let conv = ConvKey::new("t", "u", "c");
+        let e1 = b
+            .emit("t", EventType::PageManifest, &conv, json!({"n": 1}))
+            .await
+            .unwrap();
+        let e2 = b
+            .emit("t", EventType::CallTimeout, &conv, json!({"n": 2}))
+            .await
+            .unwrap();
+        b.emit("other", EventType::CallTimeout, &conv, json!({"n": 3}))
+            .await
+            .unwrap();
+        assert!(event_id_after(&e2.id, &e1.id));
+        let feed = b.events("t", Some(&e1.id)).await.unwrap();
+        assert_eq!(feed.backlog, vec![e2]);
+        assert!(b.events("t", None).await.unwrap().backlog.is_empty());
+        let all = b.events("other", Some("0-0")).await.unwrap();
+        assert_eq!(all.backlog.len(), 1);
+    }
+}

@@ -1,0 +1,110 @@
+//! Pages of the memory broker: admission, presence (`model::Presence`), manifests and D23's current page.
+
+use super::*;
+use crate::prelude::*;
+
+#[async_trait]
+impl Pages for MemoryBroker {
+    async fn admit_page(&self, conv: &ConvKey, limits: &AdmitLimits) -> Result<(), AdmitError> {
+        let mut st = lock(&self.state);
+        let tenant_count = st.tenant_sockets.get(&conv.tenant).copied().unwrap_or(0);
+        if tenant_count >= limits.max_connections {
+            return Err(AdmitError::TenantConnections);
+        }
+        let c = st.convs.entry(conv.clone()).or_default();
+        if c.sockets >= limits.max_pages_per_conversation {
+            return Err(AdmitError::ConversationPages);
+        }
+        c.sockets += 1;
+        c.idle_since = None;
+        c.drained_at = None;
+        *st.tenant_sockets.entry(conv.tenant.clone()).or_default() += 1;
+        Ok(())
+    }
+
+    async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
+        let mut st = lock(&self.state);
+        let c = st.convs.entry(conv.clone()).or_default();
+        *c.pages.entry(client_id.to_owned()).or_default() += 1;
+        Ok(())
+    }
+
+    async fn release_page(
+        &self,
+        conv: &ConvKey,
+        client_id: Option<&str>,
+    ) -> Result<PageLeft, BrokerError> {
+        let mut st = lock(&self.state);
+        if let Some(n) = st.tenant_sockets.get_mut(&conv.tenant) {
+            *n = n.saturating_sub(1);
+        }
+        let mut page_gone = false;
+        if let Some(c) = st.convs.get_mut(conv) {
+            c.sockets = c.sockets.saturating_sub(1);
+            if c.sockets == 0 {
+                c.idle_since = Some(Instant::now());
+            }
+            if let Some((id, n)) = client_id.and_then(|id| c.pages.get_mut(id).map(|n| (id, n))) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    c.pages.remove(id);
+                    // A page load that is gone for good: only the current page's manifest is
+                    // still needed (D23 keeps it for a silent reconnect).
+                    if c.current.as_deref() != Some(id) {
+                        c.manifests.remove(id);
+                    }
+                    page_gone = true;
+                }
+            }
+        }
+        Ok(PageLeft { page_gone })
+    }
+
+    async fn put_manifest(&self, conv: &ConvKey, manifest: &Manifest) -> Result<(), BrokerError> {
+        let mut st = lock(&self.state);
+        let c = st.convs.entry(conv.clone()).or_default();
+        c.next_seq += 1;
+        c.manifests
+            .insert(manifest.client_id.clone(), (c.next_seq, manifest.clone()));
+        c.current = Some(manifest.client_id.clone());
+        Ok(())
+    }
+
+    async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError> {
+        let st = lock(&self.state);
+        let Some(c) = st.convs.get(conv) else {
+            return Ok(ConversationState::default());
+        };
+        let current = effective_current(c)
+            .and_then(|id| c.manifests.get(&id))
+            .map(|(_, m)| m);
+        Ok(ConversationState {
+            client_id: current.map(|m| m.client_id.clone()),
+            rev: current.map(|m| m.rev),
+            tools: current.map(|m| m.tools.clone()).unwrap_or_default(),
+            pages: c
+                .pages
+                .iter()
+                .map(|(id, n)| PageInfo {
+                    client_id: id.clone(),
+                    rev: c.manifests.get(id).map(|(_, m)| m.rev),
+                    sockets: *n,
+                })
+                .collect(),
+            sockets: c.sockets,
+            reconnecting_for_ms: (c.sockets == 0)
+                .then(|| {
+                    c.drained_at
+                        .map(|t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX))
+                })
+                .flatten(),
+        })
+    }
+
+    async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError> {
+        if let Some(c) = lock(&self.state).convs.get_mut(conv) {
+            c.drained_at = Some(Instant::now());
+        }
+        Ok(())
+    }
+}

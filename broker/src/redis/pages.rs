@@ -1,0 +1,249 @@
+//! Pages on Redis: per-node socket counts (presence), manifests per page load, the conversation read implementing `model::current_page`.
+
+use super::*;
+use crate::prelude::*;
+
+#[async_trait]
+impl Pages for RedisBroker {
+    async fn admit_page(&self, conv: &ConvKey, limits: &AdmitLimits) -> Result<(), AdmitError> {
+        let ttl = millis(self.opts.retention.conversations).to_string();
+        let socks = self.keys.sockets(conv);
+        let tenant_key = self.keys.tenant_sockets(&conv.tenant);
+        let (c, t) = tokio::join!(
+            self.script(
+                &self.scripts.count_up,
+                vec![socks.clone()],
+                vec![self.node.clone(), ttl.clone()]
+            ),
+            self.script(
+                &self.scripts.count_up,
+                vec![tenant_key.clone()],
+                vec![self.node.clone(), ttl]
+            ),
+        );
+        let undo = || async {
+            let _ = self
+                .script(
+                    &self.scripts.count_down,
+                    vec![socks.clone()],
+                    vec![self.node.clone()],
+                )
+                .await;
+            let _ = self
+                .script(
+                    &self.scripts.count_down,
+                    vec![tenant_key.clone()],
+                    vec![self.node.clone()],
+                )
+                .await;
+        };
+        let (c, t) = match (c, t) {
+            (Ok(c), Ok(t)) => (pairs(c), pairs(t)),
+            (Err(e), _) | (_, Err(e)) => {
+                undo().await;
+                return Err(AdmitError::Broker(e));
+            }
+        };
+        let conv_total = self.live_total(&c);
+        let tenant_total = self.live_total(&t);
+        if u64::try_from(tenant_total).unwrap_or(0) > limits.max_connections {
+            undo().await;
+            return Err(AdmitError::TenantConnections);
+        }
+        if conv_total > i64::from(limits.max_pages_per_conversation) {
+            undo().await;
+            return Err(AdmitError::ConversationPages);
+        }
+        let first = {
+            let mut held = lock(&self.held);
+            let h = held.entry(conv.clone()).or_default();
+            h.sockets += 1;
+            h.sockets == 1
+        };
+        *lock(&self.tenant_sockets)
+            .entry(conv.tenant.clone())
+            .or_default() += 1;
+        // `drained` stays: a reader that does not count this node yet still sees the grace.
+        let node_keys = self.keys.node_keys(&self.node);
+        let _: Result<i64, _> = self
+            .client
+            .sadd(&node_keys, vec![socks.as_str(), tenant_key.as_str()])
+            .await;
+        let _: Result<i64, _> = self
+            .client
+            .pexpire(&node_keys, millis(Duration::from_secs(86_400)), None)
+            .await;
+        if first && let Err(e) = self.subscribe_conv(conv).await {
+            let _ = self.release_page(conv, None).await;
+            return Err(AdmitError::Broker(e));
+        }
+        Ok(())
+    }
+
+    async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
+        let known = {
+            let mut held = lock(&self.held);
+            held.get_mut(conv).is_some_and(|h| {
+                *h.clients.entry(client_id.to_owned()).or_default() += 1;
+                h.manifests.contains_key(client_id)
+            })
+        };
+        let counted = self
+            .client
+            .hincrby::<i64, _, _>(
+                self.keys.sockets(conv),
+                format!("{}|{client_id}", self.node),
+                1,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| unavailable(&e));
+        // A page that moved here does not send its manifest again: keep a copy of the stored
+        // one, so that this node can write it again after Redis lost its data.
+        if !known {
+            let stored: Option<String> = self
+                .client
+                .hget(
+                    format!("{}{client_id}", self.keys.manifest_prefix(conv)),
+                    "m",
+                )
+                .await
+                .unwrap_or(None);
+            if let Some(m) = stored.as_deref().and_then(parse_manifest) {
+                let seq = self
+                    .manifest_seq
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Some(h) = lock(&self.held).get_mut(conv) {
+                    h.manifests.entry(client_id.to_owned()).or_insert((seq, m));
+                }
+            }
+        }
+        counted
+    }
+
+    async fn release_page(
+        &self,
+        conv: &ConvKey,
+        client_id: Option<&str>,
+    ) -> Result<PageLeft, BrokerError> {
+        let last = {
+            let mut held = lock(&self.held);
+            let mut last = false;
+            if let Some(h) = held.get_mut(conv) {
+                h.sockets = h.sockets.saturating_sub(1);
+                if let Some(c) = client_id
+                    && let Some(n) = h.clients.get_mut(c)
+                {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        h.clients.remove(c);
+                        h.manifests.remove(c);
+                    }
+                }
+                if h.sockets == 0 {
+                    held.remove(conv);
+                    last = true;
+                }
+            }
+            last
+        };
+        if let Some(n) = lock(&self.tenant_sockets).get_mut(&conv.tenant) {
+            *n = n.saturating_sub(1);
+        }
+        if last {
+            self.unsubscribe_conv(conv).await;
+        }
+        let (c, _) = tokio::join!(
+            self.script(
+                &self.scripts.count_down,
+                vec![self.keys.sockets(conv)],
+                self.count_fields(client_id)
+            ),
+            self.script(
+                &self.scripts.count_down,
+                vec![self.keys.tenant_sockets(&conv.tenant)],
+                vec![self.node.clone()]
+            ),
+        );
+        let fields = pairs(c?);
+        let live = self.live_nodes();
+        let page_gone = client_id.is_some_and(|client| {
+            !fields.iter().any(|(f, n)| {
+                *n > 0
+                    && f.split_once('|')
+                        .is_some_and(|(node, c)| c == client && live.contains(node))
+            })
+        });
+        Ok(PageLeft { page_gone })
+    }
+
+    async fn put_manifest(&self, conv: &ConvKey, manifest: &Manifest) -> Result<(), BrokerError> {
+        let seq = self
+            .manifest_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(h) = lock(&self.held).get_mut(conv) {
+            h.manifests
+                .insert(manifest.client_id.clone(), (seq, manifest.clone()));
+        }
+        let ttl = model::millis(self.opts.retention.conversations).to_string();
+        self.put_manifest_script(conv, manifest, &ttl, false).await
+    }
+
+    async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError> {
+        let mut reply = self.conv_read(conv).await?;
+        // Sockets on a node this node does not count as live yet (it just started): read the
+        // live set again and ask once more, rather than report its pages missing.
+        let unknown = reply.get(4).is_some_and(|u| !u.is_empty());
+        if unknown && lock(&self.live_at).elapsed() > Duration::from_millis(250) {
+            self.refresh_live().await;
+            reply = self.conv_read(conv).await?;
+        }
+        let [
+            effective,
+            manifest,
+            sockets,
+            drained_at,
+            _unknown,
+            rest @ ..,
+        ] = &reply[..]
+        else {
+            return Ok(ConversationState::default());
+        };
+        let manifest = parse_manifest(manifest);
+        let mut pages: Vec<PageInfo> = rest
+            .chunks(3)
+            .filter(|c| c.len() == 3)
+            .map(|c| PageInfo {
+                client_id: c[0].clone(),
+                sockets: c[1].parse().unwrap_or(0),
+                rev: c[2].parse().ok(),
+            })
+            .collect();
+        pages.sort_by(|a, b| a.client_id.cmp(&b.client_id));
+        Ok(ConversationState {
+            client_id: (!effective.is_empty()).then(|| effective.clone()),
+            rev: manifest.as_ref().map(|m| m.rev),
+            tools: manifest.map(|m| m.tools).unwrap_or_default(),
+            pages,
+            sockets: sockets.parse().unwrap_or(0),
+            reconnecting_for_ms: drained_at
+                .parse::<u64>()
+                .ok()
+                .filter(|_| sockets.parse::<u32>().unwrap_or(0) == 0)
+                .map(|since| now_ms().saturating_sub(since)),
+        })
+    }
+
+    async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError> {
+        self.script(
+            &self.scripts.drained,
+            vec![self.keys.conv(conv)],
+            vec![
+                now_ms().to_string(),
+                model::millis(self.opts.retention.conversations).to_string(),
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+}
