@@ -740,10 +740,10 @@ impl RedisBroker {
             .map_err(|e| unavailable(&e))?;
         let mut swept = Vec::new();
         for member in due {
-            if let Some((conv, id)) = codec::parse_deadline_member(&member) {
-                if let Some(r) = self.time_out(&conv, &id).await? {
-                    swept.push(r);
-                }
+            if let Some((conv, id)) = codec::parse_deadline_member(&member)
+                && let Some(r) = self.time_out(&conv, &id).await?
+            {
+                swept.push(r);
             }
             let _: Result<i64, _> = self
                 .client
