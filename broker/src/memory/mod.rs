@@ -63,6 +63,10 @@ struct Conv {
     drained_at: Option<Instant>,
     /// Calls sent to this conversation that may still be pending (pruned lazily).
     pending: std::collections::HashSet<String>,
+    /// Page loads whose last socket closed, and when: their manifest stays for a silent
+    /// reconnect (the seed: a reconnect does not re-send it) and goes one
+    /// `retention.conversations` later, as on Redis.
+    left: HashMap<String, Instant>,
 }
 
 /// Calls, sharded by id so that no single lock (or rehash of a huge map) stalls every call.
@@ -261,6 +265,21 @@ impl MemoryBroker {
         {
             let mut st = lock(&self.state);
             let idle_for = self.retention.conversations;
+            for c in st.convs.values_mut() {
+                let current = c.current.clone();
+                let gone: Vec<String> = c
+                    .left
+                    .iter()
+                    .filter(|(_, t)| now.duration_since(**t) >= idle_for)
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                for id in gone {
+                    c.left.remove(&id);
+                    if current.as_deref() != Some(id.as_str()) {
+                        c.manifests.remove(&id);
+                    }
+                }
+            }
             st.convs.retain(|_, c| {
                 c.sockets > 0
                     || c.idle_since

@@ -26,6 +26,7 @@ impl Pages for MemoryBroker {
         let mut st = lock(&self.state);
         let c = st.convs.entry(conv.clone()).or_default();
         *c.pages.entry(client_id.to_owned()).or_default() += 1;
+        c.left.remove(client_id);
         Ok(())
     }
 
@@ -48,11 +49,7 @@ impl Pages for MemoryBroker {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
                     c.pages.remove(id);
-                    // A page load that is gone for good: only the current page's manifest is
-                    // still needed (D23 keeps it for a silent reconnect).
-                    if c.current.as_deref() != Some(id) {
-                        c.manifests.remove(id);
-                    }
+                    c.left.insert(id.to_owned(), Instant::now());
                     page_gone = true;
                 }
             }

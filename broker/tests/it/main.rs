@@ -7,5 +7,6 @@
 mod redis_support;
 
 mod contract;
+mod model;
 mod redis_only;
 mod support;

@@ -1,0 +1,326 @@
+//! Model-based property test: random sequences of page admissions, identifications, releases,
+//! manifests, calls, results, timeouts and confirmations, spread over two nodes, applied to a
+//! broker and to a reference built from the pure rules of `toolmark_broker::model`; every
+//! observable outcome (the current page, presence, each result's and confirmation's acceptance
+//! or rejection reason, each timeout's winner) must be the same. Runs on memory, Redis and
+//! Redis Cluster. Failing cases are kept in `proptest-regressions/`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
+use toolmark_broker::model::{self, CallFacts, ConfirmFacts, Found, Presence};
+use toolmark_broker::{CallState, ConvKey, Rejection, SharedBroker, SubmitError};
+use toolmark_proto::Manifest;
+
+use crate::support::{Backend, LIMITS, Nodes, call, conv, needs, ok, page, short};
+
+const CLIENTS: [&str; 3] = ["a", "b", "c"];
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// A socket opens on node `node` (0 or 1).
+    Admit { node: usize },
+    /// The `socket`-th open socket speaks for the first time as `client`.
+    Identify { socket: usize, client: usize },
+    /// The `socket`-th open socket closes.
+    Release { socket: usize },
+    /// An identified socket sends a manifest.
+    Manifest { socket: usize },
+    /// The agent calls the conversation.
+    Call,
+    /// A result for the `call`-th call, from `client` (`other` = from another conversation).
+    Result {
+        call: usize,
+        client: usize,
+        confirm: bool,
+        other: bool,
+    },
+    /// The `call`-th call's deadline passes.
+    Timeout { call: usize },
+    /// A `confirmed` for the `confirm`-th confirmation (`unknown` = a never seen id).
+    Confirm {
+        confirm: usize,
+        client: usize,
+        unknown: bool,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..2usize).prop_map(|node| Op::Admit { node }),
+        3 => (0..8usize, 0..3usize).prop_map(|(socket, client)| Op::Identify { socket, client }),
+        2 => (0..8usize).prop_map(|socket| Op::Release { socket }),
+        2 => (0..8usize).prop_map(|socket| Op::Manifest { socket }),
+        3 => Just(Op::Call),
+        4 => (0..8usize, 0..3usize, any::<bool>(), prop::bool::weighted(0.1))
+            .prop_map(|(call, client, confirm, other)| Op::Result { call, client, confirm, other }),
+        1 => (0..8usize).prop_map(|call| Op::Timeout { call }),
+        3 => (0..4usize, 0..3usize, prop::bool::weighted(0.1))
+            .prop_map(|(confirm, client, unknown)| Op::Confirm { confirm, client, unknown }),
+    ]
+}
+
+struct Socket {
+    node: usize,
+    client: Option<String>,
+}
+
+/// The reference: plain data and the model's rules.
+#[derive(Default)]
+struct Reference {
+    sockets: Vec<Socket>,
+    current: Option<String>,
+    seq: u64,
+    manifests: HashMap<String, u64>,
+    calls: Vec<(String, String, CallState)>,
+    confirms: Vec<(String, String, bool)>,
+}
+
+impl Reference {
+    fn presence(&self) -> Presence {
+        let mut identified = BTreeMap::new();
+        let mut unidentified = 0;
+        for s in &self.sockets {
+            match &s.client {
+                Some(c) => *identified.entry(c.clone()).or_insert(0) += 1,
+                None => unidentified += 1,
+            }
+        }
+        Presence {
+            identified,
+            unidentified,
+        }
+    }
+
+    fn current_page(&self) -> Option<String> {
+        model::current_page(self.current.as_deref(), &self.presence(), |c| {
+            self.manifests.get(c).copied()
+        })
+    }
+}
+
+fn rejection(r: Result<(), SubmitError>) -> Result<(), Rejection> {
+    r.map_err(|e| match e {
+        SubmitError::Rejected(r) => r,
+        SubmitError::Broker(b) => panic!("broker error: {b}"),
+    })
+}
+
+async fn run(nodes: &[SharedBroker], ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let c = conv();
+    let mut r = Reference::default();
+    for op in ops {
+        match op {
+            Op::Admit { node } => {
+                let node = node % nodes.len();
+                nodes[node].admit_page(&c, &LIMITS).await.unwrap();
+                r.sockets.push(Socket { node, client: None });
+            }
+            Op::Identify { socket, client } => {
+                let Some(s) = r.sockets.get_mut(socket) else {
+                    continue;
+                };
+                if s.client.is_some() {
+                    continue;
+                }
+                let client = CLIENTS[client].to_owned();
+                nodes[s.node].page_identified(&c, &client).await.unwrap();
+                s.client = Some(client);
+            }
+            Op::Release { socket } => {
+                if socket >= r.sockets.len() {
+                    continue;
+                }
+                let s = r.sockets.remove(socket);
+                let still = r.sockets.iter().any(|o| o.client == s.client);
+                let left = nodes[s.node]
+                    .release_page(&c, s.client.as_deref())
+                    .await
+                    .unwrap();
+                prop_assert_eq!(left.page_gone, s.client.is_some() && !still, "page_gone");
+            }
+            Op::Manifest { socket } => {
+                let Some(client) = r.sockets.get(socket).and_then(|s| s.client.clone()) else {
+                    continue;
+                };
+                r.seq += 1;
+                let m = Manifest {
+                    client_id: client.clone(),
+                    rev: r.seq,
+                    tools: vec![],
+                };
+                nodes[r.sockets[socket].node]
+                    .put_manifest(&c, &m)
+                    .await
+                    .unwrap();
+                r.manifests.insert(client.clone(), r.seq);
+                r.current = Some(client);
+            }
+            Op::Call => {
+                let state = nodes[0].conversation(&c).await.unwrap();
+                let expected = r.current_page();
+                prop_assert_eq!(&state.client_id, &expected, "current page");
+                prop_assert_eq!(state.sockets, r.presence().sockets(), "sockets");
+                let pages: BTreeMap<String, u32> = state
+                    .pages
+                    .iter()
+                    .map(|p| (p.client_id.clone(), p.sockets))
+                    .collect();
+                prop_assert_eq!(pages, r.presence().identified, "pages");
+                if !model::accepts_calls(expected.as_deref(), state.sockets, None) {
+                    continue;
+                }
+                let client = expected.unwrap_or_default();
+                let (id, _waiter) = call(&nodes[0], &c, &client, Duration::from_secs(120)).await;
+                r.calls.push((id, client, CallState::Pending));
+            }
+            Op::Result {
+                call,
+                client,
+                confirm,
+                other,
+            } => {
+                let Some((id, bound, state)) = r.calls.get(call).cloned() else {
+                    continue;
+                };
+                let from = CLIENTS[client];
+                let from_conv = if other {
+                    ConvKey::new("t", "u", "other")
+                } else {
+                    c.clone()
+                };
+                let found = if other {
+                    Found::Elsewhere
+                } else {
+                    Found::Here(CallFacts {
+                        client_id: &bound,
+                        state,
+                        deadline_ms: u64::MAX,
+                    })
+                };
+                let expected = model::check_result(found, from, 0);
+                let confirm_id = uuid::Uuid::new_v4().to_string();
+                let result = if confirm { needs(&confirm_id) } else { ok() };
+                let node = &nodes[client % nodes.len()];
+                let got = rejection(
+                    node.submit_result(&page(&from_conv, from), &id, result)
+                        .await
+                        .map(|_| ()),
+                );
+                prop_assert_eq!(got, expected, "result");
+                if got.is_ok() {
+                    r.calls[call].2 = CallState::Answered;
+                    if confirm {
+                        r.confirms.push((confirm_id, from.to_owned(), false));
+                    }
+                }
+            }
+            Op::Timeout { call } => {
+                let Some((id, _, state)) = r.calls.get(call).cloned() else {
+                    continue;
+                };
+                let won = nodes[1 % nodes.len()]
+                    .time_out(&c, &id)
+                    .await
+                    .unwrap()
+                    .is_some();
+                prop_assert_eq!(won, state == CallState::Pending, "timeout won");
+                if won {
+                    r.calls[call].2 = CallState::TimedOut;
+                }
+            }
+            Op::Confirm {
+                confirm,
+                client,
+                unknown,
+            } => {
+                let from = CLIENTS[client];
+                let (id, expected) = if unknown {
+                    (
+                        uuid::Uuid::new_v4().to_string(),
+                        model::check_confirm(Found::Nowhere, from),
+                    )
+                } else {
+                    let Some((id, bound, used)) = r.confirms.get(confirm).cloned() else {
+                        continue;
+                    };
+                    let facts = ConfirmFacts {
+                        client_id: &bound,
+                        used,
+                    };
+                    (id, model::check_confirm(Found::Here(facts), from))
+                };
+                let got = rejection(
+                    nodes[0]
+                        .submit_confirmed(&page(&c, from), &id)
+                        .await
+                        .map(|_| ()),
+                );
+                prop_assert_eq!(got, expected, "confirmed");
+                if got.is_ok() {
+                    r.confirms[confirm].2 = true;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check(backend: Backend, cases: u32) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel(
+            "proptest-regressions",
+        ))),
+        source_file: Some(file!()),
+        ..Config::default()
+    });
+    let result = runner.run(&prop::collection::vec(op(), 1..60), |ops| {
+        rt.block_on(async {
+            let mut nodes = Nodes::new(backend, short());
+            let (n1, _) = nodes.node("n1").await;
+            let (n2, _) = nodes.node("n2").await;
+            if backend != Backend::Memory {
+                // Both nodes count each other as live before the sequence starts.
+                for n in [&n1, &n2] {
+                    crate::support::eventually(
+                        Duration::from_secs(5),
+                        "the nodes see each other",
+                        || async {
+                            let _ = n.conversation(&conv()).await;
+                            Some(())
+                        },
+                    )
+                    .await;
+                }
+                tokio::time::sleep(Duration::from_millis(450)).await;
+            }
+            run(&[n1, n2], ops).await
+        })
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn memory_follows_the_model() {
+    check(Backend::Memory, 256);
+}
+
+#[test]
+fn redis_follows_the_model() {
+    check(Backend::Redis, 48);
+}
+
+#[test]
+fn redis_cluster_follows_the_model() {
+    check(Backend::Cluster, 24);
+}
