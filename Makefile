@@ -5,7 +5,7 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit chart-test browser mcp-e2e pusher bench load-test fuzz clean
+.PHONY: run test deps lint unit chart-test browser mcp-e2e pusher bench load-test soak fuzz clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
@@ -55,6 +55,12 @@ bench:
 ## fails when a threshold is crossed (not part of `test`: it is a load test)
 load-test:
 	CARGO="$(CARGO)" load-tests/load-test.sh
+
+## soak: two nodes on Redis for SOAK_MINUTES (default 15) at the real TTLs and grace periods,
+## with quiet, moving and late-confirming pages; counts faults and reports RSS and Redis memory
+## (not part of `test`)
+soak:
+	CARGO="$(CARGO)" load-tests/soak.sh
 
 ## fuzz: the cargo-fuzz target on inbound decoding, for FUZZ_SECONDS (stable toolchain)
 fuzz:

@@ -23,6 +23,10 @@ pub enum Scenario {
     /// Pages on one node, calls through another, then drain the first node (SIGTERM): time
     /// until every page is back on the other node, and how every call ended.
     Storm(StormArgs),
+    /// Pages on two nodes for a long time at the real TTLs and grace periods (quiet, moving,
+    /// confirming late), calls through both: counts 409s for live pages, wrong expirations,
+    /// lost or doubled outcomes.
+    Soak(SoakArgs),
     /// Draw an SVG of latency against call rate from `calls` JSON lines.
     Chart(ChartArgs),
     /// (Internal) one process's share of an `idle --processes N` fleet.
@@ -192,4 +196,30 @@ pub struct ChartArgs {
     /// Where the SVG goes.
     #[arg(long)]
     pub output: String,
+}
+
+/// `soak`
+#[derive(Debug, Args)]
+pub struct SoakArgs {
+    /// Shared flags; `--url` is the first node.
+    #[command(flatten)]
+    pub common: Common,
+    /// The second node's base URL.
+    #[arg(long)]
+    pub other: String,
+    /// The tenant's agent API key.
+    #[arg(long, env = "TOOLMARK_BENCH_API_KEY", hide_env_values = true)]
+    pub api_key: String,
+    /// Pages, one conversation each.
+    #[arg(long, default_value_t = 200)]
+    pub pages: usize,
+    /// How long calls are driven, in minutes.
+    #[arg(long, default_value_t = 15)]
+    pub minutes: u64,
+    /// Each page is called about once in this many seconds.
+    #[arg(long, default_value_t = 20.0)]
+    pub call_every_secs: f64,
+    /// A confirming page approves at most this long after it was asked (the run waits for it).
+    #[arg(long, default_value_t = 240)]
+    pub confirm_max_secs: u64,
 }

@@ -20,6 +20,9 @@ pub enum LoadError {
     /// The gateway did not show a page's manifest to the agent API in time.
     #[error("gateway: {0}")]
     Gateway(String),
+    /// The run saw faults it exists to rule out (the soak).
+    #[error("faults: {0}")]
+    Failed(String),
     /// A local resource (client, timer, thread) failed.
     #[error("local: {0}")]
     Local(String),

@@ -14,6 +14,7 @@ pub mod latency;
 pub mod page;
 pub mod report;
 pub mod rss;
+pub mod soak;
 pub mod spread;
 pub mod storm;
 pub mod tally;
@@ -29,6 +30,7 @@ pub async fn run(cli: Cli) -> Result<(), LoadError> {
         Scenario::Idle(args) => idle::run(args).await,
         Scenario::Calls(args) => calls::run(args).await,
         Scenario::Storm(args) => storm::run(args).await,
+        Scenario::Soak(args) => soak::run(args).await,
         Scenario::Chart(args) => chart::run(&args),
         Scenario::Hold(args) => spread::hold(args).await,
     }

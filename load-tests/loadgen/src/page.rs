@@ -64,7 +64,7 @@ pub struct PageSpec {
     pub token: String,
 }
 
-type Socket = WebSocketStream<TcpStream>;
+pub(crate) type Socket = WebSocketStream<TcpStream>;
 
 /// Small buffers: thousands of pages share this process, and their frames are small.
 fn ws_config() -> WebSocketConfig {
@@ -169,7 +169,7 @@ fn jitter_for(spec: &PageSpec, max: Duration) -> Duration {
     Duration::from_micros(seed % (max_us + 1))
 }
 
-async fn connect(target: &Target, spec: &PageSpec) -> Result<Socket, String> {
+pub(crate) async fn connect(target: &Target, spec: &PageSpec) -> Result<Socket, String> {
     let socket = TcpSocket::new_v4().map_err(|e| format!("socket: {e}"))?;
     if let Some(source) = target.source_for(spec.index) {
         socket
