@@ -19,6 +19,7 @@ use toolmark_proto::Limits;
 
 use crate::config::MAX_FRAME_BYTES;
 use crate::inbound;
+use crate::registry::Outgoing;
 use crate::state::AppState;
 use crate::tenants::Tenant;
 
@@ -203,10 +204,17 @@ impl PageSocket {
             let flow = tokio::select! {
                 () = shutdown.cancelled() => Flow::Close(close::GOING_AWAY, "draining"),
                 frame = outbound.next() => match frame {
-                    Some(frame) => match socket.send(Message::Text(frame.as_ref().into())).await {
+                    Some(Outgoing::Frame(frame)) => match socket.send(Message::Text(frame.as_ref().into())).await {
                         Ok(()) => Flow::Continue,
                         Err(_) => return End::Gone,
                     },
+                    // Another socket claims this page's clientId: a live page answers the ping.
+                    Some(Outgoing::Probe) => match socket.send(Message::Ping(Default::default())).await {
+                        Ok(()) => Flow::Continue,
+                        Err(_) => return End::Gone,
+                    },
+                    // It did not answer: its page load reconnected on that other socket.
+                    Some(Outgoing::Evict) => return End::Gone,
                     None => Flow::Close(close::TRY_AGAIN_LATER, "outbound queue full"),
                 },
                 _ = ping.tick() => {
@@ -220,6 +228,7 @@ impl PageSocket {
                 }
                 incoming = socket.recv() => {
                     last_seen = Instant::now();
+                    outbound.heard();
                     match incoming {
                         None | Some(Ok(Message::Close(_))) => return End::Gone,
                         // Boxed: the message path is large and idle sockets should not carry it.
@@ -295,6 +304,20 @@ impl PageSocket {
             }
             Some(_) => {}
             None => {
+                // A first frame naming a clientId another socket of the conversation holds: the
+                // same page load coming back (its old socket is dead) or another tab claiming
+                // it. Only a live page answers a ping within the probe's time.
+                if let Some(other) =
+                    self.app
+                        .registry
+                        .bound_elsewhere(&self.conv, self.socket_id, claimed)
+                {
+                    if answers_ping(&other).await {
+                        inbound::client_mismatch(&self.app);
+                        return Flow::Close(close::POLICY, "frame claims another page's clientId");
+                    }
+                    other.evict();
+                }
                 self.app
                     .registry
                     .identify(&self.conv, self.socket_id, claimed);
@@ -328,6 +351,24 @@ impl PageSocket {
             Err(e) => tracing::warn!(error = %e, "page release not recorded"),
         }
     }
+}
+
+/// How long the socket that holds a clientId has to answer a ping before a new socket claiming
+/// the same clientId takes it over.
+const CLAIM_PROBE: Duration = Duration::from_secs(2);
+
+/// Pings the page behind `other` and waits up to [`CLAIM_PROBE`] for any sign of it.
+async fn answers_ping(other: &crate::registry::Outbox) -> bool {
+    let asked = toolmark_broker::now_ms();
+    other.probe();
+    let deadline = Instant::now() + CLAIM_PROBE;
+    while Instant::now() < deadline {
+        if other.heard_since(asked) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    other.heard_since(asked)
 }
 
 /// After our close frame, reads (and discards) what the page still sends, until it closes or

@@ -22,12 +22,29 @@ const SHARDS: usize = 16;
 pub struct Outbox {
     state: Mutex<OutboxState>,
     ready: Notify,
+    /// When the socket last heard from its page (ms since the epoch): any frame or pong.
+    heard_ms: AtomicU64,
 }
 
 #[derive(Debug, Default)]
 struct OutboxState {
     frames: VecDeque<Arc<str>>,
     closed: bool,
+    /// Another socket claims this socket's clientId: ping the page to see whether it is alive.
+    probe: bool,
+    /// This socket's page is behind another socket now (it did not answer the probe): end.
+    evict: bool,
+}
+
+/// What a socket's task takes from its outbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outgoing {
+    /// A frame to send.
+    Frame(Arc<str>),
+    /// Ping the page now (a liveness probe).
+    Probe,
+    /// End the socket: its page load reconnected on another socket.
+    Evict,
 }
 
 impl Outbox {
@@ -59,11 +76,42 @@ impl Outbox {
         self.ready.notify_one();
     }
 
-    /// The next frame, or `None` once closed (after a full queue, the frames are dropped).
-    pub async fn next(&self) -> Option<Arc<str>> {
+    /// Records that the page was heard from just now.
+    pub fn heard(&self) {
+        self.heard_ms
+            .store(toolmark_broker::now_ms(), Ordering::Relaxed);
+    }
+
+    /// Whether the page was heard from at or after `ms`.
+    pub fn heard_since(&self, ms: u64) -> bool {
+        self.heard_ms.load(Ordering::Relaxed) >= ms
+    }
+
+    /// Asks the socket's task to ping its page.
+    pub fn probe(&self) {
+        self.lock().probe = true;
+        self.ready.notify_one();
+    }
+
+    /// Asks the socket's task to end.
+    pub fn evict(&self) {
+        self.lock().evict = true;
+        self.ready.notify_one();
+    }
+
+    /// The next frame, probe or eviction, or `None` once closed (after a full queue, the
+    /// frames are dropped).
+    pub async fn next(&self) -> Option<Outgoing> {
         loop {
             {
                 let mut s = self.lock();
+                if s.evict {
+                    return Some(Outgoing::Evict);
+                }
+                if s.probe {
+                    s.probe = false;
+                    return Some(Outgoing::Probe);
+                }
                 if s.closed && s.frames.len() >= OUTBOUND_QUEUE {
                     s.frames = VecDeque::new();
                     return None;
@@ -72,7 +120,7 @@ impl Outbox {
                     if s.frames.is_empty() && s.frames.capacity() > 8 {
                         s.frames = VecDeque::new();
                     }
-                    return Some(f);
+                    return Some(Outgoing::Frame(f));
                 }
                 if s.closed {
                     return None;
@@ -158,6 +206,21 @@ impl Registry {
         })
     }
 
+    /// The outbox of another socket of `conv` bound to `client_id`, if one is.
+    pub fn bound_elsewhere(
+        &self,
+        conv: &ConvKey,
+        socket_id: u64,
+        client_id: &str,
+    ) -> Option<Arc<Outbox>> {
+        self.shard(conv).get(conv).and_then(|slots| {
+            slots
+                .iter()
+                .find(|s| s.socket_id != socket_id && s.client_id.as_deref() == Some(client_id))
+                .map(|s| Arc::clone(&s.outbox))
+        })
+    }
+
     /// Removes a socket.
     pub fn leave(&self, conv: &ConvKey, socket_id: u64) {
         let mut shard = self.shard(conv);
@@ -201,11 +264,11 @@ mod tests {
         r.identify(&conv, a, "p1");
         r.identify(&conv, b, "p2");
         r.deliver(&conv, "p1", "hello".into());
-        assert_eq!(rx_a.next().await.unwrap().as_ref(), "hello");
+        assert_eq!(rx_a.next().await, Some(Outgoing::Frame("hello".into())));
         assert!(rx_b.lock().frames.is_empty());
         assert_eq!(
-            rx_c.next().await.unwrap().as_ref(),
-            "hello",
+            rx_c.next().await,
+            Some(Outgoing::Frame("hello".into())),
             "unknown clientId gets it"
         );
         assert!(r.claimed_by_other(&conv, b, "p1"));
@@ -221,8 +284,8 @@ mod tests {
             r.deliver(&conv, "p1", "x".into());
         }
         assert_eq!(
-            rx.next().await.as_deref(),
-            Some("x"),
+            rx.next().await,
+            Some(Outgoing::Frame("x".into())),
             "a queue with room keeps the socket"
         );
         for _ in 0..=OUTBOUND_QUEUE {

@@ -17,7 +17,7 @@ use toolmark_broker::{AdmitError, AdmitLimits, ConvKey};
 use tracing::Instrument;
 
 use super::protocol::{self, ACTIVITY_TIMEOUT_SECS, ClientEvent, code};
-use crate::registry::Outbox;
+use crate::registry::{Outbox, Outgoing};
 use crate::state::AppState;
 use crate::tenants::Tenant;
 
@@ -288,9 +288,14 @@ fn frames(channel: Arc<str>, slot: u64, outbox: Arc<Outbox>) -> Frames {
         let channel = Arc::clone(&channel);
         async move {
             let o = o?;
-            match o.next().await {
-                Some(f) => Some(((channel, slot, Some(f)), Some(o))),
-                None => Some(((channel, slot, None), None)),
+            loop {
+                return match o.next().await {
+                    Some(Outgoing::Frame(f)) => Some(((channel, slot, Some(f)), Some(o))),
+                    // Probes and evictions are for sockets bound to a clientId, which an Echo
+                    // subscription never is.
+                    Some(Outgoing::Probe | Outgoing::Evict) => continue,
+                    None => Some(((channel, slot, None), None)),
+                };
             }
         }
     }))

@@ -145,6 +145,39 @@ async fn frames_with_another_clientid_are_dropped_and_claiming_a_live_page_close
     still_works_as(&gw, &mut p2).await;
 }
 
+#[tokio::test]
+async fn a_first_frame_claiming_a_live_tabs_clientid_closes_and_a_dead_sockets_is_taken_over() {
+    let gw = Gateway::start().await;
+    let mut tab = ready_page(&gw, "acme", "u1", "c1", json!([])).await;
+    // Another socket's very first frame names the live tab's clientId: the tab answers the
+    // gateway's ping (its socket is being read), so the claim is refused with 1008.
+    let mut rogue = gw.page("acme", "u1", "c1").await;
+    let forged = json!({"protocol": 1, "type": "manifest", "clientId": tab.client_id, "rev": 2, "tools": []});
+    rogue.send(forged).await;
+    let (code, _) = tokio::join!(rogue.closed(), tab.try_recv(Duration::from_secs(4)));
+    assert_eq!(code, 1008);
+    still_works_as(&gw, &mut tab).await;
+    // The tab's connection goes half-open (nothing reads it any more, so it answers nothing),
+    // and the same page load reconnects on a new socket: that socket takes the clientId over.
+    let mut back = gw.page("acme", "u1", "c1").await;
+    back.client_id = tab.client_id.clone();
+    back.manifest(3, json!([])).await;
+    let agent = gw.acme();
+    let call = agent.call_later(
+        "u1",
+        "c1",
+        json!({"tool": "x.y", "input": {}, "timeoutMs": 10000}),
+    );
+    let frame = back.recv().await;
+    assert_eq!(frame["type"], "call");
+    back.answer(frame["id"].as_str().unwrap(), json!({"status": "ok"}))
+        .await;
+    let answer = call.await.unwrap();
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert_eq!(answer.body["outcome"]["status"], "ok");
+    drop(tab);
+}
+
 async fn still_works_as(gw: &Gateway, page: &mut Page) {
     page.manifest(5, json!([])).await;
     gw.acme().wait_current("u1", "c1", &page.client_id).await;
