@@ -1,4 +1,5 @@
-//! Calls of the memory broker: bound before they are sent, checked by `model::check_result`, answered or timed out once under one shard lock.
+//! Calls of the memory broker: bound before they are sent, checked by `model::check_result`,
+//! answered or timed out once under one shard lock.
 
 use super::*;
 use crate::prelude::*;

@@ -1,4 +1,5 @@
-//! Confirmations of the memory broker: per conversation, single use, expired by `model::sweep_confirm`.
+//! Confirmations of the memory broker: per conversation, single use, expired by
+//! `model::sweep_confirm`.
 
 use super::*;
 use crate::prelude::*;

@@ -1,4 +1,5 @@
-//! Events of the memory broker: the tenant's log, bounded by `model::events_to_trim`, and its live feed.
+//! Events of the memory broker: the tenant's log, bounded by `model::events_to_trim`, and its live
+//! feed.
 
 use super::*;
 use crate::prelude::*;

@@ -1,4 +1,5 @@
-//! Pages of the memory broker: admission, presence (`model::Presence`), manifests and D23's current page.
+//! Pages of the memory broker: admission, presence (`model::Presence`), manifests and D23's current
+//! page.
 
 use super::*;
 use crate::prelude::*;

@@ -1,4 +1,6 @@
-//! Calls on Redis: the bind script (binding, pending set, publication) with the call index and deadline entry pipelined beside it; the result and timeout scripts decide `model::check_result` atomically on the conversation's slot.
+//! Calls on Redis: the bind script (binding, pending set, publication) with the call index and
+//! deadline entry pipelined beside it; the result and timeout scripts decide `model::check_result`
+//! atomically on the conversation's slot.
 
 use super::*;
 use crate::prelude::*;

@@ -1,4 +1,5 @@
-//! Confirmations on Redis: per conversation (confirm hash beside its call), single use in one script, expired by the leased sweep implementing `model::sweep_confirm`.
+//! Confirmations on Redis: per conversation (confirm hash beside its call), single use in one
+//! script, expired by the leased sweep implementing `model::sweep_confirm`.
 
 use super::*;
 use crate::prelude::*;

@@ -1,4 +1,5 @@
-//! Events on Redis: the tenant's stream, trimmed in count and bytes behind the webhook group, and its sharded live channel.
+//! Events on Redis: the tenant's stream, trimmed in count and bytes behind the webhook group, and
+//! its sharded live channel.
 
 use super::*;
 use crate::prelude::*;

@@ -1,4 +1,5 @@
-//! Rates on Redis: one GCRA bucket per tenant, exact across nodes, burst `model::burst`; an unreachable Redis refuses.
+//! Rates on Redis: one GCRA bucket per tenant, exact across nodes, burst `model::burst`; an
+//! unreachable Redis refuses.
 
 use super::*;
 use crate::prelude::*;

@@ -1,4 +1,5 @@
-//! Pages on Redis: per-node socket counts (presence), manifests per page load, the conversation read implementing `model::current_page`.
+//! Pages on Redis: per-node socket counts (presence), manifests per page load, the conversation
+//! read implementing `model::current_page`.
 
 use super::*;
 use crate::prelude::*;

@@ -1,5 +1,6 @@
 //! Model-based property test: random sequences of page admissions, identifications, releases,
-//! manifests, calls, results, timeouts and confirmations, spread over two nodes, applied to a
+//! manifests, calls, results, timeouts and confirmations, spread over two nodes (pages move
+//! between them; on Redis one may die), applied to a
 //! broker and to a reference built from the pure rules of `toolmark_broker::model`; every
 //! observable outcome (the current page, presence, each result's and confirmation's acceptance
 //! or rejection reason, each timeout's winner) must be the same. Runs on memory, Redis and
@@ -45,6 +46,8 @@ enum Op {
         client: usize,
         unknown: bool,
     },
+    /// Node `node` dies (Redis only): its heartbeat stops, so its sockets stop counting.
+    Kill { node: usize },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -59,6 +62,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..8usize).prop_map(|call| Op::Timeout { call }),
         3 => (0..4usize, 0..3usize, prop::bool::weighted(0.1))
             .prop_map(|(confirm, client, unknown)| Op::Confirm { confirm, client, unknown }),
+        1 => (0..2usize).prop_map(|node| Op::Kill { node }),
     ]
 }
 
@@ -108,14 +112,38 @@ fn rejection(r: Result<(), SubmitError>) -> Result<(), Rejection> {
     })
 }
 
-async fn run(nodes: &[SharedBroker], ops: Vec<Op>) -> Result<(), TestCaseError> {
+/// One node under test: its broker, and the token that kills it (`None`: it cannot die).
+struct Node {
+    broker: SharedBroker,
+    kill: Option<tokio_util::sync::CancellationToken>,
+    alive: bool,
+}
+
+async fn run(mut all: Vec<Node>, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let c = conv();
     let mut r = Reference::default();
     for op in ops {
+        // Requests go through live nodes; sockets name their node in `all`.
+        let live: Vec<usize> = (0..all.len()).filter(|i| all[*i].alive).collect();
+        let nodes: Vec<SharedBroker> = live.iter().map(|i| all[*i].broker.clone()).collect();
         match op {
+            Op::Kill { node } => {
+                let node = node % all.len();
+                if live.len() < 2 || !all[node].alive {
+                    continue;
+                }
+                let Some(kill) = all[node].kill.take() else {
+                    continue;
+                };
+                kill.cancel();
+                all[node].alive = false;
+                r.sockets.retain(|s| s.node != node);
+                // Five missed heartbeats (100 ms each), then the survivor's next read of them.
+                tokio::time::sleep(Duration::from_millis(800)).await;
+            }
             Op::Admit { node } => {
-                let node = node % nodes.len();
-                nodes[node].admit_page(&c, &LIMITS).await.unwrap();
+                let node = live[node % live.len()];
+                all[node].broker.admit_page(&c, &LIMITS).await.unwrap();
                 r.sockets.push(Socket { node, client: None });
             }
             Op::Identify { socket, client } => {
@@ -126,7 +154,11 @@ async fn run(nodes: &[SharedBroker], ops: Vec<Op>) -> Result<(), TestCaseError> 
                     continue;
                 }
                 let client = CLIENTS[client].to_owned();
-                nodes[s.node].page_identified(&c, &client).await.unwrap();
+                all[s.node]
+                    .broker
+                    .page_identified(&c, &client)
+                    .await
+                    .unwrap();
                 s.client = Some(client);
             }
             Op::Release { socket } => {
@@ -135,7 +167,8 @@ async fn run(nodes: &[SharedBroker], ops: Vec<Op>) -> Result<(), TestCaseError> 
                 }
                 let s = r.sockets.remove(socket);
                 let still = r.sockets.iter().any(|o| o.client == s.client);
-                let left = nodes[s.node]
+                let left = all[s.node]
+                    .broker
                     .release_page(&c, s.client.as_deref())
                     .await
                     .unwrap();
@@ -151,7 +184,8 @@ async fn run(nodes: &[SharedBroker], ops: Vec<Op>) -> Result<(), TestCaseError> 
                     rev: r.seq,
                     tools: vec![],
                 };
-                nodes[r.sockets[socket].node]
+                all[r.sockets[socket].node]
+                    .broker
                     .put_manifest(&c, &m)
                     .await
                     .unwrap();
@@ -284,9 +318,16 @@ fn check(backend: Backend, cases: u32) {
     });
     let result = runner.run(&prop::collection::vec(op(), 1..60), |ops| {
         rt.block_on(async {
-            let mut nodes = Nodes::new(backend, short());
-            let (n1, _) = nodes.node("n1").await;
-            let (n2, _) = nodes.node("n2").await;
+            // TTLs longer than a case: expiry is the contract suite's (a dead node's pages'
+            // state ends one conversation TTL after its last refresh).
+            let retention = toolmark_broker::Retention {
+                conversations: Duration::from_secs(60),
+                ..short()
+            };
+            let mut nodes = Nodes::new(backend, retention);
+            let hb = Duration::from_millis(100);
+            let (n1, _, k1) = nodes.stoppable("n1", hb).await;
+            let (n2, _, k2) = nodes.stoppable("n2", hb).await;
             if backend != Backend::Memory {
                 // Both nodes count each other as live before the sequence starts.
                 for n in [&n1, &n2] {
@@ -302,7 +343,20 @@ fn check(backend: Backend, cases: u32) {
                 }
                 tokio::time::sleep(Duration::from_millis(450)).await;
             }
-            run(&[n1, n2], ops).await
+            let killable = backend != Backend::Memory;
+            let all = vec![
+                Node {
+                    broker: n1,
+                    kill: killable.then_some(k1),
+                    alive: true,
+                },
+                Node {
+                    broker: n2,
+                    kill: killable.then_some(k2),
+                    alive: true,
+                },
+            ];
+            run(all, ops).await
         })
     });
     if let Err(e) = result {

@@ -98,6 +98,18 @@ impl Nodes {
         name: &str,
         heartbeat: Duration,
     ) -> (SharedBroker, Arc<Sink>) {
+        let (b, sink, _) = self.stoppable(name, heartbeat).await;
+        (b, sink)
+    }
+
+    /// A node, and the token that stops its background tasks (its heartbeat: the node dies
+    /// for the others). Memory: the one node, and a token that stops nothing.
+    pub async fn stoppable(
+        &mut self,
+        name: &str,
+        heartbeat: Duration,
+    ) -> (SharedBroker, Arc<Sink>, CancellationToken) {
+        let stop = self.stop.child_token();
         if self.backend == Backend::Memory {
             let (b, s) = self.memory.get_or_insert_with(|| {
                 let sink = Arc::new(Sink::default());
@@ -108,7 +120,7 @@ impl Nodes {
                 ));
                 (b, sink)
             });
-            return (b.clone(), s.clone());
+            return (b.clone(), s.clone(), stop);
         }
         let sink = Arc::new(Sink::default());
         let opts = RedisOptions {
@@ -117,10 +129,10 @@ impl Nodes {
             prefix: self.prefix.clone(),
             ..RedisOptions::default()
         };
-        let b = RedisBroker::connect(&self.url, name, sink.clone(), opts, self.stop.child_token())
+        let b = RedisBroker::connect(&self.url, name, sink.clone(), opts, stop.clone())
             .await
             .expect("the broker connects");
-        (b, sink)
+        (b, sink, stop)
     }
 
     pub async fn node(&mut self, name: &str) -> (SharedBroker, Arc<Sink>) {
