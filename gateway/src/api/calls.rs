@@ -434,3 +434,72 @@ fn call_json(r: &CallRecord) -> Value {
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use toolmark_broker::PageIdentity;
+    use toolmark_broker::memory::MemoryBroker;
+    use toolmark_broker::prelude::*;
+    use toolmark_proto::ToolResult;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_whose_outcome_message_is_lost_is_answered_from_the_stored_outcome() {
+        let registry = Arc::new(crate::registry::Registry::default());
+        let broker = Arc::new(MemoryBroker::new("n1", registry.clone()));
+        let app = AppState::new(
+            crate::tenants::Tenants::new(Vec::new()),
+            broker.clone(),
+            registry,
+            Arc::new(crate::metrics::Metrics::new()),
+            tokio_util::sync::CancellationToken::new(),
+            None,
+            Arc::default(),
+        );
+        let conv = ConvKey::new("t", "u", "c");
+        let binding = CallBinding {
+            id: ids::new_call_id(),
+            conv: conv.clone(),
+            client_id: "p1".into(),
+            tool: "todo.add".into(),
+            kind: CallKind::Call,
+            deadline_ms: now_ms() + 300,
+            node: "n1".into(),
+            untrusted: false,
+            respond_async: false,
+        };
+        let frame = AgentMessage::Describe(Describe {
+            client_id: "p1".into(),
+            id: binding.id.clone(),
+            tool: "todo.add".into(),
+        });
+        // The broker's own outcome message is the one that gets lost: the supervisor waits on
+        // a channel nobody ever sends on.
+        drop(app.broker.send_call(binding.clone(), frame).await.unwrap());
+        let (_never_sent, lost) = oneshot::channel();
+        let (reply, outcome) = oneshot::channel();
+        tokio::spawn(supervise(
+            app.clone(),
+            binding.clone(),
+            Duration::from_millis(300),
+            lost,
+            reply,
+        ));
+        let from = PageIdentity {
+            conv,
+            client_id: "p1".into(),
+        };
+        broker
+            .submit_result(&from, &binding.id, ToolResult::Ok { data: None })
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome.await.unwrap(),
+            Outcome::Result(ToolResult::Ok { data: None }),
+            "the page answered: the agent must not be told `timeout`"
+        );
+    }
+}
