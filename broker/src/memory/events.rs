@@ -14,12 +14,7 @@ impl Events for MemoryBroker {
         data: Value,
     ) -> Result<Event, BrokerError> {
         let mut logs = lock(&self.logs);
-        let log = logs.entry(tenant.to_owned()).or_insert_with(|| TenantLog {
-            events: VecDeque::new(),
-            bytes: 0,
-            last: (0, 0),
-            live: broadcast::channel(1024).0,
-        });
+        let log = logs.entry(tenant.to_owned()).or_insert_with(TenantLog::new);
         let ms = now_ms().max(log.last.0);
         let seq = if ms == log.last.0 { log.last.1 + 1 } else { 0 };
         log.last = (ms, seq);
@@ -52,12 +47,7 @@ impl Events for MemoryBroker {
 
     async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError> {
         let mut logs = lock(&self.logs);
-        let log = logs.entry(tenant.to_owned()).or_insert_with(|| TenantLog {
-            events: VecDeque::new(),
-            bytes: 0,
-            last: (0, 0),
-            live: broadcast::channel(1024).0,
-        });
+        let log = logs.entry(tenant.to_owned()).or_insert_with(TenantLog::new);
         let live = log.live.subscribe();
         let backlog = match after {
             None => Vec::new(),

@@ -153,6 +153,17 @@ struct TenantLog {
     live: broadcast::Sender<Event>,
 }
 
+impl TenantLog {
+    fn new() -> Self {
+        TenantLog {
+            events: VecDeque::new(),
+            bytes: 0,
+            last: (0, 0),
+            live: broadcast::channel(1024).0,
+        }
+    }
+}
+
 /// Shared state of one gateway process.
 pub struct MemoryBroker {
     node: String,

@@ -11,8 +11,21 @@ use toolmark_broker::{EventType, Retention, TakeError};
 
 use crate::redis_support::RedisProc;
 use crate::support::{
-    Backend, LIMITS, Nodes, Sink, call, conv, eventually, needs, ok, page, short,
+    Backend, LIMITS, Nodes, Sink, call, connected_page, conv, eventually, needs, ok, page, short,
 };
+
+/// A node of its own on `redis` (a test that stops or inspects its server).
+async fn on_own_redis(
+    redis: &RedisProc,
+    opts: RedisOptions,
+    stop: &CancellationToken,
+) -> (std::sync::Arc<RedisBroker>, std::sync::Arc<Sink>) {
+    let sink = std::sync::Arc::new(Sink::default());
+    let b = RedisBroker::connect(&redis.url(), "n1", sink.clone(), opts, stop.clone())
+        .await
+        .unwrap();
+    (b, sink)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_moving_to_a_node_that_just_started_is_not_reported_gone() {
@@ -20,18 +33,7 @@ async fn a_page_moving_to_a_node_that_just_started_is_not_reported_gone() {
     // Node 1 reads the live-node set rarely: it has not seen node 2 start.
     let (n1, _) = nodes.node_with("n1", Duration::from_secs(30)).await;
     let c = conv();
-    n1.admit_page(&c, &LIMITS).await.unwrap();
-    n1.page_identified(&c, "p1").await.unwrap();
-    n1.put_manifest(
-        &c,
-        &toolmark_proto::Manifest {
-            client_id: "p1".into(),
-            rev: 1,
-            tools: vec![],
-        },
-    )
-    .await
-    .unwrap();
+    connected_page(&n1, &c, "p1").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (n2, _) = nodes.node("n2").await;
     // The page reconnects to node 2 and has not spoken yet; its old socket on node 1 goes.
@@ -51,15 +53,7 @@ async fn the_call_rate_does_not_fail_open_when_redis_is_away() {
         prefix: "rate".into(),
         ..RedisOptions::default()
     };
-    let b = RedisBroker::connect(
-        &redis.url(),
-        "n1",
-        std::sync::Arc::new(Sink::default()),
-        opts,
-        stop.clone(),
-    )
-    .await
-    .unwrap();
+    let (b, _) = on_own_redis(&redis, opts, &stop).await;
     assert!(b.take_call("t", 10).await.is_ok());
     redis.kill();
     let r = b.take_call("t", 10).await;
@@ -80,15 +74,7 @@ async fn events_a_webhook_consumer_has_not_read_are_never_trimmed() {
         retention,
         ..RedisOptions::default()
     };
-    let b = RedisBroker::connect(
-        &redis.url(),
-        "n1",
-        std::sync::Arc::new(Sink::default()),
-        opts,
-        stop.clone(),
-    )
-    .await
-    .unwrap();
+    let (b, _) = on_own_redis(&redis, opts, &stop).await;
     let stream_len = || {
         redis
             .cli(&["xlen", "ev:{t}:events"])
@@ -147,26 +133,12 @@ async fn every_key_has_a_ttl_except_the_documented_ones() {
         prefix: "tm".into(),
         ..RedisOptions::default()
     };
-    let sink = std::sync::Arc::new(Sink::default());
-    let b: toolmark_broker::SharedBroker =
-        RedisBroker::connect(&redis.url(), "n1", sink, opts.clone(), stop.clone())
-            .await
-            .unwrap();
+    let (b, _) = on_own_redis(&redis, opts.clone(), &stop).await;
+    let b: toolmark_broker::SharedBroker = b;
     let c = conv();
     // A page's whole life: admitted, identified, manifests, calls answered and timed out, a
     // confirmation, events, a drain, a reconnect, a release, a restart of Redis.
-    b.admit_page(&c, &LIMITS).await.unwrap();
-    b.page_identified(&c, "p1").await.unwrap();
-    b.put_manifest(
-        &c,
-        &toolmark_proto::Manifest {
-            client_id: "p1".into(),
-            rev: 1,
-            tools: vec![],
-        },
-    )
-    .await
-    .unwrap();
+    connected_page(&b, &c, "p1").await;
     let (id, _w) = call(&b, &c, "p1", Duration::from_secs(5)).await;
     b.submit_result(&page(&c, "p1"), &id, needs("k1"))
         .await
@@ -223,11 +195,8 @@ async fn delivery_comes_back_after_the_subscriber_connection_is_killed_and_readi
         prefix: "probe".into(),
         ..RedisOptions::default()
     };
-    let sink = std::sync::Arc::new(Sink::default());
-    let b: toolmark_broker::SharedBroker =
-        RedisBroker::connect(&redis.url(), "n1", sink.clone(), opts, stop.clone())
-            .await
-            .unwrap();
+    let (b, sink) = on_own_redis(&redis, opts, &stop).await;
+    let b: toolmark_broker::SharedBroker = b;
     let c = conv();
     b.admit_page(&c, &LIMITS).await.unwrap();
     eventually(Duration::from_secs(5), "ready", || {

@@ -195,6 +195,18 @@ pub async fn call(
     (id, waiter)
 }
 
+/// A page load `client` of `conv` connected to `b`: admitted, identified, with a manifest.
+pub async fn connected_page(b: &SharedBroker, conv: &ConvKey, client: &str) {
+    b.admit_page(conv, &LIMITS).await.unwrap();
+    b.page_identified(conv, client).await.unwrap();
+    let m = toolmark_proto::Manifest {
+        client_id: client.into(),
+        rev: 1,
+        tools: vec![],
+    };
+    b.put_manifest(conv, &m).await.unwrap();
+}
+
 pub fn needs(confirm_id: &str) -> ToolResult {
     ToolResult::NeedsConfirmation {
         confirm_id: confirm_id.into(),
