@@ -2,14 +2,16 @@
 # `make soak`: two gateway nodes on one redis-server at the real TTLs and grace periods, for
 # SOAK_MINUTES (default 15) of calls, with pages that stay quiet, move between the nodes and
 # confirm late (load-tests/loadgen/src/soak.rs). Reports the faults it counts (goal: 0 each) and
-# the gateways' RSS and Redis used_memory from the end of the warm-up (WARMUP_SECS, default 240,
-# one conversation TTL is 600 s) to the end (goal: flat within 5%). Not part of `make test`.
+# the gateways' RSS and Redis used_memory from the end of the warm-up (WARMUP_SECS, default 600:
+# one conversation TTL, twice the finished-call retention) to the end of the calls (goal: flat
+# within 5%). SOAK_SAMPLES=FILE keeps the 30 s samples (seconds, RSS KiB of each node, Redis
+# used_memory, Redis keys). Not part of `make test`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/load-tests/lib.sh"
 minutes="${SOAK_MINUTES:-15}"
 pages="${SOAK_PAGES:-400}"
-warmup="${WARMUP_SECS:-240}"
+warmup="${WARMUP_SECS:-600}"
 redis_cli="${REDIS_CLI:-redis-cli}"
 
 lt_init
@@ -45,11 +47,15 @@ TOOLMARK_BENCH_TOKEN_SECRET="$lt_token_secret" TOOLMARK_BENCH_API_KEY="$lt_api_k
 kill "$sampler" 2>/dev/null || true
 cat "$lt_work/soak.err" >&2
 grep -ci "error\|panic" "$lt_work/node-1.log" "$lt_work/node-2.log" >&2 || true
-python3 - "$samples" "$warmup" "$(head -1 "$lt_work/soak.out")" <<'PY'
+cp "$samples" "${SOAK_SAMPLES:-/dev/null}" 2>/dev/null || true
+python3 - "$samples" "$warmup" "$(head -1 "$lt_work/soak.out")" "$minutes" <<'PY'
 import json, sys
 rows = [list(map(int, l.split())) for l in open(sys.argv[1]) if l.strip()]
 warm = int(sys.argv[2])
-after = [r for r in rows if r[0] >= warm] or rows
+# From the end of the warm-up to the end of the calls (after it, the load stops and the
+# confirmations still owed arrive: memory falls and says nothing of a steady state).
+end = int(sys.argv[4]) * 60
+after = [r for r in rows if warm <= r[0] <= end] or rows
 first, last = after[0], after[-1]
 def ratio(i):
     return round(last[i] / first[i], 4) if first[i] else None
@@ -61,6 +67,7 @@ out.update({
     "redisUsedMemory": [first[3], last[3]], "redisUsedMemoryRatio": ratio(3),
     "redisKeys": [first[4], last[4]],
     "samples": len(rows),
+    "window": [first[0], last[0]],
 })
 print(json.dumps(out))
 flat = all(r is not None and r <= 1.05 for r in (ratio(1), ratio(2), ratio(3)))
