@@ -246,6 +246,10 @@ pub struct Event {
     pub conversation: String,
     /// The payload.
     pub data: Value,
+    /// Set by `emit` when the tenant's log is at its retention bound and its oldest events are
+    /// kept anyway, because a webhook consumer has not had them yet (counted by the gateway).
+    #[serde(skip)]
+    pub held_for_webhooks: bool,
 }
 
 impl Event {

@@ -46,6 +46,9 @@ pub struct Metrics {
     pub(crate) inbound_rejected: Family<ReasonLabel, Counter>,
     /// Events emitted, by type.
     pub(crate) events: Family<TypeLabel, Counter>,
+    /// Events emitted while the tenant's log was at its retention bound and its oldest events
+    /// were kept for webhook delivery instead of trimmed.
+    pub events_held_for_webhooks: Counter,
 }
 
 impl Default for Metrics {
@@ -68,6 +71,7 @@ impl Metrics {
         let results_rejected = Family::<ReasonLabel, Counter>::default();
         let inbound_rejected = Family::<ReasonLabel, Counter>::default();
         let events = Family::<TypeLabel, Counter>::default();
+        let events_held_for_webhooks = Counter::default();
         registry.register(
             "toolmark_page_connections",
             "Open page WebSockets",
@@ -99,6 +103,11 @@ impl Metrics {
             inbound_rejected.clone(),
         );
         registry.register("toolmark_events", "Events emitted, by type", events.clone());
+        registry.register(
+            "toolmark_events_held_for_webhooks",
+            "Events emitted while the tenant's event log was at its retention bound and its oldest events waited for webhook delivery (kept, not trimmed)",
+            events_held_for_webhooks.clone(),
+        );
         for r in toolmark_broker::Rejection::ALL {
             let _ = results_rejected.get_or_create(&ReasonLabel { reason: r.as_str() });
         }
@@ -127,6 +136,7 @@ impl Metrics {
             results_rejected,
             inbound_rejected,
             events,
+            events_held_for_webhooks,
         }
     }
 

@@ -94,7 +94,12 @@ impl AppState {
     /// Emits an event; a broker failure is logged, never fatal to the caller.
     pub async fn emit(&self, kind: EventType, conv: &ConvKey, data: Value) {
         match self.broker.emit(&conv.tenant, kind, conv, data).await {
-            Ok(_) => self.metrics.event(kind.as_str()),
+            Ok(e) => {
+                self.metrics.event(kind.as_str());
+                if e.held_for_webhooks {
+                    self.metrics.events_held_for_webhooks.inc();
+                }
+            }
             Err(e) => {
                 tracing::warn!(tenant = %conv.tenant, event = kind.as_str(), error = %e, "event not emitted")
             }

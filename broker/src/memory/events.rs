@@ -25,6 +25,8 @@ impl Events for MemoryBroker {
             user: conv.user.clone(),
             conversation: conv.conversation.clone(),
             data,
+            // The memory log trims freely: webhook deliveries keep their own copy.
+            held_for_webhooks: false,
         };
         let stored = StoredEvent::from_event(&event);
         log.bytes += stored.size();

@@ -141,6 +141,7 @@ impl StoredEvent {
             user: self.user.to_string(),
             conversation: self.conversation.to_string(),
             data: serde_json::from_str(&self.data).unwrap_or(Value::Null),
+            held_for_webhooks: false,
         }
     }
 }

@@ -29,8 +29,9 @@ impl Events for RedisBroker {
             .await?,
         );
         let id = reply.first().cloned().unwrap_or_default();
-        if reply.get(1).is_some_and(|h| h != "0") {
-            tracing::warn!(
+        let held_for_webhooks = reply.get(1).is_some_and(|h| h != "0");
+        if held_for_webhooks {
+            tracing::debug!(
                 tenant,
                 "event retention reached, but the oldest events are not delivered to webhooks yet: they stay until delivered or dead-lettered"
             );
@@ -42,6 +43,7 @@ impl Events for RedisBroker {
             user: conv.user.clone(),
             conversation: conv.conversation.clone(),
             data,
+            held_for_webhooks,
         })
     }
 

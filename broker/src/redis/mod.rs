@@ -880,6 +880,7 @@ fn parse_event(id: &str, body: &str) -> Option<Event> {
         user: v.get("user")?.as_str()?.to_owned(),
         conversation: v.get("conversation")?.as_str()?.to_owned(),
         data: v.get("data")?.clone(),
+        held_for_webhooks: false,
     })
 }
 

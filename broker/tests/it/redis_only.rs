@@ -89,9 +89,15 @@ async fn events_a_webhook_consumer_has_not_read_are_never_trimmed() {
     assert_eq!(none.map(|v| v.len()), Ok(0));
     let c = conv();
     for i in 0..12 {
-        b.emit("t", EventType::CallTimeout, &c, json!({"i": i}))
+        let e = b
+            .emit("t", EventType::CallTimeout, &c, json!({"i": i}))
             .await
             .unwrap();
+        assert_eq!(
+            e.held_for_webhooks,
+            i >= 5,
+            "held past the bound, and said so"
+        );
     }
     assert_eq!(stream_len(), 12, "unread: all kept");
     let read = b.webhook_read("t", "w1", 100, 100, 60_000).await.unwrap();
