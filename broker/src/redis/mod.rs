@@ -121,8 +121,9 @@ pub struct RedisBroker {
     live: RwLock<Arc<HashSet<String>>>,
     feeds: Mutex<HashMap<String, broadcast::Sender<Event>>>,
     manifest_seq: std::sync::atomic::AtomicU64,
-    /// When the live-node set was last read from Redis.
-    live_at: Mutex<std::time::Instant>,
+    /// Nodes with sockets in some conversation that were still not live after the live set was
+    /// read again, and when: not asked about again for a heartbeat.
+    dead_seen: Mutex<HashMap<String, std::time::Instant>>,
     /// Subscription changes of conversation channels, one at a time, so that a socket's
     /// release cannot unsubscribe after a new socket of the same conversation subscribed.
     subs: tokio::sync::Mutex<()>,
@@ -252,7 +253,7 @@ impl RedisBroker {
             tenant_sockets: Mutex::default(),
             feeds: Mutex::default(),
             manifest_seq: std::sync::atomic::AtomicU64::new(1),
-            live_at: Mutex::new(std::time::Instant::now()),
+            dead_seen: Mutex::default(),
             subs: tokio::sync::Mutex::new(()),
             probe_seen: Mutex::new(std::time::Instant::now()),
             refreshed_at: Mutex::new(std::time::Instant::now()),
@@ -378,7 +379,26 @@ impl RedisBroker {
             let mut set: HashSet<String> = nodes.into_iter().collect();
             set.insert(self.node.clone());
             *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(set);
-            *lock(&self.live_at) = std::time::Instant::now();
+        }
+    }
+
+    /// Whether one of `nodes` (not in the live set) was not found dead within the last
+    /// heartbeat: then the live set is worth reading again.
+    fn any_not_known_dead(&self, nodes: &[String]) -> bool {
+        let seen = lock(&self.dead_seen);
+        nodes.iter().any(|n| {
+            seen.get(n)
+                .is_none_or(|t| t.elapsed() > self.opts.heartbeat)
+        })
+    }
+
+    /// Records `nodes` as dead (still not live after the live set was read again).
+    fn known_dead(&self, nodes: &[String]) {
+        let mut seen = lock(&self.dead_seen);
+        let now = std::time::Instant::now();
+        seen.retain(|_, t| t.elapsed() < Duration::from_secs(3600));
+        for n in nodes {
+            seen.insert(n.clone(), now);
         }
     }
 

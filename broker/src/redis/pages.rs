@@ -192,12 +192,25 @@ impl Pages for RedisBroker {
 
     async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError> {
         let mut reply = self.conv_read(conv).await?;
-        // Sockets on a node this node does not count as live yet (it just started): read the
-        // live set again and ask once more, rather than report its pages missing.
-        let unknown = reply.get(4).is_some_and(|u| !u.is_empty());
-        if unknown && lock(&self.live_at).elapsed() > Duration::from_millis(250) {
+        // Sockets on a node this node does not count as live (it may have just started): read
+        // the live set again and ask once more, rather than report its pages missing. A node
+        // still missing after that is dead: it is not asked about again for a heartbeat.
+        let unknown = |reply: &[String]| -> Vec<String> {
+            reply
+                .get(4)
+                .map(|u| {
+                    u.split(' ')
+                        .filter(|n| !n.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let missing = unknown(&reply);
+        if !missing.is_empty() && self.any_not_known_dead(&missing) {
             self.refresh_live().await;
             reply = self.conv_read(conv).await?;
+            self.known_dead(&unknown(&reply));
         }
         let [
             effective,
