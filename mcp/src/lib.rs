@@ -90,10 +90,14 @@ where
         config.call_timeout,
         listeners.clone(),
     );
+    // The baseline of `list_changed`: the listing before the client can list it. Marked here,
+    // not in the task, so that a page pairing while the task starts is not missed.
+    let mut listing = link.listing();
+    listing.mark_unchanged();
     let outcome = match serve_server(handler, (input, output)).await {
         Ok(running) => {
             tasks.spawn(announce_changes(
-                link.listing(),
+                listing,
                 running.peer().clone(),
                 listeners,
                 shutdown.clone(),

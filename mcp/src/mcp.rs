@@ -143,14 +143,14 @@ impl ServerHandler for McpServer {
 }
 
 /// Sends `notifications/tools/list_changed` whenever the announced listing changes, until
-/// `shutdown`.
+/// `shutdown`. `listing` was marked unchanged before the client's `initialize`, so a change
+/// made while this task was being started is announced too (at worst once more than needed).
 pub async fn announce_changes(
     mut listing: watch::Receiver<Arc<Vec<Tool>>>,
     peer: Peer<RoleServer>,
     listeners: Listeners,
     shutdown: CancellationToken,
 ) {
-    listing.mark_unchanged();
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
