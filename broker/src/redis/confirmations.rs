@@ -53,3 +53,124 @@ impl Confirmations for RedisBroker {
         self.sweep_confirms(grace).await
     }
 }
+
+impl RedisBroker {
+    /// (Re)schedules the check of a pending confirmation (`tenant\nuser\nconversation\n
+    /// confirmId\nclientId`) at `at_ms`; best effort, the sweep finds it again otherwise.
+    pub(super) async fn watch_confirm(&self, member: &str, at_ms: u64) {
+        // Milliseconds since the epoch are exact in an f64.
+        #[allow(clippy::cast_precision_loss)]
+        let score = at_ms as f64;
+        let _: Result<i64, _> = self
+            .client
+            .zadd(
+                self.keys.pending_confirms(),
+                None,
+                None,
+                false,
+                false,
+                (score, member),
+            )
+            .await;
+    }
+
+    /// A confirmId binding from the binding of the call that carried it (kept with the
+    /// confirmation, so the tool is known however late the confirmation comes).
+    pub(super) fn confirm_binding(confirm_id: &str, call_binding: &str) -> Option<ConfirmBinding> {
+        let call: CallBinding = serde_json::from_str(call_binding).ok()?;
+        Some(ConfirmBinding {
+            confirm_id: confirm_id.to_owned(),
+            call_id: call.id,
+            tool: call.tool,
+            conv: call.conv,
+            client_id: call.client_id,
+            untrusted: call.untrusted,
+        })
+    }
+
+    /// Expires the confirmations of pages gone for `grace` (leased: one node at a time).
+    pub(super) async fn sweep_confirms(
+        &self,
+        grace: Duration,
+    ) -> Result<Vec<ConfirmBinding>, BrokerError> {
+        if !self.lease(self.keys.confirm_lease()).await? {
+            return Ok(Vec::new());
+        }
+        let now = now_ms();
+        #[allow(clippy::cast_precision_loss)]
+        let max = now as f64;
+        let due: Vec<String> = self
+            .client
+            .zrangebyscore(
+                self.keys.pending_confirms(),
+                "-inf",
+                max,
+                false,
+                Some((0, 200)),
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let live: Vec<String> = self.live_nodes().iter().cloned().collect();
+        let mut expired = Vec::new();
+        for member in due {
+            let Some((conv, confirm_id, client)) = codec::parse_confirm_member(&member) else {
+                let _: Result<i64, _> = self
+                    .client
+                    .zrem(self.keys.pending_confirms(), member.as_str())
+                    .await;
+                continue;
+            };
+            let mut args = vec![
+                client.clone(),
+                now.to_string(),
+                u64::try_from(grace.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .to_string(),
+            ];
+            args.extend(live.iter().cloned());
+            let reply = strings(
+                self.script(
+                    &self.scripts.expire_confirm,
+                    vec![
+                        self.keys.confirm(&conv, &confirm_id),
+                        self.keys.sockets(&conv),
+                    ],
+                    args,
+                )
+                .await?,
+            );
+            match reply.first().map(String::as_str) {
+                Some("keep") => {
+                    // Look again when it could expire at the earliest (a page counted absent),
+                    // or in 2 s (a page that may be present).
+                    let grace_ms = model::millis(grace);
+                    let next = match reply.get(1).and_then(|a| a.parse::<u64>().ok()) {
+                        Some(since) => (since + grace_ms).clamp(now + 250, now + 2_000),
+                        None => now + 2_000,
+                    };
+                    self.watch_confirm(&member, next).await;
+                }
+                Some("expired") => {
+                    let _: Result<i64, _> = self
+                        .client
+                        .zrem(self.keys.pending_confirms(), member.as_str())
+                        .await;
+                    if let Some(b) = reply
+                        .get(1)
+                        .and_then(|b| Self::confirm_binding(&confirm_id, b))
+                    {
+                        expired.push(b);
+                    }
+                }
+                _ => {
+                    let _: Result<i64, _> = self
+                        .client
+                        .zrem(self.keys.pending_confirms(), member.as_str())
+                        .await;
+                }
+            }
+        }
+        self.release_lease(self.keys.confirm_lease()).await;
+        Ok(expired)
+    }
+}

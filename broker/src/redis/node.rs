@@ -1,0 +1,342 @@
+//! This node's life on Redis: its heartbeat and the live-node set, the heartbeat-scoped refresh
+//! of what its pages need, the re-publication after Redis lost its data, its subscriber (page
+//! frames, outcomes, events, its own readiness probe) and its conversation subscriptions.
+
+use super::*;
+
+impl RedisBroker {
+    pub(super) async fn heartbeat(&self) {
+        let now = now_ms();
+        // Milliseconds since the epoch are exact in an f64 for the next 280,000 years.
+        #[allow(clippy::cast_precision_loss)]
+        let score = now as f64;
+        let _: Result<i64, _> = self
+            .client
+            .zadd(
+                &self.keys.nodes(),
+                None,
+                None,
+                false,
+                false,
+                (score, self.node.as_str()),
+            )
+            .await;
+        self.refresh_live().await;
+        #[allow(clippy::cast_precision_loss)]
+        let forget = now.saturating_sub(3_600_000) as f64;
+        let _: Result<i64, _> = self
+            .client
+            .zremrangebyscore(&self.keys.nodes(), "-inf", forget)
+            .await;
+        // A probe through this node's own channel: readiness holds only while it comes back.
+        let _: Result<i64, _> = self
+            .client
+            .publish(self.keys.node_channel(&self.node), codec::PROBE)
+            .await;
+        // Waiters whose request went away (their outcome message never came) are forgotten.
+        lock(&self.waiters).retain(|_, tx| !tx.is_closed());
+        let refresh_every = self.opts.retention.conversations / 3;
+        let due = lock(&self.refreshed_at).elapsed() >= refresh_every;
+        if due {
+            *lock(&self.refreshed_at) = std::time::Instant::now();
+            self.refresh_held().await;
+        }
+    }
+
+    /// Reads the set of live nodes (heartbeat within [`model::DEAD_AFTER_HEARTBEATS`]
+    /// intervals).
+    pub(super) async fn refresh_live(&self) {
+        let hb = u64::try_from(self.opts.heartbeat.as_millis()).unwrap_or(2000);
+        let dead_before = now_ms().saturating_sub(u64::from(model::DEAD_AFTER_HEARTBEATS) * hb);
+        #[allow(clippy::cast_precision_loss)]
+        let min = dead_before as f64;
+        if let Ok(nodes) = self
+            .client
+            .zrangebyscore::<Vec<String>, _, _, _>(&self.keys.nodes(), min, "+inf", false, None)
+            .await
+        {
+            let mut set: HashSet<String> = nodes.into_iter().collect();
+            set.insert(self.node.clone());
+            *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(set);
+        }
+    }
+
+    /// Whether one of `nodes` (not in the live set) was not found dead within the last
+    /// heartbeat: then the live set is worth reading again.
+    pub(super) fn any_not_known_dead(&self, nodes: &[String]) -> bool {
+        let seen = lock(&self.dead_seen);
+        nodes.iter().any(|n| {
+            seen.get(n)
+                .is_none_or(|t| t.elapsed() > self.opts.heartbeat)
+        })
+    }
+
+    /// Records `nodes` as dead (still not live after the live set was read again).
+    pub(super) fn known_dead(&self, nodes: &[String]) {
+        let mut seen = lock(&self.dead_seen);
+        let now = std::time::Instant::now();
+        seen.retain(|_, t| t.elapsed() < Duration::from_secs(3600));
+        for n in nodes {
+            seen.insert(n.clone(), now);
+        }
+    }
+
+    /// Heartbeat-scoped expiry: what the pages this node holds need (conversation, presence,
+    /// manifests) gets its TTL again, however quiet the pages are. A node that dies stops
+    /// refreshing, and its pages' state ends one TTL later.
+    pub(super) async fn refresh_held(&self) {
+        let ttl = model::millis(self.opts.retention.conversations).to_string();
+        let held: Vec<(ConvKey, Vec<String>)> = lock(&self.held)
+            .iter()
+            .map(|(k, h)| {
+                let mut clients: HashSet<String> = h.clients.keys().cloned().collect();
+                clients.extend(h.manifests.keys().cloned());
+                (k.clone(), clients.into_iter().collect())
+            })
+            .collect();
+        let tenants: Vec<String> = lock(&self.tenant_sockets).keys().cloned().collect();
+        for chunk in held.chunks(256) {
+            let calls = chunk.iter().map(|(conv, clients)| {
+                let mut args = vec![ttl.clone(), self.keys.manifest_prefix(conv)];
+                args.extend(clients.iter().cloned());
+                self.script(
+                    &self.scripts.refresh,
+                    vec![self.keys.conv(conv), self.keys.sockets(conv)],
+                    args,
+                )
+            });
+            for r in futures_util::future::join_all(calls).await {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "refresh of a held conversation failed");
+                }
+            }
+        }
+        let day = millis(Duration::from_secs(86_400).max(self.opts.retention.conversations));
+        for t in tenants {
+            let _: Result<i64, _> = self
+                .client
+                .pexpire(self.keys.tenant_sockets(&t), day, None)
+                .await;
+        }
+        let _: Result<i64, _> = self
+            .client
+            .pexpire(self.keys.node_keys(&self.node), day, None)
+            .await;
+    }
+
+    pub(super) async fn run_heartbeat(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(self.opts.heartbeat);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => {
+                    let _: Result<i64, _> = self.client.zrem(&self.keys.nodes(), self.node.as_str()).await;
+                    return;
+                }
+                _ = tick.tick() => self.heartbeat().await,
+            }
+        }
+    }
+
+    /// Writes everything this node holds again whenever the connection comes back: socket
+    /// counts, manifests (without taking `current` from a page that has it), subscriptions are
+    /// restored by the subscriber client itself.
+    pub(super) async fn run_republish(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut reconnects = self.client.reconnect_rx();
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                r = reconnects.recv() => match r {
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        tracing::info!(node = %self.node, "redis connection back: re-publishing pages and manifests");
+                        self.heartbeat().await;
+                        self.republish().await;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    }
+
+    pub(super) async fn republish(&self) {
+        let ttl = model::millis(self.opts.retention.conversations).to_string();
+        let snapshot: Vec<HeldSnapshot> = lock(&self.held)
+            .iter()
+            .map(|(k, h)| {
+                let mut manifests: Vec<(u64, Manifest)> = h.manifests.values().cloned().collect();
+                manifests.sort_by_key(|(seq, _)| *seq);
+                HeldSnapshot {
+                    conv: k.clone(),
+                    sockets: h.sockets,
+                    clients: h.clients.iter().map(|(c, n)| (c.clone(), *n)).collect(),
+                    manifests: manifests.into_iter().map(|(_, m)| m).collect(),
+                }
+            })
+            .collect();
+        for HeldSnapshot {
+            conv,
+            sockets,
+            clients,
+            manifests,
+        } in snapshot
+        {
+            let socks = self.keys.sockets(&conv);
+            let mut fields: Vec<(String, String)> = vec![(self.node.clone(), sockets.to_string())];
+            fields.extend(
+                clients
+                    .into_iter()
+                    .map(|(c, n)| (format!("{}|{c}", self.node), n.to_string())),
+            );
+            let _: Result<i64, _> = self.client.hset(&socks, fields).await;
+            let _: Result<i64, _> = self
+                .client
+                .pexpire(&socks, millis(self.opts.retention.conversations), None)
+                .await;
+            let _: Result<i64, _> = self
+                .client
+                .sadd(self.keys.node_keys(&self.node), socks.as_str())
+                .await;
+            for m in manifests {
+                let _ = self.put_manifest_script(&conv, &m, &ttl, true).await;
+            }
+        }
+        let tenants: Vec<(String, u64)> = lock(&self.tenant_sockets)
+            .iter()
+            .map(|(t, n)| (t.clone(), *n))
+            .collect();
+        for (tenant, n) in tenants {
+            let key = self.keys.tenant_sockets(&tenant);
+            let _: Result<i64, _> = self
+                .client
+                .hset(&key, (self.node.as_str(), n.to_string()))
+                .await;
+            let _: Result<i64, _> = self
+                .client
+                .pexpire(&key, millis(Duration::from_secs(86_400)), None)
+                .await;
+            let _: Result<i64, _> = self
+                .client
+                .sadd(self.keys.node_keys(&self.node), key.as_str())
+                .await;
+        }
+        let _: Result<i64, _> = self
+            .client
+            .pexpire(
+                self.keys.node_keys(&self.node),
+                millis(Duration::from_secs(86_400)),
+                None,
+            )
+            .await;
+    }
+
+    pub(super) async fn run_messages(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut rx = self.subscriber.message_rx();
+        loop {
+            let msg = tokio::select! {
+                () = shutdown.cancelled() => return,
+                m = rx.recv() => m,
+            };
+            let msg = match msg {
+                Ok(m) => m,
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::error!(
+                        skipped = n,
+                        "redis messages lost: this node could not keep up"
+                    );
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            let channel = msg.channel.to_string();
+            let Some(payload) = msg.value.as_string() else {
+                continue;
+            };
+            if let Some(tag) = channel.strip_prefix(&self.keys.conv_channel_prefix()) {
+                if let (Some(conv), Some((client_id, frame))) = (
+                    keys::parse_conv_tag(tag),
+                    codec::parse_page_message(&payload),
+                ) {
+                    self.sink.deliver(&conv, client_id, frame.into());
+                }
+            } else if channel.starts_with(&self.keys.node_channel_prefix()) {
+                self.on_outcome(&payload);
+            } else if let Some(tag) = channel.strip_prefix(&self.keys.events_channel_prefix()) {
+                let tenant = tag.trim_start_matches('{').trim_end_matches('}');
+                self.on_event(tenant, &payload);
+            }
+        }
+    }
+
+    pub(super) fn on_outcome(&self, payload: &str) {
+        match codec::parse_node_message(payload) {
+            Some(codec::NodeMessage::Probe) => {
+                *lock(&self.probe_seen) = std::time::Instant::now();
+            }
+            Some(codec::NodeMessage::Outcome { id, outcome }) => {
+                if let Some(waiter) = lock(&self.waiters).remove(&id) {
+                    let _ = waiter.send(outcome);
+                }
+            }
+            None => tracing::error!(payload, "unreadable message on this node's channel"),
+        }
+    }
+
+    pub(super) fn on_event(&self, tenant: &str, payload: &str) {
+        let Some((id, body)) = codec::parse_event_message(payload) else {
+            return;
+        };
+        let Some(event) = parse_event(id, body) else {
+            return;
+        };
+        if let Some(tx) = lock(&self.feeds).get(tenant) {
+            let _ = tx.send(event);
+        }
+    }
+
+    pub(super) async fn put_manifest_script(
+        &self,
+        conv: &ConvKey,
+        m: &Manifest,
+        ttl: &str,
+        keep_current: bool,
+    ) -> Result<(), BrokerError> {
+        let json = serde_json::to_string(m).unwrap_or_default();
+        let manifest_key = format!("{}{}", self.keys.manifest_prefix(conv), m.client_id);
+        self.script(
+            &self.scripts.put_manifest,
+            vec![manifest_key, self.keys.conv(conv)],
+            vec![
+                json,
+                m.rev.to_string(),
+                ttl.to_owned(),
+                if keep_current { "1" } else { "0" }.into(),
+                m.client_id.clone(),
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub(super) async fn subscribe_conv(&self, conv: &ConvKey) -> Result<(), BrokerError> {
+        let _one_at_a_time = self.subs.lock().await;
+        self.subscriber
+            .ssubscribe(self.keys.conv_channel(conv))
+            .await
+            .map_err(|e| unavailable(&e))
+    }
+
+    pub(super) async fn unsubscribe_conv(&self, conv: &ConvKey) {
+        let _one_at_a_time = self.subs.lock().await;
+        // A socket of the conversation joined since the last one left: stay subscribed.
+        if lock(&self.held).contains_key(conv) {
+            return;
+        }
+        if let Err(e) = self
+            .subscriber
+            .sunsubscribe(self.keys.conv_channel(conv))
+            .await
+        {
+            tracing::debug!(error = %e, "sunsubscribe failed");
+        }
+    }
+}
