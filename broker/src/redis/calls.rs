@@ -126,13 +126,16 @@ impl Calls for RedisBroker {
                 })
             }
             Some("unknown_id") => {
-                // Not under this conversation: another conversation's call (mismatch) or none.
-                let exists = self.indexed(id).await?.is_some();
-                Err(SubmitError::Rejected(if exists {
-                    Rejection::Mismatch
+                // Not under this conversation: another conversation's call, or none.
+                let found = if self.indexed(id).await?.is_some() {
+                    model::Found::Elsewhere
                 } else {
-                    Rejection::UnknownId
-                }))
+                    model::Found::Nowhere
+                };
+                let rejected = model::check_result(found, &from.client_id, now_ms());
+                Err(SubmitError::Rejected(
+                    rejected.err().unwrap_or(Rejection::UnknownId),
+                ))
             }
             Some(code) => Err(SubmitError::Rejected(
                 rejection(code).unwrap_or(Rejection::UnknownId),

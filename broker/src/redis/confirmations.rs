@@ -31,11 +31,15 @@ impl Confirmations for RedisBroker {
                     .await
                     .map_err(|e| unavailable(&e))?
                     > 0;
-                Err(SubmitError::Rejected(if elsewhere {
-                    Rejection::Mismatch
+                let found = if elsewhere {
+                    model::Found::Elsewhere
                 } else {
-                    Rejection::UnknownConfirm
-                }))
+                    model::Found::Nowhere
+                };
+                let rejected = model::check_confirm(found, &from.client_id);
+                Err(SubmitError::Rejected(
+                    rejected.err().unwrap_or(Rejection::UnknownConfirm),
+                ))
             }
             Some(code) => Err(SubmitError::Rejected(
                 rejection(code).unwrap_or(Rejection::UnknownConfirm),
