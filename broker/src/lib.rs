@@ -60,6 +60,11 @@ pub trait Broker:
 
     /// Whether the shared state is reachable and this node's delivery path works.
     async fn ready(&self) -> Result<(), BrokerError>;
+
+    /// The orderly end of this node: its background tasks stop (the node leaves the live set)
+    /// and its connections close. Called last in a stop, once no page, call or job needs the
+    /// broker; nothing may be asked of it afterwards.
+    async fn close(&self);
 }
 
 /// Calls and describes: bound before they are sent, answered or timed out exactly once.

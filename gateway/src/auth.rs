@@ -3,14 +3,6 @@
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-/// Parses `sha256:<64 hex>` into the hash bytes.
-pub fn parse_key_hash(s: &str) -> Option<[u8; 32]> {
-    let hex_part = s.strip_prefix("sha256:")?;
-    let mut out = [0u8; 32];
-    hex::decode_to_slice(hex_part, &mut out).ok()?;
-    Some(out)
-}
-
 /// SHA-256 of a presented key.
 pub fn hash_key(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
@@ -46,6 +38,7 @@ pub fn bearer(header: Option<&str>) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolmark_process::config::tenant::parse_key_hash;
 
     #[test]
     fn keys_match_only_their_hash() {

@@ -11,13 +11,85 @@ use axum::routing::get;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::state::AppState;
+use std::net::SocketAddr;
+
+use toolmark_process::config::{ConfigError, TenantConfig, TenantLimits, TenantSettings};
+
+use crate::state::{AppState, DevInfo};
 use crate::tenants::PageClaims;
 
 mod echo;
 
 /// The dev tenant's id.
 pub const DEV_TENANT: &str = "dev";
+
+/// The dev tenant of a gateway bound to `addr`, and what dev mode prints about it.
+#[derive(Debug)]
+pub struct DevTenant {
+    /// The tenant, parsed like any other.
+    pub settings: TenantSettings,
+    /// What the demo page gets.
+    pub info: DevInfo,
+    /// The HS256 page-token secret.
+    pub token_secret: String,
+    /// The Pusher app secret.
+    pub pusher_secret: String,
+}
+
+/// Random API key, token secret and Pusher key and secret; the gateway's own origins allowed
+/// (the demo page is served from them).
+pub fn dev_tenant(addr: SocketAddr) -> Result<DevTenant, ConfigError> {
+    let api_key = format!("tmk_dev_{}", random_hex(24));
+    let token_secret = random_hex(32);
+    let pusher_key = format!("dev-{}", random_hex(10));
+    let pusher_secret = random_hex(20);
+    let port = addr.port();
+    let config = TenantConfig {
+        id: DEV_TENANT.into(),
+        api_keys: vec![crate::auth::key_hash_string(&api_key)],
+        token_secret: Some(token_secret.clone()),
+        token_public_key: None,
+        allowed_origins: vec![
+            format!("http://127.0.0.1:{port}"),
+            format!("http://localhost:{port}"),
+            format!("http://{addr}"),
+        ],
+        pusher_key: Some(pusher_key.clone()),
+        pusher_secret: Some(pusher_secret.clone()),
+        pusher_old_keys: Vec::new(),
+        webhook_url: None,
+        webhook_secret: None,
+        limits: TenantLimits::default(),
+    };
+    Ok(DevTenant {
+        settings: TenantSettings::parse(&config, 0)?,
+        info: DevInfo {
+            api_key,
+            pusher_key,
+        },
+        token_secret,
+        pusher_secret,
+    })
+}
+
+/// Prints the dev tenant's keys and the demo's addresses on stderr (dev mode only).
+pub fn announce(t: &DevTenant, bound: SocketAddr) {
+    eprintln!(
+        "toolmark-gateway: dev mode: tenant \"dev\", API key {}, token secret {}, pusher key {}, pusher secret {}",
+        t.info.api_key, t.token_secret, t.info.pusher_key, t.pusher_secret
+    );
+    eprintln!(
+        "toolmark-gateway: demo page http://{bound}/demo, agent console http://{bound}/demo/agent"
+    );
+}
+
+/// `bytes` random bytes, hex-encoded.
+pub fn random_hex(bytes: usize) -> String {
+    use rand::RngExt;
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill(&mut buf[..]);
+    hex::encode(buf)
+}
 
 const INDEX: &str = include_str!("../assets/demo/index.html");
 const AGENT: &str = include_str!("../assets/demo/agent.html");

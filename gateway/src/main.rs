@@ -4,7 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use toolmark_gateway::config::{Config, Overrides};
+use toolmark_process::cli::{fail, load_settings, parse_args, serve};
+use toolmark_process::config::{Overrides, Settings};
+use toolmark_process::{Lifecycle, signal};
+
+const BIN: &str = "toolmark-gateway";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -30,93 +34,52 @@ struct Cli {
     check_config: bool,
 }
 
-fn fail(code: u8, message: &str) -> ExitCode {
-    eprintln!("toolmark-gateway: {message}");
-    ExitCode::from(code)
-}
-
 fn main() -> ExitCode {
-    toolmark_gateway::tls::install_crypto();
-    let cli = match Cli::try_parse() {
+    let cli: Cli = match parse_args(BIN) {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            let first = e.render().to_string();
-            let line = first
-                .lines()
-                .next()
-                .unwrap_or("bad arguments")
-                .trim_start_matches("error: ");
-            return fail(2, &format!("{line} (see --help)"));
-        }
+        Err(code) => return code,
     };
     let overrides = Overrides {
         listen: cli.listen,
         redis: cli.redis,
         node_id: cli.node_id,
     };
-    let env = std::env::vars();
-    let loaded = match &cli.config {
-        Some(path) => match std::fs::read_to_string(path) {
-            Ok(text) => Config::load(&text, env, &overrides),
-            Err(e) => return fail(2, &format!("config: cannot read {}: {e}", path.display())),
-        },
-        None => Config::dev(env, &overrides),
-    };
-    let config = match loaded {
-        Ok(c) => c,
-        Err(e) => return fail(2, &format!("config: {e}")),
+    let settings = match load_settings(BIN, cli.config.as_deref(), &overrides) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     if cli.check_config {
-        eprintln!("toolmark-gateway: configuration is valid");
+        eprintln!("{BIN}: configuration is valid");
         return ExitCode::SUCCESS;
     }
-    let telemetry = toolmark_gateway::telemetry::init("toolmark-gateway");
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return fail(1, &format!("cannot start the runtime: {e}")),
-    };
-    let code = runtime.block_on(serve(config));
-    drop(runtime);
-    telemetry.shutdown();
-    code
+    serve(BIN, run(settings))
 }
 
-async fn serve(mut config: Config) -> ExitCode {
-    let addr = match config.listen_addr() {
-        Ok(a) => a,
-        Err(e) => return fail(2, &format!("config: {e}")),
-    };
+async fn run(mut settings: Settings) -> ExitCode {
+    let addr = settings.server.listen;
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
-        Err(e) => return fail(1, &format!("cannot listen on {addr}: {e}")),
+        Err(e) => return fail(BIN, 1, format_args!("cannot listen on {addr}: {e}")),
     };
     let bound = listener.local_addr().unwrap_or(addr);
-    let mut dev = None;
-    if config.dev_mode {
-        let (tenant, info, secret) = toolmark_gateway::dev_tenant(bound);
-        eprintln!(
-            "toolmark-gateway: dev mode: tenant \"dev\", API key {}, token secret {secret}, pusher key {}, pusher secret {}",
-            info.api_key,
-            info.pusher_key,
-            tenant.pusher_secret.as_deref().unwrap_or_default()
-        );
-        eprintln!(
-            "toolmark-gateway: demo page http://{bound}/demo, agent console http://{bound}/demo/agent"
-        );
-        config.tenants.push(tenant);
-        dev = Some(info);
-    }
+    let dev = if settings.dev_mode {
+        match toolmark_gateway::demo::dev_tenant(bound) {
+            Ok(t) => {
+                toolmark_gateway::demo::announce(&t, bound);
+                settings.tenants.push(t.settings);
+                Some(t.info)
+            }
+            Err(e) => return fail(BIN, 1, format_args!("dev tenant: {e}")),
+        }
+    } else {
+        None
+    };
+    let life = Lifecycle::new();
+    life.stop_on(signal::terminated());
     let ready = move || announce(bound);
-    match toolmark_gateway::run_with_ready(listener, config, dev, shutdown_signal(), ready).await {
+    match toolmark_gateway::run_with(listener, settings, dev, life, ready).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(1, &e.to_string()),
+        Err(e) => fail(BIN, 1, e),
     }
 }
 
@@ -127,25 +90,4 @@ async fn serve(mut config: Config) -> ExitCode {
 )]
 fn announce(bound: std::net::SocketAddr) {
     println!("toolmark-gateway listening on http://{bound}");
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
 }

@@ -173,10 +173,16 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
+    /// The OpenMetrics text of the gateway's metrics, then those of the jobs it runs.
+    pub fn render(&self, jobs: Option<&toolmark_worker::jobs::JobMetrics>) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &self.registry);
+        if let Some(jobs) = jobs {
+            jobs.encode_into(&mut out);
+        }
+        let _ = encode_eof(&mut out);
         out
     }
 }

@@ -1,4 +1,5 @@
-//! Ops endpoints: liveness, readiness and Prometheus metrics.
+//! Ops endpoints: liveness, readiness and Prometheus metrics (the jobs' too, when this node
+//! runs them), and the span of each HTTP request.
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -29,6 +30,17 @@ pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        app.metrics.render(),
+        app.metrics.render(app.job_metrics.as_deref()),
     )
+}
+
+/// The span of one HTTP request, child of the caller's `traceparent` when it sent one.
+pub fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path());
+    let parent = opentelemetry::global::get_text_map_propagator(|p| {
+        p.extract(&opentelemetry_http::HeaderExtractor(req.headers()))
+    });
+    let _ = span.set_parent(parent);
+    span
 }

@@ -13,15 +13,16 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde::Deserialize;
-use serde_json::json;
-use toolmark_broker::{AdmitError, AdmitLimits, ConvKey, EventType};
+use toolmark_broker::{AdmitError, ConvKey};
 use toolmark_proto::Limits;
+use tracing::Instrument;
 
-use crate::config::MAX_FRAME_BYTES;
 use crate::inbound;
 use crate::registry::Outgoing;
+use crate::session::{Session, Transport};
 use crate::state::AppState;
 use crate::tenants::Tenant;
+use toolmark_process::config::MAX_FRAME_BYTES;
 
 /// Close codes of the contract.
 pub mod close {
@@ -74,7 +75,7 @@ pub async fn upgrade(
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| async move {
-            let _open = app.sockets.token();
+            let _open = app.life.hold();
             match authenticate(&app, &tenant_id, q.token.as_deref(), origin.as_deref()) {
                 Err((code, reason)) => refuse(&app, socket, code, reason).await,
                 Ok((tenant, conv)) => serve(app, socket, tenant, conv).await,
@@ -118,56 +119,52 @@ async fn refuse(app: &AppState, mut socket: WebSocket, code: u16, reason: &'stat
 }
 
 async fn serve(app: AppState, socket: WebSocket, tenant: Arc<Tenant>, conv: ConvKey) {
-    let limits = AdmitLimits {
-        max_connections: tenant.limits.max_connections,
-        max_pages_per_conversation: tenant.limits.max_pages_per_conversation,
+    let session = match Session::open(&app, &tenant, conv, Transport::WebSocket).await {
+        Ok(s) => s,
+        Err(e) => {
+            let (code, reason) = match e {
+                AdmitError::TenantConnections => (close::LIMIT, "tenant connection limit"),
+                AdmitError::ConversationPages => (close::LIMIT, "conversation page limit"),
+                AdmitError::Broker(_) => (close::INTERNAL, "unavailable"),
+            };
+            return refuse(&app, socket, code, reason).await;
+        }
     };
-    if let Err(e) = app.broker.admit_page(&conv, &limits).await {
-        let (code, reason) = match e {
-            AdmitError::TenantConnections => (close::LIMIT, "tenant connection limit"),
-            AdmitError::ConversationPages => (close::LIMIT, "conversation page limit"),
-            AdmitError::Broker(_) => (close::INTERNAL, "unavailable"),
-        };
-        return refuse(&app, socket, code, reason).await;
-    }
-    app.metrics.connections.inc();
-    let (socket_id, outbound) = app.registry.join(&conv);
-    // A page coming back (to this node or any other) gets the calls it may have missed.
-    for frame in app.broker.pending_frames(&conv).await.unwrap_or_default() {
-        outbound.push(frame);
-    }
     let per_second =
         NonZeroU32::new(tenant.limits.page_messages_per_second).unwrap_or(NonZeroU32::MIN);
+    // A root span of its own: a page's log lines name that page and no other connection.
+    let span = tracing::info_span!(parent: None, "page", tenant = %session.conv.tenant, user = %session.conv.user, conversation = %session.conv.conversation, socket = session.slot);
     let mut page = PageSocket {
-        app: app.clone(),
+        app,
         limits: Limits::with_max_bytes(tenant.limits.max_message_bytes),
         rate: RateLimiter::direct(
             Quota::per_second(per_second)
                 .allow_burst(per_second.saturating_mul(NonZeroU32::MIN.saturating_add(1))),
         ),
-        conv,
-        socket_id,
-        client_id: None,
+        session,
         strikes: VecDeque::new(),
     };
-    let span = tracing::info_span!("page", tenant = %page.conv.tenant, user = %page.conv.user, conversation = %page.conv.conversation, socket = socket_id);
-    let _enter = span.enter();
-    let end = page.run(socket, outbound).await;
-    let code = match end {
-        End::Gone => None,
-        End::Closed(code) => Some(code),
-    };
-    if code == Some(close::GOING_AWAY)
-        && let Err(e) = page.app.broker.mark_drained(&page.conv).await
-    {
-        tracing::debug!(error = %e, "drain not recorded");
+    async move {
+        let outbound = Arc::clone(&page.session.outbox);
+        let end = page.run(socket, outbound).await;
+        let code = match end {
+            End::Gone => None,
+            End::Closed(code) => Some(code),
+        };
+        if code == Some(close::GOING_AWAY)
+            && let Err(e) = page.app.broker.mark_drained(&page.session.conv).await
+        {
+            tracing::debug!(error = %e, "drain not recorded");
+        }
+        tracing::debug!(
+            ?code,
+            client_id = page.session.client_id.as_deref().unwrap_or(""),
+            "page socket ended"
+        );
+        page.session.close(&page.app).await;
     }
-    tracing::debug!(
-        ?code,
-        client_id = page.client_id.as_deref().unwrap_or(""),
-        "page socket ended"
-    );
-    page.finish().await;
+    .instrument(span)
+    .await;
 }
 
 /// Why a socket loop ended.
@@ -183,9 +180,7 @@ struct PageSocket {
     app: AppState,
     limits: Limits,
     rate: DefaultDirectRateLimiter,
-    conv: ConvKey,
-    socket_id: u64,
-    client_id: Option<String>,
+    session: Session,
     strikes: VecDeque<Instant>,
 }
 
@@ -199,7 +194,7 @@ impl PageSocket {
         let mut ping = tokio::time::interval(PING_EVERY);
         ping.tick().await;
         let mut last_seen = Instant::now();
-        let shutdown = self.app.shutdown.clone();
+        let shutdown = self.app.life.stopping().clone();
         loop {
             let flow = tokio::select! {
                 () = shutdown.cancelled() => Flow::Close(close::GOING_AWAY, "draining"),
@@ -290,13 +285,10 @@ impl PageSocket {
             return self.strike();
         };
         let claimed = message.client_id();
-        match &self.client_id {
+        let (conv, slot) = (&self.session.conv, self.session.slot);
+        match &self.session.client_id {
             Some(bound) if bound != claimed => {
-                if self
-                    .app
-                    .registry
-                    .claimed_by_other(&self.conv, self.socket_id, claimed)
-                {
+                if self.app.registry.claimed_by_other(conv, slot, claimed) {
                     return Flow::Close(close::POLICY, "frame claims another page's clientId");
                 }
                 inbound::client_mismatch(&self.app);
@@ -307,49 +299,19 @@ impl PageSocket {
                 // A first frame naming a clientId another socket of the conversation holds: the
                 // same page load coming back (its old socket is dead) or another tab claiming
                 // it. Only a live page answers a ping within the probe's time.
-                if let Some(other) =
-                    self.app
-                        .registry
-                        .bound_elsewhere(&self.conv, self.socket_id, claimed)
-                {
+                if let Some(other) = self.app.registry.bound_elsewhere(conv, slot, claimed) {
                     if answers_ping(&other).await {
                         inbound::client_mismatch(&self.app);
                         return Flow::Close(close::POLICY, "frame claims another page's clientId");
                     }
                     other.evict();
                 }
-                self.app
-                    .registry
-                    .identify(&self.conv, self.socket_id, claimed);
-                if let Err(e) = self.app.broker.page_identified(&self.conv, claimed).await {
-                    tracing::warn!(error = %e, "page not recorded");
-                }
-                self.client_id = Some(claimed.to_owned());
+                self.session.identify(&self.app, claimed).await;
             }
         }
         // Refusals are counted and logged by `dispatch`; a page is never answered.
-        let _ = inbound::dispatch(&self.app, &self.conv, message).await;
+        let _ = inbound::dispatch(&self.app, &self.session.conv, message).await;
         Flow::Continue
-    }
-
-    async fn finish(self) {
-        self.app.registry.leave(&self.conv, self.socket_id);
-        self.app.metrics.connections.dec();
-        match self
-            .app
-            .broker
-            .release_page(&self.conv, self.client_id.as_deref())
-            .await
-        {
-            Ok(left) if left.page_gone => {
-                let data = json!({"user": self.conv.user, "conversation": self.conv.conversation, "clientId": self.client_id});
-                self.app
-                    .emit(EventType::PageDisconnected, &self.conv, data)
-                    .await;
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "page release not recorded"),
-        }
     }
 }
 

@@ -1,12 +1,11 @@
 //! Shared handles of one gateway process: a small struct of cloneable parts.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use toolmark_broker::{ConvKey, EventType, SharedBroker};
+use toolmark_process::Lifecycle;
+use toolmark_worker::jobs::JobMetrics;
 
 use crate::metrics::Metrics;
 use crate::registry::Registry;
@@ -35,17 +34,13 @@ pub struct Inner {
     pub registry: Arc<Registry>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-    /// Cancelled when the process starts draining.
-    pub shutdown: CancellationToken,
-    /// Call supervisors, awaited (bounded) at exit.
-    pub tasks: TaskTracker,
-    /// Open page and Echo sockets: the drain waits (bounded) until each has sent its 1001.
-    pub sockets: TaskTracker,
+    /// The process's stop token and task tracker: page and Echo sockets, call supervisors
+    /// and the jobs are tracked there, so the drain waits (bounded) for each.
+    pub life: Lifecycle,
     /// Dev mode only.
     pub dev: Option<DevInfo>,
-    /// Metrics of the jobs this node runs itself (memory broker: webhook delivery).
-    pub job_metrics: Arc<crate::jobs::metrics::JobMetrics>,
-    draining: AtomicBool,
+    /// Metrics of the jobs, when this node runs them (memory broker, or `server.run_jobs`).
+    pub job_metrics: Option<Arc<JobMetrics>>,
 }
 
 impl std::ops::Deref for AppState {
@@ -62,33 +57,25 @@ impl AppState {
         broker: SharedBroker,
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
-        shutdown: CancellationToken,
+        life: Lifecycle,
         dev: Option<DevInfo>,
-        job_metrics: Arc<crate::jobs::metrics::JobMetrics>,
+        job_metrics: Option<Arc<JobMetrics>>,
     ) -> Self {
         AppState(Arc::new(Inner {
             tenants,
             broker,
             registry,
             metrics,
-            shutdown,
-            tasks: TaskTracker::new(),
-            sockets: TaskTracker::new(),
+            life,
             dev,
             job_metrics,
-            draining: AtomicBool::new(false),
         }))
     }
 
-    /// Whether SIGTERM started the drain.
+    /// Whether the drain has begun (SIGTERM): `/readyz` answers 503, pages are closed with
+    /// 1001, new pages and calls are refused.
     pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
-    }
-
-    /// Starts the drain: `/readyz` turns 503 and pages are closed with 1001.
-    pub fn start_drain(&self) {
-        self.draining.store(true, Ordering::Relaxed);
-        self.shutdown.cancel();
+        self.life.is_stopping()
     }
 
     /// Emits an event; a broker failure is logged, never fatal to the caller.

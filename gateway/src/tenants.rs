@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
-
-use crate::config::{TenantConfig, TenantLimits};
+use toolmark_process::config::{TenantLimits, TenantSettings, TokenKey};
 
 /// Clock leeway for `exp` and `nbf`.
 pub const TOKEN_LEEWAY_SECS: u64 = 30;
@@ -70,34 +69,22 @@ fn validation(alg: Algorithm, tenant: &str) -> Validation {
     v
 }
 
-/// A verifier for a PEM public key: Ed25519 → EdDSA, P-256 → ES256. Only that algorithm is
-/// accepted, so a token signed with HS256 using the public key as secret is refused.
-pub fn public_key_verifier(pem: &str, tenant: &str) -> Result<TokenKeys, String> {
-    if let Ok(key) = DecodingKey::from_ed_pem(pem.as_bytes()) {
-        return Ok(TokenKeys {
-            decoding: key,
-            validation: validation(Algorithm::EdDSA, tenant),
-            encoding: None,
-        });
-    }
-    if let Ok(key) = DecodingKey::from_ec_pem(pem.as_bytes()) {
-        return Ok(TokenKeys {
-            decoding: key,
-            validation: validation(Algorithm::ES256, tenant),
-            encoding: None,
-        });
-    }
-    Err("not a PEM Ed25519 or P-256 public key".into())
-}
-
 impl TokenKeys {
-    /// HS256 with a shared secret (verifies and mints).
-    pub fn hs256(secret: &str, tenant: &str) -> Result<Self, String> {
-        Ok(TokenKeys {
-            decoding: DecodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?,
-            validation: validation(Algorithm::HS256, tenant),
-            encoding: Some(EncodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?),
-        })
+    /// The verifier (and for HS256 the minter) of a loaded key. Only the key's own algorithm
+    /// is accepted, so a token signed with HS256 using a public key as its secret is refused.
+    pub fn new(key: &TokenKey, tenant: &str) -> Self {
+        let (decoding, alg, encoding) = match key {
+            TokenKey::Hs256 { decoding, encoding } => {
+                (decoding.clone(), Algorithm::HS256, Some(encoding.clone()))
+            }
+            TokenKey::EdDsa(d) => (d.clone(), Algorithm::EdDSA, None),
+            TokenKey::Es256(d) => (d.clone(), Algorithm::ES256, None),
+        };
+        TokenKeys {
+            decoding,
+            validation: validation(alg, tenant),
+            encoding,
+        }
     }
 
     /// Verifies a page token and returns its claims.
@@ -140,26 +127,21 @@ pub struct Tenant {
 }
 
 impl Tenant {
-    /// Builds a tenant from validated config.
-    pub fn from_config(c: &TenantConfig) -> Result<Self, String> {
-        let tokens = match (&c.token_secret, &c.token_public_key) {
-            (Some(secret), _) => TokenKeys::hs256(secret, &c.id)?,
-            (None, Some(pem)) => public_key_verifier(pem, &c.id)?,
-            (None, None) => return Err("no token key".into()),
-        };
-        Ok(Tenant {
+    /// A tenant from its parsed settings.
+    pub fn new(c: &TenantSettings) -> Self {
+        Tenant {
             id: c.id.clone(),
-            api_keys: c
-                .api_keys
-                .iter()
-                .filter_map(|k| crate::auth::parse_key_hash(k))
-                .collect(),
-            tokens,
-            origins: c.allowed_origins.iter().cloned().collect(),
+            api_keys: c.api_keys.clone(),
+            tokens: TokenKeys::new(&c.token_key, &c.id),
+            origins: c.origins.iter().cloned().collect(),
             limits: c.limits,
-            pusher: crate::pusher::AppKey::from_config(c),
+            pusher: c
+                .pusher
+                .iter()
+                .map(|p| crate::pusher::AppKey::new(&p.key, &p.secret))
+                .collect(),
             inbound_rate: crate::inbound::ConversationRate::new(c.limits.page_messages_per_second),
-        })
+        }
     }
 
     /// Whether `origin` is exactly one of the allowed origins.

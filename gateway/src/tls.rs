@@ -1,53 +1,32 @@
-//! HTTPS and WSS served by the gateway itself (`server.tls_cert` + `server.tls_key`, PEM),
-//! through rustls. Handshakes run concurrently, off the accept loop, each bounded in time, so a
-//! slow client cannot hold up others.
+//! HTTPS and WSS served by the gateway itself (`server.tls_cert` + `server.tls_key`, loaded
+//! once by the configuration into an acceptor). Handshakes run concurrently, off the accept
+//! loop, each bounded in time, so a slow client cannot hold up others.
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 /// Longest TLS handshake accepted.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Installs rustls' ring provider for the process (idempotent). Every TLS client and server of
-/// the gateway (Redis, webhooks, OTLP, HTTPS) uses it; call it before building any of them.
-pub fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// Loads a certificate chain and its private key into an acceptor (HTTP/1.1, which WebSocket
-/// upgrades use).
-pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
-    install_crypto();
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| format!("server.tls_cert: {e}"))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("server.tls_cert: {e}"))?;
-    if chain.is_empty() {
-        return Err("server.tls_cert: no certificate in the file".into());
-    }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("server.tls_key: {e}"))?;
-    let mut config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| format!("server.tls_key: {e}"))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
-}
-
 /// A listener yielding established TLS connections.
 #[derive(Debug)]
 pub struct TlsListener {
     ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
     local: SocketAddr,
+    /// The accept loop, owned by the listener: it ends when the listener is dropped.
+    accept: AbortHandle,
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
 }
 
 impl TlsListener {
@@ -55,7 +34,7 @@ impl TlsListener {
     pub fn new(tcp: TcpListener, acceptor: TlsAcceptor) -> std::io::Result<Self> {
         let local = tcp.local_addr()?;
         let (tx, ready) = mpsc::channel(256);
-        tokio::spawn(async move {
+        let accept = tokio::spawn(async move {
             loop {
                 let (stream, peer) = match tcp.accept().await {
                     Ok(c) => c,
@@ -81,7 +60,11 @@ impl TlsListener {
                 });
             }
         });
-        Ok(TlsListener { ready, local })
+        Ok(TlsListener {
+            ready,
+            local,
+            accept: accept.abort_handle(),
+        })
     }
 }
 

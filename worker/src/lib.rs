@@ -1,173 +1,139 @@
-//! `toolmark-worker`: the background jobs of a Redis-backed deployment. It times out calls
-//! whose waiting node died (and async calls), emitting `call.timeout` / `call.result` and
-//! sending the page its `cancel`, and it delivers every event of each tenant with a
-//! `webhook_url` (the delivery code is the gateway's `jobs` module, which a memory-broker
-//! gateway runs itself). Any number of workers share the work: the sweep is leased, deliveries
-//! go through a consumer group, retries are leased per conversation.
+//! `toolmark-worker`: the background jobs of a deployment ([`jobs`]: webhook delivery, the
+//! deadline sweep, confirmation expiry) and the process that runs them against Redis. A gateway
+//! with the memory broker runs the same [`jobs::Jobs`] in its own process; the worker never
+//! depends on the gateway.
 
-use std::future::Future;
+pub mod jobs;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
-use toolmark_broker::prelude::*;
 
 use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
 use axum::routing::get;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use toolmark_broker::redis::{RedisBroker, RedisOptions};
-use toolmark_broker::{ConvKey, PageSink};
-use toolmark_gateway::config::{BrokerKind, Config};
-use toolmark_gateway::jobs::metrics::JobMetrics;
+use toolmark_broker::redis::{ConnectError, RedisBroker, RedisOptions};
+use toolmark_broker::{ConvKey, PageSink, SharedBroker};
+use toolmark_process::Lifecycle;
+use toolmark_process::config::{BrokerSettings, Settings};
+
+use crate::jobs::{JobMetrics, Jobs, JobsError};
 
 /// Why the worker could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
-    /// The configuration cannot work for a worker.
-    #[error("config: {key}: {reason}")]
-    Config {
-        /// The key.
-        key: String,
-        /// Why.
-        reason: String,
-    },
+    /// The configuration cannot work for a worker (the operator's to fix; exit 2).
+    #[error(
+        "config: broker.kind: the worker needs \"redis\" (with \"memory\", the gateway runs these jobs itself)"
+    )]
+    NotRedis,
     /// Redis could not be reached at start.
+    #[error("redis: {0}")]
+    Broker(#[from] ConnectError),
+    /// The jobs could not be set up.
     #[error("{0}")]
-    Broker(String),
-    /// The metrics listener.
-    #[error("listen: {0}")]
-    Io(#[from] std::io::Error),
+    Jobs(#[from] JobsError),
+    /// The `/metrics` listener.
+    #[error("cannot listen on the worker address: {0}")]
+    Listen(#[from] std::io::Error),
 }
 
 /// A worker holds no page sockets: frames for pages are not its business.
+#[derive(Debug)]
 struct NoPages;
 
 impl PageSink for NoPages {
     fn deliver(&self, _: &ConvKey, _: &str, _: Arc<str>) {}
 }
 
-/// Runs the worker until `stop`, then lets in-flight deliveries finish (bounded).
+/// Runs the worker until `life` stops, then lets the jobs finish the item in hand (bounded by
+/// one webhook timeout plus a second) and closes the broker. `ready` gets the bound address of
+/// `/healthz`, `/readyz` and `/metrics`.
 pub async fn run(
-    config: Config,
-    stop: impl Future<Output = ()> + Send + 'static,
+    settings: Settings,
+    life: Lifecycle,
+    ready: impl FnOnce(SocketAddr),
 ) -> Result<(), WorkerError> {
-    if config.broker.kind != BrokerKind::Redis {
-        return Err(WorkerError::Config {
-            key: "broker.kind".into(),
-            reason:
-                "the worker needs \"redis\" (with \"memory\", the gateway runs these jobs itself)"
-                    .into(),
-        });
-    }
+    let BrokerSettings::Redis { url, prefix } = &settings.broker else {
+        return Err(WorkerError::NotRedis);
+    };
     let id = format!(
         "worker-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..12]
     );
-    let shutdown = CancellationToken::new();
     let opts = RedisOptions {
-        prefix: config.broker.key_prefix.clone(),
+        prefix: prefix.clone(),
         ..RedisOptions::default()
     };
-    let url = config.broker.url.clone().unwrap_or_default();
-    let broker = RedisBroker::connect(&url, id.clone(), Arc::new(NoPages), opts, shutdown.clone())
-        .await
-        .map_err(|e| WorkerError::Broker(e.to_string()))?;
+    let broker = RedisBroker::connect(url, id.clone(), Arc::new(NoPages), opts).await?;
+    let shared: SharedBroker = broker.clone();
     let metrics = Arc::new(JobMetrics::default());
-    let tasks = TaskTracker::new();
-    toolmark_gateway::jobs::spawn_deliveries(
+    let jobs = Jobs::new(
+        shared.clone(),
         broker.clone(),
-        &config,
+        &settings,
         &id,
         metrics.clone(),
-        &tasks,
-        &shutdown,
-    )
-    .map_err(|e| WorkerError::Config {
-        key: e.key,
-        reason: e.reason,
-    })?;
-    tasks.spawn(sweep(broker.clone(), metrics.clone(), shutdown.clone()));
-
-    let addr: SocketAddr =
-        config
-            .worker
-            .listen
-            .parse()
-            .map_err(|e: std::net::AddrParseError| WorkerError::Config {
-                key: "worker.listen".into(),
-                reason: e.to_string(),
-            })?;
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    )?;
+    jobs.prepare().await;
+    let listener = tokio::net::TcpListener::bind(settings.worker.listen).await?;
     let bound = listener.local_addr()?;
-    let m = metrics.clone();
-    let app = Router::new()
+    life.spawn(jobs.run(life.stopping().clone()));
+    let ops = Router::new()
         .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/metrics",
-            get(move || {
-                let m = m.clone();
-                async move { m.render() }
-            }),
-        );
-    let server_stop = shutdown.clone();
-    tasks.spawn(async move {
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(server_stop.cancelled_owned())
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(Ops {
+            broker: shared.clone(),
+            metrics,
+            life: life.clone(),
+        });
+    let stopping = life.stopping().clone();
+    life.spawn(async move {
+        let _ = axum::serve(listener, ops)
+            .with_graceful_shutdown(stopping.cancelled_owned())
             .await;
     });
-    announce(bound);
-    stop.await;
+    ready(bound);
+    life.stopping().cancelled().await;
     tracing::info!(worker = %id, "stopping");
-    shutdown.cancel();
-    tasks.close();
-    if tokio::time::timeout(
-        Duration::from_millis(config.worker.webhook_timeout_ms + 1000),
-        tasks.wait(),
-    )
-    .await
-    .is_err()
-    {
+    let grace =
+        std::time::Duration::from_millis(settings.worker.delivery.webhook_timeout_ms + 1000);
+    if !life.finish(grace).await {
         tracing::warn!(
             "deliveries still in flight at exit; their events stay pending and another worker claims them"
         );
     }
+    shared.close().await;
     Ok(())
 }
 
-#[allow(
-    clippy::print_stdout,
-    reason = "the readiness line is the binary's one stdout output"
-)]
-fn announce(bound: SocketAddr) {
-    println!("toolmark-worker listening on http://{bound}");
+#[derive(Debug, Clone)]
+struct Ops {
+    broker: SharedBroker,
+    metrics: Arc<JobMetrics>,
+    life: Lifecycle,
 }
 
-/// Every second, times out calls whose deadline passed with nobody left to do it.
-async fn sweep(broker: Arc<RedisBroker>, metrics: Arc<JobMetrics>, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let Ok(records) = broker.sweep_deadlines().await else {
-            continue;
-        };
-        for r in records {
-            metrics.swept.inc();
-            tracing::info!(tenant = %r.binding.conv.tenant, call_id = %r.binding.id, "orphaned call timed out");
-            let outcome = r
-                .outcome
-                .clone()
-                .unwrap_or(toolmark_broker::Outcome::Timeout);
-            for (kind, data) in toolmark_broker::outcome_events(&r.binding, &outcome) {
-                if let Err(e) = broker
-                    .emit(&r.binding.conv.tenant, kind, &r.binding.conv, data)
-                    .await
-                {
-                    tracing::warn!(error = %e, "event not emitted");
-                }
-            }
-        }
+/// `GET /readyz`: Redis reachable and the worker not stopping.
+async fn readyz(State(ops): State<Ops>) -> impl IntoResponse {
+    if ops.life.is_stopping() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "stopping");
     }
+    match ops.broker.ready().await {
+        Ok(()) => (StatusCode::OK, "ready"),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "broker unreachable"),
+    }
+}
+
+/// `GET /metrics`: the jobs' metrics.
+async fn metrics_text(State(ops): State<Ops>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        ops.metrics.render(),
+    )
 }

@@ -339,6 +339,9 @@ impl Broker for MemoryBroker {
     async fn ready(&self) -> Result<(), BrokerError> {
         Ok(())
     }
+
+    /// The state lives in this process and ends with it: there is no connection to close.
+    async fn close(&self) {}
 }
 
 #[cfg(test)]

@@ -136,6 +136,10 @@ pub struct RedisBroker {
     /// A connection of its own for blocking reads (the webhook consumer's `XREADGROUP BLOCK`),
     /// so that they never hold up the commands multiplexed on `client`.
     blocking: tokio::sync::OnceCell<Client>,
+    /// Stops this node's background tasks ([`Broker::close`]).
+    stop: CancellationToken,
+    /// This node's background tasks: the message loop, the heartbeat, the re-publisher.
+    tasks: tokio_util::task::TaskTracker,
 }
 
 impl std::fmt::Debug for RedisBroker {
@@ -208,7 +212,6 @@ impl RedisBroker {
         node: impl Into<String>,
         sink: Arc<dyn PageSink>,
         opts: RedisOptions,
-        shutdown: CancellationToken,
     ) -> Result<Arc<Self>, ConnectError> {
         let config = url::config(url)?;
         let mut builder = Builder::from_config(config);
@@ -259,6 +262,8 @@ impl RedisBroker {
             probe_seen: Mutex::new(std::time::Instant::now()),
             refreshed_at: Mutex::new(std::time::Instant::now()),
             blocking: tokio::sync::OnceCell::new(),
+            stop: CancellationToken::new(),
+            tasks: tokio_util::task::TaskTracker::new(),
         });
         broker.clear_own_fields().await;
         let _resubscriber = broker.subscriber.manage_subscriptions();
@@ -268,9 +273,17 @@ impl RedisBroker {
             .await
             .map_err(|e| ConnectError::Connect(e.to_string()))?;
         broker.heartbeat().await;
-        tokio::spawn(Arc::clone(&broker).run_messages(shutdown.clone()));
-        tokio::spawn(Arc::clone(&broker).run_heartbeat(shutdown.clone()));
-        tokio::spawn(Arc::clone(&broker).run_republish(shutdown));
+        let stop = &broker.stop;
+        broker
+            .tasks
+            .spawn(Arc::clone(&broker).run_messages(stop.clone()));
+        broker
+            .tasks
+            .spawn(Arc::clone(&broker).run_heartbeat(stop.clone()));
+        broker
+            .tasks
+            .spawn(Arc::clone(&broker).run_republish(stop.clone()));
+        broker.tasks.close();
         Ok(broker)
     }
 
@@ -458,6 +471,21 @@ fn parse_event(id: &str, body: &str) -> Option<Event> {
 impl Broker for RedisBroker {
     fn node_id(&self) -> &str {
         &self.node
+    }
+
+    async fn close(&self) {
+        self.stop.cancel();
+        if tokio::time::timeout(self.opts.command_timeout * 2, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(node = %self.node, "redis background tasks still running at close");
+        }
+        if let Some(blocking) = self.blocking.get() {
+            let _ = blocking.quit().await;
+        }
+        let _ = self.subscriber.quit().await;
+        let _ = self.client.quit().await;
     }
 
     async fn ready(&self) -> Result<(), BrokerError> {

@@ -2,10 +2,6 @@
 //! the memory broker, on a real `redis-server` and on a real six-node Redis Cluster, with the
 //! retention compressed so that every TTL and grace period is crossed within the test.
 
-#[path = "../../../gateway/tests/it/redis_support.rs"]
-#[allow(dead_code)]
-mod redis_support;
-
 mod contract;
 mod model;
 mod redis_only;

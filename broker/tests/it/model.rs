@@ -112,10 +112,10 @@ fn rejection(r: Result<(), SubmitError>) -> Result<(), Rejection> {
     })
 }
 
-/// One node under test: its broker, and the token that kills it (`None`: it cannot die).
+/// One node under test: its broker, whether it can die (a Redis node), whether it is alive.
 struct Node {
     broker: SharedBroker,
-    kill: Option<tokio_util::sync::CancellationToken>,
+    mortal: bool,
     alive: bool,
 }
 
@@ -132,10 +132,10 @@ async fn run(mut all: Vec<Node>, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 if live.len() < 2 || !all[node].alive {
                     continue;
                 }
-                let Some(kill) = all[node].kill.take() else {
+                if !all[node].mortal {
                     continue;
-                };
-                kill.cancel();
+                }
+                all[node].broker.close().await;
                 all[node].alive = false;
                 r.sockets.retain(|s| s.node != node);
                 // Five missed heartbeats (100 ms each), then the survivor's next read of them.
@@ -326,8 +326,8 @@ fn check(backend: Backend, cases: u32) {
             };
             let mut nodes = Nodes::new(backend, retention);
             let hb = Duration::from_millis(100);
-            let (n1, _, k1) = nodes.stoppable("n1", hb).await;
-            let (n2, _, k2) = nodes.stoppable("n2", hb).await;
+            let (n1, _) = nodes.node_with("n1", hb).await;
+            let (n2, _) = nodes.node_with("n2", hb).await;
             if backend != Backend::Memory {
                 // Both nodes count each other as live before the sequence starts.
                 for n in [&n1, &n2] {
@@ -347,12 +347,12 @@ fn check(backend: Backend, cases: u32) {
             let all = vec![
                 Node {
                     broker: n1,
-                    kill: killable.then_some(k1),
+                    mortal: killable,
                     alive: true,
                 },
                 Node {
                     broker: n2,
-                    kill: killable.then_some(k2),
+                    mortal: killable,
                     alive: true,
                 },
             ];

@@ -5,23 +5,21 @@ use std::time::Duration;
 use toolmark_broker::prelude::*;
 
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 use toolmark_broker::redis::{RedisBroker, RedisOptions};
 use toolmark_broker::{EventType, Retention, TakeError};
 
-use crate::redis_support::RedisProc;
 use crate::support::{
     Backend, LIMITS, Nodes, Sink, call, connected_page, conv, eventually, needs, ok, page, short,
 };
+use toolmark_testkit::redis::RedisProc;
 
 /// A node of its own on `redis` (a test that stops or inspects its server).
 async fn on_own_redis(
     redis: &RedisProc,
     opts: RedisOptions,
-    stop: &CancellationToken,
 ) -> (std::sync::Arc<RedisBroker>, std::sync::Arc<Sink>) {
     let sink = std::sync::Arc::new(Sink::default());
-    let b = RedisBroker::connect(&redis.url(), "n1", sink.clone(), opts, stop.clone())
+    let b = RedisBroker::connect(&redis.url(), "n1", sink.clone(), opts)
         .await
         .unwrap();
     (b, sink)
@@ -47,18 +45,17 @@ async fn a_page_moving_to_a_node_that_just_started_is_not_reported_gone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_call_rate_does_not_fail_open_when_redis_is_away() {
     let mut redis = RedisProc::start(&[]);
-    let stop = CancellationToken::new();
     let opts = RedisOptions {
         command_timeout: Duration::from_millis(300),
         prefix: "rate".into(),
         ..RedisOptions::default()
     };
-    let (b, _) = on_own_redis(&redis, opts, &stop).await;
+    let (b, _) = on_own_redis(&redis, opts).await;
     assert!(b.take_call("t", 10).await.is_ok());
     redis.kill();
     let r = b.take_call("t", 10).await;
     assert!(matches!(r, Err(TakeError::Broker(_))), "{r:?}");
-    stop.cancel();
+    b.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,13 +65,12 @@ async fn events_a_webhook_consumer_has_not_read_are_never_trimmed() {
         ..short()
     };
     let redis = RedisProc::start(&[]);
-    let stop = CancellationToken::new();
     let opts = RedisOptions {
         prefix: "ev".into(),
         retention,
         ..RedisOptions::default()
     };
-    let (b, _) = on_own_redis(&redis, opts, &stop).await;
+    let (b, _) = on_own_redis(&redis, opts).await;
     let stream_len = || {
         redis
             .cli(&["xlen", "ev:{t}:events"])
@@ -116,7 +112,7 @@ async fn events_a_webhook_consumer_has_not_read_are_never_trimmed() {
     assert!(stream_len() <= 6, "{} kept after delivery", stream_len());
     let kept = b.events("t", Some("0-0")).await.unwrap().backlog;
     assert_eq!(kept.last().unwrap().data["i"], 13);
-    stop.cancel();
+    b.close().await;
 }
 
 /// Keys that are indexes or logs with their own bound, listed in docs/architecture.md.
@@ -132,14 +128,13 @@ fn without_ttl_allowed(key: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_key_has_a_ttl_except_the_documented_ones() {
     let mut redis = RedisProc::start(&[]);
-    let stop = CancellationToken::new();
     let opts = RedisOptions {
         retention: short(),
         heartbeat: Duration::from_millis(200),
         prefix: "tm".into(),
         ..RedisOptions::default()
     };
-    let (b, _) = on_own_redis(&redis, opts.clone(), &stop).await;
+    let (b, _) = on_own_redis(&redis, opts.clone()).await;
     let b: toolmark_broker::SharedBroker = b;
     let c = conv();
     // A page's whole life: admitted, identified, manifests, calls answered and timed out, a
@@ -188,20 +183,19 @@ async fn every_key_has_a_ttl_except_the_documented_ones() {
         }
     }
     assert!(without.is_empty(), "keys without a TTL: {without:?}");
-    stop.cancel();
+    b.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivery_comes_back_after_the_subscriber_connection_is_killed_and_readiness_follows_it() {
     let redis = RedisProc::start(&[]);
-    let stop = CancellationToken::new();
     let opts = RedisOptions {
         heartbeat: Duration::from_millis(200),
         command_timeout: Duration::from_millis(500),
         prefix: "probe".into(),
         ..RedisOptions::default()
     };
-    let (b, sink) = on_own_redis(&redis, opts, &stop).await;
+    let (b, sink) = on_own_redis(&redis, opts).await;
     let b: toolmark_broker::SharedBroker = b;
     let c = conv();
     b.admit_page(&c, &LIMITS).await.unwrap();
@@ -252,5 +246,5 @@ async fn delivery_comes_back_after_the_subscriber_connection_is_killed_and_readi
         async move { b.ready().await.ok() }
     })
     .await;
-    stop.cancel();
+    b.close().await;
 }

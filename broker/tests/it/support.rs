@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 use toolmark_broker::memory::MemoryBroker;
 use toolmark_broker::redis::{RedisBroker, RedisOptions};
 use toolmark_broker::{
@@ -15,7 +14,7 @@ use toolmark_broker::{
 };
 use toolmark_proto::{AgentMessage, Call, ToolResult};
 
-use crate::redis_support::{RedisCluster, RedisProc};
+use toolmark_testkit::redis::{RedisCluster, RedisProc};
 
 /// Where the broker's state lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +74,6 @@ pub struct Nodes {
     prefix: String,
     url: String,
     retention: Retention,
-    pub stop: CancellationToken,
     memory: Option<(Arc<MemoryBroker>, Arc<Sink>)>,
 }
 
@@ -86,30 +84,18 @@ impl Nodes {
             prefix: format!("t{}", uuid::Uuid::new_v4().simple()),
             url: url(backend),
             retention,
-            stop: CancellationToken::new(),
             memory: None,
         }
     }
 
     /// A node with heartbeat `heartbeat` (Redis). The memory broker has one node only: every
-    /// call returns the same one.
+    /// call returns the same one. [`toolmark_broker::Broker::close`] stops a Redis node (its
+    /// heartbeat ends: the node is gone for the others).
     pub async fn node_with(
         &mut self,
         name: &str,
         heartbeat: Duration,
     ) -> (SharedBroker, Arc<Sink>) {
-        let (b, sink, _) = self.stoppable(name, heartbeat).await;
-        (b, sink)
-    }
-
-    /// A node, and the token that stops its background tasks (its heartbeat: the node dies
-    /// for the others). Memory: the one node, and a token that stops nothing.
-    pub async fn stoppable(
-        &mut self,
-        name: &str,
-        heartbeat: Duration,
-    ) -> (SharedBroker, Arc<Sink>, CancellationToken) {
-        let stop = self.stop.child_token();
         if self.backend == Backend::Memory {
             let (b, s) = self.memory.get_or_insert_with(|| {
                 let sink = Arc::new(Sink::default());
@@ -120,7 +106,7 @@ impl Nodes {
                 ));
                 (b, sink)
             });
-            return (b.clone(), s.clone(), stop);
+            return (b.clone(), s.clone());
         }
         let sink = Arc::new(Sink::default());
         let opts = RedisOptions {
@@ -129,20 +115,14 @@ impl Nodes {
             prefix: self.prefix.clone(),
             ..RedisOptions::default()
         };
-        let b = RedisBroker::connect(&self.url, name, sink.clone(), opts, stop.clone())
+        let b = RedisBroker::connect(&self.url, name, sink.clone(), opts)
             .await
             .expect("the broker connects");
-        (b, sink, stop)
+        (b, sink)
     }
 
     pub async fn node(&mut self, name: &str) -> (SharedBroker, Arc<Sink>) {
         self.node_with(name, Duration::from_millis(200)).await
-    }
-}
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        self.stop.cancel();
     }
 }
 

@@ -299,7 +299,7 @@ async fn start(
     };
     let waiter = app.broker.send_call(binding.clone(), frame).await?;
     let (tx, rx) = oneshot::channel();
-    app.tasks.spawn(supervise(
+    app.life.spawn(supervise(
         app.clone(),
         binding,
         Duration::from_millis(timeout_ms),
@@ -455,9 +455,9 @@ mod tests {
             broker.clone(),
             registry,
             Arc::new(crate::metrics::Metrics::new()),
-            tokio_util::sync::CancellationToken::new(),
+            toolmark_process::Lifecycle::new(),
             None,
-            Arc::default(),
+            None,
         );
         let conv = ConvKey::new("t", "u", "c");
         let binding = CallBinding {
@@ -481,7 +481,7 @@ mod tests {
         drop(app.broker.send_call(binding.clone(), frame).await.unwrap());
         let (_never_sent, lost) = oneshot::channel();
         let (reply, outcome) = oneshot::channel();
-        tokio::spawn(supervise(
+        app.life.spawn(supervise(
             app.clone(),
             binding.clone(),
             Duration::from_millis(300),

@@ -68,7 +68,7 @@ pub async fn stream(
             };
             std::future::ready(item)
         });
-    let shutdown = app.shutdown.clone();
+    let shutdown = app.life.stopping().clone();
     let events = backlog
         .chain(live)
         .take_until(async move { shutdown.cancelled().await });

@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures_util::stream::{SelectAll, Stream, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use toolmark_broker::{AdmitError, AdmitLimits, ConvKey};
+use toolmark_broker::{AdmitError, ConvKey};
 use tracing::Instrument;
 
 use super::protocol::{self, ACTIVITY_TIMEOUT_SECS, ClientEvent, code};
 use crate::registry::{Outbox, Outgoing};
+use crate::session::{Session, Transport};
 use crate::state::AppState;
 use crate::tenants::Tenant;
 
@@ -30,18 +31,12 @@ const LINGER: Duration = Duration::from_secs(2);
 /// closed (full, or unsubscribed).
 type Frames = Pin<Box<dyn Stream<Item = (Arc<str>, u64, Option<Arc<str>>)> + Send>>;
 
-struct Subscription {
-    conv: ConvKey,
-    slot: u64,
-    outbox: Arc<Outbox>,
-}
-
 struct Connection {
     app: AppState,
     tenant: Arc<Tenant>,
     socket_id: String,
     rate: DefaultDirectRateLimiter,
-    subs: HashMap<Arc<str>, Subscription>,
+    subs: HashMap<Arc<str>, Session>,
     frames: SelectAll<Frames>,
 }
 
@@ -90,7 +85,7 @@ pub(super) async fn serve(
         subs: HashMap::new(),
         frames: SelectAll::new(),
     };
-    let span = tracing::info_span!("pusher", tenant = %conn.tenant.id, socket_id = %conn.socket_id);
+    let span = tracing::info_span!(parent: None, "pusher", tenant = %conn.tenant.id, socket_id = %conn.socket_id);
     async move {
         let hello = protocol::established(&conn.socket_id);
         if socket.send(Message::Text(hello.into())).await.is_ok() {
@@ -121,7 +116,7 @@ impl Connection {
         let mut tick = tokio::time::interval(ACTIVITY);
         tick.tick().await;
         let mut last_seen = Instant::now();
-        let shutdown = self.app.shutdown.clone();
+        let shutdown = self.app.life.stopping().clone();
         loop {
             let flow = tokio::select! {
                 () = shutdown.cancelled() => Flow::Close(code::RECONNECT, "draining"),
@@ -188,7 +183,7 @@ impl Connection {
             }) => self.subscribe(channel, auth, channel_data).await,
             Some(ClientEvent::Unsubscribe { channel }) => {
                 if let Some(s) = self.subs.remove(channel.as_str()) {
-                    release(&self.app, s).await;
+                    s.close(&self.app).await;
                 }
                 Flow::Continue
             }
@@ -233,52 +228,31 @@ impl Connection {
             return refuse(&self.app, code::OVER_CAPACITY, "Too many subscriptions");
         }
         let conv = ConvKey::new(&self.tenant.id, user, conversation);
-        let limits = AdmitLimits {
-            max_connections: self.tenant.limits.max_connections,
-            max_pages_per_conversation: self.tenant.limits.max_pages_per_conversation,
-        };
-        if let Err(e) = self.app.broker.admit_page(&conv, &limits).await {
-            let why = match e {
-                AdmitError::TenantConnections => "tenant connection limit",
-                AdmitError::ConversationPages => "conversation page limit",
-                AdmitError::Broker(_) => "unavailable",
-            };
-            return refuse(&self.app, code::OVER_CAPACITY, why);
-        }
-        self.app.metrics.connections.inc();
-        let (slot, outbox) = self.app.registry.join(&conv);
         // An Echo page coming back gets the calls it may have missed.
-        for frame in self
-            .app
-            .broker
-            .pending_frames(&conv)
-            .await
-            .unwrap_or_default()
-        {
-            outbox.push(frame);
-        }
+        let session = match Session::open(&self.app, &self.tenant, conv, Transport::Echo).await {
+            Ok(s) => s,
+            Err(e) => {
+                let why = match e {
+                    AdmitError::TenantConnections => "tenant connection limit",
+                    AdmitError::ConversationPages => "conversation page limit",
+                    AdmitError::Broker(_) => "unavailable",
+                };
+                return refuse(&self.app, code::OVER_CAPACITY, why);
+            }
+        };
         let name: Arc<str> = channel.as_str().into();
+        let slot = session.slot;
         self.frames
-            .push(frames(Arc::clone(&name), slot, Arc::clone(&outbox)));
-        self.subs.insert(name, Subscription { conv, slot, outbox });
+            .push(frames(Arc::clone(&name), slot, Arc::clone(&session.outbox)));
+        self.subs.insert(name, session);
         tracing::debug!(%channel, slot, "subscribed");
         Flow::Send(protocol::subscribed(&channel))
     }
 
     async fn finish(self) {
         for (_, s) in self.subs {
-            release(&self.app, s).await;
+            s.close(&self.app).await;
         }
-    }
-}
-
-/// Ends a subscription: its registry slot and its admission.
-async fn release(app: &AppState, s: Subscription) {
-    s.outbox.close();
-    app.registry.leave(&s.conv, s.slot);
-    app.metrics.connections.dec();
-    if let Err(e) = app.broker.release_page(&s.conv, None).await {
-        tracing::warn!(error = %e, "page release not recorded");
     }
 }
 

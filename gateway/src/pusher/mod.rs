@@ -13,7 +13,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use serde::Deserialize;
 
-pub use signature::{AppKey, is_valid_app_key, new_socket_id, verify};
+pub use signature::{AppKey, new_socket_id, verify};
 
 use crate::state::AppState;
 
@@ -39,7 +39,7 @@ pub async fn upgrade(
         .max_message_size(MAX_CLIENT_FRAME)
         .max_frame_size(MAX_CLIENT_FRAME)
         .on_upgrade(move |socket| async move {
-            let _open = app.sockets.token();
+            let _open = app.life.hold();
             connection::serve(app, socket, key, q.protocol).await;
         })
 }

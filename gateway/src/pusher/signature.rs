@@ -6,8 +6,6 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use crate::config::{PusherKey, TenantConfig};
-
 /// One app key of a tenant and its secret.
 #[derive(Clone)]
 pub struct AppKey {
@@ -31,20 +29,6 @@ impl AppKey {
             key: key.into(),
             secret: secret.into(),
         }
-    }
-
-    /// The tenant's pairs from validated config: the current one first, then the old ones.
-    pub fn from_config(c: &TenantConfig) -> Vec<AppKey> {
-        let current = c
-            .pusher_key
-            .iter()
-            .zip(&c.pusher_secret)
-            .map(|(k, s)| AppKey::new(k, s));
-        let old = c
-            .pusher_old_keys
-            .iter()
-            .map(|PusherKey { key, secret }| AppKey::new(key, secret));
-        current.chain(old).collect()
     }
 
     /// The hex signature of `socket_id` joining `channel` under this pair.
@@ -87,15 +71,6 @@ pub fn new_socket_id() -> String {
     let a: u32 = rng.random_range(1..1_000_000_000);
     let b: u32 = rng.random_range(1..1_000_000_000);
     format!("{a}.{b}")
-}
-
-/// App keys travel in URLs and before the `:` of a signature.
-pub fn is_valid_app_key(key: &str) -> bool {
-    !key.is_empty()
-        && key.len() <= 128
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 #[cfg(test)]

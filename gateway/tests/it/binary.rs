@@ -192,3 +192,64 @@ async fn spans_are_exported_over_otlp_with_the_callers_trace_id() {
         "no exported span carries the caller's trace id"
     );
 }
+
+#[tokio::test]
+async fn each_page_logs_under_its_own_span_and_no_other() {
+    let config = temp_config(&config_toml(""));
+    let mut child = Command::new(BIN)
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "toolmark_gateway=debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: std::net::SocketAddr = line
+        .trim()
+        .strip_prefix("toolmark-gateway listening on http://")
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    // Pages open side by side, each speaking, so that their tasks interleave on the runtime's
+    // threads; then the drain makes every page log its end.
+    let mut pages = Vec::new();
+    for i in 0..12 {
+        let mut page = crate::harness::page_at(addr, "acme", &format!("u{i}"), "c1").await;
+        page.manifest(1, serde_json::json!([])).await;
+        pages.push(page);
+    }
+    sigterm(&child);
+    for page in &mut pages {
+        assert_eq!(page.closed().await, 1001);
+    }
+    assert_eq!(wait_exit(&mut child).await, 0);
+    std::fs::remove_file(config).unwrap();
+    let lines = log.join().unwrap();
+    let ended: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("page socket ended"))
+        .collect();
+    assert_eq!(ended.len(), 12, "{lines:#?}");
+    for l in ended {
+        assert_eq!(
+            l.matches("page{").count(),
+            1,
+            "a line names other pages: {l}"
+        );
+    }
+}

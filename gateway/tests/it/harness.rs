@@ -14,7 +14,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-use toolmark_gateway::config::{Config, Overrides};
+use toolmark_process::config::{Overrides, Settings};
 
 pub const ACME_SECRET: &str = "acme-secret-0123456789abcdef0123456789";
 pub const GLOBEX_SECRET: &str = "globex-secret-0123456789abcdef012345678";
@@ -54,9 +54,9 @@ pub fn config_toml(extra: &str) -> String {
 /// A `[broker]` section for the suite's mode: empty (memory), or the shared Redis under a
 /// prefix of its own.
 pub fn suite_broker() -> String {
-    match crate::redis_support::mode() {
-        crate::redis_support::Mode::Memory => String::new(),
-        _ => redis_broker(&crate::redis_support::shared_url(), &fresh_prefix()),
+    match toolmark_testkit::redis::mode() {
+        toolmark_testkit::redis::Mode::Memory => String::new(),
+        _ => redis_broker(&toolmark_testkit::redis::shared_url(), &fresh_prefix()),
     }
 }
 
@@ -68,13 +68,16 @@ pub fn redis_broker(url: &str, prefix: &str) -> String {
     format!("[broker]\nkind = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"{prefix}\"\n")
 }
 
-/// The standard tenants with an explicit `[broker]` section.
+/// The standard tenants with an explicit `[broker]` section. The test gateways stand in for a
+/// deployment without `toolmark-worker`: with Redis they run the jobs themselves
+/// (`server.run_jobs`; the memory broker always does).
 pub fn config_with(broker: &str, extra: &str) -> String {
     format!(
         r#"
 [server]
 listen = "127.0.0.1:0"
 drain_timeout_ms = 2000
+run_jobs = true
 
 {broker}
 
@@ -135,7 +138,7 @@ impl Gateway {
     /// Starts `n` nodes sharing one Redis under one prefix (the suite's Redis: a cluster in
     /// cluster mode).
     pub async fn start_nodes(n: usize, extra: &str) -> Vec<Gateway> {
-        let broker = redis_broker(&crate::redis_support::shared_url(), &fresh_prefix());
+        let broker = redis_broker(&toolmark_testkit::redis::shared_url(), &fresh_prefix());
         let mut nodes = Vec::new();
         for i in 0..n {
             nodes.push(
@@ -155,7 +158,7 @@ impl Gateway {
             node_id,
             ..Overrides::default()
         };
-        let config = Config::load(text, [], &overrides).expect("test config is valid");
+        let config = Settings::load(text, [], &overrides).expect("test config is valid");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();

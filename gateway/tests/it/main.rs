@@ -10,7 +10,6 @@ mod isolation;
 mod lifecycle;
 mod nodes;
 mod pusher;
-mod redis_support;
 mod security;
 mod tls;
 mod tokens;

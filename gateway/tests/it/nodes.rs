@@ -10,7 +10,7 @@ use crate::harness::{
     ACME_KEY, ACME_ORIGIN, ACME_SECRET, GLOBEX_KEY, Gateway, WAIT, claims, config_with, connect_at,
     fresh_prefix, hs256, page_at, redis_broker, tool,
 };
-use crate::redis_support::RedisProc;
+use toolmark_testkit::redis::RedisProc;
 
 fn tools() -> serde_json::Value {
     json!([
@@ -464,7 +464,7 @@ impl Drop for NodeProc {
 
 #[tokio::test]
 async fn sigkill_of_a_node_with_100_pages_moves_them_and_orphaned_calls_time_out() {
-    let redis = crate::redis_support::shared_url();
+    let redis = toolmark_testkit::redis::shared_url();
     let config = std::env::temp_dir().join(format!("toolmark-nodes-{}.toml", uuid::Uuid::new_v4()));
     std::fs::write(
         &config,
@@ -673,4 +673,52 @@ async fn calls_made_while_drained_pages_reconnect_are_accepted_and_delivered() {
         a.body
     );
     nodes.truncate(1);
+}
+
+/// Contract: events are never lost while Redis keeps its data. A node stopped while it holds
+/// hundreds of pages emits every `page.disconnected` before it closes its Redis connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_node_emits_every_page_disconnected_before_it_stops() {
+    const PAGES: usize = 400;
+    let mut nodes = Gateway::start_nodes(2, "").await;
+    let mut events = nodes[1].acme().events("", None).await;
+    let mut pages = Vec::new();
+    for i in 0..PAGES {
+        let mut page = nodes[0].page("acme", "u1", &format!("drain-{i}")).await;
+        page.manifest(1, json!([])).await;
+        pages.push(page);
+    }
+    let last = pages.last().unwrap().client_id.clone();
+    nodes[1]
+        .acme()
+        .wait_current("u1", &format!("drain-{}", PAGES - 1), &last)
+        .await;
+    nodes[0].stop();
+    // The pages close as browsers do once they read the 1001.
+    let closing = tokio::spawn(async move {
+        for mut p in pages {
+            assert_eq!(p.closed().await, 1001);
+        }
+    });
+    let stopped = nodes[0].task.take().unwrap();
+    tokio::time::timeout(Duration::from_secs(30), stopped)
+        .await
+        .expect("the node stops within its drain timeout")
+        .unwrap();
+    closing.await.unwrap();
+    let mut gone = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while gone.len() < PAGES && Instant::now() < deadline {
+        match events.next_within(Duration::from_secs(1)).await {
+            Some(e) if e.event == "page.disconnected" => {
+                gone.insert(e.data["data"]["conversation"].as_str().unwrap().to_owned());
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        gone.len(),
+        PAGES,
+        "page.disconnected events lost at the drain"
+    );
 }

@@ -3,7 +3,4 @@
 //! over, ordered delivery of 10,000 events after an outage, and dead letters.
 
 mod receiver;
-#[path = "../../../gateway/tests/it/redis_support.rs"]
-#[allow(dead_code)]
-mod redis_support;
 mod webhooks;

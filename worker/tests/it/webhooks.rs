@@ -9,11 +9,11 @@ use toolmark_broker::prelude::*;
 use serde_json::json;
 use toolmark_broker::redis::{RedisBroker, RedisOptions};
 use toolmark_broker::{ConvKey, EventType, PageSink};
-use toolmark_gateway::config::{Config, Overrides};
-use toolmark_gateway::jobs::sign::SigningKey;
+use toolmark_process::config::{Overrides, Settings};
+use toolmark_process::signing::SigningKey;
 
 use crate::receiver::{Mode, Receiver};
-use crate::redis_support::RedisProc;
+use toolmark_testkit::redis::RedisProc;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -50,27 +50,23 @@ async fn emitter(redis: &str, prefix: &str) -> Arc<RedisBroker> {
         prefix: prefix.into(),
         ..RedisOptions::default()
     };
-    RedisBroker::connect(
-        redis,
-        "emitter",
-        Arc::new(NoPages),
-        opts,
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .unwrap()
+    RedisBroker::connect(redis, "emitter", Arc::new(NoPages), opts)
+        .await
+        .unwrap()
 }
 
 /// Runs a worker in this process until the returned sender is dropped or fires.
 fn spawn_worker(text: &str) -> tokio::sync::oneshot::Sender<()> {
-    let config = Config::load(text, [], &Overrides::default()).expect("valid worker config");
+    let config = Settings::load(text, [], &Overrides::default()).expect("valid worker config");
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let life = toolmark_process::Lifecycle::new();
+    life.stop_on(async move {
+        let _ = rx.await;
+    });
     tokio::spawn(async move {
-        toolmark_worker::run(config, async move {
-            let _ = rx.await;
-        })
-        .await
-        .expect("worker runs");
+        toolmark_worker::run(config, life, |_| {})
+            .await
+            .expect("worker runs");
     });
     tx
 }
@@ -227,15 +223,9 @@ async fn ten_thousand_events_after_an_outage_arrive_once_each_in_conversation_or
         },
         ..RedisOptions::default()
     };
-    let broker = RedisBroker::connect(
-        &redis.url(),
-        "emitter",
-        Arc::new(NoPages),
-        opts,
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let broker = RedisBroker::connect(&redis.url(), "emitter", Arc::new(NoPages), opts)
+        .await
+        .unwrap();
     let started = Instant::now();
     let mut expected: HashMap<String, Vec<String>> = HashMap::new();
     for i in 0..10_000u32 {

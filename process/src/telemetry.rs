@@ -11,8 +11,9 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
 /// Keeps the trace exporter alive; [`Telemetry::shutdown`] flushes it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Telemetry {
+    service: &'static str,
     provider: Option<SdkTracerProvider>,
 }
 
@@ -22,7 +23,7 @@ impl Telemetry {
         if let Some(p) = self.provider
             && let Err(e) = p.shutdown()
         {
-            eprintln!("toolmark-gateway: trace export shutdown: {e}");
+            eprintln!("{}: trace export shutdown: {e}", self.service);
         }
     }
 }
@@ -32,7 +33,11 @@ impl Telemetry {
 pub fn init(service: &'static str) -> Telemetry {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let json = std::env::var("TOOLMARK_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only on a terminal: a pipe (a container's log, a file) gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let fmt = if json {
         fmt.json().boxed()
     } else {
@@ -55,7 +60,7 @@ pub fn init(service: &'static str) -> Telemetry {
                 )
             }
             Err(e) => {
-                eprintln!("toolmark-gateway: OTLP exporter not started: {e}");
+                eprintln!("{service}: OTLP exporter not started: {e}");
                 None
             }
         }
@@ -69,16 +74,5 @@ pub fn init(service: &'static str) -> Telemetry {
         .with(fmt)
         .with(otel)
         .try_init();
-    Telemetry { provider }
-}
-
-/// The span of one HTTP request, child of the caller's `traceparent` when it sent one.
-pub fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path());
-    let parent = opentelemetry::global::get_text_map_propagator(|p| {
-        p.extract(&opentelemetry_http::HeaderExtractor(req.headers()))
-    });
-    let _ = span.set_parent(parent);
-    span
+    Telemetry { service, provider }
 }

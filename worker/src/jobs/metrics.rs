@@ -1,4 +1,5 @@
-//! Metrics of the background jobs (webhook delivery, deadline sweeps).
+//! Metrics of the background jobs (webhook delivery, the sweeps), exposed on `/metrics` by
+//! whichever process runs the jobs.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -10,6 +11,18 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct TenantLabel {
     pub tenant: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct EventLabel {
+    pub r#type: &'static str,
+}
+
+/// The label of an event type.
+pub(crate) fn kind(kind: toolmark_broker::EventType) -> EventLabel {
+    EventLabel {
+        r#type: kind.as_str(),
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -36,6 +49,10 @@ pub struct JobMetrics {
     pub(crate) delivery_latency: Histogram,
     /// Calls timed out by the deadline sweep.
     pub swept: Counter,
+    /// Confirmations of gone pages expired by the confirmation sweep.
+    pub confirmations_expired: Counter,
+    /// Events the sweeps emitted, by type.
+    pub(crate) events: Family<EventLabel, Counter>,
 }
 
 impl Default for JobMetrics {
@@ -51,6 +68,8 @@ impl Default for JobMetrics {
                 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0, 86_400.0,
             ]),
             swept: Counter::default(),
+            confirmations_expired: Counter::default(),
+            events: Family::default(),
         };
         let r = &mut m.registry;
         r.register(
@@ -88,15 +107,31 @@ impl Default for JobMetrics {
             "Calls timed out by the deadline sweep",
             m.swept.clone(),
         );
+        r.register(
+            "toolmark_confirmations_expired",
+            "Confirmations of gone pages expired by the confirmation sweep",
+            m.confirmations_expired.clone(),
+        );
+        r.register(
+            "toolmark_job_events",
+            "Events emitted by the sweeps, by type",
+            m.events.clone(),
+        );
         m
     }
 }
 
 impl JobMetrics {
-    /// The Prometheus text exposition.
+    /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// Appends the metrics without the closing `# EOF`, for a process exposing them beside its
+    /// own.
+    pub fn encode_into(&self, out: &mut String) {
+        let _ = prometheus_client::encoding::text::encode_registry(out, &self.registry);
     }
 }

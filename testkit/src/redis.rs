@@ -1,20 +1,25 @@
 //! Real `redis-server` processes for the tests: a standalone server or a six-node cluster
-//! (three masters, three replicas), on free loopback ports, with persistence off. A watchdog
-//! stops them if the test process dies without cleaning up.
+//! (three masters, three replicas) on loopback, with persistence off. A watchdog stops them if
+//! the test process dies without cleaning up.
+//!
+//! A port is never probed and handed over (another process could take it in between): the
+//! server itself binds a random port, and when that bind fails (the server exits), it is
+//! started again on another.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A random port for a server to try to bind: below 55536, so that a cluster node's bus port
+/// (the port plus 10000) exists too, and above the usual ephemeral range's start.
+fn random_port() -> u16 {
+    use rand::RngExt;
+    rand::rng().random_range(20_000..55_000)
 }
+
+/// How many ports a server tries before the start is a failure.
+const ATTEMPTS: usize = 20;
 
 fn require(binary: &str) {
     let found = Command::new("sh")
@@ -28,21 +33,24 @@ fn require(binary: &str) {
     );
 }
 
-fn ping(port: u16) -> bool {
-    ping_with(port, None)
-}
-
-fn ping_with(port: u16, tls_ca: Option<&str>) -> bool {
+/// Whether the server answering on `port` is the process `pid` (and not another test's
+/// server that already had the port our server failed to bind).
+fn serves(port: u16, tls_ca: Option<&str>, pid: u32) -> bool {
     let mut cmd = Command::new("redis-cli");
     if let Some(ca) = tls_ca {
         cmd.args(["--tls", "--cacert", ca, "-h", "localhost"]);
     }
-    cmd.args(["-p", &port.to_string(), "ping"])
+    cmd.args(["-p", &port.to_string(), "info", "server"])
         .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.trim() == format!("process_id:{pid}"))
+        })
 }
 
 /// One `redis-server` process.
+#[derive(Debug)]
 pub struct RedisProc {
     child: Option<Child>,
     pub port: u16,
@@ -76,8 +84,8 @@ impl RedisProc {
             extra,
             tls,
         };
-        for _ in 0..5 {
-            r.port = free_port();
+        for _ in 0..ATTEMPTS {
+            r.port = random_port();
             if r.spawn() {
                 return r;
             }
@@ -138,7 +146,7 @@ impl RedisProc {
         let ca = self.tls.as_ref().map(|k| format!("{k}/ca.crt"));
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
-            if ping_with(self.port, ca.as_deref()) {
+            if serves(self.port, ca.as_deref(), pid) {
                 return true;
             }
             if let Some(c) = self.child.as_mut()
@@ -169,8 +177,8 @@ impl RedisProc {
             extra: vec![],
             tls: None,
         };
-        for _ in 0..5 {
-            r.port = free_port();
+        for _ in 0..ATTEMPTS {
+            r.port = random_port();
             let child = Command::new("redis-server")
                 .arg(&conf)
                 .args([
@@ -186,11 +194,17 @@ impl RedisProc {
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("redis-server --sentinel starts");
+            let pid = child.id();
             r.child = Some(child);
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {
-                if ping(r.port) {
+                if serves(r.port, None, pid) {
                     return r;
+                }
+                if let Some(c) = r.child.as_mut()
+                    && c.try_wait().ok().flatten().is_some()
+                {
+                    break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -236,6 +250,7 @@ impl Drop for RedisProc {
 }
 
 /// Six servers joined as a cluster of three masters with one replica each.
+#[derive(Debug)]
 pub struct RedisCluster {
     pub nodes: Vec<RedisProc>,
 }

@@ -7,31 +7,79 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use rand::RngExt;
 use tokio_util::sync::CancellationToken;
 use toolmark_broker::now_ms;
 use toolmark_broker::webhook::{Admission, Pending, WebhookQueue};
 
-use super::metrics::{FailureLabels, JobMetrics, TenantLabel};
-use super::sign::SigningKey;
-use crate::config::WorkerConfig;
+use toolmark_process::config::{Settings, WebhookTarget, WorkerConfig};
 
-/// What one tenant's deliveries need.
-#[derive(Debug, Clone)]
-pub struct Target {
-    /// Tenant id.
-    pub tenant: String,
-    /// Where events are POSTed.
-    pub url: String,
-    /// Signing key.
-    pub key: SigningKey,
+use super::metrics::{FailureLabels, JobMetrics, TenantLabel};
+
+/// The webhook deliveries of every tenant that has a webhook.
+#[derive(Debug)]
+pub struct Deliveries {
+    tenants: Vec<Arc<Deliverer>>,
+}
+
+impl Deliveries {
+    /// One deliverer per tenant with a `webhook_url`, all sharing one HTTP client.
+    pub fn new(
+        queue: Arc<dyn WebhookQueue>,
+        settings: &Settings,
+        consumer: &str,
+        metrics: Arc<JobMetrics>,
+    ) -> Result<Deliveries, reqwest::Error> {
+        toolmark_process::tls::install_crypto();
+        let http = reqwest::Client::builder().build()?;
+        let tenants = settings
+            .tenants
+            .iter()
+            .filter_map(|t| Some((t.id.clone(), t.webhook.clone()?)))
+            .map(|(tenant, target)| {
+                Arc::new(Deliverer {
+                    broker: Arc::clone(&queue),
+                    http: http.clone(),
+                    tenant,
+                    target,
+                    consumer: consumer.to_owned(),
+                    settings: settings.worker.delivery.clone(),
+                    metrics: Arc::clone(&metrics),
+                })
+            })
+            .collect();
+        Ok(Deliveries { tenants })
+    }
+
+    /// Opens each tenant's consumer group (events emitted from now on wait for delivery).
+    pub async fn prepare(&self) {
+        for d in &self.tenants {
+            if let Err(e) = d.broker.open(&d.tenant).await {
+                tracing::warn!(tenant = %d.tenant, error = %e, "webhook group not ready yet");
+            }
+        }
+    }
+
+    /// Delivers until `shutdown`; an attempt in flight is finished (bounded by its timeout).
+    pub async fn run(self, shutdown: CancellationToken) {
+        let loops = self.tenants.into_iter().flat_map(|d| {
+            tracing::info!(tenant = %d.tenant, "delivering webhooks");
+            [
+                Arc::clone(&d).run_new(shutdown.clone()).boxed(),
+                d.run_retries(shutdown.clone()).boxed(),
+            ]
+        });
+        futures_util::future::join_all(loops).await;
+    }
 }
 
 /// One tenant's delivery loops.
-pub struct Deliverer {
+struct Deliverer {
     broker: Arc<dyn WebhookQueue>,
     http: reqwest::Client,
-    target: Target,
+    tenant: String,
+    target: WebhookTarget,
     consumer: String,
     settings: WorkerConfig,
     metrics: Arc<JobMetrics>,
@@ -40,7 +88,7 @@ pub struct Deliverer {
 impl std::fmt::Debug for Deliverer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Deliverer")
-            .field("tenant", &self.target.tenant)
+            .field("tenant", &self.tenant)
             .finish_non_exhaustive()
     }
 }
@@ -57,28 +105,9 @@ fn failure_label(e: &reqwest::Error) -> String {
 }
 
 impl Deliverer {
-    /// A deliverer for one tenant.
-    pub fn new(
-        broker: Arc<dyn WebhookQueue>,
-        http: reqwest::Client,
-        target: Target,
-        consumer: String,
-        settings: WorkerConfig,
-        metrics: Arc<JobMetrics>,
-    ) -> Self {
-        Deliverer {
-            broker,
-            http,
-            target,
-            consumer,
-            settings,
-            metrics,
-        }
-    }
-
     fn labels(&self) -> TenantLabel {
         TenantLabel {
-            tenant: self.target.tenant.clone(),
+            tenant: self.tenant.clone(),
         }
     }
 
@@ -117,7 +146,7 @@ impl Deliverer {
                 self.metrics
                     .failures
                     .get_or_create(&FailureLabels {
-                        tenant: self.target.tenant.clone(),
+                        tenant: self.tenant.clone(),
                         status: status.clone(),
                     })
                     .inc();
@@ -145,8 +174,8 @@ impl Deliverer {
     }
 
     /// Reads new events and delivers them until `stop`.
-    pub async fn run_new(self: Arc<Self>, stop: CancellationToken) {
-        let t = &self.target.tenant;
+    async fn run_new(self: Arc<Self>, stop: CancellationToken) {
+        let t = &self.tenant;
         while !stop.is_cancelled() {
             if let Err(e) = self.broker.open(t).await {
                 tracing::warn!(tenant = %t, error = %e, "webhook group not ready");
@@ -188,8 +217,8 @@ impl Deliverer {
     }
 
     /// Retries due conversation queues, head first, until `stop`.
-    pub async fn run_retries(self: Arc<Self>, stop: CancellationToken) {
-        let t = self.target.tenant.clone();
+    async fn run_retries(self: Arc<Self>, stop: CancellationToken) {
+        let t = self.tenant.clone();
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         loop {
             tokio::select! {

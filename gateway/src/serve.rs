@@ -1,0 +1,164 @@
+//! One gateway node from start to stop: the broker, the jobs (memory broker, or
+//! `server.run_jobs`), the state, the listener; then the drain in the order of
+//! `toolmark_process::lifecycle`: stop accepting, close pages with 1001, wait for pages, calls
+//! and jobs (their events reach the broker), stop the listener, close the broker.
+
+use std::future::{Future, IntoFuture};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use toolmark_broker::SharedBroker;
+use toolmark_broker::memory::MemoryBroker;
+use toolmark_broker::redis::{ConnectError, RedisBroker, RedisOptions};
+use toolmark_broker::webhook::WebhookQueue;
+use toolmark_process::Lifecycle;
+use toolmark_process::config::{BrokerSettings, Settings};
+use toolmark_worker::jobs::{JobMetrics, Jobs, JobsError};
+
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+use crate::state::{AppState, DevInfo};
+use crate::tenants::{Tenant, Tenants};
+
+/// A node that could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Redis could not be reached at start.
+    #[error("redis: {0}")]
+    Broker(#[from] ConnectError),
+    /// The jobs this node runs could not be set up.
+    #[error("{0}")]
+    Jobs(#[from] JobsError),
+    /// Serving failed.
+    #[error("serve: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// How long the listener gets to close its connections after the drain.
+const LISTENER_CLOSE: Duration = Duration::from_secs(1);
+
+/// Serves `settings` on `listener` until `stop` resolves, then drains (see [`run_with`]).
+pub async fn run(
+    listener: TcpListener,
+    settings: Settings,
+    dev: Option<DevInfo>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let life = Lifecycle::new();
+    life.stop_on(stop);
+    run_with(listener, settings, dev, life, || {}).await
+}
+
+/// Serves until `life` stops, calling `ready` once the broker is connected and requests are
+/// being served (the binary prints its `listening on` line there). Then drains: `/readyz`
+/// turns 503, pages are closed with 1001, new calls get 503, and pages, calls and jobs get up
+/// to `server.drain_timeout_ms` to finish before the listener and the broker close.
+pub async fn run_with(
+    listener: TcpListener,
+    settings: Settings,
+    dev: Option<DevInfo>,
+    life: Lifecycle,
+    ready: impl FnOnce(),
+) -> Result<(), RunError> {
+    let node_id = settings
+        .server
+        .node_id
+        .clone()
+        .unwrap_or_else(|| format!("node-{}", crate::demo::random_hex(6)));
+    let registry = Arc::new(Registry::default());
+    let (broker, queue) = connect(&settings, &node_id, &registry).await?;
+    let job_metrics = match queue {
+        Some(queue) => {
+            let metrics = Arc::new(JobMetrics::default());
+            let jobs = Jobs::new(
+                Arc::clone(&broker),
+                queue,
+                &settings,
+                &node_id,
+                Arc::clone(&metrics),
+            )?;
+            jobs.prepare().await;
+            life.spawn(jobs.run(life.stopping().clone()));
+            Some(metrics)
+        }
+        None => None,
+    };
+    let app = AppState::new(
+        Tenants::new(settings.tenants.iter().map(Tenant::new).collect()),
+        Arc::clone(&broker),
+        registry,
+        Arc::new(Metrics::new()),
+        life.clone(),
+        dev,
+        job_metrics,
+    );
+    let service = crate::router(app, settings.dev_mode).into_make_service();
+    let (close_listener, closing) = oneshot::channel::<()>();
+    let graceful = async {
+        let _ = closing.await;
+    };
+    let server = match settings.server.tls.clone() {
+        Some(acceptor) => {
+            let listener = crate::tls::TlsListener::new(listener, acceptor)?;
+            tokio::spawn(
+                axum::serve(listener, service)
+                    .with_graceful_shutdown(graceful)
+                    .into_future(),
+            )
+        }
+        None => tokio::spawn(
+            axum::serve(listener, service)
+                .with_graceful_shutdown(graceful)
+                .into_future(),
+        ),
+    };
+    ready();
+    life.stopping().cancelled().await;
+    tracing::info!(node = %node_id, "draining");
+    if !life.finish(settings.server.drain_timeout).await {
+        tracing::warn!("drain timeout reached with pages, calls or jobs still open");
+    }
+    let _ = close_listener.send(());
+    let served = match tokio::time::timeout(LISTENER_CLOSE, server).await {
+        Ok(Ok(result)) => result.map_err(RunError::Io),
+        Ok(Err(join)) => {
+            tracing::error!(error = %join, "server task failed");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::warn!("connections still open at exit");
+            Ok(())
+        }
+    };
+    broker.close().await;
+    served
+}
+
+/// The broker of `settings`, and its webhook queue when this node runs the jobs.
+async fn connect(
+    settings: &Settings,
+    node_id: &str,
+    registry: &Arc<Registry>,
+) -> Result<(SharedBroker, Option<Arc<dyn WebhookQueue>>), RunError> {
+    Ok(match &settings.broker {
+        BrokerSettings::Memory => {
+            let memory = Arc::new(MemoryBroker::new(node_id, registry.clone()));
+            // One process: the gateway runs the jobs itself.
+            (memory.clone(), Some(memory))
+        }
+        BrokerSettings::Redis { url, prefix } => {
+            let opts = RedisOptions {
+                prefix: prefix.clone(),
+                ..RedisOptions::default()
+            };
+            let redis = RedisBroker::connect(url, node_id, registry.clone(), opts).await?;
+            let queue = settings
+                .server
+                .run_jobs
+                .then(|| Arc::clone(&redis) as Arc<dyn WebhookQueue>);
+            (redis, queue)
+        }
+    })
+}

@@ -1,0 +1,96 @@
+//! One page session, whichever transport carries it (a page WebSocket, or an authorized
+//! subscription of a Laravel Echo socket): admission against the tenant's limits, a slot in
+//! this node's registry, the calls it may have missed, identification by clientId, and the
+//! release that tells the broker and, for a page whose last socket this was,
+//! `page.disconnected`.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use toolmark_broker::{AdmitError, AdmitLimits, ConvKey, EventType};
+
+use crate::registry::Outbox;
+use crate::state::AppState;
+use crate::tenants::Tenant;
+
+/// Which transport carries a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// `/v1/tenants/{tenant}/page`: the page names its clientId in its frames.
+    WebSocket,
+    /// A `private-toolmark.*` subscription of `/app/{key}`: the page answers over HTTP
+    /// (`/inbound`), so the socket never learns its clientId and announces no disconnect.
+    Echo,
+}
+
+/// An admitted page session.
+#[derive(Debug)]
+pub struct Session {
+    /// The conversation.
+    pub conv: ConvKey,
+    /// Its slot in this node's registry.
+    pub slot: u64,
+    /// Frames for the page.
+    pub outbox: Arc<Outbox>,
+    /// The clientId the page named, once it did.
+    pub client_id: Option<String>,
+    transport: Transport,
+}
+
+impl Session {
+    /// Admits a page of `conv` (cluster-wide limits), gives it a registry slot and queues the
+    /// calls it may have missed while it was away.
+    pub async fn open(
+        app: &AppState,
+        tenant: &Tenant,
+        conv: ConvKey,
+        transport: Transport,
+    ) -> Result<Session, AdmitError> {
+        let limits = AdmitLimits {
+            max_connections: tenant.limits.max_connections,
+            max_pages_per_conversation: tenant.limits.max_pages_per_conversation,
+        };
+        app.broker.admit_page(&conv, &limits).await?;
+        app.metrics.connections.inc();
+        let (slot, outbox) = app.registry.join(&conv);
+        for frame in app.broker.pending_frames(&conv).await.unwrap_or_default() {
+            outbox.push(frame);
+        }
+        Ok(Session {
+            conv,
+            slot,
+            outbox,
+            client_id: None,
+            transport,
+        })
+    }
+
+    /// Records the clientId the page named in its first frame, here and in the broker.
+    pub async fn identify(&mut self, app: &AppState, client_id: &str) {
+        app.registry.identify(&self.conv, self.slot, client_id);
+        if let Err(e) = app.broker.page_identified(&self.conv, client_id).await {
+            tracing::warn!(error = %e, "page not recorded");
+        }
+        self.client_id = Some(client_id.to_owned());
+    }
+
+    /// Ends the session: its slot, its admission, and `page.disconnected` when the page is gone.
+    pub async fn close(self, app: &AppState) {
+        self.outbox.close();
+        app.registry.leave(&self.conv, self.slot);
+        app.metrics.connections.dec();
+        match app
+            .broker
+            .release_page(&self.conv, self.client_id.as_deref())
+            .await
+        {
+            Ok(left) if left.page_gone && self.transport == Transport::WebSocket => {
+                let data = json!({"user": self.conv.user, "conversation": self.conv.conversation, "clientId": self.client_id});
+                app.emit(EventType::PageDisconnected, &self.conv, data)
+                    .await;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "page release not recorded"),
+        }
+    }
+}

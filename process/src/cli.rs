@@ -1,0 +1,66 @@
+//! What the binaries' `main` functions share: argument errors as one line and exit code 2,
+//! configuration loaded with its errors as exit code 2, and the runtime with telemetry around
+//! it (initialized before, flushed after).
+
+use std::fmt::Display;
+use std::future::Future;
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::config::{Overrides, Settings};
+
+/// Prints `binary: message` on stderr and returns `code`.
+pub fn fail(binary: &str, code: u8, message: impl Display) -> ExitCode {
+    eprintln!("{binary}: {message}");
+    ExitCode::from(code)
+}
+
+/// Parses the command line: `--help` and `--version` print and exit 0; a bad flag exits 2
+/// with one line.
+pub fn parse_args<T: clap::Parser>(binary: &str) -> Result<T, ExitCode> {
+    match T::try_parse() {
+        Ok(args) => Ok(args),
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            Err(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            let text = e.render().to_string();
+            let line = text
+                .lines()
+                .next()
+                .unwrap_or("bad arguments")
+                .trim_start_matches("error: ");
+            Err(fail(binary, 2, format!("{line} (see --help)")))
+        }
+    }
+}
+
+/// Loads the configuration (dev mode without a file) with the process environment; a bad value
+/// exits 2 with one line naming the key.
+pub fn load_settings(
+    binary: &str,
+    path: Option<&Path>,
+    overrides: &Overrides,
+) -> Result<Settings, ExitCode> {
+    crate::tls::install_crypto();
+    Settings::from_file(path, std::env::vars(), overrides)
+        .map_err(|e| fail(binary, 2, format_args!("config: {e}")))
+}
+
+/// Runs `main` on a multi-threaded runtime with telemetry installed before it and flushed
+/// after the runtime has stopped.
+pub fn serve(binary: &'static str, main: impl Future<Output = ExitCode>) -> ExitCode {
+    let telemetry = crate::telemetry::init(binary);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(binary, 1, format_args!("cannot start the runtime: {e}")),
+    };
+    let code = runtime.block_on(main);
+    drop(runtime);
+    telemetry.shutdown();
+    code
+}

@@ -1,0 +1,255 @@
+//! The configuration of `toolmark-gateway` and `toolmark-worker`: the file's typed shape
+//! ([`Config`]), layered defaults → TOML file → `TOOLMARK_SECTION__KEY` environment → flags
+//! ([`layers`]), then parsed once, section by section, into the [`Settings`] the processes run
+//! on ([`settings`], [`tenant`]): addresses, the TLS acceptor, token verifiers, signing keys and
+//! limits. Nothing parses configuration again at run time. Every error names the key it is
+//! about; the binaries turn it into exit code 2.
+
+mod layers;
+pub mod settings;
+pub mod tenant;
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+pub use layers::Overrides;
+pub use settings::{BrokerSettings, ServerSettings, Settings, WorkerSettings};
+pub use tenant::{PusherApp, TenantSettings, TokenKey, WebhookTarget, is_valid_tenant_id};
+
+/// A configuration error: the key and why it is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct ConfigError {
+    /// Dotted path of the key, e.g. `tenants[0].limits.calls_per_second`.
+    pub key: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl ConfigError {
+    /// An error about `key`.
+    pub fn new(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Listener, TLS and drain.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// Shared state.
+    #[serde(default)]
+    pub broker: BrokerConfig,
+    /// The tenants this gateway serves.
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
+    /// `toolmark-worker` settings (webhook delivery).
+    #[serde(default)]
+    pub worker: WorkerConfig,
+    /// Set by the binary when started without `--config`: loopback only, demo page.
+    #[serde(skip)]
+    pub dev_mode: bool,
+}
+
+/// `[server]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to listen on.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// PEM certificate chain; with `tls_key`, serve https/wss.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key.
+    pub tls_key: Option<PathBuf>,
+    /// How long in-flight agent requests get after SIGTERM.
+    #[serde(default = "default_drain")]
+    pub drain_timeout_ms: u64,
+    /// This node's id (results are routed back to it); random when unset.
+    pub node_id: Option<String>,
+    /// With `broker.kind = "redis"`, also run the worker's jobs (deadline sweep, confirmation
+    /// expiry, webhook delivery) in this process. With `memory` the gateway always runs them.
+    #[serde(default)]
+    pub run_jobs: bool,
+}
+
+fn default_listen() -> String {
+    "0.0.0.0:8080".into()
+}
+
+const fn default_drain() -> u64 {
+    10_000
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: default_listen(),
+            tls_cert: None,
+            tls_key: None,
+            drain_timeout_ms: default_drain(),
+            node_id: None,
+            run_jobs: false,
+        }
+    }
+}
+
+/// `[worker]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerConfig {
+    /// Where the worker serves `/healthz` and `/metrics`.
+    pub listen: String,
+    /// Timeout of one webhook POST.
+    pub webhook_timeout_ms: u64,
+    /// First retry delay; doubled per attempt, jittered ±50 %.
+    pub webhook_backoff_base_ms: u64,
+    /// Longest retry delay.
+    pub webhook_backoff_max_ms: u64,
+    /// An event still failing this long after its first failure goes to the dead letters.
+    pub webhook_max_age_secs: u64,
+    /// Entries another worker read and left unacknowledged this long are taken over.
+    pub webhook_claim_after_ms: u64,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            listen: "0.0.0.0:9090".into(),
+            webhook_timeout_ms: 10_000,
+            webhook_backoff_base_ms: 1_000,
+            webhook_backoff_max_ms: 3_600_000,
+            webhook_max_age_secs: 86_400,
+            webhook_claim_after_ms: 30_000,
+        }
+    }
+}
+
+/// `[broker]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerConfig {
+    /// `memory` or `redis`.
+    #[serde(default)]
+    pub kind: BrokerKind,
+    /// Redis URL for `redis`.
+    pub url: Option<String>,
+    /// Prefix of every Redis key and channel (several deployments can share one Redis).
+    #[serde(default = "default_prefix")]
+    pub key_prefix: String,
+}
+
+fn default_prefix() -> String {
+    "tm".into()
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            kind: BrokerKind::Memory,
+            url: None,
+            key_prefix: default_prefix(),
+        }
+    }
+}
+
+/// Which broker backs the gateway.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BrokerKind {
+    /// One process, state in memory.
+    #[default]
+    Memory,
+    /// Many nodes sharing Redis.
+    Redis,
+}
+
+/// One `[[tenants]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// `^[a-z0-9][a-z0-9-]{0,62}$`
+    pub id: String,
+    /// `sha256:<hex>` of each accepted API key.
+    #[serde(default)]
+    pub api_keys: Vec<String>,
+    /// HS256 secret for page tokens.
+    pub token_secret: Option<String>,
+    /// PEM public key (Ed25519 or P-256) for EdDSA or ES256 page tokens.
+    pub token_public_key: Option<String>,
+    /// Exact page origins.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    /// Pusher-protocol app key (Laravel Echo).
+    pub pusher_key: Option<String>,
+    /// Pusher-protocol app secret.
+    pub pusher_secret: Option<String>,
+    /// Keys still accepted while rotating.
+    #[serde(default)]
+    pub pusher_old_keys: Vec<PusherKey>,
+    /// Where events are POSTed.
+    pub webhook_url: Option<String>,
+    /// Standard Webhooks secret.
+    pub webhook_secret: Option<String>,
+    /// Limits.
+    #[serde(default)]
+    pub limits: TenantLimits,
+}
+
+/// A Pusher key and secret pair.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PusherKey {
+    /// App key.
+    pub key: String,
+    /// App secret.
+    pub secret: String,
+}
+
+/// `[tenants.limits]`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TenantLimits {
+    /// Page sockets, cluster-wide.
+    pub max_connections: u64,
+    /// Page sockets of one conversation.
+    pub max_pages_per_conversation: u32,
+    /// Per socket, burst twice that.
+    pub page_messages_per_second: u32,
+    /// Per tenant, cluster-wide, burst twice that.
+    pub calls_per_second: u32,
+    /// Serialized JSON, UTF-8 bytes.
+    pub max_message_bytes: usize,
+    /// Deadline of a call without `timeoutMs`.
+    pub default_call_timeout_ms: u64,
+    /// Largest `timeoutMs` accepted.
+    pub max_call_timeout_ms: u64,
+}
+
+impl Default for TenantLimits {
+    fn default() -> Self {
+        TenantLimits {
+            max_connections: 100_000,
+            max_pages_per_conversation: 32,
+            page_messages_per_second: 100,
+            calls_per_second: 1000,
+            max_message_bytes: 1_048_576,
+            default_call_timeout_ms: 30_000,
+            max_call_timeout_ms: 600_000,
+        }
+    }
+}
+
+/// The protocol's ceiling for a call deadline (the page's confirmation expiry).
+pub const CALL_TIMEOUT_CEILING_MS: u64 = 600_000;
+/// Frames larger than this close the socket with 1009.
+pub const MAX_FRAME_BYTES: usize = 4 * 1_048_576;

@@ -1,0 +1,238 @@
+//! The settings a process runs on, parsed once from a [`Config`]: each section's parse checks
+//! its values and produces what the process uses (a socket address, a TLS acceptor, a broker
+//! choice, durations), so no error can surface after start.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio_rustls::TlsAcceptor;
+
+use super::tenant::{TenantSettings, is_valid_tenant_id};
+use super::{BrokerKind, Config, ConfigError, ServerConfig, WorkerConfig};
+
+/// A parsed configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `[server]`
+    pub server: ServerSettings,
+    /// `[broker]`
+    pub broker: BrokerSettings,
+    /// `[[tenants]]`
+    pub tenants: Vec<TenantSettings>,
+    /// `[worker]`
+    pub worker: WorkerSettings,
+    /// Started without `--config`: loopback only, memory broker, demo page.
+    pub dev_mode: bool,
+}
+
+/// `[server]`, parsed.
+#[derive(Clone)]
+pub struct ServerSettings {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Serve https/wss with this acceptor (`tls_cert` + `tls_key`).
+    pub tls: Option<TlsAcceptor>,
+    /// How long pages, calls and their events get after SIGTERM.
+    pub drain_timeout: Duration,
+    /// This node's id; random when unset.
+    pub node_id: Option<String>,
+    /// Run the worker's jobs in this process with a Redis broker.
+    pub run_jobs: bool,
+}
+
+impl std::fmt::Debug for ServerSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSettings")
+            .field("listen", &self.listen)
+            .field("tls", &self.tls.is_some())
+            .field("drain_timeout", &self.drain_timeout)
+            .field("node_id", &self.node_id)
+            .field("run_jobs", &self.run_jobs)
+            .finish()
+    }
+}
+
+/// `[broker]`, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerSettings {
+    /// One process, state in memory.
+    Memory,
+    /// Many nodes over Redis.
+    Redis {
+        /// A URL `toolmark_broker::redis::check_url` accepted.
+        url: String,
+        /// Prefix of every key and channel.
+        prefix: String,
+    },
+}
+
+/// `[worker]`, parsed.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// Where the worker serves `/healthz`, `/readyz` and `/metrics`.
+    pub listen: SocketAddr,
+    /// Webhook delivery: timeouts, backoff, maximum age, take-over (all checked positive).
+    pub delivery: WorkerConfig,
+}
+
+impl Config {
+    /// Checks every value and parses each section; the first problem is returned.
+    pub fn parse(self) -> Result<Settings, ConfigError> {
+        let server = parse_server(&self.server, self.dev_mode)?;
+        let broker = self.parse_broker()?;
+        let worker = parse_worker(self.worker)?;
+        let mut tenants = Vec::with_capacity(self.tenants.len());
+        let mut ids = HashSet::new();
+        let mut pusher_keys = HashSet::new();
+        for (i, t) in self.tenants.iter().enumerate() {
+            let parsed = TenantSettings::parse(t, i)?;
+            if !ids.insert(parsed.id.clone()) {
+                return Err(ConfigError::new(
+                    format!("tenants[{i}].id"),
+                    format!("duplicate tenant {:?}", parsed.id),
+                ));
+            }
+            for (name, app) in parsed.pusher_key_names() {
+                if !pusher_keys.insert(app.key.clone()) {
+                    return Err(ConfigError::new(
+                        format!("tenants[{i}].{name}"),
+                        format!(
+                            "Pusher key {:?} is used twice (a key selects one tenant)",
+                            app.key
+                        ),
+                    ));
+                }
+            }
+            tenants.push(parsed);
+        }
+        if tenants.is_empty() && !self.dev_mode {
+            return Err(ConfigError::new(
+                "tenants",
+                "at least one [[tenants]] entry is required",
+            ));
+        }
+        Ok(Settings {
+            server,
+            broker,
+            tenants,
+            worker,
+            dev_mode: self.dev_mode,
+        })
+    }
+
+    fn parse_broker(&self) -> Result<BrokerSettings, ConfigError> {
+        let prefix = &self.broker.key_prefix;
+        let prefix_ok = !prefix.is_empty()
+            && prefix.len() <= 64
+            && prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !prefix_ok {
+            return Err(ConfigError::new(
+                "broker.key_prefix",
+                "1 to 64 characters of [A-Za-z0-9_-]",
+            ));
+        }
+        match (self.broker.kind, &self.broker.url) {
+            (BrokerKind::Memory, _) => Ok(BrokerSettings::Memory),
+            (BrokerKind::Redis, None) => Err(ConfigError::new(
+                "broker.url",
+                "required with kind = \"redis\"",
+            )),
+            (BrokerKind::Redis, Some(url)) => {
+                toolmark_broker::redis::check_url(url)
+                    .map_err(|e| ConfigError::new("broker.url", e))?;
+                if self.dev_mode {
+                    return Err(ConfigError::new(
+                        "broker.kind",
+                        "dev mode (no --config) uses the memory broker",
+                    ));
+                }
+                Ok(BrokerSettings::Redis {
+                    url: url.clone(),
+                    prefix: prefix.clone(),
+                })
+            }
+        }
+    }
+}
+
+/// An `IP:port` address, or an error naming `key`.
+fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
+    value
+        .parse()
+        .map_err(|_| ConfigError::new(key, format!("{value:?} is not an IP:port address")))
+}
+
+fn parse_server(s: &ServerConfig, dev_mode: bool) -> Result<ServerSettings, ConfigError> {
+    let listen = socket_addr("server.listen", &s.listen)?;
+    if dev_mode && !listen.ip().is_loopback() {
+        return Err(ConfigError::new(
+            "server.listen",
+            "dev mode (no --config) listens on loopback only",
+        ));
+    }
+    if s.drain_timeout_ms == 0 || s.drain_timeout_ms > 3_600_000 {
+        return Err(ConfigError::new(
+            "server.drain_timeout_ms",
+            "must be between 1 and 3600000",
+        ));
+    }
+    let tls = match (&s.tls_cert, &s.tls_key) {
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(ConfigError::new(
+                "server.tls_key",
+                "required with server.tls_cert",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::new(
+                "server.tls_cert",
+                "required with server.tls_key",
+            ));
+        }
+        (Some(cert), Some(key)) => Some(crate::tls::acceptor(cert, key)?),
+    };
+    if let Some(id) = &s.node_id
+        && !is_valid_tenant_id(id)
+    {
+        return Err(ConfigError::new(
+            "server.node_id",
+            "must match ^[a-z0-9][a-z0-9-]{0,62}$",
+        ));
+    }
+    Ok(ServerSettings {
+        listen,
+        tls,
+        drain_timeout: Duration::from_millis(s.drain_timeout_ms),
+        node_id: s.node_id.clone(),
+        run_jobs: s.run_jobs,
+    })
+}
+
+fn parse_worker(w: WorkerConfig) -> Result<WorkerSettings, ConfigError> {
+    let listen = socket_addr("worker.listen", &w.listen)?;
+    for (k, v) in [
+        ("worker.webhook_timeout_ms", w.webhook_timeout_ms),
+        ("worker.webhook_backoff_base_ms", w.webhook_backoff_base_ms),
+        ("worker.webhook_backoff_max_ms", w.webhook_backoff_max_ms),
+        ("worker.webhook_max_age_secs", w.webhook_max_age_secs),
+        ("worker.webhook_claim_after_ms", w.webhook_claim_after_ms),
+    ] {
+        if v == 0 {
+            return Err(ConfigError::new(k, "must be greater than 0"));
+        }
+    }
+    if w.webhook_claim_after_ms <= w.webhook_timeout_ms {
+        return Err(ConfigError::new(
+            "worker.webhook_claim_after_ms",
+            "must exceed worker.webhook_timeout_ms",
+        ));
+    }
+    Ok(WorkerSettings {
+        listen,
+        delivery: w,
+    })
+}

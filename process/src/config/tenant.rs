@@ -1,0 +1,319 @@
+//! One `[[tenants]]` entry, parsed: API key hashes as bytes, the page-token key loaded, origins
+//! checked, Pusher app keys checked, the webhook's signing key decoded, limits in range.
+
+use jsonwebtoken::{DecodingKey, EncodingKey};
+
+use super::{CALL_TIMEOUT_CEILING_MS, ConfigError, MAX_FRAME_BYTES, TenantConfig, TenantLimits};
+use crate::signing::SigningKey;
+
+/// A tenant as the processes use it.
+#[derive(Debug, Clone)]
+pub struct TenantSettings {
+    /// `^[a-z0-9][a-z0-9-]{0,62}$`
+    pub id: String,
+    /// SHA-256 of each accepted API key.
+    pub api_keys: Vec<[u8; 32]>,
+    /// How page tokens are verified (and, for HS256, minted).
+    pub token_key: TokenKey,
+    /// Exact page origins.
+    pub origins: Vec<String>,
+    /// Pusher app keys: the current pair first, then those still accepted while rotating.
+    pub pusher: Vec<PusherApp>,
+    /// Where and how events are delivered, when the tenant has a webhook.
+    pub webhook: Option<WebhookTarget>,
+    /// Limits.
+    pub limits: TenantLimits,
+}
+
+/// A page-token key, loaded.
+#[derive(Clone)]
+pub enum TokenKey {
+    /// A shared secret: verifies and mints.
+    Hs256 {
+        /// Verification key.
+        decoding: DecodingKey,
+        /// Signing key (`POST …/tokens`).
+        encoding: EncodingKey,
+    },
+    /// An Ed25519 public key.
+    EdDsa(DecodingKey),
+    /// A P-256 public key.
+    Es256(DecodingKey),
+}
+
+impl std::fmt::Debug for TokenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TokenKey::Hs256 { .. } => "TokenKey::Hs256(…)",
+            TokenKey::EdDsa(_) => "TokenKey::EdDsa(…)",
+            TokenKey::Es256(_) => "TokenKey::Es256(…)",
+        })
+    }
+}
+
+impl TokenKey {
+    /// HS256 with a shared secret of at least 32 bytes.
+    pub fn hs256(secret: &str) -> Result<TokenKey, String> {
+        if secret.len() < 32 {
+            return Err("must be at least 32 bytes".into());
+        }
+        Ok(TokenKey::Hs256 {
+            decoding: DecodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?,
+            encoding: EncodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?,
+        })
+    }
+
+    /// A PEM public key: Ed25519 → EdDSA, P-256 → ES256.
+    pub fn public_pem(pem: &str) -> Result<TokenKey, String> {
+        if let Ok(key) = DecodingKey::from_ed_pem(pem.as_bytes()) {
+            return Ok(TokenKey::EdDsa(key));
+        }
+        if let Ok(key) = DecodingKey::from_ec_pem(pem.as_bytes()) {
+            return Ok(TokenKey::Es256(key));
+        }
+        Err("not a PEM Ed25519 or P-256 public key".into())
+    }
+}
+
+/// A Pusher app key and its secret.
+#[derive(Debug, Clone)]
+pub struct PusherApp {
+    /// `^[A-Za-z0-9_-]{1,128}$`
+    pub key: String,
+    /// At least 16 bytes.
+    pub secret: String,
+}
+
+/// A tenant's webhook.
+#[derive(Debug, Clone)]
+pub struct WebhookTarget {
+    /// An http or https URL.
+    pub url: String,
+    /// Standard Webhooks signing key.
+    pub key: SigningKey,
+}
+
+impl TenantSettings {
+    /// Parses entry `index` of `[[tenants]]`; errors name `tenants[index].key`.
+    pub fn parse(t: &TenantConfig, index: usize) -> Result<TenantSettings, ConfigError> {
+        let at = |k: &str| format!("tenants[{index}].{k}");
+        if !is_valid_tenant_id(&t.id) {
+            return Err(ConfigError::new(
+                at("id"),
+                "must match ^[a-z0-9][a-z0-9-]{0,62}$",
+            ));
+        }
+        let mut api_keys = Vec::with_capacity(t.api_keys.len());
+        for (j, k) in t.api_keys.iter().enumerate() {
+            api_keys.push(parse_key_hash(k).ok_or_else(|| {
+                ConfigError::new(
+                    at(&format!("api_keys[{j}]")),
+                    "must be \"sha256:\" followed by 64 hex digits",
+                )
+            })?);
+        }
+        let token_key = match (&t.token_secret, &t.token_public_key) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    at("token_public_key"),
+                    "set token_secret or token_public_key, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(ConfigError::new(
+                    at("token_secret"),
+                    "set token_secret (HS256) or token_public_key (EdDSA, ES256)",
+                ));
+            }
+            (Some(s), None) => {
+                TokenKey::hs256(s).map_err(|e| ConfigError::new(at("token_secret"), e))?
+            }
+            (None, Some(pem)) => TokenKey::public_pem(pem)
+                .map_err(|e| ConfigError::new(at("token_public_key"), e))?,
+        };
+        for (j, o) in t.allowed_origins.iter().enumerate() {
+            check_origin(o)
+                .map_err(|e| ConfigError::new(at(&format!("allowed_origins[{j}]")), e))?;
+        }
+        Ok(TenantSettings {
+            id: t.id.clone(),
+            api_keys,
+            token_key,
+            origins: t.allowed_origins.clone(),
+            pusher: parse_pusher(t, &at)?,
+            webhook: parse_webhook(t, &at)?,
+            limits: check_limits(t.limits, &at)?,
+        })
+    }
+
+    /// Each Pusher app key with the config key it came from (`pusher_key`,
+    /// `pusher_old_keys[0]`, …).
+    pub fn pusher_key_names(&self) -> impl Iterator<Item = (String, &PusherApp)> {
+        self.pusher.iter().enumerate().map(|(j, app)| {
+            let name = match j {
+                0 => "pusher_key".to_owned(),
+                n => format!("pusher_old_keys[{}]", n - 1),
+            };
+            (name, app)
+        })
+    }
+}
+
+fn parse_pusher(
+    t: &TenantConfig,
+    at: &impl Fn(&str) -> String,
+) -> Result<Vec<PusherApp>, ConfigError> {
+    if t.pusher_key.is_some() != t.pusher_secret.is_some() {
+        return Err(ConfigError::new(
+            at("pusher_secret"),
+            "pusher_key and pusher_secret go together",
+        ));
+    }
+    if t.pusher_key.is_none() && !t.pusher_old_keys.is_empty() {
+        return Err(ConfigError::new(
+            at("pusher_old_keys"),
+            "needs pusher_key and pusher_secret",
+        ));
+    }
+    let current = t.pusher_key.iter().zip(&t.pusher_secret).map(|(k, s)| {
+        (
+            ("pusher_key".to_owned(), k),
+            ("pusher_secret".to_owned(), s),
+        )
+    });
+    let old = t.pusher_old_keys.iter().enumerate().map(|(j, p)| {
+        let name = format!("pusher_old_keys[{j}]");
+        ((name.clone(), &p.key), (name, &p.secret))
+    });
+    let mut apps = Vec::new();
+    for ((key_name, key), (secret_name, secret)) in current.chain(old) {
+        if !is_valid_app_key(key) {
+            return Err(ConfigError::new(
+                at(&key_name),
+                "must match ^[A-Za-z0-9._-]{1,128}$",
+            ));
+        }
+        if secret.len() < 16 {
+            return Err(ConfigError::new(
+                at(&secret_name),
+                "secret must be at least 16 bytes",
+            ));
+        }
+        apps.push(PusherApp {
+            key: key.clone(),
+            secret: secret.clone(),
+        });
+    }
+    Ok(apps)
+}
+
+fn parse_webhook(
+    t: &TenantConfig,
+    at: &impl Fn(&str) -> String,
+) -> Result<Option<WebhookTarget>, ConfigError> {
+    let Some(u) = &t.webhook_url else {
+        return Ok(None);
+    };
+    let ok = url::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
+    if !ok {
+        return Err(ConfigError::new(
+            at("webhook_url"),
+            "must be an http or https URL",
+        ));
+    }
+    let secret = t
+        .webhook_secret
+        .as_deref()
+        .ok_or_else(|| ConfigError::new(at("webhook_secret"), "required with webhook_url"))?;
+    let key = SigningKey::parse(secret).map_err(|e| ConfigError::new(at("webhook_secret"), e))?;
+    Ok(Some(WebhookTarget {
+        url: u.clone(),
+        key,
+    }))
+}
+
+fn check_limits(
+    l: TenantLimits,
+    at: &impl Fn(&str) -> String,
+) -> Result<TenantLimits, ConfigError> {
+    let positive = [
+        ("limits.max_connections", l.max_connections),
+        (
+            "limits.max_pages_per_conversation",
+            u64::from(l.max_pages_per_conversation),
+        ),
+        (
+            "limits.page_messages_per_second",
+            u64::from(l.page_messages_per_second),
+        ),
+        ("limits.calls_per_second", u64::from(l.calls_per_second)),
+        ("limits.default_call_timeout_ms", l.default_call_timeout_ms),
+        ("limits.max_call_timeout_ms", l.max_call_timeout_ms),
+    ];
+    for (k, v) in positive {
+        if v == 0 {
+            return Err(ConfigError::new(at(k), "must be greater than 0"));
+        }
+    }
+    if l.max_message_bytes < 1024 || l.max_message_bytes > MAX_FRAME_BYTES {
+        return Err(ConfigError::new(
+            at("limits.max_message_bytes"),
+            "must be between 1024 and 4194304",
+        ));
+    }
+    if l.max_call_timeout_ms > CALL_TIMEOUT_CEILING_MS {
+        return Err(ConfigError::new(
+            at("limits.max_call_timeout_ms"),
+            "must be at most 600000",
+        ));
+    }
+    if l.default_call_timeout_ms > l.max_call_timeout_ms {
+        return Err(ConfigError::new(
+            at("limits.default_call_timeout_ms"),
+            "must not exceed limits.max_call_timeout_ms",
+        ));
+    }
+    Ok(l)
+}
+
+/// Whether `id` is a tenant id: `^[a-z0-9][a-z0-9-]{0,62}$`.
+pub fn is_valid_tenant_id(id: &str) -> bool {
+    let b = id.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// Whether `key` is a Pusher app key: `^[A-Za-z0-9._-]{1,128}$`.
+pub fn is_valid_app_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 128
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Parses `sha256:<64 hex>` into the hash bytes.
+pub fn parse_key_hash(s: &str) -> Option<[u8; 32]> {
+    let hex_part = s.strip_prefix("sha256:")?;
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(hex_part, &mut out).ok()?;
+    Some(out)
+}
+
+/// An origin must be exactly `scheme://host[:port]` as a browser serializes it.
+fn check_origin(o: &str) -> Result<(), String> {
+    if o == "*" || o == "null" {
+        return Err(format!("{o:?} is not allowed; list exact origins"));
+    }
+    let url = url::Url::parse(o).map_err(|e| format!("{o:?} is not an origin: {e}"))?;
+    let serialized = url.origin().ascii_serialization();
+    if serialized != o {
+        return Err(format!(
+            "{o:?} is not an exact origin (did you mean {serialized:?}?)"
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! The configuration's layers and parse: every error names its key.
+
+use super::*;
+
+const BASE: &str = r#"
+    [[tenants]]
+    id = "acme"
+    api_keys = ["sha256:2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"]
+    token_secret = "0123456789abcdef0123456789abcdef"
+    allowed_origins = ["https://app.acme.example"]
+"#;
+
+fn load(text: &str, env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+    let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+    Settings::load(text, env, &Overrides::default())
+}
+
+#[test]
+fn defaults_apply_and_a_good_file_loads() {
+    let c = load(BASE, &[]).unwrap();
+    assert_eq!(c.server.listen.to_string(), "0.0.0.0:8080");
+    assert_eq!(c.tenants[0].limits, TenantLimits::default());
+}
+
+#[test]
+fn errors_name_the_key() {
+    let e = load(
+        &format!("{BASE}\n[tenants.limits]\ncalls_per_second = \"fast\""),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "tenants[0].limits.calls_per_second");
+    let e = load(
+        &format!("{BASE}\n[tenants.limits]\ncalls_per_second = 0"),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "tenants[0].limits.calls_per_second");
+    let e = load(&format!("[server]\nlisten = \"nowhere\"\n{BASE}"), &[]).unwrap_err();
+    assert_eq!(e.key, "server.listen");
+    let e = load(&format!("[server]\nlisten_on = 1\n{BASE}"), &[]).unwrap_err();
+    assert_eq!(e.key, "server.listen_on");
+    let e = load(
+        &BASE.replace("https://app.acme.example", "https://app.acme.example/"),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "tenants[0].allowed_origins[0]");
+    let e = load(&BASE.replace("sha256:2bb8", "md5:2bb8"), &[]).unwrap_err();
+    assert_eq!(e.key, "tenants[0].api_keys[0]");
+    let e = load(&BASE.replace("\"acme\"", "\"Acme\""), &[]).unwrap_err();
+    assert_eq!(e.key, "tenants[0].id");
+    let e = load(&format!("[broker]\nkind = \"redis\"\n{BASE}"), &[]).unwrap_err();
+    assert_eq!(e.key, "broker.url");
+    let e = load(
+        &format!("[broker]\nkind = \"redis\"\nurl = \"http://x\"\n{BASE}"),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "broker.url");
+    assert!(load(&format!("[broker]\nkind = \"redis\"\nurl = \"redis-cluster://127.0.0.1:7000,127.0.0.1:7001\"\n{BASE}"), &[]).is_ok());
+    let e = load("not toml [", &[]).unwrap_err();
+    assert_eq!(e.key, "config");
+}
+
+#[test]
+fn pusher_keys_select_one_tenant_each() {
+    let pusher = |extra: &str| {
+        let second = BASE.replace("\"acme\"", "\"globex\"");
+        format!(
+            "{BASE}\npusher_key = \"k1\"\npusher_secret = \"0123456789abcdef\"\n{second}\n{extra}"
+        )
+    };
+    assert!(load(&pusher(""), &[]).is_ok());
+    let old = "pusher_key = \"k2\"\npusher_secret = \"0123456789abcdef\"\npusher_old_keys = [{ key = \"k1\", secret = \"0123456789abcdef\" }]";
+    let e = load(&pusher(old), &[]).unwrap_err();
+    assert_eq!(e.key, "tenants[1].pusher_old_keys[0]", "{e}");
+    let e = load(
+        &pusher("pusher_old_keys = [{ key = \"k3\", secret = \"0123456789abcdef\" }]"),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "tenants[1].pusher_old_keys");
+    let e = load(
+        &pusher("pusher_key = \"a:b\"\npusher_secret = \"0123456789abcdef\""),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "tenants[1].pusher_key");
+    let e = load(
+        &pusher("pusher_key = \"k4\"\npusher_secret = \"short\""),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.key, "tenants[1].pusher_secret",
+        "the short value is the secret"
+    );
+    let e = load(&pusher("pusher_key = \"k4\""), &[]).unwrap_err();
+    assert_eq!(e.key, "tenants[1].pusher_secret");
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let c = load(
+        BASE,
+        &[
+            ("TOOLMARK_SERVER__DRAIN_TIMEOUT_MS", "2500"),
+            ("TOOLMARK_TENANTS__0__LIMITS__CALLS_PER_SECOND", "7"),
+            ("OTHER", "x"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        c.server.drain_timeout,
+        std::time::Duration::from_millis(2500)
+    );
+    assert_eq!(c.tenants[0].limits.calls_per_second, 7);
+    let e = load(BASE, &[("TOOLMARK_SERVER__DRAIN_TIMEOUT_MS", "soon")]).unwrap_err();
+    assert_eq!(e.key, "server.drain_timeout_ms");
+    let e = load(BASE, &[("TOOLMARK_TENANTS__3__ID", "x")]).unwrap_err();
+    assert_eq!(e.key, "tenants.3.id");
+}
+
+#[test]
+fn flags_override_environment_and_file() {
+    let o = Overrides {
+        listen: Some("127.0.0.1:9999".into()),
+        ..Overrides::default()
+    };
+    let c = Settings::load(
+        BASE,
+        [(
+            "TOOLMARK_SERVER__LISTEN".to_owned(),
+            "127.0.0.1:1".to_owned(),
+        )],
+        &o,
+    )
+    .unwrap();
+    assert_eq!(c.server.listen.to_string(), "127.0.0.1:9999");
+}
+
+#[test]
+fn dev_mode_is_loopback_only() {
+    let c = Settings::dev([], &Overrides::default()).unwrap();
+    assert_eq!(c.server.listen.to_string(), "127.0.0.1:8080");
+    assert!(c.dev_mode && c.tenants.is_empty());
+    let public = Overrides {
+        listen: Some("0.0.0.0:8080".into()),
+        ..Overrides::default()
+    };
+    assert_eq!(Settings::dev([], &public).unwrap_err().key, "server.listen");
+    let env = [("TOOLMARK_SERVER__LISTEN".to_owned(), "0.0.0.0:1".to_owned())];
+    assert_eq!(
+        Settings::dev(env, &Overrides::default()).unwrap_err().key,
+        "server.listen"
+    );
+}

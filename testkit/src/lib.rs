@@ -1,0 +1,5 @@
+//! Test support shared by the suites of `toolmark-broker`, `toolmark-gateway` and
+//! `toolmark-worker`, so that no suite imports another's test files: real `redis-server`
+//! processes ([`redis::RedisProc`]) and six-node clusters ([`redis::RedisCluster`]).
+
+pub mod redis;
