@@ -119,187 +119,274 @@ struct Node {
     alive: bool,
 }
 
-async fn run(mut all: Vec<Node>, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let c = conv();
-    let mut r = Reference::default();
+async fn run(all: Vec<Node>, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let mut case = Case {
+        all,
+        r: Reference::default(),
+        c: conv(),
+    };
     for op in ops {
-        // Requests go through live nodes; sockets name their node in `all`.
-        let live: Vec<usize> = (0..all.len()).filter(|i| all[*i].alive).collect();
-        let nodes: Vec<SharedBroker> = live.iter().map(|i| all[*i].broker.clone()).collect();
+        case.step(op).await?;
+    }
+    Ok(())
+}
+
+/// One case: the nodes, the reference model, the conversation.
+struct Case {
+    all: Vec<Node>,
+    r: Reference,
+    c: ConvKey,
+}
+
+impl Case {
+    /// Indexes of the live nodes (sockets name their node in `all`).
+    fn live(&self) -> Vec<usize> {
+        (0..self.all.len()).filter(|i| self.all[*i].alive).collect()
+    }
+
+    /// The live nodes' brokers: requests go through them.
+    fn nodes(&self) -> Vec<SharedBroker> {
+        self.live()
+            .iter()
+            .map(|i| self.all[*i].broker.clone())
+            .collect()
+    }
+
+    async fn step(&mut self, op: Op) -> Result<(), TestCaseError> {
         match op {
-            Op::Kill { node } => {
-                let node = node % all.len();
-                if live.len() < 2 || !all[node].alive {
-                    continue;
-                }
-                if !all[node].mortal {
-                    continue;
-                }
-                all[node].broker.close().await;
-                all[node].alive = false;
-                r.sockets.retain(|s| s.node != node);
-                // Five missed heartbeats (100 ms each), then the survivor's next read of them.
-                tokio::time::sleep(Duration::from_millis(800)).await;
-            }
+            Op::Kill { node } => self.kill(node).await,
             Op::Admit { node } => {
+                let live = self.live();
                 let node = live[node % live.len()];
-                all[node].broker.admit_page(&c, &LIMITS).await.unwrap();
-                r.sockets.push(Socket { node, client: None });
-            }
-            Op::Identify { socket, client } => {
-                let Some(s) = r.sockets.get_mut(socket) else {
-                    continue;
-                };
-                if s.client.is_some() {
-                    continue;
-                }
-                let client = CLIENTS[client].to_owned();
-                all[s.node]
+                self.all[node]
                     .broker
-                    .page_identified(&c, &client)
+                    .admit_page(&self.c, &LIMITS)
                     .await
                     .unwrap();
-                s.client = Some(client);
+                self.r.sockets.push(Socket { node, client: None });
+                Ok(())
             }
-            Op::Release { socket } => {
-                if socket >= r.sockets.len() {
-                    continue;
-                }
-                let s = r.sockets.remove(socket);
-                let still = r.sockets.iter().any(|o| o.client == s.client);
-                let left = all[s.node]
-                    .broker
-                    .release_page(&c, s.client.as_deref())
-                    .await
-                    .unwrap();
-                prop_assert_eq!(left.page_gone, s.client.is_some() && !still, "page_gone");
-            }
-            Op::Manifest { socket } => {
-                let Some(client) = r.sockets.get(socket).and_then(|s| s.client.clone()) else {
-                    continue;
-                };
-                r.seq += 1;
-                let m = Manifest {
-                    client_id: client.clone(),
-                    rev: r.seq,
-                    tools: vec![],
-                };
-                all[r.sockets[socket].node]
-                    .broker
-                    .put_manifest(&c, &m)
-                    .await
-                    .unwrap();
-                r.manifests.insert(client.clone(), r.seq);
-                r.current = Some(client);
-            }
-            Op::Call => {
-                let state = nodes[0].conversation(&c).await.unwrap();
-                let expected = r.current_page();
-                prop_assert_eq!(&state.client_id, &expected, "current page");
-                prop_assert_eq!(state.sockets, r.presence().sockets(), "sockets");
-                let pages: BTreeMap<String, u32> = state
-                    .pages
-                    .iter()
-                    .map(|p| (p.client_id.clone(), p.sockets))
-                    .collect();
-                prop_assert_eq!(pages, r.presence().identified, "pages");
-                if !model::accepts_calls(expected.as_deref(), state.sockets, None) {
-                    continue;
-                }
-                let client = expected.unwrap_or_default();
-                let (id, _waiter) = call(&nodes[0], &c, &client, Duration::from_secs(120)).await;
-                r.calls.push((id, client, CallState::Pending));
-            }
+            Op::Identify { socket, client } => self.identify(socket, client).await,
+            Op::Release { socket } => self.release(socket).await,
+            Op::Manifest { socket } => self.manifest(socket).await,
+            Op::Call => self.call().await,
             Op::Result {
                 call,
                 client,
                 confirm,
                 other,
-            } => {
-                let Some((id, bound, state)) = r.calls.get(call).cloned() else {
-                    continue;
-                };
-                let from = CLIENTS[client];
-                let from_conv = if other {
-                    ConvKey::new("t", "u", "other")
-                } else {
-                    c.clone()
-                };
-                let found = if other {
-                    Found::Elsewhere
-                } else {
-                    Found::Here(CallFacts {
-                        client_id: &bound,
-                        state,
-                        deadline_ms: u64::MAX,
-                    })
-                };
-                let expected = model::check_result(found, from, 0);
-                let confirm_id = uuid::Uuid::new_v4().to_string();
-                let result = if confirm { needs(&confirm_id) } else { ok() };
-                let node = &nodes[client % nodes.len()];
-                let got = rejection(
-                    node.submit_result(&page(&from_conv, from), &id, result)
-                        .await
-                        .map(|_| ()),
-                );
-                prop_assert_eq!(got, expected, "result");
-                if got.is_ok() {
-                    r.calls[call].2 = CallState::Answered;
-                    if confirm {
-                        r.confirms.push((confirm_id, from.to_owned(), false));
-                    }
-                }
-            }
-            Op::Timeout { call } => {
-                let Some((id, _, state)) = r.calls.get(call).cloned() else {
-                    continue;
-                };
-                let won = nodes[1 % nodes.len()]
-                    .time_out(&c, &id)
-                    .await
-                    .unwrap()
-                    .is_some();
-                prop_assert_eq!(won, state == CallState::Pending, "timeout won");
-                if won {
-                    r.calls[call].2 = CallState::TimedOut;
-                }
-            }
+            } => self.result(call, client, confirm, other).await,
+            Op::Timeout { call } => self.timeout(call).await,
             Op::Confirm {
                 confirm,
                 client,
                 unknown,
-            } => {
-                let from = CLIENTS[client];
-                let (id, expected) = if unknown {
-                    (
-                        uuid::Uuid::new_v4().to_string(),
-                        model::check_confirm(Found::Nowhere, from),
-                    )
-                } else {
-                    let Some((id, bound, used)) = r.confirms.get(confirm).cloned() else {
-                        continue;
-                    };
-                    let facts = ConfirmFacts {
-                        client_id: &bound,
-                        used,
-                    };
-                    (id, model::check_confirm(Found::Here(facts), from))
-                };
-                let got = rejection(
-                    nodes[0]
-                        .submit_confirmed(&page(&c, from), &id)
-                        .await
-                        .map(|_| ()),
-                );
-                prop_assert_eq!(got, expected, "confirmed");
-                if got.is_ok() {
-                    r.confirms[confirm].2 = true;
-                }
-            }
+            } => self.confirm(confirm, client, unknown).await,
         }
     }
-    Ok(())
+
+    /// Stops a Redis node; waits until the survivor no longer counts its sockets (its
+    /// heartbeats stop, then the survivor's next read of the live set drops it).
+    async fn kill(&mut self, node: usize) -> Result<(), TestCaseError> {
+        let node = node % self.all.len();
+        if self.live().len() < 2 || !self.all[node].alive || !self.all[node].mortal {
+            return Ok(());
+        }
+        self.all[node].broker.close().await;
+        self.all[node].alive = false;
+        self.r.sockets.retain(|s| s.node != node);
+        let survivor = self.nodes()[0].clone();
+        let want = self.r.presence();
+        let c = self.c.clone();
+        crate::support::eventually(
+            Duration::from_secs(5),
+            "the survivor stops counting the dead node's sockets",
+            || {
+                let (b, c, want) = (survivor.clone(), c.clone(), want.clone());
+                async move {
+                    let s = b.conversation(&c).await.ok()?;
+                    let pages: BTreeMap<String, u32> = s
+                        .pages
+                        .iter()
+                        .map(|p| (p.client_id.clone(), p.sockets))
+                        .collect();
+                    (s.sockets == want.sockets() && pages == want.identified).then_some(())
+                }
+            },
+        )
+        .await;
+        Ok(())
+    }
+
+    async fn identify(&mut self, socket: usize, client: usize) -> Result<(), TestCaseError> {
+        let Some(s) = self.r.sockets.get_mut(socket) else {
+            return Ok(());
+        };
+        if s.client.is_some() {
+            return Ok(());
+        }
+        let client = CLIENTS[client].to_owned();
+        self.all[s.node]
+            .broker
+            .page_identified(&self.c, &client)
+            .await
+            .unwrap();
+        s.client = Some(client);
+        Ok(())
+    }
+
+    async fn release(&mut self, socket: usize) -> Result<(), TestCaseError> {
+        if socket >= self.r.sockets.len() {
+            return Ok(());
+        }
+        let s = self.r.sockets.remove(socket);
+        let still = self.r.sockets.iter().any(|o| o.client == s.client);
+        let left = self.all[s.node]
+            .broker
+            .release_page(&self.c, s.client.as_deref())
+            .await
+            .unwrap();
+        prop_assert_eq!(left.page_gone, s.client.is_some() && !still, "page_gone");
+        Ok(())
+    }
+
+    async fn manifest(&mut self, socket: usize) -> Result<(), TestCaseError> {
+        let Some(client) = self.r.sockets.get(socket).and_then(|s| s.client.clone()) else {
+            return Ok(());
+        };
+        self.r.seq += 1;
+        let m = Manifest {
+            client_id: client.clone(),
+            rev: self.r.seq,
+            tools: vec![],
+        };
+        self.all[self.r.sockets[socket].node]
+            .broker
+            .put_manifest(&self.c, &m)
+            .await
+            .unwrap();
+        self.r.manifests.insert(client.clone(), self.r.seq);
+        self.r.current = Some(client);
+        Ok(())
+    }
+
+    async fn call(&mut self) -> Result<(), TestCaseError> {
+        let node = self.nodes()[0].clone();
+        let state = node.conversation(&self.c).await.unwrap();
+        let expected = self.r.current_page();
+        prop_assert_eq!(&state.client_id, &expected, "current page");
+        prop_assert_eq!(state.sockets, self.r.presence().sockets(), "sockets");
+        let pages: BTreeMap<String, u32> = state
+            .pages
+            .iter()
+            .map(|p| (p.client_id.clone(), p.sockets))
+            .collect();
+        prop_assert_eq!(pages, self.r.presence().identified, "pages");
+        if !model::accepts_calls(expected.as_deref(), state.sockets, None) {
+            return Ok(());
+        }
+        let client = expected.unwrap_or_default();
+        let (id, _waiter) = call(&node, &self.c, &client, Duration::from_secs(120)).await;
+        self.r.calls.push((id, client, CallState::Pending));
+        Ok(())
+    }
+
+    async fn result(
+        &mut self,
+        call: usize,
+        client: usize,
+        confirm: bool,
+        other: bool,
+    ) -> Result<(), TestCaseError> {
+        let Some((id, bound, state)) = self.r.calls.get(call).cloned() else {
+            return Ok(());
+        };
+        let from = CLIENTS[client];
+        let from_conv = if other {
+            ConvKey::new("t", "u", "other")
+        } else {
+            self.c.clone()
+        };
+        let found = if other {
+            Found::Elsewhere
+        } else {
+            Found::Here(CallFacts {
+                client_id: &bound,
+                state,
+                deadline_ms: u64::MAX,
+            })
+        };
+        let expected = model::check_result(found, from, 0);
+        let confirm_id = uuid::Uuid::new_v4().to_string();
+        let result = if confirm { needs(&confirm_id) } else { ok() };
+        let nodes = self.nodes();
+        let node = &nodes[client % nodes.len()];
+        let got = rejection(
+            node.submit_result(&page(&from_conv, from), &id, result)
+                .await
+                .map(|_| ()),
+        );
+        prop_assert_eq!(got, expected, "result");
+        if got.is_ok() {
+            self.r.calls[call].2 = CallState::Answered;
+            if confirm {
+                self.r.confirms.push((confirm_id, from.to_owned(), false));
+            }
+        }
+        Ok(())
+    }
+
+    async fn timeout(&mut self, call: usize) -> Result<(), TestCaseError> {
+        let Some((id, _, state)) = self.r.calls.get(call).cloned() else {
+            return Ok(());
+        };
+        let nodes = self.nodes();
+        let won = nodes[1 % nodes.len()]
+            .time_out(&self.c, &id)
+            .await
+            .unwrap()
+            .is_some();
+        prop_assert_eq!(won, state == CallState::Pending, "timeout won");
+        if won {
+            self.r.calls[call].2 = CallState::TimedOut;
+        }
+        Ok(())
+    }
+
+    async fn confirm(
+        &mut self,
+        confirm: usize,
+        client: usize,
+        unknown: bool,
+    ) -> Result<(), TestCaseError> {
+        let from = CLIENTS[client];
+        let (id, expected) = if unknown {
+            (
+                uuid::Uuid::new_v4().to_string(),
+                model::check_confirm(Found::Nowhere, from),
+            )
+        } else {
+            let Some((id, bound, used)) = self.r.confirms.get(confirm).cloned() else {
+                return Ok(());
+            };
+            let facts = ConfirmFacts {
+                client_id: &bound,
+                used,
+            };
+            (id, model::check_confirm(Found::Here(facts), from))
+        };
+        let got = rejection(
+            self.nodes()[0]
+                .submit_confirmed(&page(&self.c, from), &id)
+                .await
+                .map(|_| ()),
+        );
+        prop_assert_eq!(got, expected, "confirmed");
+        if got.is_ok() {
+            self.r.confirms[confirm].2 = true;
+        }
+        Ok(())
+    }
 }
 
 fn check(backend: Backend, cases: u32) {
@@ -329,19 +416,21 @@ fn check(backend: Backend, cases: u32) {
             let (n1, _) = nodes.node_with("n1", hb).await;
             let (n2, _) = nodes.node_with("n2", hb).await;
             if backend != Backend::Memory {
-                // Both nodes count each other as live before the sequence starts.
-                for n in [&n1, &n2] {
+                // Both nodes count each other as live before the sequence starts: each sees a
+                // socket the other admits on a probe conversation.
+                for (a, b) in [(&n1, &n2), (&n2, &n1)] {
+                    let probe = ConvKey::new("t", "u", "probe");
+                    b.admit_page(&probe, &LIMITS).await.unwrap();
                     crate::support::eventually(
                         Duration::from_secs(5),
                         "the nodes see each other",
                         || async {
-                            let _ = n.conversation(&conv()).await;
-                            Some(())
+                            (a.conversation(&probe).await.ok()?.sockets == 1).then_some(())
                         },
                     )
                     .await;
+                    b.release_page(&probe, None).await.unwrap();
                 }
-                tokio::time::sleep(Duration::from_millis(450)).await;
             }
             let killable = backend != Backend::Memory;
             let all = vec![

@@ -16,6 +16,8 @@ use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use toolmark_process::config::{Overrides, Settings};
 
+pub use crate::agent::{Agent, Answer};
+
 pub const ACME_SECRET: &str = "acme-secret-0123456789abcdef0123456789";
 pub const GLOBEX_SECRET: &str = "globex-secret-0123456789abcdef012345678";
 pub const ACME_KEY: &str = "key-acme";
@@ -189,12 +191,7 @@ impl Gateway {
     }
 
     pub fn agent(&self, tenant: &str, key: &str) -> Agent {
-        Agent {
-            gw_url: self.url(""),
-            tenant: tenant.into(),
-            key: key.into(),
-            http: self.http.clone(),
-        }
+        Agent::new(&self.url(""), tenant, key, self.http.clone())
     }
 
     pub fn acme(&self) -> Agent {
@@ -458,191 +455,6 @@ impl Page {
                 Some(Ok(Message::Close(None))) | None => return 1005,
                 Some(Ok(_)) => {}
                 Some(Err(e)) => panic!("socket error before close: {e}"),
-            }
-        }
-    }
-}
-
-/// The agent backend side: HTTP with a tenant's API key.
-#[derive(Clone)]
-pub struct Agent {
-    gw_url: String,
-    pub tenant: String,
-    pub key: String,
-    pub http: reqwest::Client,
-}
-
-/// Status and JSON body of an answer.
-pub struct Answer {
-    pub status: u16,
-    pub headers: reqwest::header::HeaderMap,
-    pub body: Value,
-}
-
-impl Agent {
-    pub fn new(gw_url: &str, tenant: &str, key: &str, http: reqwest::Client) -> Agent {
-        Agent {
-            gw_url: gw_url.into(),
-            tenant: tenant.into(),
-            key: key.into(),
-            http,
-        }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}/v1/tenants/{}{path}", self.gw_url, self.tenant)
-    }
-
-    pub fn conv(&self, user: &str, conversation: &str) -> String {
-        format!("/users/{user}/conversations/{conversation}")
-    }
-
-    async fn read(res: reqwest::Response) -> Answer {
-        let status = res.status().as_u16();
-        let headers = res.headers().clone();
-        let text = res.text().await.unwrap();
-        let body = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
-        };
-        Answer {
-            status,
-            headers,
-            body,
-        }
-    }
-
-    pub async fn get(&self, path: &str) -> Answer {
-        Self::read(
-            self.http
-                .get(self.url(path))
-                .bearer_auth(&self.key)
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
-    }
-
-    pub async fn post(&self, path: &str, body: Value) -> Answer {
-        Self::read(
-            self.http
-                .post(self.url(path))
-                .bearer_auth(&self.key)
-                .json(&body)
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
-    }
-
-    /// Starts a call without waiting for its answer.
-    pub fn call_later(&self, user: &str, conversation: &str, body: Value) -> JoinHandle<Answer> {
-        let me = self.clone();
-        let path = format!("{}/calls", self.conv(user, conversation));
-        tokio::spawn(async move { me.post(&path, body).await })
-    }
-
-    /// Waits until the conversation's current page is `client_id`.
-    pub async fn wait_current(&self, user: &str, conversation: &str, client_id: &str) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let a = self.get(&self.conv(user, conversation)).await;
-            if a.body["clientId"] == client_id {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "page {client_id} never became current: {}",
-                a.body
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// Opens the SSE stream.
-    pub async fn events(&self, query: &str, last_id: Option<&str>) -> Events {
-        let mut req = self
-            .http
-            .get(self.url(&format!("/events{query}")))
-            .bearer_auth(&self.key);
-        if let Some(id) = last_id {
-            req = req.header("last-event-id", id);
-        }
-        let res = req.send().await.unwrap();
-        assert_eq!(res.status(), 200);
-        Events {
-            stream: Box::pin(res.bytes_stream()),
-            buf: String::new(),
-        }
-    }
-}
-
-type ByteStream =
-    std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Bytes>> + Send>>;
-
-/// A parsed SSE stream.
-pub struct Events {
-    stream: ByteStream,
-    buf: String,
-}
-
-/// One SSE event.
-#[derive(Debug, Clone)]
-pub struct Sse {
-    pub id: String,
-    pub event: String,
-    pub data: Value,
-}
-
-impl Events {
-    /// The next event within `wait`, or `None`.
-    pub async fn next_within(&mut self, wait: Duration) -> Option<Sse> {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let block: String = self.buf.drain(..end + 2).collect();
-                let mut ev = Sse {
-                    id: String::new(),
-                    event: String::new(),
-                    data: Value::Null,
-                };
-                let mut data = String::new();
-                for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("id:") {
-                        ev.id = v.trim().into();
-                    } else if let Some(v) = line.strip_prefix("event:") {
-                        ev.event = v.trim().into();
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push_str(v.trim_start());
-                    }
-                }
-                if data.is_empty() {
-                    continue; // keep-alive comment
-                }
-                ev.data = serde_json::from_str(&data).unwrap();
-                return Some(ev);
-            }
-            match tokio::time::timeout_at(deadline, self.stream.next()).await {
-                Err(_) | Ok(None) => return None,
-                Ok(Some(chunk)) => self.buf.push_str(&String::from_utf8_lossy(&chunk.unwrap())),
-            }
-        }
-    }
-
-    /// The next event of type `kind` (others are skipped); panics after [`WAIT`].
-    pub async fn next_of(&mut self, kind: &str) -> Sse {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let ev = self
-                .next_within(left)
-                .await
-                .unwrap_or_else(|| panic!("no {kind} event arrived"));
-            if ev.event == kind {
-                return ev;
             }
         }
     }

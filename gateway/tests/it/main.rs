@@ -1,9 +1,11 @@
 //! Integration tests of `toolmark-gateway`: real servers on ephemeral ports, real WebSockets
 //! and real HTTP. Each test starts its own gateway.
 
+mod agent;
 mod agent_api;
 mod binary;
 mod echo_inbound;
+mod faults;
 mod harness;
 mod inbound;
 mod isolation;

@@ -188,7 +188,6 @@ async fn a_new_pairing_supersedes_the_old_page_with_4409() {
     let mut other = WsPage::connect(cli.port).await;
     other.resume(&token).await.unwrap();
     let mut stale = WsPage::connect(cli.port).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
     stale
         .send(json!({"type": "resume", "token": "0".repeat(64)}))
         .await;

@@ -17,7 +17,7 @@ use toolmark_testkit::redis::RedisProc;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
-struct NoPages;
+pub(crate) struct NoPages;
 impl PageSink for NoPages {
     fn deliver(&self, _: &ConvKey, _: &str, _: Arc<str>) {}
 }
