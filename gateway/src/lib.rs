@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod close;
 pub mod demo;
 pub mod ids;
 pub mod inbound;
@@ -15,6 +16,7 @@ pub mod ops;
 pub mod page;
 pub mod problem;
 pub mod pusher;
+pub mod rate;
 pub mod registry;
 mod serve;
 pub mod session;

@@ -120,10 +120,10 @@ pub struct Tenant {
     pub limits: TenantLimits,
     /// Pusher app keys and secrets (Laravel Echo), the current pair first, then those still
     /// accepted while rotating.
-    pub pusher: Vec<crate::pusher::AppKey>,
+    pub pusher: Vec<crate::pusher::signature::AppKey>,
     /// The rate of page messages forwarded to `/inbound`, per conversation on this node: the
     /// HTTP counterpart of a page socket's message rate.
-    pub inbound_rate: crate::inbound::ConversationRate,
+    pub inbound_rate: crate::rate::ConversationRate,
 }
 
 impl Tenant {
@@ -138,9 +138,9 @@ impl Tenant {
             pusher: c
                 .pusher
                 .iter()
-                .map(|p| crate::pusher::AppKey::new(&p.key, &p.secret))
+                .map(|p| crate::pusher::signature::AppKey::new(&p.key, &p.secret))
                 .collect(),
-            inbound_rate: crate::inbound::ConversationRate::new(c.limits.page_messages_per_second),
+            inbound_rate: crate::rate::ConversationRate::new(c.limits.page_messages_per_second),
         }
     }
 

@@ -36,7 +36,8 @@ pub async fn accept(
     conv: &ConvKey,
     body: &[u8],
 ) -> Result<(), Problem> {
-    if !tenant.inbound_rate.take(app, conv) {
+    if !tenant.inbound_rate.take(conv) {
+        app.metrics.inbound_rejected("rate_limited");
         return Err(Problem {
             detail: "The conversation's page message rate is exhausted.".into(),
             ..Problem::rate_limited(RateLimited {

@@ -143,7 +143,7 @@ impl Connection {
                         Some(Ok(Message::Text(text))) => Box::pin(self.on_text(text.as_str())).await,
                         Some(Ok(_)) => Flow::Continue,
                         Some(Err(e)) if e.to_string().contains("too long") || e.to_string().contains("Space limit") => {
-                            Flow::Close(crate::page::close::TOO_BIG, "frame too large")
+                            Flow::Close(crate::close::TOO_BIG, "frame too large")
                         }
                         Some(Err(_)) => Flow::Gone,
                     }

@@ -6,7 +6,7 @@
 
 mod connection;
 pub mod protocol;
-mod signature;
+pub mod signature;
 
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, Query, State};

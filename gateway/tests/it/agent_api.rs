@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::harness::{Gateway, ready_page, tool};
+use crate::harness::{Agent, Gateway, ready_page, tool};
 
 fn tools() -> serde_json::Value {
     json!([
@@ -67,11 +67,12 @@ async fn a_call_and_a_describe_reach_the_page_and_return_its_result() {
     );
 }
 
+/// The limits of the error tests: a call rate of 1 per second (burst 2) and 2 KiB messages.
+const LIMITS: &str = "[tenants.limits]\ncalls_per_second = 1\nmax_message_bytes = 2048";
+
 #[tokio::test]
 async fn errors_are_problem_json_with_stable_codes() {
-    let gw =
-        Gateway::start_with("[tenants.limits]\ncalls_per_second = 1\nmax_message_bytes = 2048")
-            .await;
+    let gw = Gateway::start_with(LIMITS).await;
     let acme = gw.acme();
     let res = gw
         .http
@@ -85,6 +86,45 @@ async fn errors_are_problem_json_with_stable_codes() {
     assert_eq!(body["code"], "unauthorized");
     assert_eq!(body["status"], 401);
 
+    assert_eq!(
+        acme.get("/calls/00000000-0000-4000-8000-000000000000")
+            .await
+            .body["code"],
+        "not_found"
+    );
+    assert_eq!(
+        acme.post("/tokens", json!({"conversation": "c"}))
+            .await
+            .body["pointer"],
+        "/user"
+    );
+    assert_eq!(
+        acme.post(
+            "/tokens",
+            json!({"user": "u", "conversation": "c", "scope": 1})
+        )
+        .await
+        .body["pointer"],
+        "/scope"
+    );
+    let nested = acme
+        .post(
+            "/users/u1/conversations/c1/llm-tools/invoke",
+            json!({"name": "page_call", "input": {}}),
+        )
+        .await;
+    assert_eq!(nested.body["pointer"], "/input/tool");
+    let nowhere = acme.get("/nothing/here").await;
+    assert_eq!(
+        (nowhere.status, nowhere.body["code"].as_str()),
+        (404, Some("not_found"))
+    );
+}
+
+#[tokio::test]
+async fn refused_calls_say_why_and_do_not_use_up_the_rate() {
+    let gw = Gateway::start_with(LIMITS).await;
+    let acme = gw.acme();
     let bad = acme
         .post(
             "/users/u1/conversations/c1/calls",
@@ -124,34 +164,6 @@ async fn errors_are_problem_json_with_stable_codes() {
         (big.status, big.body["code"].as_str()),
         (413, Some("payload_too_large"))
     );
-    assert_eq!(
-        acme.get("/calls/00000000-0000-4000-8000-000000000000")
-            .await
-            .body["code"],
-        "not_found"
-    );
-    assert_eq!(
-        acme.post("/tokens", json!({"conversation": "c"}))
-            .await
-            .body["pointer"],
-        "/user"
-    );
-    assert_eq!(
-        acme.post(
-            "/tokens",
-            json!({"user": "u", "conversation": "c", "scope": 1})
-        )
-        .await
-        .body["pointer"],
-        "/scope"
-    );
-    let nested = acme
-        .post(
-            "/users/u1/conversations/c1/llm-tools/invoke",
-            json!({"name": "page_call", "input": {}}),
-        )
-        .await;
-    assert_eq!(nested.body["pointer"], "/input/tool");
     let huge = gw
         .http
         .post(acme.url("/users/u1/conversations/c1/calls"))
@@ -162,13 +174,9 @@ async fn errors_are_problem_json_with_stable_codes() {
         .unwrap();
     assert_eq!(huge.status(), 413);
     assert_eq!(huge.headers()["content-type"], "application/problem+json");
-    let nowhere = acme.get("/nothing/here").await;
-    assert_eq!(
-        (nowhere.status, nowhere.body["code"].as_str()),
-        (404, Some("not_found"))
-    );
 
-    // calls_per_second = 1, burst 2: two calls pass the limit (and find no page), the third is limited.
+    // calls_per_second = 1, burst 2, and the refusals above took none of it: two calls pass
+    // the limit (and find no page), the third is limited.
     for _ in 0..2 {
         let a = acme
             .post("/users/u1/conversations/c1/calls", json!({"tool": "t"}))
@@ -190,8 +198,20 @@ async fn errors_are_problem_json_with_stable_codes() {
     assert!((1..=2).contains(&retry), "{retry}");
 }
 
+/// The status of u1/c1's llm-tools asked for with `If-None-Match: tag`.
+async fn llm_tools_status(acme: &Agent, tag: &str) -> reqwest::StatusCode {
+    acme.http
+        .get(acme.url("/users/u1/conversations/c1/llm-tools"))
+        .bearer_auth(&acme.key)
+        .header("if-none-match", tag)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
 #[tokio::test]
-async fn llm_tools_are_stable_and_invoke_wraps_untrusted_content() {
+async fn llm_tools_are_stable_and_answer_if_none_match() {
     let gw = Gateway::start().await;
     let mut page = ready_page(&gw, "acme", "u1", "c1", tools()).await;
     let acme = gw.acme();
@@ -225,39 +245,15 @@ async fn llm_tools_are_stable_and_invoke_wraps_untrusted_content() {
     };
     assert_eq!(again.headers["etag"].to_str().unwrap(), etag);
     assert_eq!(again.body["tools"], a.body["tools"]);
-    let cached = gw
-        .http
-        .get(acme.url("/users/u1/conversations/c1/llm-tools"))
-        .bearer_auth(&acme.key)
-        .header("if-none-match", &etag)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(cached.status(), 304);
+    assert_eq!(llm_tools_status(&acme, &etag).await, 304);
     for header in [
         format!("W/{etag}"),
         format!("\"other\", {etag}"),
         "*".to_owned(),
     ] {
-        let r = gw
-            .http
-            .get(acme.url("/users/u1/conversations/c1/llm-tools"))
-            .bearer_auth(&acme.key)
-            .header("if-none-match", header.as_str())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 304, "{header}");
+        assert_eq!(llm_tools_status(&acme, &header).await, 304, "{header}");
     }
-    let stale = gw
-        .http
-        .get(acme.url("/users/u1/conversations/c1/llm-tools"))
-        .bearer_auth(&acme.key)
-        .header("if-none-match", "\"old\"")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(stale.status(), 200);
+    assert_eq!(llm_tools_status(&acme, "\"old\"").await, 200);
     let openai = acme
         .get("/users/u1/conversations/c1/llm-tools?format=openai")
         .await;
@@ -268,7 +264,13 @@ async fn llm_tools_are_stable_and_invoke_wraps_untrusted_content() {
             .body["pointer"],
         "/format"
     );
+}
 
+#[tokio::test]
+async fn invoke_wraps_untrusted_content_and_checks_its_input() {
+    let gw = Gateway::start().await;
+    let mut page = ready_page(&gw, "acme", "u1", "c1", tools()).await;
+    let acme = gw.acme();
     let invoke = {
         let acme = acme.clone();
         tokio::spawn(async move {

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tokio::task::JoinHandle;
 
-use crate::harness::{ACME_PUSHER_KEY, Gateway, WAIT};
+use crate::harness::{ACME_PUSHER_KEY, Answer, Gateway, WAIT};
 use crate::pusher::{Echo, EchoPage, channel, tools};
 
 #[tokio::test]
@@ -148,8 +149,9 @@ async fn confirmations_and_late_results_over_inbound() {
         .await;
 }
 
-#[tokio::test]
-async fn inbound_refuses_what_a_page_socket_would_drop() {
+/// A gateway with 2 KiB messages, a current Echo page of u1/c1 (and its subscription, kept
+/// open), and a call pending on that page with its id.
+async fn echo_page_with_a_call() -> (Gateway, Echo, EchoPage, JoinHandle<Answer>, String) {
     let gw = Gateway::start_with("[tenants.limits]\nmax_message_bytes = 2048\n").await;
     let mut echo = Echo::connect(gw.addr, ACME_PUSHER_KEY).await;
     echo.subscribe(&channel("u1", "c1")).await;
@@ -162,12 +164,33 @@ async fn inbound_refuses_what_a_page_socket_would_drop() {
         json!({"tool": "todo.add", "input": {}, "timeoutMs": 5000}),
     );
     let id = echo.message().await["id"].as_str().unwrap().to_owned();
-    let result = |client: &str| json!({"protocol": 1, "type": "result", "clientId": client, "id": id, "result": {"status": "ok", "data": "forged"}});
+    (gw, echo, page, pending, id)
+}
+
+/// A forged result of call `id`, claiming to come from `client`.
+fn result(client: &str, id: &str) -> Value {
+    json!({"protocol": 1, "type": "result", "clientId": client, "id": id, "result": {"status": "ok", "data": "forged"}})
+}
+
+/// The real page still answers its call.
+async fn the_real_page_still_answers(page: &EchoPage, id: &str, pending: JoinHandle<Answer>) {
+    assert_eq!(
+        page.answer(id, json!({"status": "ok", "data": "real"}))
+            .await
+            .status,
+        202
+    );
+    assert_eq!(pending.await.unwrap().body["outcome"]["data"], "real");
+}
+
+#[tokio::test]
+async fn inbound_refuses_results_of_another_conversation_user_or_client() {
+    let (gw, _echo, page, pending, id) = echo_page_with_a_call().await;
 
     // Forwarded for another conversation, another user, or claiming another clientId.
     for (user, conv) in [("u1", "c2"), ("u2", "c1")] {
         let a = EchoPage::new(gw.acme(), user, conv)
-            .post(result(&page.client_id))
+            .post(result(&page.client_id, &id))
             .await;
         assert_eq!(
             (a.status, a.body["reason"].as_str()),
@@ -175,7 +198,9 @@ async fn inbound_refuses_what_a_page_socket_would_drop() {
             "{user}/{conv}"
         );
     }
-    let a = page.post(result(&uuid::Uuid::new_v4().to_string())).await;
+    let a = page
+        .post(result(&uuid::Uuid::new_v4().to_string(), &id))
+        .await;
     assert_eq!(a.body["reason"], "mismatch");
     gw.wait_metric("toolmark_results_rejected_total{reason=\"mismatch\"}", 3.0)
         .await;
@@ -183,6 +208,13 @@ async fn inbound_refuses_what_a_page_socket_would_drop() {
         .answer(&uuid::Uuid::new_v4().to_string(), json!({"status": "ok"}))
         .await;
     assert_eq!(a.body["reason"], "unknown_id");
+
+    the_real_page_still_answers(&page, &id, pending).await;
+}
+
+#[tokio::test]
+async fn inbound_has_the_limits_and_validation_of_a_page_frame() {
+    let (gw, _echo, page, pending, id) = echo_page_with_a_call().await;
 
     // Limits and validation, as for a page frame.
     let big = page
@@ -228,6 +260,13 @@ async fn inbound_refuses_what_a_page_socket_would_drop() {
     gw.wait_metric("toolmark_inbound_rejected_total{reason=\"malformed\"}", 1.0)
         .await;
 
+    the_real_page_still_answers(&page, &id, pending).await;
+}
+
+#[tokio::test]
+async fn inbound_refuses_the_client_id_of_a_live_socket_and_another_tenants_key() {
+    let (gw, _echo, page, pending, id) = echo_page_with_a_call().await;
+
     // A clientId bound to a live page socket belongs to that page.
     let mut ws_page = gw.page("acme", "u1", "c1").await;
     ws_page.manifest(1, tools()).await;
@@ -249,19 +288,13 @@ async fn inbound_refuses_what_a_page_socket_would_drop() {
     )
     .post(
         "/users/u1/conversations/c1/inbound",
-        result(&page.client_id),
+        result(&page.client_id, &id),
     )
     .await;
     assert_eq!(a.status, 401);
 
-    // The real page still answers.
-    assert_eq!(
-        page.answer(&id, json!({"status": "ok", "data": "real"}))
-            .await
-            .status,
-        202
-    );
-    assert_eq!(pending.await.unwrap().body["outcome"]["data"], "real");
+    // The real page still answers, though the WebSocket page is current now.
+    the_real_page_still_answers(&page, &id, pending).await;
 }
 
 #[tokio::test]

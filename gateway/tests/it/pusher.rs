@@ -161,39 +161,36 @@ impl EchoPage {
     }
 }
 
-#[tokio::test]
-async fn subscriptions_without_the_right_signature_or_channel_are_refused() {
-    let gw = Gateway::start().await;
-    let mut echo = Echo::connect(gw.addr, ACME_PUSHER_KEY).await;
-    let own = channel("u1", "c1");
-    let sid = echo.socket_id.clone();
-    let refusals = [
+/// The subscriptions socket `sid` is refused, its app having signed only `own` for it: what
+/// is wrong, the channel asked for, and the auth sent.
+fn refused_subscriptions(sid: &str, own: &str) -> Vec<(&'static str, String, String)> {
+    vec![
         (
             "wrong secret",
-            own.clone(),
-            sign(ACME_PUSHER_KEY, "not-the-secret-at-all", &sid, &own),
+            own.to_owned(),
+            sign(ACME_PUSHER_KEY, "not-the-secret-at-all", sid, own),
         ),
         (
             "another socket's signature",
-            own.clone(),
-            sign(ACME_PUSHER_KEY, ACME_PUSHER_SECRET, "1.2", &own),
+            own.to_owned(),
+            sign(ACME_PUSHER_KEY, ACME_PUSHER_SECRET, "1.2", own),
         ),
         (
             "another tenant's key",
-            own.clone(),
-            sign(GLOBEX_PUSHER_KEY, GLOBEX_PUSHER_SECRET, &sid, &own),
+            own.to_owned(),
+            sign(GLOBEX_PUSHER_KEY, GLOBEX_PUSHER_SECRET, sid, own),
         ),
         (
             "no key",
-            own.clone(),
-            sign("", ACME_PUSHER_SECRET, &sid, &own),
+            own.to_owned(),
+            sign("", ACME_PUSHER_SECRET, sid, own),
         ),
-        ("garbage", own.clone(), "acme-key:zz".into()),
+        ("garbage", own.to_owned(), "acme-key:zz".into()),
         // The app signed u1's channel; the page asks for u2's with it.
         (
             "another user's channel",
             channel("u2", "c1"),
-            sign(ACME_PUSHER_KEY, ACME_PUSHER_SECRET, &sid, &own),
+            sign(ACME_PUSHER_KEY, ACME_PUSHER_SECRET, sid, own),
         ),
         // Validly signed, but not a toolmark channel.
         (
@@ -202,14 +199,14 @@ async fn subscriptions_without_the_right_signature_or_channel_are_refused() {
             sign(
                 ACME_PUSHER_KEY,
                 ACME_PUSHER_SECRET,
-                &sid,
+                sid,
                 "private-App.Models.User.1",
             ),
         ),
         (
             "public channel",
             "toolmark.u1.c1".into(),
-            sign(ACME_PUSHER_KEY, ACME_PUSHER_SECRET, &sid, "toolmark.u1.c1"),
+            sign(ACME_PUSHER_KEY, ACME_PUSHER_SECRET, sid, "toolmark.u1.c1"),
         ),
         (
             "presence channel",
@@ -217,12 +214,20 @@ async fn subscriptions_without_the_right_signature_or_channel_are_refused() {
             sign(
                 ACME_PUSHER_KEY,
                 ACME_PUSHER_SECRET,
-                &sid,
+                sid,
                 "presence-toolmark.u1.c1",
             ),
         ),
-    ];
-    for (what, ch, auth) in refusals {
+    ]
+}
+
+#[tokio::test]
+async fn subscriptions_without_the_right_signature_or_channel_are_refused() {
+    let gw = Gateway::start().await;
+    let mut echo = Echo::connect(gw.addr, ACME_PUSHER_KEY).await;
+    let own = channel("u1", "c1");
+    let sid = echo.socket_id.clone();
+    for (what, ch, auth) in refused_subscriptions(&sid, &own) {
         let reply = echo.subscribe_with(&ch, &auth).await;
         assert_eq!(reply["event"], "pusher:error", "{what}: {reply}");
         assert_eq!(reply["data"]["code"], 4009, "{what}: {reply}");
@@ -251,7 +256,11 @@ async fn subscriptions_without_the_right_signature_or_channel_are_refused() {
         )
         .await;
     assert_eq!(a.status, 409, "u2 has no subscribed page: {}", a.body);
+}
 
+#[tokio::test]
+async fn unknown_app_keys_and_other_protocol_versions_get_an_error_then_a_close() {
+    let gw = Gateway::start().await;
     // Unknown app key and another protocol version: error, then closed with the same code.
     for (key, protocol, code) in [("nobody", "7", 4001u16), (ACME_PUSHER_KEY, "6", 4007)] {
         let mut ws = raw(gw.addr, key, protocol).await;

@@ -14,6 +14,10 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 180.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 50.0;
+/// Width of the plot area, between the margins.
+const PLOT_WIDTH: f64 = WIDTH - LEFT - RIGHT;
+/// Height of the plot area, between the margins.
+const PLOT_HEIGHT: f64 = HEIGHT - TOP - BOTTOM;
 const COLORS: [&str; 4] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
 
 /// One line of the chart's data: a named set of runs.
@@ -67,21 +71,72 @@ fn escape(text: &str) -> String {
 /// The SVG document: p50 solid, p99 dashed, one color per series, with `limit_ms` drawn as a
 /// horizontal line when it falls inside the plot.
 pub fn render(title: &str, all: &[Series], limit_ms: Option<f64>) -> String {
-    let max_rate = all
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.0))
-        .fold(0.0, f64::max);
-    let max_ms = all
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.2))
-        .fold(0.0, f64::max);
-    let (xs, ys) = (step(max_rate.max(1.0)), step((max_ms * 1.1).max(0.1)));
-    let x_top = (max_rate / xs).ceil().max(1.0) * xs;
-    let y_top = (max_ms * 1.1 / ys).ceil().max(1.0) * ys;
-    let (pw, ph) = (WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM);
-    let x = |r: f64| LEFT + r / x_top * pw;
-    let y = |ms: f64| TOP + ph - ms / y_top * ph;
+    let axes = Axes::fit(all);
     let mut svg = String::new();
+    heading(&mut svg, title);
+    latency_grid(&mut svg, &axes);
+    rate_grid(&mut svg, &axes);
+    axis_titles(&mut svg);
+    if let Some(limit) = limit_ms.filter(|l| *l <= axes.y_top) {
+        limit_line(&mut svg, &axes, limit);
+    }
+    for (k, s) in all.iter().enumerate() {
+        let color = COLORS[k % COLORS.len()];
+        curves(&mut svg, &axes, s, color);
+        legend(&mut svg, k, &s.label, color);
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// The plot's scales: round tick steps and axis tops that hold every point.
+#[derive(Debug)]
+struct Axes {
+    /// Tick step of the rate axis.
+    xs: f64,
+    /// Tick step of the latency axis.
+    ys: f64,
+    /// Highest rate on the axis.
+    x_top: f64,
+    /// Highest latency on the axis (ms).
+    y_top: f64,
+}
+
+impl Axes {
+    /// Scales for `all`, with room above the highest p99.
+    fn fit(all: &[Series]) -> Self {
+        let max_rate = all
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0))
+            .fold(0.0, f64::max);
+        let max_ms = all
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.2))
+            .fold(0.0, f64::max);
+        let (xs, ys) = (step(max_rate.max(1.0)), step((max_ms * 1.1).max(0.1)));
+        let x_top = (max_rate / xs).ceil().max(1.0) * xs;
+        let y_top = (max_ms * 1.1 / ys).ceil().max(1.0) * ys;
+        Self {
+            xs,
+            ys,
+            x_top,
+            y_top,
+        }
+    }
+
+    /// Horizontal position of a rate.
+    fn x(&self, r: f64) -> f64 {
+        LEFT + r / self.x_top * PLOT_WIDTH
+    }
+
+    /// Vertical position of a latency in ms.
+    fn y(&self, ms: f64) -> f64 {
+        TOP + PLOT_HEIGHT - ms / self.y_top * PLOT_HEIGHT
+    }
+}
+
+/// The document's opening tag, background and title.
+fn heading(svg: &mut String, title: &str) {
     let _ = writeln!(
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
@@ -91,91 +146,111 @@ pub fn render(title: &str, all: &[Series], limit_ms: Option<f64>) -> String {
         r##"<rect width="100%" height="100%" fill="#ffffff"/><text x="{LEFT}" y="22" font-size="15">{}</text>"##,
         escape(title)
     );
+}
+
+/// Horizontal grid lines with their latency labels.
+fn latency_grid(svg: &mut String, axes: &Axes) {
     let mut tick = 0.0;
-    while tick <= y_top + ys / 2.0 {
+    while tick <= axes.y_top + axes.ys / 2.0 {
         let _ = writeln!(
             svg,
             r##"<line x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#dddddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{tick}</text>"##,
-            LEFT + pw,
-            y(tick),
-            y(tick),
+            LEFT + PLOT_WIDTH,
+            axes.y(tick),
+            axes.y(tick),
             LEFT - 6.0,
-            y(tick) + 4.0
+            axes.y(tick) + 4.0
         );
-        tick += ys;
+        tick += axes.ys;
     }
+}
+
+/// Vertical grid lines with their rate labels.
+fn rate_grid(svg: &mut String, axes: &Axes) {
     let mut tick = 0.0;
-    while tick <= x_top + xs / 2.0 {
+    while tick <= axes.x_top + axes.xs / 2.0 {
         let _ = writeln!(
             svg,
             r##"<line x1="{:.1}" x2="{:.1}" y1="{TOP}" y2="{:.1}" stroke="#eeeeee"/><text x="{:.1}" y="{:.1}" text-anchor="middle">{tick}</text>"##,
-            x(tick),
-            x(tick),
-            TOP + ph,
-            x(tick),
-            TOP + ph + 16.0
+            axes.x(tick),
+            axes.x(tick),
+            TOP + PLOT_HEIGHT,
+            axes.x(tick),
+            TOP + PLOT_HEIGHT + 16.0
         );
-        tick += xs;
+        tick += axes.xs;
     }
+}
+
+/// The names of both axes.
+fn axis_titles(svg: &mut String) {
     let _ = writeln!(
         svg,
         r##"<text x="{:.1}" y="{:.1}" text-anchor="middle">calls per second</text><text transform="translate(18 {:.1}) rotate(-90)" text-anchor="middle">round trip (ms)</text>"##,
-        LEFT + pw / 2.0,
+        LEFT + PLOT_WIDTH / 2.0,
         HEIGHT - 10.0,
-        TOP + ph / 2.0
+        TOP + PLOT_HEIGHT / 2.0
     );
-    if let Some(limit) = limit_ms.filter(|l| *l <= y_top) {
+}
+
+/// The dotted line of the latency limit, labelled.
+fn limit_line(svg: &mut String, axes: &Axes, limit: f64) {
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#888888" stroke-dasharray="2 4"/><text x="{:.1}" y="{:.1}" fill="#666666">{limit} ms</text>"##,
+        LEFT + PLOT_WIDTH,
+        axes.y(limit),
+        axes.y(limit),
+        LEFT + PLOT_WIDTH + 4.0,
+        axes.y(limit) + 4.0
+    );
+}
+
+/// One series' p50 (solid) and p99 (dashed) lines, a dot on each point.
+fn curves(svg: &mut String, axes: &Axes, s: &Series, color: &str) {
+    for (which, dash) in [(1, ""), (2, r#" stroke-dasharray="6 4""#)] {
+        let pts: Vec<String> = s
+            .points
+            .iter()
+            .map(|p| {
+                let ms = if which == 1 { p.1 } else { p.2 };
+                format!("{:.1},{:.1}", axes.x(p.0), axes.y(ms))
+            })
+            .collect();
         let _ = writeln!(
             svg,
-            r##"<line x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#888888" stroke-dasharray="2 4"/><text x="{:.1}" y="{:.1}" fill="#666666">{limit} ms</text>"##,
-            LEFT + pw,
-            y(limit),
-            y(limit),
-            LEFT + pw + 4.0,
-            y(limit) + 4.0
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2"{dash} points="{}"/>"#,
+            pts.join(" ")
         );
-    }
-    for (k, s) in all.iter().enumerate() {
-        let color = COLORS[k % COLORS.len()];
-        for (which, dash) in [(1, ""), (2, r#" stroke-dasharray="6 4""#)] {
-            let pts: Vec<String> = s
-                .points
-                .iter()
-                .map(|p| format!("{:.1},{:.1}", x(p.0), y(if which == 1 { p.1 } else { p.2 })))
-                .collect();
-            let _ = writeln!(
-                svg,
-                r#"<polyline fill="none" stroke="{color}" stroke-width="2"{dash} points="{}"/>"#,
-                pts.join(" ")
-            );
-            for p in &pts {
-                let (px, py) = p.split_once(',').unwrap_or(("0", "0"));
-                let _ = writeln!(svg, r#"<circle cx="{px}" cy="{py}" r="3" fill="{color}"/>"#);
-            }
+        for p in &pts {
+            let (px, py) = p.split_once(',').unwrap_or(("0", "0"));
+            let _ = writeln!(svg, r#"<circle cx="{px}" cy="{py}" r="3" fill="{color}"/>"#);
         }
-        let ly = TOP + 30.0 + k as f64 * 40.0;
-        let lx = LEFT + pw + 15.0;
-        let _ = writeln!(
-            svg,
-            r#"<line x1="{lx}" x2="{:.1}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{:.1}" y="{:.1}">{} p50</text>"#,
-            lx + 20.0,
-            lx + 25.0,
-            ly + 4.0,
-            escape(&s.label)
-        );
-        let _ = writeln!(
-            svg,
-            r#"<line x1="{lx}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{color}" stroke-width="2" stroke-dasharray="6 4"/><text x="{:.1}" y="{:.1}">{} p99</text>"#,
-            lx + 20.0,
-            ly + 16.0,
-            ly + 16.0,
-            lx + 25.0,
-            ly + 20.0,
-            escape(&s.label)
-        );
     }
-    svg.push_str("</svg>\n");
-    svg
+}
+
+/// The legend entry of series `k`: a solid p50 sample and a dashed p99 sample.
+fn legend(svg: &mut String, k: usize, label: &str, color: &str) {
+    let ly = TOP + 30.0 + k as f64 * 40.0;
+    let lx = LEFT + PLOT_WIDTH + 15.0;
+    let _ = writeln!(
+        svg,
+        r#"<line x1="{lx}" x2="{:.1}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{:.1}" y="{:.1}">{} p50</text>"#,
+        lx + 20.0,
+        lx + 25.0,
+        ly + 4.0,
+        escape(label)
+    );
+    let _ = writeln!(
+        svg,
+        r#"<line x1="{lx}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{color}" stroke-width="2" stroke-dasharray="6 4"/><text x="{:.1}" y="{:.1}">{} p99</text>"#,
+        lx + 20.0,
+        ly + 16.0,
+        ly + 16.0,
+        lx + 25.0,
+        ly + 20.0,
+        escape(label)
+    );
 }
 
 /// Reads every `--series LABEL=FILE`, writes the SVG to `--output`.

@@ -16,6 +16,7 @@ use futures_util::{SinkExt, StreamExt};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
@@ -61,6 +62,35 @@ fn class(index: usize) -> &'static str {
 
 /// Runs the soak and prints its JSON line.
 pub async fn run(args: SoakArgs) -> Result<(), LoadError> {
+    let nodes = resolve_nodes(&args).await?;
+    let minter = Minter::new(&args.common.tenant, &args.common.token_secret)?;
+    let soak = Soak {
+        nodes,
+        http: http_client()?,
+        auth: format!("Bearer {}", args.api_key),
+        counts: Arc::new(Counts::default()),
+        stop: CancellationToken::new(),
+        resolved: Arc::default(),
+        sent_confirms: Arc::default(),
+    };
+    // Events: every confirmation.resolved, from the start.
+    let events = soak.watch();
+    let pages = page_states(args.pages);
+    let tasks = soak.launch(&minter, &pages).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    soak.drive(&args, &pages).await;
+    // Confirmations still to come arrive within their delay.
+    tokio::time::sleep(Duration::from_secs(args.confirm_max_secs + 15)).await;
+    soak.stop.cancel();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let _ = events.await;
+    soak.report(&args).await
+}
+
+/// Resolves both nodes: `--url` first, then `--other`.
+async fn resolve_nodes(args: &SoakArgs) -> Result<[Arc<Target>; 2], LoadError> {
     let nodes = [
         Arc::new(Target::resolve(&args.common).await?),
         Arc::new(
@@ -71,148 +101,188 @@ pub async fn run(args: SoakArgs) -> Result<(), LoadError> {
             .await?,
         ),
     ];
-    let minter = Minter::new(&args.common.tenant, &args.common.token_secret)?;
+    Ok(nodes)
+}
+
+/// The agent's HTTP client (with the TLS provider installed first).
+fn http_client() -> Result<reqwest::Client, LoadError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let http = reqwest::Client::builder()
+    reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(60))
         .build()
-        .map_err(|e| LoadError::Local(format!("HTTP client: {e}")))?;
-    let auth = format!("Bearer {}", args.api_key);
-    let counts = Arc::new(Counts::default());
-    let stop = CancellationToken::new();
-    let resolved: Arc<Mutex<HashMap<String, Vec<String>>>> = Arc::default();
-    let sent_confirms: Arc<Mutex<Vec<String>>> = Arc::default();
+        .map_err(|e| LoadError::Local(format!("HTTP client: {e}")))
+}
 
-    // Events: every confirmation.resolved, from the start.
-    let events = tokio::spawn(watch_events(
-        http.clone(),
-        format!(
-            "{}/v1/tenants/{}/events",
-            nodes[0].http_base, nodes[0].tenant
-        ),
-        auth.clone(),
-        Arc::clone(&resolved),
-        stop.clone(),
-    ));
-
-    let pages: Vec<Arc<PageState>> = (0..args.pages)
+/// A fresh state for each of `count` pages, none connected yet.
+fn page_states(count: usize) -> Vec<Arc<PageState>> {
+    (0..count)
         .map(|_| {
             Arc::new(PageState {
                 connected: AtomicBool::new(false),
                 epoch: AtomicU64::new(0),
             })
         })
-        .collect();
-    let mut tasks = Vec::new();
-    for (i, state) in pages.iter().enumerate() {
-        let spec = PageSpec {
-            index: i,
-            client_id: uuid::Uuid::new_v4().to_string(),
-            token: minter.mint(&user(i), &conversation(i))?,
-        };
-        tasks.push(tokio::spawn(page(
-            nodes.clone(),
-            spec,
-            Arc::clone(state),
-            Arc::clone(&counts),
-            Arc::clone(&sent_confirms),
-            stop.clone(),
-        )));
-        if i % 50 == 49 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    tokio::time::sleep(Duration::from_secs(5)).await;
+        .collect()
+}
 
-    let started = Instant::now();
-    let run_for = Duration::from_secs(args.minutes * 60);
-    let spacing = Duration::from_secs_f64(args.call_every_secs / args.pages.max(1) as f64);
-    let mut n = 0usize;
-    let mut inflight = Vec::new();
-    while started.elapsed() < run_for {
-        let i = n % args.pages;
-        let node = &nodes[(n / args.pages + i) % 2];
-        n += 1;
-        let url = format!(
-            "{}/calls",
-            node.conversation_url(&user(i), &conversation(i))
-        );
-        inflight.push(tokio::spawn(agent_call(
-            http.clone(),
-            url,
-            auth.clone(),
-            Arc::clone(&pages[i]),
-            Arc::clone(&counts),
-            n as u64,
-        )));
-        inflight.retain(|t: &tokio::task::JoinHandle<()>| !t.is_finished());
-        tokio::time::sleep(spacing).await;
-    }
-    for t in inflight {
-        let _ = t.await;
-    }
-    // Confirmations still to come arrive within their delay.
-    tokio::time::sleep(Duration::from_secs(args.confirm_max_secs + 15)).await;
-    stop.cancel();
-    for t in tasks {
-        let _ = t.await;
-    }
-    let _ = events.await;
+/// What the soak's parts share: the nodes, the agent's client, the counts and the outcomes.
+#[derive(Debug)]
+struct Soak {
+    nodes: [Arc<Target>; 2],
+    http: reqwest::Client,
+    auth: String,
+    counts: Arc<Counts>,
+    stop: CancellationToken,
+    /// Every confirmation.resolved outcome, by confirmId.
+    resolved: Arc<Mutex<HashMap<String, Vec<String>>>>,
+    /// Every confirmId a page sent `confirmed` for.
+    sent_confirms: Arc<Mutex<Vec<String>>>,
+}
 
-    let resolved = resolved.lock().await;
-    let sent = sent_confirms.lock().await;
-    let mut wrong_expirations = 0u64;
-    let mut doubled = 0u64;
-    let mut confirmed_ok = 0u64;
-    for outcomes in resolved.values() {
-        if outcomes.len() > 1 {
-            doubled += 1;
-        }
-        for o in outcomes {
-            if o == "ok" {
-                confirmed_ok += 1;
-            } else {
-                wrong_expirations += 1;
+impl Soak {
+    /// Starts reading the first node's events until `stop`.
+    fn watch(&self) -> JoinHandle<()> {
+        tokio::spawn(watch_events(
+            self.http.clone(),
+            format!(
+                "{}/v1/tenants/{}/events",
+                self.nodes[0].http_base, self.nodes[0].tenant
+            ),
+            self.auth.clone(),
+            Arc::clone(&self.resolved),
+            self.stop.clone(),
+        ))
+    }
+
+    /// Starts a task for each page (a pause after every 50) and returns the tasks.
+    async fn launch(
+        &self,
+        minter: &Minter,
+        pages: &[Arc<PageState>],
+    ) -> Result<Vec<JoinHandle<()>>, LoadError> {
+        let mut tasks = Vec::new();
+        for (i, state) in pages.iter().enumerate() {
+            let spec = PageSpec {
+                index: i,
+                client_id: uuid::Uuid::new_v4().to_string(),
+                token: minter.mint(&user(i), &conversation(i))?,
+            };
+            tasks.push(tokio::spawn(page(
+                self.nodes.clone(),
+                spec,
+                Arc::clone(state),
+                Arc::clone(&self.counts),
+                Arc::clone(&self.sent_confirms),
+                self.stop.clone(),
+            )));
+            if i % 50 == 49 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+        Ok(tasks)
     }
-    let never_resolved = sent.iter().filter(|k| !resolved.contains_key(*k)).count();
-    let c = &counts;
-    let line = json!({
-        "scenario": "soak",
-        "minutes": args.minutes,
-        "pages": args.pages,
-        "calls": c.calls.load(Ordering::Relaxed),
-        "answered": c.answered.load(Ordering::Relaxed),
-        "needsConfirmation": c.needs_confirmation.load(Ordering::Relaxed),
-        "moves": c.moves.load(Ordering::Relaxed),
-        "noPageForLivePages": c.no_page_live.load(Ordering::Relaxed),
-        "noPageWhileMoving": c.no_page_moving.load(Ordering::Relaxed),
-        "timeoutsWhileConnected": c.timeouts_while_connected.load(Ordering::Relaxed),
-        "timeoutsAcrossMoves": c.timeouts_while_moving.load(Ordering::Relaxed),
-        "errors": c.errors.load(Ordering::Relaxed),
-        "confirmedSent": c.confirmed_sent.load(Ordering::Relaxed),
-        "confirmedResolvedOk": confirmed_ok,
-        "wrongExpirations": wrong_expirations,
-        "doubledResolutions": doubled,
-        "neverResolved": never_resolved,
-    });
-    let bad = c.no_page_live.load(Ordering::Relaxed)
-        + c.timeouts_while_connected.load(Ordering::Relaxed)
-        + c.errors.load(Ordering::Relaxed)
-        + wrong_expirations
-        + doubled
-        + never_resolved as u64;
-    let human = format!(
-        "soak: {} calls, {bad} faults (409s for live pages, timeouts of connected pages, errors, wrong expirations, doubled or missing resolutions)",
-        c.calls.load(Ordering::Relaxed)
-    );
-    crate::report::emit(&line, &human)?;
-    if bad > 0 {
-        return Err(LoadError::Failed(format!("{bad} in the soak")));
+
+    /// Calls every page in turn, through either node, for `--minutes`; waits for the last calls.
+    async fn drive(&self, args: &SoakArgs, pages: &[Arc<PageState>]) {
+        let started = Instant::now();
+        let run_for = Duration::from_secs(args.minutes * 60);
+        let spacing = Duration::from_secs_f64(args.call_every_secs / args.pages.max(1) as f64);
+        let mut n = 0usize;
+        let mut inflight = Vec::new();
+        while started.elapsed() < run_for {
+            let i = n % args.pages;
+            let node = &self.nodes[(n / args.pages + i) % 2];
+            n += 1;
+            let url = format!(
+                "{}/calls",
+                node.conversation_url(&user(i), &conversation(i))
+            );
+            inflight.push(tokio::spawn(agent_call(
+                self.http.clone(),
+                url,
+                self.auth.clone(),
+                Arc::clone(&pages[i]),
+                Arc::clone(&self.counts),
+                n as u64,
+            )));
+            inflight.retain(|t: &JoinHandle<()>| !t.is_finished());
+            tokio::time::sleep(spacing).await;
+        }
+        for t in inflight {
+            let _ = t.await;
+        }
     }
-    Ok(())
+
+    /// Reads how the confirmations ended.
+    async fn resolutions(&self) -> Resolutions {
+        let resolved = self.resolved.lock().await;
+        let sent = self.sent_confirms.lock().await;
+        let mut r = Resolutions::default();
+        for outcomes in resolved.values() {
+            if outcomes.len() > 1 {
+                r.doubled += 1;
+            }
+            for o in outcomes {
+                if o == "ok" {
+                    r.confirmed_ok += 1;
+                } else {
+                    r.wrong_expirations += 1;
+                }
+            }
+        }
+        r.never_resolved = sent.iter().filter(|k| !resolved.contains_key(*k)).count();
+        r
+    }
+
+    /// Prints the JSON line and the summary; fails the run when it counted a fault.
+    async fn report(&self, args: &SoakArgs) -> Result<(), LoadError> {
+        let r = self.resolutions().await;
+        let c = &self.counts;
+        let line = json!({
+            "scenario": "soak",
+            "minutes": args.minutes,
+            "pages": args.pages,
+            "calls": c.calls.load(Ordering::Relaxed),
+            "answered": c.answered.load(Ordering::Relaxed),
+            "needsConfirmation": c.needs_confirmation.load(Ordering::Relaxed),
+            "moves": c.moves.load(Ordering::Relaxed),
+            "noPageForLivePages": c.no_page_live.load(Ordering::Relaxed),
+            "noPageWhileMoving": c.no_page_moving.load(Ordering::Relaxed),
+            "timeoutsWhileConnected": c.timeouts_while_connected.load(Ordering::Relaxed),
+            "timeoutsAcrossMoves": c.timeouts_while_moving.load(Ordering::Relaxed),
+            "errors": c.errors.load(Ordering::Relaxed),
+            "confirmedSent": c.confirmed_sent.load(Ordering::Relaxed),
+            "confirmedResolvedOk": r.confirmed_ok,
+            "wrongExpirations": r.wrong_expirations,
+            "doubledResolutions": r.doubled,
+            "neverResolved": r.never_resolved,
+        });
+        let bad = c.no_page_live.load(Ordering::Relaxed)
+            + c.timeouts_while_connected.load(Ordering::Relaxed)
+            + c.errors.load(Ordering::Relaxed)
+            + r.wrong_expirations
+            + r.doubled
+            + r.never_resolved as u64;
+        let human = format!(
+            "soak: {} calls, {bad} faults (409s for live pages, timeouts of connected pages, errors, wrong expirations, doubled or missing resolutions)",
+            c.calls.load(Ordering::Relaxed)
+        );
+        crate::report::emit(&line, &human)?;
+        if bad > 0 {
+            return Err(LoadError::Failed(format!("{bad} in the soak")));
+        }
+        Ok(())
+    }
+}
+
+/// How the confirmations ended, from the events and the pages' own record.
+#[derive(Debug, Default)]
+struct Resolutions {
+    confirmed_ok: u64,
+    wrong_expirations: u64,
+    doubled: u64,
+    never_resolved: usize,
 }
 
 async fn agent_call(

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio_util::task::TaskTracker;
 
 use crate::agent::{Agent, Ending};
@@ -18,7 +18,7 @@ use crate::cli::{Common, StormArgs};
 use crate::driver::{self, Plan};
 use crate::error::LoadError;
 use crate::fleet::Fleet;
-use crate::latency::Recorder;
+use crate::latency::{Recorder, Summary};
 use crate::page::Fallback;
 use crate::report;
 use crate::target::Target;
@@ -64,6 +64,7 @@ pub async fn run(args: StormArgs) -> Result<(), LoadError> {
     outcome
 }
 
+/// Drives the storm once the fleet is up: calls, the drain, the wait for the pages, the report.
 async fn storm(fleet: &Fleet, agent: &Agent, args: &StormArgs) -> Result<(), LoadError> {
     fleet.ready().await?;
     manifests_visible(fleet, agent).await?;
@@ -79,7 +80,36 @@ async fn storm(fleet: &Fleet, agent: &Agent, args: &StormArgs) -> Result<(), Loa
     let drained_at = Instant::now();
     drain(args.drain_pid)?;
     let goal = Duration::from_secs(args.back_within_secs);
-    let deadline = drained_at + goal + BACK_SLACK;
+    wait_for_pages(fleet, pages, drained_at + goal + BACK_SLACK).await;
+    let returns = Returns::read(fleet, drained_at);
+    eprintln!(
+        "storm: {} of {} pages back; waiting for the last calls",
+        returns.back, returns.away
+    );
+    let driven = calls
+        .await
+        .map_err(|e| LoadError::Local(format!("call driver: {e}")))?;
+    let endings = std::mem::take(
+        &mut *endings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let outcome = Outcome {
+        pages,
+        goal,
+        returns,
+        driven,
+        endings,
+        summary: recorder.summary(),
+    };
+    let line = outcome.line(fleet, args);
+    let human = outcome.human(fleet);
+    report::emit(&line, &human)?;
+    outcome.verdict(fleet)
+}
+
+/// Waits until every page has gone away and come back (or dropped), or until `deadline`.
+async fn wait_for_pages(fleet: &Fleet, pages: usize, deadline: Instant) {
     loop {
         let (away, back) = fleet.tally.away_and_back();
         if away + fleet.tally.counts().dropped >= pages && back == away {
@@ -90,82 +120,135 @@ async fn storm(fleet: &Fleet, agent: &Agent, args: &StormArgs) -> Result<(), Loa
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let (away, back) = fleet.tally.away_and_back();
-    let since_drain = |instants: Vec<Instant>| {
-        let mut ms: Vec<u64> = instants
-            .iter()
-            .map(|t| u64::try_from((*t - drained_at).as_millis()).unwrap_or(u64::MAX))
-            .collect();
-        ms.sort_unstable();
-        ms
-    };
-    let back_ms = since_drain(fleet.tally.back_instants());
-    let away_ms = since_drain(fleet.tally.away_instants());
-    eprintln!("storm: {back} of {away} pages back; waiting for the last calls");
-    let driven = calls
-        .await
-        .map_err(|e| LoadError::Local(format!("call driver: {e}")))?;
-    let endings = std::mem::take(
-        &mut *endings
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
-    let lost: u64 = endings.lost.values().sum();
-    let summary = recorder.summary();
-    let all_back_ms = (back == pages).then(|| back_ms.last().copied().unwrap_or(0));
-    let pick = |ms: &[u64], q: f64| -> u64 {
-        let i = ((ms.len() as f64 * q).ceil() as usize).saturating_sub(1);
-        ms.get(i).copied().unwrap_or(0)
-    };
-    let line = json!({
-        "scenario": "storm",
-        "pages": pages,
-        "went_away": away,
-        "abrupt": fleet.tally.abrupt(),
-        "dropped": fleet.tally.counts().dropped,
-        "came_back": back,
-        "away_p50_ms": pick(&away_ms, 0.5),
-        "all_away_ms": away_ms.last().copied(),
-        "all_back_ms": all_back_ms,
-        "back_p50_ms": pick(&back_ms, 0.5),
-        "back_p99_ms": pick(&back_ms, 0.99),
-        "jitter_ms": args.jitter_ms,
-        "back_within_goal_ms": goal.as_millis() as u64,
-        "rate": args.rate,
-        "call_timeout_ms": args.call_timeout_ms,
-        "sent": driven.sent,
-        "skipped": driven.skipped,
-        "answered": endings.answered,
-        "timed_out": endings.timed_out,
-        "lost": lost,
-        "lost_reasons": endings.lost,
-        "answered_p50_us": summary.corrected.p50,
-        "answered_p99_us": summary.corrected.p99,
-    });
-    let human = format!(
-        "storm: {pages} pages drained ({} without a 1001 close), {back} back on the other node, all back {}; calls: {} sent, {} answered, {} timed out, {lost} lost, {} skipped",
-        fleet.tally.abrupt(),
-        all_back_ms.map_or_else(|| "never".to_owned(), |ms| format!("after {ms} ms")),
-        driven.sent,
-        endings.answered,
-        endings.timed_out,
-        driven.skipped,
-    );
-    report::emit(&line, &human)?;
-    let reasons = fleet.tally.reasons();
-    match all_back_ms {
-        None => Err(LoadError::Pages(format!(
-            "{back} of {pages} pages came back; {reasons}"
-        ))),
-        Some(ms) if ms > goal.as_millis() as u64 => Err(LoadError::Pages(format!(
-            "every page back only after {ms} ms (goal {} ms)",
-            goal.as_millis()
-        ))),
-        Some(_) if lost > 0 || driven.skipped > 0 => Err(LoadError::Gateway(format!(
-            "{lost} calls lost, {} skipped",
-            driven.skipped
-        ))),
-        Some(_) => Ok(()),
+}
+
+/// Where the pages stood when the wait ended; times in ms since the drain, sorted.
+#[derive(Debug)]
+struct Returns {
+    away: usize,
+    back: usize,
+    away_ms: Vec<u64>,
+    back_ms: Vec<u64>,
+}
+
+impl Returns {
+    /// Reads the fleet's tally now.
+    fn read(fleet: &Fleet, drained_at: Instant) -> Self {
+        let (away, back) = fleet.tally.away_and_back();
+        let back_ms = millis_since(drained_at, &fleet.tally.back_instants());
+        let away_ms = millis_since(drained_at, &fleet.tally.away_instants());
+        Self {
+            away,
+            back,
+            away_ms,
+            back_ms,
+        }
+    }
+}
+
+/// Milliseconds from `start` to each of `instants`, sorted.
+fn millis_since(start: Instant, instants: &[Instant]) -> Vec<u64> {
+    let mut ms: Vec<u64> = instants
+        .iter()
+        .map(|t| u64::try_from((*t - start).as_millis()).unwrap_or(u64::MAX))
+        .collect();
+    ms.sort_unstable();
+    ms
+}
+
+/// The value at quantile `q` of the sorted `ms`, 0 when there is none.
+fn pick(ms: &[u64], q: f64) -> u64 {
+    let i = ((ms.len() as f64 * q).ceil() as usize).saturating_sub(1);
+    ms.get(i).copied().unwrap_or(0)
+}
+
+/// Everything the run measured, once the last call has ended.
+#[derive(Debug)]
+struct Outcome {
+    pages: usize,
+    goal: Duration,
+    returns: Returns,
+    driven: driver::Driven,
+    endings: Endings,
+    summary: Summary,
+}
+
+impl Outcome {
+    /// Calls lost, any reason.
+    fn lost(&self) -> u64 {
+        self.endings.lost.values().sum()
+    }
+
+    /// When the last page came back, if every page did.
+    fn all_back_ms(&self) -> Option<u64> {
+        let returns = &self.returns;
+        (returns.back == self.pages).then(|| returns.back_ms.last().copied().unwrap_or(0))
+    }
+
+    /// The JSON line.
+    fn line(&self, fleet: &Fleet, args: &StormArgs) -> Value {
+        let (returns, endings) = (&self.returns, &self.endings);
+        json!({
+            "scenario": "storm",
+            "pages": self.pages,
+            "went_away": returns.away,
+            "abrupt": fleet.tally.abrupt(),
+            "dropped": fleet.tally.counts().dropped,
+            "came_back": returns.back,
+            "away_p50_ms": pick(&returns.away_ms, 0.5),
+            "all_away_ms": returns.away_ms.last().copied(),
+            "all_back_ms": self.all_back_ms(),
+            "back_p50_ms": pick(&returns.back_ms, 0.5),
+            "back_p99_ms": pick(&returns.back_ms, 0.99),
+            "jitter_ms": args.jitter_ms,
+            "back_within_goal_ms": self.goal.as_millis() as u64,
+            "rate": args.rate,
+            "call_timeout_ms": args.call_timeout_ms,
+            "sent": self.driven.sent,
+            "skipped": self.driven.skipped,
+            "answered": endings.answered,
+            "timed_out": endings.timed_out,
+            "lost": self.lost(),
+            "lost_reasons": endings.lost,
+            "answered_p50_us": self.summary.corrected.p50,
+            "answered_p99_us": self.summary.corrected.p99,
+        })
+    }
+
+    /// The summary line for people.
+    fn human(&self, fleet: &Fleet) -> String {
+        let (pages, back, lost) = (self.pages, self.returns.back, self.lost());
+        let all_back = self.all_back_ms();
+        format!(
+            "storm: {pages} pages drained ({} without a 1001 close), {back} back on the other node, all back {}; calls: {} sent, {} answered, {} timed out, {lost} lost, {} skipped",
+            fleet.tally.abrupt(),
+            all_back.map_or_else(|| "never".to_owned(), |ms| format!("after {ms} ms")),
+            self.driven.sent,
+            self.endings.answered,
+            self.endings.timed_out,
+            self.driven.skipped,
+        )
+    }
+
+    /// Fails the run when a page did not come back in time or a call was lost or skipped.
+    fn verdict(&self, fleet: &Fleet) -> Result<(), LoadError> {
+        let (pages, back, lost) = (self.pages, self.returns.back, self.lost());
+        let (goal, driven) = (self.goal, self.driven);
+        let reasons = fleet.tally.reasons();
+        match self.all_back_ms() {
+            None => Err(LoadError::Pages(format!(
+                "{back} of {pages} pages came back; {reasons}"
+            ))),
+            Some(ms) if ms > goal.as_millis() as u64 => Err(LoadError::Pages(format!(
+                "every page back only after {ms} ms (goal {} ms)",
+                goal.as_millis()
+            ))),
+            Some(_) if lost > 0 || driven.skipped > 0 => Err(LoadError::Gateway(format!(
+                "{lost} calls lost, {} skipped",
+                driven.skipped
+            ))),
+            Some(_) => Ok(()),
+        }
     }
 }
 
