@@ -29,7 +29,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::response::Redirect;
 use axum::routing::get;
 
-pub use serve::{RunError, run, run_with};
+pub use serve::{RunError, bind_and_run, run, run_with};
 
 use crate::state::AppState;
 

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use toolmark_process::cli::{fail, load_settings, parse_args, serve};
-use toolmark_process::config::{Overrides, Settings};
+use toolmark_process::cli::{announce_listening, fail, load_settings, parse_args, serve};
+use toolmark_process::config::Overrides;
 use toolmark_process::{Lifecycle, signal};
 
 const BIN: &str = "toolmark-gateway";
@@ -52,42 +52,12 @@ fn main() -> ExitCode {
         eprintln!("{BIN}: configuration is valid");
         return ExitCode::SUCCESS;
     }
-    serve(BIN, run(settings))
-}
-
-async fn run(mut settings: Settings) -> ExitCode {
-    let addr = settings.server.listen;
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => l,
-        Err(e) => return fail(BIN, 1, format_args!("cannot listen on {addr}: {e}")),
-    };
-    let bound = listener.local_addr().unwrap_or(addr);
-    let dev = if settings.dev_mode {
-        match toolmark_gateway::demo::dev_tenant(bound) {
-            Ok(t) => {
-                toolmark_gateway::demo::announce(&t, bound);
-                settings.tenants.push(t.settings);
-                Some(t.info)
-            }
-            Err(e) => return fail(BIN, 1, format_args!("dev tenant: {e}")),
+    serve(BIN, async move {
+        let life = Lifecycle::new();
+        life.stop_on(signal::terminated());
+        match toolmark_gateway::bind_and_run(settings, life, |a| announce_listening(BIN, a)).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(BIN, 1, e),
         }
-    } else {
-        None
-    };
-    let life = Lifecycle::new();
-    life.stop_on(signal::terminated());
-    let ready = move || announce(bound);
-    match toolmark_gateway::run_with(listener, settings, dev, life, ready).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(BIN, 1, e),
-    }
-}
-
-/// The contract's readiness line, on stdout so scripts can wait for it.
-#[allow(
-    clippy::print_stdout,
-    reason = "the listening line is the binary's one stdout output"
-)]
-fn announce(bound: std::net::SocketAddr) {
-    println!("toolmark-gateway listening on http://{bound}");
+    })
 }

@@ -31,9 +31,44 @@ pub enum RunError {
     /// The jobs this node runs could not be set up.
     #[error("{0}")]
     Jobs(#[from] JobsError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// `server.listen`.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The dev tenant could not be made (dev mode).
+    #[error("dev tenant: {0}")]
+    DevTenant(#[from] toolmark_process::config::ConfigError),
     /// Serving failed.
     #[error("serve: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// What the binary runs: binds `server.listen`, adds the dev tenant in dev mode (printing its
+/// keys), serves until `life` stops, then drains. `listening` gets the bound address once
+/// requests are served.
+pub async fn bind_and_run(
+    mut settings: Settings,
+    life: Lifecycle,
+    listening: impl FnOnce(std::net::SocketAddr),
+) -> Result<(), RunError> {
+    let addr = settings.server.listen;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| RunError::Listen { addr, source })?;
+    let bound = listener.local_addr()?;
+    let dev = if settings.dev_mode {
+        let t = crate::demo::dev_tenant(bound)?;
+        crate::demo::announce(&t, bound);
+        settings.tenants.push(t.settings);
+        Some(t.info)
+    } else {
+        None
+    };
+    run_with(listener, settings, dev, life, move || listening(bound)).await
 }
 
 /// How long the listener gets to close its connections after the drain.

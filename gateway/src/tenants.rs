@@ -38,7 +38,7 @@ pub struct PageClaims {
 pub enum TokenError {
     /// Signature, algorithm, audience, expiry or shape.
     #[error("invalid token: {0}")]
-    Invalid(String),
+    Invalid(#[from] jsonwebtoken::errors::Error),
     /// `sub` or `cnv` is not a valid id.
     #[error("invalid user or conversation id in token")]
     BadIds,
@@ -89,8 +89,7 @@ impl TokenKeys {
 
     /// Verifies a page token and returns its claims.
     pub fn verify(&self, token: &str) -> Result<PageClaims, TokenError> {
-        let data = jsonwebtoken::decode::<PageClaims>(token, &self.decoding, &self.validation)
-            .map_err(|e| TokenError::Invalid(e.to_string()))?;
+        let data = jsonwebtoken::decode::<PageClaims>(token, &self.decoding, &self.validation)?;
         let c = data.claims;
         if !crate::ids::is_valid_id(&c.sub) || !crate::ids::is_valid_id(&c.cnv) {
             return Err(TokenError::BadIds);

@@ -48,6 +48,16 @@ pub fn load_settings(
         .map_err(|e| fail(binary, 2, format_args!("config: {e}")))
 }
 
+/// The readiness line of the contract, `<binary> listening on http://ADDR`: the binary's one
+/// stdout output, so scripts can wait for it.
+#[allow(
+    clippy::print_stdout,
+    reason = "the listening line is the binary's one stdout output"
+)]
+pub fn announce_listening(binary: &str, bound: std::net::SocketAddr) {
+    println!("{binary} listening on http://{bound}");
+}
+
 /// Runs `main` on a multi-threaded runtime with telemetry installed before it and flushed
 /// after the runtime has stopped.
 pub fn serve(binary: &'static str, main: impl Future<Output = ExitCode>) -> ExitCode {

@@ -18,12 +18,9 @@ impl std::fmt::Debug for SigningKey {
 
 impl SigningKey {
     /// From `whsec_<base64>` (the prefix is optional).
-    pub fn parse(secret: &str) -> Result<Self, String> {
+    pub fn parse(secret: &str) -> Result<Self, crate::config::tenant::KeyError> {
         let b64 = secret.strip_prefix("whsec_").unwrap_or(secret);
-        STANDARD
-            .decode(b64)
-            .map(SigningKey)
-            .map_err(|e| format!("not whsec_ followed by base64: {e}"))
+        Ok(SigningKey(STANDARD.decode(b64)?))
     }
 
     /// The `webhook-signature` header value.

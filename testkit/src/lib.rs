@@ -1,5 +1,7 @@
 //! Test support shared by the suites of `toolmark-broker`, `toolmark-gateway` and
 //! `toolmark-worker`, so that no suite imports another's test files: real `redis-server`
-//! processes ([`redis::RedisProc`]) and six-node clusters ([`redis::RedisCluster`]).
+//! processes ([`redis::RedisProc`]) and six-node clusters ([`redis::RedisCluster`]), and the
+//! workspace's binaries started until their listening line ([`process::start_listening`]).
 
+pub mod process;
 pub mod redis;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use toolmark_process::cli::{fail, load_settings, parse_args, serve};
+use toolmark_process::cli::{announce_listening, fail, load_settings, parse_args, serve};
 use toolmark_process::config::Overrides;
 use toolmark_process::{Lifecycle, signal};
 use toolmark_worker::WorkerError;
@@ -42,19 +42,10 @@ fn main() -> ExitCode {
     serve(BIN, async move {
         let life = Lifecycle::new();
         life.stop_on(signal::terminated());
-        match toolmark_worker::run(settings, life, announce).await {
+        match toolmark_worker::run(settings, life, |a| announce_listening(BIN, a)).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e @ WorkerError::NotRedis) => fail(BIN, 2, e),
             Err(e) => fail(BIN, 1, e),
         }
     })
-}
-
-/// The readiness line, on stdout so scripts can wait for it.
-#[allow(
-    clippy::print_stdout,
-    reason = "the readiness line is the binary's one stdout output"
-)]
-fn announce(bound: std::net::SocketAddr) {
-    println!("toolmark-worker listening on http://{bound}");
 }

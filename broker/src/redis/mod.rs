@@ -78,15 +78,20 @@ impl Default for RedisOptions {
 pub enum ConnectError {
     /// The URL is not one of the supported forms.
     #[error("invalid Redis URL: {0}")]
-    Url(String),
+    Url(#[from] url::UrlError),
+    /// The client refused the configuration the URL gave.
+    #[error("invalid Redis client configuration: {0}")]
+    Client(#[source] fred::error::Error),
     /// Redis did not answer.
     #[error("cannot connect to Redis: {0}")]
-    Connect(String),
+    Connect(#[source] fred::error::Error),
 }
 
+pub use url::UrlError;
+
 /// Checks a Redis URL without connecting (for configuration validation).
-pub fn check_url(url: &str) -> Result<(), String> {
-    url::config(url).map(|_| ()).map_err(|e| e.to_string())
+pub fn check_url(url: &str) -> Result<(), UrlError> {
+    url::config(url).map(|_| ())
 }
 
 /// What this node holds of one conversation (rewritten to Redis after it lost its data).
@@ -227,20 +232,12 @@ impl RedisBroker {
                 c.max_command_buffer_len = 100_000;
             })
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2));
-        let client = builder
-            .build()
-            .map_err(|e| ConnectError::Url(e.to_string()))?;
+        let client = builder.build().map_err(ConnectError::Client)?;
         let subscriber = builder
             .build_subscriber_client()
-            .map_err(|e| ConnectError::Url(e.to_string()))?;
-        client
-            .init()
-            .await
-            .map_err(|e| ConnectError::Connect(e.to_string()))?;
-        subscriber
-            .init()
-            .await
-            .map_err(|e| ConnectError::Connect(e.to_string()))?;
+            .map_err(ConnectError::Client)?;
+        client.init().await.map_err(ConnectError::Connect)?;
+        subscriber.init().await.map_err(ConnectError::Connect)?;
         let node = node.into();
         let broker = Arc::new(RedisBroker {
             live: RwLock::new(Arc::new(HashSet::from([node.clone()]))),
@@ -271,7 +268,7 @@ impl RedisBroker {
             .subscriber
             .subscribe(broker.keys.node_channel(&broker.node))
             .await
-            .map_err(|e| ConnectError::Connect(e.to_string()))?;
+            .map_err(ConnectError::Connect)?;
         broker.heartbeat().await;
         let stop = &broker.stop;
         broker

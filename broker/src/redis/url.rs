@@ -4,11 +4,22 @@
 
 use fred::prelude::Config;
 
-use super::ConnectError;
+/// A Redis URL that is not one of the supported forms: why, and the URL without its password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason} (in {url})")]
+pub struct UrlError {
+    /// What is wrong with it.
+    pub reason: String,
+    /// The URL, password redacted.
+    pub url: String,
+}
 
 /// Parses a gateway Redis URL.
-pub fn config(url: &str) -> Result<Config, ConnectError> {
-    let bad = |why: &str| ConnectError::Url(format!("{why} (in {})", redact(url)));
+pub fn config(url: &str) -> Result<Config, UrlError> {
+    let bad = |why: &str| UrlError {
+        reason: why.to_owned(),
+        url: redact(url),
+    };
     let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("missing scheme"))?;
     let translated = match scheme {
         "redis" | "rediss" => url.to_owned(),

@@ -353,28 +353,7 @@ async fn async_calls_answer_202_and_emit_call_result() {
 async fn cancel_sends_the_protocol_cancel_and_the_page_result_stays_the_outcome() {
     let gw = Gateway::start().await;
     let mut page = ready_page(&gw, "acme", "u1", "c1", tools()).await;
-    let pending = gw
-        .acme()
-        .call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
-    let frame = page.recv().await;
-    let id = frame["id"].as_str().unwrap().to_owned();
-    assert_eq!(
-        gw.acme()
-            .post(&format!("/calls/{id}/cancel"), json!({}))
-            .await
-            .status,
-        202
-    );
-    assert_eq!(
-        page.recv().await,
-        json!({"protocol": 1, "type": "cancel", "clientId": page.client_id, "id": id})
-    );
-    page.answer(&id, json!({"status": "cancelled", "by": "signal"}))
-        .await;
-    assert_eq!(
-        pending.await.unwrap().body["outcome"],
-        json!({"status": "cancelled", "by": "signal"})
-    );
+    crate::harness::cancel_round_trip(&gw.acme(), &gw.acme(), &mut page).await;
 }
 
 #[tokio::test]

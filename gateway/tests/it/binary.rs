@@ -64,23 +64,11 @@ fn flags_and_config_errors_exit_with_the_documented_codes() {
 
 /// Starts the binary and returns it with its bound address (read from the listening line).
 fn start(args: &[&str], envs: &[(&str, &str)]) -> (Child, String) {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .envs(envs.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("toolmark-gateway listening on http://")
-        .unwrap_or_else(|| panic!("{line}"))
-        .to_owned();
-    (child, addr)
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).envs(envs.iter().copied());
+    let (child, addr) =
+        toolmark_testkit::process::start_listening(toolmark_testkit::process::quiet(cmd));
+    (child, addr.to_string())
 }
 
 fn sigterm(child: &Child) {
@@ -196,28 +184,16 @@ async fn spans_are_exported_over_otlp_with_the_callers_trace_id() {
 #[tokio::test]
 async fn each_page_logs_under_its_own_span_and_no_other() {
     let config = temp_config(&config_toml(""));
-    let mut child = Command::new(BIN)
-        .args([
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .env("RUST_LOG", "toolmark_gateway=debug")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr: std::net::SocketAddr = line
-        .trim()
-        .strip_prefix("toolmark-gateway listening on http://")
-        .unwrap_or_else(|| panic!("{line}"))
-        .parse()
-        .unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "--config",
+        config.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .env("RUST_LOG", "toolmark_gateway=debug")
+    .stderr(Stdio::piped());
+    let (mut child, addr) = toolmark_testkit::process::start_listening(cmd);
     let stderr = child.stderr.take().unwrap();
     let log = std::thread::spawn(move || {
         BufReader::new(stderr)

@@ -101,32 +101,12 @@ struct NodeProc {
 
 impl NodeProc {
     fn start(config: &std::path::Path, id: &str) -> NodeProc {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolmark-gateway"))
-            .args([
-                "--config",
-                config.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-                "--node-id",
-                id,
-            ])
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .rsplit("http://")
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap_or_else(|_| panic!("{line}"));
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolmark-gateway"));
+        cmd.args(["--config", config.to_str().unwrap()])
+            .args(["--listen", "127.0.0.1:0", "--node-id", id])
+            .env("RUST_LOG", "warn");
+        let (child, addr) =
+            toolmark_testkit::process::start_listening(toolmark_testkit::process::quiet(cmd));
         NodeProc { child, addr }
     }
 }
@@ -335,19 +315,7 @@ async fn calls_made_while_drained_pages_reconnect_are_accepted_and_delivered() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut back = nodes[1].page("acme", "u1", "c1").await;
     back.client_id = page.client_id.clone();
-    let frame = back.recv().await;
-    back.answer(
-        frame["id"].as_str().unwrap(),
-        json!({"status": "ok", "data": "after the drain"}),
-    )
-    .await;
-    let a = pending.await.unwrap();
-    assert_eq!(
-        (a.status, a.body["outcome"]["data"].as_str()),
-        (200, Some("after the drain")),
-        "{}",
-        a.body
-    );
+    crate::harness::answer_ok(&mut back, pending, "after the drain").await;
     nodes.truncate(1);
 }
 

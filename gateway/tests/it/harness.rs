@@ -460,6 +460,59 @@ impl Page {
     }
 }
 
+/// acme's page u1/c1 connected to `on` with `tools`, once `seen_from` sees it as the current
+/// page.
+pub async fn page_across(on: &Gateway, seen_from: &Gateway, tools: Value) -> Page {
+    let mut page = on.page("acme", "u1", "c1").await;
+    page.manifest(1, tools).await;
+    seen_from
+        .acme()
+        .wait_current("u1", "c1", &page.client_id)
+        .await;
+    page
+}
+
+/// The page answers the next call `ok` with `data`; the agent's `pending` request gets it.
+pub async fn answer_ok(page: &mut Page, pending: JoinHandle<Answer>, data: &str) {
+    let frame = page.recv().await;
+    page.answer(
+        frame["id"].as_str().unwrap(),
+        json!({"status": "ok", "data": data}),
+    )
+    .await;
+    let a = pending.await.unwrap();
+    assert_eq!(
+        (a.status, a.body["outcome"]["data"].as_str()),
+        (200, Some(data)),
+        "{}",
+        a.body
+    );
+}
+
+/// A call of `todo.add` to u1/c1 made through `caller`, cancelled through `canceller`: the page
+/// gets the protocol `cancel`, answers `cancelled`, and that answer is the call's outcome.
+/// Returns the call id.
+pub async fn cancel_round_trip(caller: &Agent, canceller: &Agent, page: &mut Page) -> String {
+    let pending = caller.call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
+    let frame = page.recv().await;
+    let id = frame["id"].as_str().unwrap().to_owned();
+    let cancel = canceller
+        .post(&format!("/calls/{id}/cancel"), json!({}))
+        .await;
+    assert_eq!(cancel.status, 202);
+    assert_eq!(
+        page.recv().await,
+        json!({"protocol": 1, "type": "cancel", "clientId": page.client_id, "id": id})
+    );
+    page.answer(&id, json!({"status": "cancelled", "by": "signal"}))
+        .await;
+    assert_eq!(
+        pending.await.unwrap().body["outcome"],
+        json!({"status": "cancelled", "by": "signal"})
+    );
+    id
+}
+
 /// A page of `tenant`/`user`/`conversation` that published `tools` and is the current page.
 pub async fn ready_page(
     gw: &Gateway,

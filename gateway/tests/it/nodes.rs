@@ -21,27 +21,13 @@ pub fn tools() -> serde_json::Value {
 async fn calls_describes_and_cancels_cross_nodes() {
     let nodes = Gateway::start_nodes(3, "").await;
     let (n1, n2, n3) = (&nodes[0], &nodes[1], &nodes[2]);
-    let mut page = n1.page("acme", "u1", "c1").await;
-    page.manifest(1, tools()).await;
-    n2.acme().wait_current("u1", "c1", &page.client_id).await;
+    let mut page = crate::harness::page_across(n1, n2, tools()).await;
 
     // A call made on node 2 reaches the page on node 1.
     let pending = n2
         .acme()
         .call_later("u1", "c1", json!({"tool": "todo.add", "input": {"x": 1}}));
-    let frame = page.recv().await;
-    page.answer(
-        frame["id"].as_str().unwrap(),
-        json!({"status": "ok", "data": "from node 1"}),
-    )
-    .await;
-    let a = pending.await.unwrap();
-    assert_eq!(
-        (a.status, a.body["outcome"]["data"].as_str()),
-        (200, Some("from node 1")),
-        "{}",
-        a.body
-    );
+    crate::harness::answer_ok(&mut page, pending, "from node 1").await;
 
     // A describe made on node 3.
     let acme3 = n3.acme();
@@ -63,28 +49,7 @@ async fn calls_describes_and_cancels_cross_nodes() {
     assert_eq!(describe.await.unwrap().body["outcome"]["status"], "ok");
 
     // A cancel made on node 1 for a call made on node 2.
-    let pending = n2
-        .acme()
-        .call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
-    let frame = page.recv().await;
-    let id = frame["id"].as_str().unwrap().to_owned();
-    assert_eq!(
-        n1.acme()
-            .post(&format!("/calls/{id}/cancel"), json!({}))
-            .await
-            .status,
-        202
-    );
-    assert_eq!(
-        page.recv().await,
-        json!({"protocol": 1, "type": "cancel", "clientId": page.client_id, "id": id})
-    );
-    page.answer(&id, json!({"status": "cancelled", "by": "signal"}))
-        .await;
-    assert_eq!(
-        pending.await.unwrap().body["outcome"],
-        json!({"status": "cancelled", "by": "signal"})
-    );
+    let id = crate::harness::cancel_round_trip(&n2.acme(), &n1.acme(), &mut page).await;
     // Any node reads any call.
     assert_eq!(
         n3.acme().get(&format!("/calls/{id}")).await.body["state"],
@@ -95,12 +60,7 @@ async fn calls_describes_and_cancels_cross_nodes() {
 #[tokio::test]
 async fn a_page_moving_to_another_node_between_call_and_answer_is_accepted() {
     let nodes = Gateway::start_nodes(3, "").await;
-    let mut page = nodes[0].page("acme", "u1", "c1").await;
-    page.manifest(1, tools()).await;
-    nodes[1]
-        .acme()
-        .wait_current("u1", "c1", &page.client_id)
-        .await;
+    let mut page = crate::harness::page_across(&nodes[0], &nodes[1], tools()).await;
     let pending = nodes[1].acme().call_later(
         "u1",
         "c1",
@@ -140,9 +100,7 @@ async fn a_page_moving_to_another_node_between_call_and_answer_is_accepted() {
 async fn attackers_on_another_node_are_rejected() {
     let nodes = Gateway::start_nodes(2, "").await;
     let (n1, n2) = (&nodes[0], &nodes[1]);
-    let mut page = n1.page("acme", "u1", "c1").await;
-    page.manifest(1, tools()).await;
-    n2.acme().wait_current("u1", "c1", &page.client_id).await;
+    let mut page = crate::harness::page_across(n1, n2, tools()).await;
     let pending = n1.acme().call_later(
         "u1",
         "c1",
@@ -209,12 +167,7 @@ async fn attackers_on_another_node_are_rejected() {
 async fn tenants_are_apart_across_nodes() {
     let nodes = Gateway::start_nodes(3, "").await;
     let mut globex_events = nodes[2].agent("globex", GLOBEX_KEY).events("", None).await;
-    let mut page = nodes[0].page("acme", "u1", "c1").await;
-    page.manifest(1, tools()).await;
-    nodes[1]
-        .acme()
-        .wait_current("u1", "c1", &page.client_id)
-        .await;
+    let mut page = crate::harness::page_across(&nodes[0], &nodes[1], tools()).await;
     let globex = nodes[1].agent("globex", GLOBEX_KEY);
     assert_eq!(
         globex.get("/users/u1/conversations/c1").await.body["clientId"],

@@ -119,13 +119,26 @@ fn apply_env(
             .ok()
             .and_then(|mut t| t.remove("v"))
             .unwrap_or(toml::Value::String(raw));
-        set_path(table, &path, value).map_err(|reason| ConfigError::new(key, reason))?;
+        set_path(table, &path, value).map_err(|e| ConfigError::new(key, e.to_string()))?;
     }
     Ok(())
 }
 
-fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(), String> {
-    let (first, rest) = path.split_first().ok_or("empty key")?;
+/// Why an environment variable's path does not fit the file's shape.
+#[derive(Debug, thiserror::Error)]
+enum PathError {
+    #[error("empty key")]
+    Empty,
+    #[error("{0:?} is not an array index")]
+    NotAnIndex(String),
+    #[error("index {index} skips entries (the array has {len})")]
+    Skips { index: usize, len: usize },
+    #[error("is not a table")]
+    NotATable,
+}
+
+fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(), PathError> {
+    let (first, rest) = path.split_first().ok_or(PathError::Empty)?;
     if rest.is_empty() {
         table.insert(first.clone(), value);
         return Ok(());
@@ -140,19 +153,23 @@ fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Res
     set_in_value(child, rest, value)
 }
 
-fn set_in_value(node: &mut toml::Value, path: &[String], value: toml::Value) -> Result<(), String> {
+fn set_in_value(
+    node: &mut toml::Value,
+    path: &[String],
+    value: toml::Value,
+) -> Result<(), PathError> {
     match node {
         toml::Value::Table(t) => set_path(t, path, value),
         toml::Value::Array(items) => {
-            let (first, rest) = path.split_first().ok_or("empty key")?;
+            let (first, rest) = path.split_first().ok_or(PathError::Empty)?;
             let index: usize = first
                 .parse()
-                .map_err(|_| format!("{first:?} is not an array index"))?;
+                .map_err(|_| PathError::NotAnIndex(first.clone()))?;
             if index > items.len() {
-                return Err(format!(
-                    "index {index} skips entries (the array has {})",
-                    items.len()
-                ));
+                return Err(PathError::Skips {
+                    index,
+                    len: items.len(),
+                });
             }
             if index == items.len() {
                 items.push(toml::Value::Table(toml::Table::new()));
@@ -164,6 +181,6 @@ fn set_in_value(node: &mut toml::Value, path: &[String], value: toml::Value) -> 
                 set_in_value(&mut items[index], rest, value)
             }
         }
-        _ => Err("is not a table".into()),
+        _ => Err(PathError::NotATable),
     }
 }

@@ -141,8 +141,9 @@ impl Config {
                 "required with kind = \"redis\"",
             )),
             (BrokerKind::Redis, Some(url)) => {
-                toolmark_broker::redis::check_url(url)
-                    .map_err(|e| ConfigError::new("broker.url", e))?;
+                toolmark_broker::redis::check_url(url).map_err(|e| {
+                    ConfigError::new("broker.url", format!("invalid Redis URL: {e}"))
+                })?;
                 if self.dev_mode {
                     return Err(ConfigError::new(
                         "broker.kind",

@@ -51,27 +51,47 @@ impl std::fmt::Debug for TokenKey {
     }
 }
 
+/// Why a key or secret of a tenant cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// Shorter than the minimum.
+    #[error("must be at least {min} bytes")]
+    TooShort {
+        /// The minimum, in bytes.
+        min: usize,
+    },
+    /// Not a PEM public key of an accepted kind.
+    #[error("not a PEM Ed25519 or P-256 public key")]
+    NotPublicKey,
+    /// Not `whsec_` followed by base64.
+    #[error("not whsec_ followed by base64: {0}")]
+    NotWebhookSecret(#[from] base64::DecodeError),
+    /// The JWT library refused the key.
+    #[error("{0}")]
+    Jwt(#[from] jsonwebtoken::errors::Error),
+}
+
 impl TokenKey {
     /// HS256 with a shared secret of at least 32 bytes.
-    pub fn hs256(secret: &str) -> Result<TokenKey, String> {
+    pub fn hs256(secret: &str) -> Result<TokenKey, KeyError> {
         if secret.len() < 32 {
-            return Err("must be at least 32 bytes".into());
+            return Err(KeyError::TooShort { min: 32 });
         }
         Ok(TokenKey::Hs256 {
-            decoding: DecodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?,
-            encoding: EncodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?,
+            decoding: DecodingKey::from_secret(secret.as_bytes())?,
+            encoding: EncodingKey::from_secret(secret.as_bytes())?,
         })
     }
 
     /// A PEM public key: Ed25519 → EdDSA, P-256 → ES256.
-    pub fn public_pem(pem: &str) -> Result<TokenKey, String> {
+    pub fn public_pem(pem: &str) -> Result<TokenKey, KeyError> {
         if let Ok(key) = DecodingKey::from_ed_pem(pem.as_bytes()) {
             return Ok(TokenKey::EdDsa(key));
         }
         if let Ok(key) = DecodingKey::from_ec_pem(pem.as_bytes()) {
             return Ok(TokenKey::Es256(key));
         }
-        Err("not a PEM Ed25519 or P-256 public key".into())
+        Err(KeyError::NotPublicKey)
     }
 }
 
@@ -125,15 +145,13 @@ impl TenantSettings {
                     "set token_secret (HS256) or token_public_key (EdDSA, ES256)",
                 ));
             }
-            (Some(s), None) => {
-                TokenKey::hs256(s).map_err(|e| ConfigError::new(at("token_secret"), e))?
-            }
+            (Some(s), None) => TokenKey::hs256(s)
+                .map_err(|e| ConfigError::new(at("token_secret"), e.to_string()))?,
             (None, Some(pem)) => TokenKey::public_pem(pem)
-                .map_err(|e| ConfigError::new(at("token_public_key"), e))?,
+                .map_err(|e| ConfigError::new(at("token_public_key"), e.to_string()))?,
         };
         for (j, o) in t.allowed_origins.iter().enumerate() {
-            check_origin(o)
-                .map_err(|e| ConfigError::new(at(&format!("allowed_origins[{j}]")), e))?;
+            check_origin(o, &at(&format!("allowed_origins[{j}]")))?;
         }
         Ok(TenantSettings {
             id: t.id.clone(),
@@ -225,7 +243,8 @@ fn parse_webhook(
         .webhook_secret
         .as_deref()
         .ok_or_else(|| ConfigError::new(at("webhook_secret"), "required with webhook_url"))?;
-    let key = SigningKey::parse(secret).map_err(|e| ConfigError::new(at("webhook_secret"), e))?;
+    let key = SigningKey::parse(secret)
+        .map_err(|e| ConfigError::new(at("webhook_secret"), e.to_string()))?;
     Ok(Some(WebhookTarget {
         url: u.clone(),
         key,
@@ -303,16 +322,22 @@ pub fn parse_key_hash(s: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// An origin must be exactly `scheme://host[:port]` as a browser serializes it.
-fn check_origin(o: &str) -> Result<(), String> {
+/// An origin must be exactly `scheme://host[:port]` as a browser serializes it; errors name
+/// `key`.
+fn check_origin(o: &str, key: &str) -> Result<(), ConfigError> {
     if o == "*" || o == "null" {
-        return Err(format!("{o:?} is not allowed; list exact origins"));
+        return Err(ConfigError::new(
+            key,
+            format!("{o:?} is not allowed; list exact origins"),
+        ));
     }
-    let url = url::Url::parse(o).map_err(|e| format!("{o:?} is not an origin: {e}"))?;
+    let url = url::Url::parse(o)
+        .map_err(|e| ConfigError::new(key, format!("{o:?} is not an origin: {e}")))?;
     let serialized = url.origin().ascii_serialization();
     if serialized != o {
-        return Err(format!(
-            "{o:?} is not an exact origin (did you mean {serialized:?}?)"
+        return Err(ConfigError::new(
+            key,
+            format!("{o:?} is not an exact origin (did you mean {serialized:?}?)"),
         ));
     }
     Ok(())

@@ -93,6 +93,11 @@ impl std::fmt::Debug for Deliverer {
     }
 }
 
+/// A failed attempt, with its label of `toolmark_webhook_failures_total{status}` (also kept as
+/// the event's last error).
+#[derive(Debug)]
+struct Failed(String);
+
 /// Why one attempt failed: the label of `toolmark_webhook_failures_total{status}`.
 fn failure_label(e: &reqwest::Error) -> String {
     if e.is_timeout() {
@@ -111,8 +116,8 @@ impl Deliverer {
         }
     }
 
-    /// POSTs one event; `Err` holds the failure label.
-    async fn post(&self, p: &Pending) -> Result<(), String> {
+    /// POSTs one event.
+    async fn post(&self, p: &Pending) -> Result<(), Failed> {
         let ts = now_ms() / 1000;
         let sig = self.target.key.sign(&p.id, ts, &p.body);
         self.metrics.attempts.get_or_create(&self.labels()).inc();
@@ -150,7 +155,7 @@ impl Deliverer {
                         status: status.clone(),
                     })
                     .inc();
-                Err(status)
+                Err(Failed(status))
             }
         }
     }
@@ -204,7 +209,7 @@ impl Deliverer {
                     Ok(()) => {
                         let _ = self.broker.ack(t, &p.id).await;
                     }
-                    Err(status) => {
+                    Err(Failed(status)) => {
                         p.attempts = 1;
                         p.first_failure_ms = now_ms();
                         p.last_error = status;
@@ -255,7 +260,7 @@ impl Deliverer {
                         return;
                     }
                 }
-                Err(status) => {
+                Err(Failed(status)) => {
                     head.attempts += 1;
                     head.last_error = status;
                     if head.first_failure_ms == 0 {

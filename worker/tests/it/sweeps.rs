@@ -102,12 +102,35 @@ fn call_to(
     (binding, frame)
 }
 
+/// A Redis of its own, a reader of the tenant's events, a running worker and one node that
+/// plays a gateway.
+struct Stage {
+    _redis: RedisProc,
+    reader: SharedBroker,
+    metrics: String,
+    _stop: tokio::sync::oneshot::Sender<()>,
+    gateway: SharedBroker,
+}
+
+async fn stage(gateway_id: &str) -> Stage {
+    let redis = RedisProc::start(&[]);
+    let reader = node(&redis, "sw", "reader").await;
+    let (metrics, stop) = worker(&redis, "sw").await;
+    let gateway = node(&redis, "sw", gateway_id).await;
+    Stage {
+        _redis: redis,
+        reader,
+        metrics,
+        _stop: stop,
+        gateway,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_whose_node_died_is_timed_out_and_announced_by_the_worker() {
-    let redis = RedisProc::start(&[]);
-    let reader = node(&redis, "sw1", "reader").await;
-    let (metrics, _stop) = worker(&redis, "sw1").await;
-    let doomed = node(&redis, "sw1", "doomed").await;
+    // Bound whole: its Redis and its worker live until the end of the test.
+    let stage = stage("doomed").await;
+    let (reader, metrics, doomed) = (&stage.reader, &stage.metrics, &stage.gateway);
     let conv = ConvKey::new("acme", "u1", "c1");
     let (binding, frame) = call_to(&conv, "p1", "doomed", now_ms() + 300);
     let id = binding.id.clone();
@@ -115,7 +138,7 @@ async fn a_call_whose_node_died_is_timed_out_and_announced_by_the_worker() {
     // The node that waits for the call dies before the deadline: nobody is left to time it out
     // but the worker.
     doomed.close().await;
-    let ev = event_of(&reader, "call.timeout", Duration::from_secs(10)).await;
+    let ev = event_of(reader, "call.timeout", Duration::from_secs(10)).await;
     assert_eq!(ev.data["id"], id.as_str(), "{}", ev.data);
     let record = reader
         .call("acme", &id)
@@ -124,17 +147,15 @@ async fn a_call_whose_node_died_is_timed_out_and_announced_by_the_worker() {
         .expect("the call is kept");
     assert_eq!(record.state, toolmark_broker::CallState::TimedOut);
     assert_eq!(
-        counter(&metrics, "toolmark_deadline_sweeps_total").await,
+        counter(metrics, "toolmark_deadline_sweeps_total").await,
         1.0
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confirmation_of_a_gone_page_expires_after_the_grace_and_is_announced() {
-    let redis = RedisProc::start(&[]);
-    let reader = node(&redis, "sw2", "reader").await;
-    let (metrics, _stop) = worker(&redis, "sw2").await;
-    let gateway = node(&redis, "sw2", "gw").await;
+    let stage = stage("gw").await;
+    let (reader, metrics, gateway) = (&stage.reader, &stage.metrics, &stage.gateway);
     let conv = ConvKey::new("acme", "u1", "c1");
     let limits = AdmitLimits {
         max_connections: 10,
@@ -167,7 +188,7 @@ async fn a_confirmation_of_a_gone_page_expires_after_the_grace_and_is_announced(
             .unwrap()
             .page_gone
     );
-    let ev = event_of(&reader, "confirmation.resolved", Duration::from_secs(75)).await;
+    let ev = event_of(reader, "confirmation.resolved", Duration::from_secs(75)).await;
     assert!(
         gone_at.elapsed() >= toolmark_broker::CONFIRM_ABANDON_GRACE,
         "expired after {:?}, within the grace",
@@ -180,7 +201,7 @@ async fn a_confirmation_of_a_gone_page_expires_after_the_grace_and_is_announced(
         ev.data
     );
     assert_eq!(
-        counter(&metrics, "toolmark_confirmations_expired_total").await,
+        counter(metrics, "toolmark_confirmations_expired_total").await,
         1.0
     );
 }

@@ -1,7 +1,7 @@
 //! Webhook delivery end to end.
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toolmark_broker::prelude::*;
@@ -127,20 +127,10 @@ async fn failures_are_retried_with_the_same_id_and_a_valid_signature_and_never_r
 }
 
 fn start_worker_process(config: &std::path::Path) -> Child {
-    use std::io::BufRead;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolmark-worker"))
-        .args(["--config", config.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.starts_with("toolmark-worker listening on"), "{line}");
-    child
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolmark-worker"));
+    cmd.args(["--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "warn");
+    toolmark_testkit::process::start_listening(toolmark_testkit::process::quiet(cmd)).0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
