@@ -10,7 +10,8 @@
 #          commands per call from INFO commandstats at CROSS_RATE (1000) for CROSS_SECS (20)
 #   storm  STORM_PAGES (10000) pages on node 1, calls at STORM_RATE (200/s) through node 2,
 #          node 1 drained (drain timeout STORM_DRAIN_TIMEOUT_MS, 10000): time until every page
-#          is back on node 2, and how every call ended
+#          is back on node 2, how every call ended, and how many page releases and events the
+#          draining node failed to record in Redis (its log's warnings)
 # Stages: BENCH_STAGES (default "idle calls cross storm"). Output: one JSON line per run in
 # $OUT/report.jsonl (OUT default docs/img/bench), and the chart docs/img/latency-vs-rate.svg.
 # Refuses to start while a compiler, test run or browser is busy unless BENCH_ANYWAY=1.
@@ -176,6 +177,11 @@ PY
         res="$(loadgen storm --url "$node1" --fallback-url "$node2" --drain-pid "$node1_pid" \
             --pages "$storm_pages" --rate "$storm_rate" | sed -n 1p)" || true
         [[ -n "$res" ]] || { echo "bench.sh: the storm did not report" >&2; exit 1; }
+        # What the draining node could not record: each line is a page release or an event
+        # (page.disconnected, call outcomes) that never reached Redis.
+        wait "$node1_pid" 2>/dev/null || true
+        lost="$(grep -c -e 'event not emitted' -e 'page release not recorded' "$lt_work/node-1.log" || true)"
+        res="$(python3 -c 'import json,sys; l=json.loads(sys.argv[1]); l["draining_node_unrecorded"]=int(sys.argv[2]); print(json.dumps(l))' "$res" "${lost:-0}")"
         echo "$res"
         record storm "$res"
         stop_all

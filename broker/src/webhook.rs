@@ -1,7 +1,7 @@
 //! The webhook queue contract shared by the memory and Redis brokers: new events of a tenant,
 //! delivered in order per conversation; a failed event waits (with every later event of its
 //! conversation) in that conversation's queue until its retry succeeds or it is buried as a
-//! dead letter. The delivery loop itself lives with the jobs (`toolmark_gateway::jobs`).
+//! dead letter. The delivery loop itself lives with the jobs (`toolmark_worker::jobs`).
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
