@@ -5,7 +5,7 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit chart-test browser mcp-e2e pusher bench load-test soak fuzz clean
+.PHONY: run test deps lint unit chart-test browser mcp-e2e pusher bench bench-compare load-test soak fuzz clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
@@ -50,6 +50,11 @@ pusher:
 bench:
 	$(CARGO) bench -p toolmark-proto --bench decode
 	CARGO="$(CARGO)" load-tests/bench.sh
+
+## bench-compare: the load figures of the working tree against BASE=<git ref>, in one run,
+## alternating the two builds, with the ratio of every figure (docs/img/bench-compare/summary.md)
+bench-compare:
+	CARGO="$(CARGO)" load-tests/bench-compare.sh
 
 ## load-test: k6 mixed scenario against a local two-node gateway on Redis (about a minute);
 ## fails when a threshold is crossed (not part of `test`: it is a load test)

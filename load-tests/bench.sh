@@ -65,7 +65,8 @@ line.update({
     "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     "cores": os.cpu_count(),
     "mem_gib": round(mem_kib / 1048576, 1),
-    "commit": subprocess.run(["git", "-C", os.environ["LT_ROOT"], "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip(),
+    # The commit of the binaries measured (bench-compare measures another ref's).
+    "commit": os.environ.get("BENCH_COMMIT") or subprocess.run(["git", "-C", os.environ["LT_ROOT"], "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip(),
     "gateway_version": subprocess.run([os.environ["LT_GATEWAY"], "--version"], capture_output=True, text=True).stdout.strip(),
 })
 with open(report, "a") as f:

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# `make bench-compare BASE=<git ref>`: the gateway figures of the working tree against those of
+# BASE, measured in one run on this machine with the same load, so that drift between days and
+# machines cancels out. Builds BASE's gateway and load generator in a worktree of their own,
+# the working tree's as usual, then runs load-tests/bench.sh with each, alternating
+# (BASE, HEAD, HEAD, BASE, … for ROUNDS pairs, default 2), and prints each figure with the ratio
+# HEAD / BASE of every pair.
+#   BENCH_STAGES  stages of bench.sh to compare (default "cross calls")
+#   ROUNDS        pairs of runs (default 2)
+#   OUT           where the reports and the summary go (default docs/img/bench-compare)
+# Other variables (SWEEP, SWEEP_SECS, CROSS_RATE, …) pass through to bench.sh.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+base="${BASE:?set BASE to the git ref to compare against, e.g. BASE=HEAD~1}"
+rounds="${ROUNDS:-2}"
+export BENCH_STAGES="${BENCH_STAGES:-cross calls}"
+out="${OUT:-$root/docs/img/bench-compare}"
+cargo="${CARGO:-cargo}"
+
+base_commit="$(git -C "$root" rev-parse --short "$base")"
+head_commit="$(git -C "$root" describe --always --dirty)"
+work="$(mktemp -d)"
+cleanup() {
+    git -C "$root" worktree remove --force "$work/base" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "bench-compare: building $base_commit (BASE) and $head_commit (working tree)" >&2
+git -C "$root" worktree add --detach "$work/base" "$base_commit" >/dev/null
+base_target="${BASE_TARGET_DIR:-$root/target/bench-compare-base}"
+(cd "$work/base" && CARGO_TARGET_DIR="$base_target" "$cargo" build --release --locked -p toolmark-gateway -p toolmark-loadgen)
+(cd "$root" && "$cargo" build --release --locked -p toolmark-gateway -p toolmark-loadgen)
+
+mkdir -p "$out"
+run() { # $1 label, $2 commit, $3 target dir, $4 round
+    echo "bench-compare: round $4, $1 ($2)" >&2
+    BENCH_COMMIT="$2" CARGO_TARGET_DIR="$3" SKIP_BUILD=1 OUT="$out/$1-$4" CHART="$work/chart.svg" \
+        "$root/load-tests/bench.sh"
+}
+for r in $(seq "$rounds"); do
+    if (( r % 2 )); then
+        run base "$base_commit" "$base_target" "$r"
+        run head "$head_commit" "$root/target" "$r"
+    else
+        run head "$head_commit" "$root/target" "$r"
+        run base "$base_commit" "$base_target" "$r"
+    fi
+done
+
+python3 - "$out" "$rounds" "$base_commit" "$head_commit" <<'PY' | tee "$out/summary.md"
+import json, sys, os
+out, rounds, base, head = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+
+def figures(path):
+    """Every comparable figure of one bench.sh report, by name."""
+    f = {}
+    for line in open(path):
+        r = json.loads(line)
+        stage = r.get("stage")
+        if stage in ("calls", "cross") and "rate" in r and "redis_commands_per_call" not in r:
+            for k in ("p50_us", "p99_us"):
+                f[f"{stage} {r['rate']}/s {k}"] = r[k]
+        elif stage == "cross-rate":
+            f[f"cross {r['rate']}/s {r['duration_secs']} s p99_us"] = r["p99_us"]
+            f["redis commands per cross-node call"] = r.get("redis_commands_per_call_total")
+        elif stage == "idle":
+            f[f"idle {r.get('pages')} pages KiB per page"] = r.get("kib_per_page")
+        elif stage == "storm":
+            for k in ("all_back_ms", "lost", "draining_node_unrecorded"):
+                f[f"storm {k}"] = r.get(k)
+    return f
+
+runs = {(lab, r): figures(os.path.join(out, f"{lab}-{r}", "report.jsonl"))
+        for lab in ("base", "head") for r in range(1, rounds + 1)}
+names = sorted({n for f in runs.values() for n in f})
+print(f"| figure | {base} (BASE) | {head} | ratio HEAD / BASE |")
+print("|---|---|---|---|")
+for n in names:
+    b = [runs[("base", r)].get(n) for r in range(1, rounds + 1)]
+    h = [runs[("head", r)].get(n) for r in range(1, rounds + 1)]
+    ratios = [f"×{y / x:.2f}" if x and y is not None else "–" for x, y in zip(b, h)]
+    show = lambda v: ", ".join("–" if x is None else str(x) for x in v)
+    print(f"| {n} | {show(b)} | {show(h)} | {', '.join(ratios)} |")
+PY
+echo "bench-compare: summary in ${out#"$root"/}/summary.md" >&2
