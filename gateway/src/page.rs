@@ -126,8 +126,9 @@ async fn serve(app: AppState, socket: WebSocket, tenant: Arc<Tenant>, conv: Conv
         strikes: VecDeque::new(),
     };
     async move {
+        let mut socket = socket;
         let outbound = Arc::clone(&page.session.outbox);
-        let end = page.run(socket, outbound).await;
+        let end = page.run(&mut socket, outbound).await;
         let code = match end {
             End::Gone => None,
             End::Closed(code) => Some(code),
@@ -142,7 +143,12 @@ async fn serve(app: AppState, socket: WebSocket, tenant: Arc<Tenant>, conv: Conv
             client_id = page.session.client_id.as_deref().unwrap_or(""),
             "page socket ended"
         );
+        // The release and its events first: a page that does not answer our close frame must not
+        // hold them up (a drain's grace could end while it lingers).
         page.session.close(&page.app).await;
+        if code.is_some() {
+            linger(&mut socket).await;
+        }
     }
     .instrument(span)
     .await;
@@ -171,7 +177,7 @@ enum Flow {
 }
 
 impl PageSocket {
-    async fn run(&mut self, mut socket: WebSocket, outbound: Arc<crate::registry::Outbox>) -> End {
+    async fn run(&mut self, socket: &mut WebSocket, outbound: Arc<crate::registry::Outbox>) -> End {
         let mut ping = tokio::time::interval(PING_EVERY);
         ping.tick().await;
         let mut last_seen = Instant::now();
@@ -233,7 +239,6 @@ impl PageSocket {
                         reason: reason.into(),
                     })))
                     .await;
-                linger(&mut socket).await;
                 return End::Closed(code);
             }
         }

@@ -210,6 +210,8 @@ async fn each_page_logs_under_its_own_span_and_no_other() {
         pages.push(page);
     }
     sigterm(&child);
+    // The pages read their 1001 and do not answer it: the node's release and log lines must
+    // not wait for them.
     for page in &mut pages {
         assert_eq!(page.closed().await, 1001);
     }
