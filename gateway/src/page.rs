@@ -20,7 +20,7 @@ use tracing::Instrument;
 use crate::close;
 use crate::inbound;
 use crate::registry::Outgoing;
-use crate::session::{Session, Transport};
+use crate::session::{Session, Transport, refusal_reason};
 use crate::state::AppState;
 use crate::tenants::Tenant;
 use toolmark_process::config::MAX_FRAME_BYTES;
@@ -103,12 +103,11 @@ async fn serve(app: AppState, socket: WebSocket, tenant: Arc<Tenant>, conv: Conv
     let session = match Session::open(&app, &tenant, conv, Transport::WebSocket).await {
         Ok(s) => s,
         Err(e) => {
-            let (code, reason) = match e {
-                AdmitError::TenantConnections => (close::LIMIT, "tenant connection limit"),
-                AdmitError::ConversationPages => (close::LIMIT, "conversation page limit"),
-                AdmitError::Broker(_) => (close::INTERNAL, "unavailable"),
+            let code = match e {
+                AdmitError::Broker(_) => close::INTERNAL,
+                AdmitError::TenantConnections | AdmitError::ConversationPages => close::LIMIT,
             };
-            return refuse(&app, socket, code, reason).await;
+            return refuse(&app, socket, code, refusal_reason(&e)).await;
         }
     };
     let per_second =

@@ -37,6 +37,15 @@ pub struct Session {
     transport: Transport,
 }
 
+/// Why a page was not admitted, as the close reason both transports send.
+pub fn refusal_reason(e: &AdmitError) -> &'static str {
+    match e {
+        AdmitError::TenantConnections => "tenant connection limit",
+        AdmitError::ConversationPages => "conversation page limit",
+        AdmitError::Broker(_) => "unavailable",
+    }
+}
+
 impl Session {
     /// Admits a page of `conv` (cluster-wide limits), gives it a registry slot and queues the
     /// calls it may have missed while it was away.

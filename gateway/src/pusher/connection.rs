@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures_util::stream::{SelectAll, Stream, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use toolmark_broker::{AdmitError, ConvKey};
+use toolmark_broker::ConvKey;
 use tracing::Instrument;
 
 use super::protocol::{self, ACTIVITY_TIMEOUT_SECS, ClientEvent, code};
@@ -232,11 +232,7 @@ impl Connection {
         let session = match Session::open(&self.app, &self.tenant, conv, Transport::Echo).await {
             Ok(s) => s,
             Err(e) => {
-                let why = match e {
-                    AdmitError::TenantConnections => "tenant connection limit",
-                    AdmitError::ConversationPages => "conversation page limit",
-                    AdmitError::Broker(_) => "unavailable",
-                };
+                let why = crate::session::refusal_reason(&e);
                 return refuse(&self.app, code::OVER_CAPACITY, why);
             }
         };
