@@ -5,7 +5,7 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit chart-test browser mcp-e2e pusher bench bench-compare load-test soak fuzz clean
+.PHONY: run test deps lint unit chart-test browser mcp-e2e pusher bench bench-compare scale-sim load-test soak fuzz clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
@@ -60,6 +60,11 @@ bench-compare:
 ## fails when a threshold is crossed (not part of `test`: it is a load test)
 load-test:
 	CARGO="$(CARGO)" load-tests/load-test.sh
+
+## scale-sim: ten gateway nodes with 1,000 pages each on a six-node Redis Cluster, calls across
+## them at RATE (1000/s): per-shard command rates beside the model of docs/scaling.md
+scale-sim:
+	CARGO="$(CARGO)" load-tests/scale-sim.sh
 
 ## soak: two nodes on Redis for SOAK_MINUTES (default 15) at the real TTLs and grace periods,
 ## with quiet, moving and late-confirming pages; counts faults and reports RSS and Redis memory

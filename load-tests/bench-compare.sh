@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make bench-compare BASE=<git ref>`: the gateway figures of the working tree against those of
 # BASE, measured in one run on this machine with the same load, so that drift between days and
-# machines cancels out. Builds BASE's gateway and load generator in a worktree of their own,
-# the working tree's as usual, then runs load-tests/bench.sh with each, alternating
+# machines cancels out. Builds BASE's gateway in a worktree of its own, the working tree's
+# gateway and load generator as usual, then runs the working tree's load-tests/bench.sh with
+# each gateway and the same load generator, alternating
 # (BASE, HEAD, HEAD, BASE, … for ROUNDS pairs, default 2), and prints each figure with the ratio
 # HEAD / BASE of every pair.
 #   BENCH_STAGES  stages of bench.sh to compare (default "cross calls")
@@ -30,14 +31,14 @@ trap cleanup EXIT
 echo "bench-compare: building $base_commit (BASE) and $head_commit (working tree)" >&2
 git -C "$root" worktree add --detach "$work/base" "$base_commit" >/dev/null
 base_target="${BASE_TARGET_DIR:-$root/target/bench-compare-base}"
-(cd "$work/base" && CARGO_TARGET_DIR="$base_target" "$cargo" build --release --locked -p toolmark-gateway -p toolmark-loadgen)
+(cd "$work/base" && CARGO_TARGET_DIR="$base_target" "$cargo" build --release --locked -p toolmark-gateway)
 (cd "$root" && "$cargo" build --release --locked -p toolmark-gateway -p toolmark-loadgen)
 
 mkdir -p "$out"
 run() { # $1 label, $2 commit, $3 target dir, $4 round
     echo "bench-compare: round $4, $1 ($2)" >&2
     BENCH_COMMIT="$2" CARGO_TARGET_DIR="$3" SKIP_BUILD=1 OUT="$out/$1-$4" CHART="$work/chart.svg" \
-        "$root/load-tests/bench.sh"
+        LOADGEN_BIN="$root/target/release/toolmark-loadgen" "$root/load-tests/bench.sh"
 }
 for r in $(seq "$rounds"); do
     if (( r % 2 )); then
@@ -62,11 +63,22 @@ def figures(path):
         if stage in ("calls", "cross") and "rate" in r and "redis_commands_per_call" not in r:
             for k in ("p50_us", "p99_us"):
                 f[f"{stage} {r['rate']}/s {k}"] = r[k]
+            top = f"{stage} highest rate with p99 < 20 ms"
+            if r["p99_us"] < 20_000 and r.get("errors", 0) == 0:
+                f[top] = max(f.get(top) or 0, r["rate"])
         elif stage == "cross-rate":
+            f[f"cross {r['rate']}/s {r['duration_secs']} s p50_us"] = r["p50_us"]
             f[f"cross {r['rate']}/s {r['duration_secs']} s p99_us"] = r["p99_us"]
             f["redis commands per cross-node call"] = r.get("redis_commands_per_call_total")
+            f["redis scripts per cross-node call"] = r.get("redis_scripts_per_call")
+            f["redis bytes per finished call"] = r.get("redis_bytes_per_finished_call")
+            f["sharded channels, two nodes, 1,000 pages"] = r.get("sharded_channels_two_nodes_1000_pages")
+        elif stage == "handshakes":
+            for k in ("setup_p50_us", "setup_p99_us", "setup_max_us", "setups_over_900ms", "listen_drops", "listen_backlog"):
+                f[f"handshakes {r.get('pages')} pages × {r.get('concurrency')} {k}"] = r.get(k)
         elif stage == "idle":
             f[f"idle {r.get('pages')} pages KiB per page"] = r.get("kib_per_page")
+            f[f"idle {r.get('pages')} pages CPU µs per page per second"] = r.get("cpu_us_per_page_per_sec")
         elif stage == "storm":
             for k in ("all_back_ms", "lost", "draining_node_unrecorded"):
                 f[f"storm {k}"] = r.get(k)

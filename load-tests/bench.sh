@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # `make bench` (load part): regenerates the gateway figures of docs/benchmarks.md on this
 # machine, each stage against fresh release processes on loopback:
-#   idle   RSS per idle page at IDLE_PAGES (default "10000 19000") on one node (memory broker);
-#          the pages are spread over two load-generator processes (open files are capped per
+#   idle   RSS per idle page at IDLE_PAGES (default "10000 19000") on one node (memory broker),
+#          and the gateway's CPU per idle page per second over 20 s (its pings included); the
+#          pages are spread over two load-generator processes (open files are capped per
 #          process)
 #   calls  call round trip on one node at SWEEP rates (default "1000 2000 … 10000 12000"),
 #          SWEEP_SECS (10) each, until p99 passes 20 ms
 #   cross  the same across two nodes on Redis (pages on node 1, agent on node 2), plus Redis
-#          commands per call from INFO commandstats at CROSS_RATE (1000) for CROSS_SECS (20)
+#          commands per call from INFO commandstats at CROSS_RATE (1000) for CROSS_SECS (20),
+#          the Redis memory each finished call keeps, and the sharded channels both nodes hold
+#   handshakes  HANDSHAKE_PAGES (10000) pages connecting to one node (memory broker),
+#          HANDSHAKE_CONCURRENCY (200) set-ups at a time: set-up percentiles, set-ups past 900 ms
+#          (a retransmitted SYN), and the kernel's listen overflows and drops meanwhile
 #   storm  STORM_PAGES (10000) pages on node 1, calls at STORM_RATE (200/s) through node 2,
 #          node 1 drained (drain timeout STORM_DRAIN_TIMEOUT_MS, 10000): time until every page
 #          is back on node 2, how every call ended, and how many page releases and events the
 #          draining node failed to record in Redis (its log's warnings)
-# Stages: BENCH_STAGES (default "idle calls cross storm"). Output: one JSON line per run in
+# Stages: BENCH_STAGES (default "idle calls cross handshakes storm"). Output: one JSON line per run in
 # $OUT/report.jsonl (OUT default docs/img/bench), and the chart docs/img/latency-vs-rate.svg.
 # Refuses to start while a compiler, test run or browser is busy unless BENCH_ANYWAY=1.
 set -euo pipefail
@@ -21,7 +26,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=load-tests/lib.sh
 source "$root/load-tests/lib.sh"
 
-stages="${BENCH_STAGES:-idle calls cross storm}"
+stages="${BENCH_STAGES:-idle calls cross handshakes storm}"
+handshake_pages="${HANDSHAKE_PAGES:-10000}"
+handshake_concurrency="${HANDSHAKE_CONCURRENCY:-200}"
 idle_pages="${IDLE_PAGES:-10000 19000}"
 sweep="${SWEEP:-1000 2000 4000 6000 8000 10000 12000}"
 sweep_secs="${SWEEP_SECS:-10}"
@@ -142,11 +149,17 @@ for stage in $stages; do
             kill -0 "$lg" 2>/dev/null || { cat "$lt_work/cross.err" >&2; exit 1; }
             sleep 0.1
         done
-        "${REDIS_CLI:-redis-cli}" -p "$lt_redis_port" config resetstat >/dev/null
+        rcli() { "${REDIS_CLI:-redis-cli}" -p "$lt_redis_port" "$@"; }
+        rcli config resetstat >/dev/null
+        mem_before="$(rcli info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p')"
         wait "$lg"
         res="$(head -1 "$lt_work/cross.out")"
-        "${REDIS_CLI:-redis-cli}" -p "$lt_redis_port" info commandstats >"$lt_work/stats.txt"
-        res="$(python3 - "$res" "$lt_work/stats.txt" <<'PY'
+        rcli info commandstats >"$lt_work/stats.txt"
+        # Every call of the run is finished and still retained (timeout + 5 min): the growth
+        # is what finished calls cost. Subscriptions: both nodes' sharded channels.
+        mem_after="$(rcli info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p')"
+        channels="$(rcli pubsub shardchannels 'tm:*' | grep -c . || true)"
+        res="$(python3 - "$res" "$lt_work/stats.txt" "$mem_before" "$mem_after" "$channels" <<'PY'
 import json, re, sys
 line = json.loads(sys.argv[1])
 sent = line["sent"]
@@ -157,6 +170,9 @@ for l in open(sys.argv[2]):
         per[m.group(1)] = round(int(m.group(2)) / sent, 3)
 line["redis_commands_per_call"] = per
 line["redis_commands_per_call_total"] = round(sum(per.values()), 3)
+line["redis_scripts_per_call"] = round(per.get("evalsha", 0) + per.get("eval", 0), 3)
+line["redis_bytes_per_finished_call"] = round((int(sys.argv[4]) - int(sys.argv[3])) / sent)
+line["sharded_channels_two_nodes_1000_pages"] = int(sys.argv[5])
 print(json.dumps(line))
 PY
 )"
@@ -165,6 +181,23 @@ PY
         echo "== calls across nodes: $sweep" >&2
         sweep_rates "$node1" "$node2" "$out/cross-node.jsonl"
         while read -r l; do record cross "$l"; done <"$out/cross-node.jsonl"
+        stop_all
+        ;;
+    handshakes)
+        lt_write_config memory
+        lt_start_node handshakes
+        quiet_machine
+        echo "== handshakes: $handshake_pages pages, $handshake_concurrency at a time" >&2
+        listen_drops() { nstat -az TcpExtListenOverflows TcpExtListenDrops 2>/dev/null | awk '/TcpExt/ {n += $2} END {print n + 0}'; }
+        drops_before="$(listen_drops)"
+        res="$(loadgen handshakes --url "$lt_node_url" --pages "$handshake_pages" \
+            --concurrency "$handshake_concurrency" | sed -n 1p)"
+        drops_after="$(listen_drops)"
+        backlog="$(ss -ltnH "sport = :${lt_node_url##*:}" | awk '{print $3}' | head -1)"
+        res="$(python3 -c 'import json,sys; l=json.loads(sys.argv[1]); l["listen_drops"]=int(sys.argv[3])-int(sys.argv[2]); l["listen_backlog"]=int(sys.argv[4] or 0); print(json.dumps(l))' \
+            "$res" "$drops_before" "$drops_after" "${backlog:-0}")"
+        echo "$res"
+        record handshakes "$res"
         stop_all
         ;;
     storm)

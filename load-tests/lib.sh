@@ -10,7 +10,9 @@ lt_init() {
     lt_api_key="tmk_bench_$(lt_random_hex 24)"
     lt_token_secret="$(lt_random_hex 32)"
     lt_gateway_bin="${CARGO_TARGET_DIR:-$root/target}/release/toolmark-gateway"
-    lt_loadgen_bin="${CARGO_TARGET_DIR:-$root/target}/release/toolmark-loadgen"
+    # The load generator may come from another build than the gateway (bench-compare drives both
+    # builds' gateways with the working tree's load generator).
+    lt_loadgen_bin="${LOADGEN_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/toolmark-loadgen}"
 }
 
 lt_cleanup() {
@@ -46,13 +48,47 @@ lt_start_redis() {
     cat "$lt_work/redis.log" >&2; echo "redis-server did not start" >&2; exit 1
 }
 
+# Starts six redis-servers (persistence off) joined as a cluster of three masters with one
+# replica each; sets lt_cluster_ports (all six) and lt_cluster_url.
+lt_start_cluster() {
+    local redis_server="${REDIS_SERVER:-redis-server}" redis_cli="${REDIS_CLI:-redis-cli}" p _ hosts=()
+    command -v "$redis_server" >/dev/null || { echo "redis-server missing (apt-get install -y redis-server)" >&2; exit 1; }
+    lt_cluster_ports=()
+    for _ in $(seq 6); do
+        # Below 55536: a cluster node's bus port is its port + 10000.
+        p="$(python3 -c 'import random; print(random.randint(20000, 55000))')"
+        mkdir -p "$lt_work/cluster-$p"
+        "$redis_server" --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$lt_work/cluster-$p" \
+            --cluster-enabled yes --cluster-node-timeout 5000 >"$lt_work/cluster-$p.log" 2>&1 &
+        lt_pids+=($!)
+        lt_cluster_ports+=("$p")
+        hosts+=("127.0.0.1:$p")
+    done
+    for p in "${lt_cluster_ports[@]}"; do
+        for _ in $(seq 50); do "$redis_cli" -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    done
+    "$redis_cli" --cluster create "${hosts[@]}" --cluster-replicas 1 --cluster-yes >"$lt_work/cluster-create.log" 2>&1 \
+        || { cat "$lt_work/cluster-create.log" >&2; exit 1; }
+    for _ in $(seq 100); do
+        local ok=1
+        for p in "${lt_cluster_ports[@]}"; do
+            "$redis_cli" -p "$p" cluster info 2>/dev/null | grep -q cluster_state:ok || ok=0
+        done
+        (( ok )) && break
+        sleep 0.1
+    done
+    lt_cluster_url="redis-cluster://$(IFS=,; echo "${hosts[*]}")"
+}
+
 # Writes $lt_work/gateway.toml: tenant "bench" with limits that never refuse the load, on the
-# broker $1 ("memory" or "redis", the latter on lt_redis_port).
+# broker $1 ("memory", "redis" on lt_redis_port, or "cluster" on lt_cluster_url).
 lt_write_config() {
     local key_hash broker
     key_hash="$(printf %s "$lt_api_key" | sha256sum | cut -d' ' -f1)"
     if [[ "$1" == redis ]]; then
         broker=$'kind = "redis"\nurl = "redis://127.0.0.1:'"$lt_redis_port"'"'
+    elif [[ "$1" == cluster ]]; then
+        broker=$'kind = "redis"\nurl = "'"$lt_cluster_url"'"'
     else
         broker='kind = "memory"'
     fi

@@ -99,3 +99,26 @@ pub enum TakeError {
     #[error(transparent)]
     Broker(#[from] BrokerError),
 }
+
+/// Why an agent's call was not placed.
+#[derive(Debug, thiserror::Error)]
+pub enum PlaceError {
+    /// The tenant's call rate is exhausted.
+    #[error(transparent)]
+    Limited(#[from] RateLimited),
+    /// No page accepts calls in the conversation ([`crate::model::accepts_calls`]).
+    #[error("no page in the conversation")]
+    NoPage,
+    /// The shared state is unreachable.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
+
+impl From<TakeError> for PlaceError {
+    fn from(e: TakeError) -> Self {
+        match e {
+            TakeError::Limited(r) => PlaceError::Limited(r),
+            TakeError::Broker(b) => PlaceError::Broker(b),
+        }
+    }
+}

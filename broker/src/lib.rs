@@ -6,6 +6,7 @@
 mod error;
 pub mod memory;
 pub mod model;
+pub mod partition;
 pub mod redis;
 mod types;
 pub mod webhook;
@@ -17,11 +18,13 @@ use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
 use toolmark_proto::{AgentMessage, Manifest, ToolResult};
 
-pub use error::{AdmitError, BrokerError, RateLimited, Rejection, SubmitError, TakeError};
+pub use error::{
+    AdmitError, BrokerError, PlaceError, RateLimited, Rejection, SubmitError, TakeError,
+};
 pub use model::{CONFIRM_ABANDON_GRACE, RECONNECT_GRACE, Retention};
 pub use types::{
-    AdmitLimits, CallBinding, CallKind, CallRecord, CallState, ConfirmBinding, ConvKey,
-    ConversationState, Event, EventType, Outcome, PageIdentity, PageInfo, PageLeft,
+    AdmitLimits, CallBinding, CallKind, CallRecord, CallRequest, CallState, CallTarget,
+    ConfirmBinding, ConvKey, ConversationState, Placed, Event, EventType, Outcome, PageIdentity, PageInfo, PageLeft,
     confirmation_event, event_id_after, expired_confirmation, now_ms, outcome_events,
 };
 
@@ -61,6 +64,20 @@ pub trait Broker:
     /// Whether the shared state is reachable and this node's delivery path works.
     async fn ready(&self) -> Result<(), BrokerError>;
 
+    /// An agent's call: takes one call of the tenant's rate ([`Limits::take_call`]), reads the
+    /// conversation ([`Pages::conversation`]), and when a page takes calls
+    /// ([`CallTarget::of`]) binds and sends it ([`Calls::send_call`]). These steps, in this
+    /// order, are the rule; an implementation may run them in fewer round trips.
+    async fn place_call(&self, req: CallRequest) -> Result<Placed, PlaceError> {
+        self.take_call(&req.conv.tenant, req.calls_per_second)
+            .await?;
+        let state = self.conversation(&req.conv).await?;
+        let target = CallTarget::of(&state).ok_or(PlaceError::NoPage)?;
+        let (binding, frame) = req.bind_to(&target, self.node_id());
+        let waiter = self.send_call(binding.clone(), frame).await?;
+        Ok(Placed { binding, waiter })
+    }
+
     /// The orderly end of this node: its background tasks stop (the node leaves the live set)
     /// and its connections close. Called last in a stop, once no page, call or job needs the
     /// broker; nothing may be asked of it afterwards.
@@ -71,7 +88,9 @@ pub trait Broker:
 #[async_trait]
 pub trait Calls: Send + Sync {
     /// Stores the binding (before anything is sent), registers this node as the waiter and
-    /// publishes `frame` to the pages of the binding's conversation.
+    /// publishes `frame` to the pages of the binding's conversation. The call id comes from
+    /// [`partition::new_call_id`] for that conversation (on Redis, the id names where the call
+    /// is stored).
     async fn send_call(
         &self,
         binding: CallBinding,

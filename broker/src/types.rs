@@ -4,7 +4,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Value, json};
-use toolmark_proto::{ToolManifestSummary, ToolResult};
+use toolmark_proto::{AgentMessage, Call, Describe, ToolManifestSummary, ToolResult};
 
 /// Milliseconds since the Unix epoch (deadlines are absolute so every node agrees).
 pub fn now_ms() -> u64 {
@@ -193,6 +193,110 @@ pub struct ConversationState {
     /// Set while the conversation has no socket because a draining node closed its pages
     /// (they reconnect to another node): how long ago that was.
     pub reconnecting_for_ms: Option<u64>,
+}
+
+/// An agent's call before it is bound: what the gateway asks the broker to place.
+#[derive(Debug, Clone)]
+pub struct CallRequest {
+    /// The call id, from [`crate::partition::new_call_id`] for this conversation.
+    pub id: String,
+    /// Where the call goes.
+    pub conv: ConvKey,
+    /// Call or describe.
+    pub kind: CallKind,
+    /// Full tool name.
+    pub tool: String,
+    /// The tool's input (`null` for a describe).
+    pub input: Value,
+    /// The manifest revision the agent named; the current page's when `None`.
+    pub rev: Option<u64>,
+    /// Absolute deadline, ms since the epoch.
+    pub deadline_ms: u64,
+    /// The agent asked for `Prefer: respond-async`.
+    pub respond_async: bool,
+    /// The tenant's call rate.
+    pub calls_per_second: u32,
+}
+
+/// What a placed call is bound to, and where its outcome arrives.
+#[derive(Debug)]
+pub struct Placed {
+    /// The stored binding.
+    pub binding: CallBinding,
+    /// Gets the call's outcome.
+    pub waiter: tokio::sync::oneshot::Receiver<Outcome>,
+}
+
+/// What the page that `current` names needs to know of a conversation to be sent a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallTarget {
+    /// The page load the call goes to.
+    pub client_id: String,
+    /// Its manifest revision.
+    pub rev: Option<u64>,
+    /// Its tools marked `hints.untrustedContent`.
+    pub untrusted: Vec<String>,
+}
+
+impl CallTarget {
+    /// The target of a conversation read, when [`crate::model::accepts_calls`] says it takes
+    /// calls.
+    pub fn of(state: &ConversationState) -> Option<Self> {
+        let accepted = crate::model::accepts_calls(
+            state.client_id.as_deref(),
+            state.sockets,
+            state
+                .reconnecting_for_ms
+                .map(std::time::Duration::from_millis),
+        );
+        Self::current(state).filter(|_| accepted)
+    }
+
+    /// The conversation's current page, whether or not it takes calls now.
+    pub fn current(state: &ConversationState) -> Option<Self> {
+        Some(CallTarget {
+            client_id: state.client_id.clone()?,
+            rev: state.rev,
+            untrusted: state
+                .tools
+                .iter()
+                .filter(|t| t.hints.is_untrusted())
+                .map(|t| t.name.clone())
+                .collect(),
+        })
+    }
+}
+
+impl CallRequest {
+    /// The binding and the protocol frame of this call sent to `target`, waited for on `node`.
+    pub fn bind_to(&self, target: &CallTarget, node: &str) -> (CallBinding, AgentMessage) {
+        let binding = CallBinding {
+            id: self.id.clone(),
+            conv: self.conv.clone(),
+            client_id: target.client_id.clone(),
+            tool: self.tool.clone(),
+            kind: self.kind,
+            deadline_ms: self.deadline_ms,
+            node: node.to_owned(),
+            untrusted: target.untrusted.contains(&self.tool),
+            respond_async: self.respond_async,
+        };
+        let frame = match self.kind {
+            CallKind::Call => AgentMessage::Call(Call {
+                client_id: target.client_id.clone(),
+                id: self.id.clone(),
+                rev: self.rev.or(target.rev),
+                tool: self.tool.clone(),
+                input: self.input.clone(),
+            }),
+            CallKind::Describe => AgentMessage::Describe(Describe {
+                client_id: target.client_id.clone(),
+                id: self.id.clone(),
+                tool: self.tool.clone(),
+            }),
+        };
+        (binding, frame)
+    }
 }
 
 /// Event types of the contract.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use toolmark_broker::{BrokerError, RateLimited, TakeError};
+use toolmark_broker::{BrokerError, PlaceError, RateLimited, TakeError};
 
 /// An API error, answered as `application/problem+json`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +137,16 @@ impl From<TakeError> for Problem {
         match e {
             TakeError::Limited(r) => Problem::rate_limited(r),
             TakeError::Broker(b) => b.into(),
+        }
+    }
+}
+
+impl From<PlaceError> for Problem {
+    fn from(e: PlaceError) -> Self {
+        match e {
+            PlaceError::Limited(r) => Problem::rate_limited(r),
+            PlaceError::NoPage => Problem::no_page(),
+            PlaceError::Broker(b) => b.into(),
         }
     }
 }

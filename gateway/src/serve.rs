@@ -56,9 +56,7 @@ pub async fn bind_and_run(
     listening: impl FnOnce(std::net::SocketAddr),
 ) -> Result<(), RunError> {
     let addr = settings.server.listen;
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| RunError::Listen { addr, source })?;
+    let listener = listen(addr).map_err(|source| RunError::Listen { addr, source })?;
     let bound = listener.local_addr()?;
     let dev = if settings.dev_mode {
         let t = crate::demo::dev_tenant(bound)?;
@@ -69,6 +67,24 @@ pub async fn bind_and_run(
         None
     };
     run_with(listener, settings, dev, life, move || listening(bound)).await
+}
+
+/// Connections the kernel may hold complete but not yet accepted (capped by
+/// `net.core.somaxconn`, 4096 by default): a reconnect storm of thousands of pages must not
+/// overflow it, or the kernel drops their handshakes and each waits a second for a SYN
+/// retransmit (`docs/benchmarks.md`, the `handshakes` stage).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds `addr` with [`LISTEN_BACKLOG`] (address reuse on, as the standard listener has it).
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// How long the listener gets to close its connections after the drain.

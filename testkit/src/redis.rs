@@ -249,6 +249,96 @@ impl Drop for RedisProc {
     }
 }
 
+/// Every command a server executes, as `MONITOR` shows it, recorded from the moment
+/// [`RedisProc::monitor`] returns: what a test counts round trips with. A connection of its own
+/// reads the feed on a thread into memory.
+#[derive(Debug)]
+pub struct Monitor {
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    conn: std::net::TcpStream,
+    port: u16,
+}
+
+impl RedisProc {
+    /// Starts recording every command this server executes.
+    pub fn monitor(&self) -> Monitor {
+        use std::io::{BufRead, Write};
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        conn.write_all(b"MONITOR\r\n").unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let reader = std::io::BufReader::new(conn.try_clone().unwrap());
+        let sink = std::sync::Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in reader.lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let m = Monitor {
+            lines,
+            conn,
+            port: self.port,
+        };
+        // Recording has begun once the server acknowledged `MONITOR`.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !m.lines.lock().unwrap().iter().any(|l| l == "+OK") {
+            assert!(Instant::now() < deadline, "MONITOR was never acknowledged");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        m
+    }
+}
+
+impl Monitor {
+    /// Sends `ECHO label` from a client of its own, to delimit what a test counts.
+    pub fn mark(&self, label: &str) {
+        Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "echo", label])
+            .output()
+            .unwrap();
+    }
+
+    /// The recorded lines up to the `ECHO` of `label`, waiting up to 10 s for it.
+    fn lines_until(&self, label: &str) -> Vec<String> {
+        let needle = format!("\"echo\" \"{label}\"");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            {
+                let lines = self.lines.lock().unwrap();
+                if let Some(end) = lines.iter().position(|l| l.contains(&needle)) {
+                    return lines[..end].to_vec();
+                }
+            }
+            assert!(Instant::now() < deadline, "MONITOR never showed {label}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The names of the commands clients sent between the marks `from` and `to` (not those a
+    /// script ran inside its own round trip), in order.
+    pub fn client_commands(&self, from: &str, to: &str) -> Vec<String> {
+        let start = format!("\"echo\" \"{from}\"");
+        let lines = self.lines_until(to);
+        let first = lines
+            .iter()
+            .position(|l| l.contains(&start))
+            .map_or(0, |i| i + 1);
+        lines[first..]
+            .iter()
+            .filter(|l| !l.contains(" lua]"))
+            .filter_map(|l| {
+                let name = l.split('"').nth(1)?;
+                Some(name.to_ascii_lowercase())
+            })
+            .collect()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.conn.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 /// Six servers joined as a cluster of three masters with one replica each.
 #[derive(Debug)]
 pub struct RedisCluster {

@@ -1,9 +1,208 @@
-//! Calls on Redis: the bind script (binding, pending set, publication) with the call index and
-//! deadline entry pipelined beside it; the result and timeout scripts decide `model::check_result`
-//! atomically on the conversation's slot.
+//! Calls on Redis, each on its conversation's partition slot: the place script (conversation
+//! read, rate, binding, pending set, deadline entry, publication to the nodes holding the
+//! conversation's sockets) in one round trip; the result and timeout scripts decide
+//! `model::check_result` atomically and send the outcome to the waiting node's channel of that
+//! partition.
 
 use super::*;
 use crate::prelude::*;
+
+/// The page a node last found current in a conversation, with its manifest's `seq`: the
+/// expectation a [`scripts::PLACE`] checks, so that a call to a conversation whose page did not
+/// change is one round trip.
+#[derive(Debug, Clone)]
+pub(super) struct Expected {
+    target: Option<CallTarget>,
+    seq: String,
+}
+
+/// At most this many conversations' expectations are kept per node (then they start over).
+const EXPECTED_MAX: usize = 65_536;
+
+impl RedisBroker {
+    /// The binding's fields in the order of [`scripts::BIND`]'s ARGV, and its keys (call,
+    /// pending set, deadline set, sockets).
+    fn bind_args(&self, binding: &CallBinding, frame: &AgentMessage) -> (Vec<String>, Vec<String>) {
+        let conv = &binding.conv;
+        let k = partition::of_conv(conv);
+        let ttl_ms = binding.deadline_ms.saturating_sub(now_ms())
+            + model::millis(self.opts.retention.finished_calls);
+        let keys = vec![
+            self.keys.call(&binding.id),
+            self.keys.pending(conv),
+            self.keys.deadlines(k),
+            self.keys.sockets(conv),
+        ];
+        let args = vec![
+            binding.id.clone(),
+            codec::conv_ref(conv),
+            binding.client_id.clone(),
+            binding.deadline_ms.to_string(),
+            binding.node.clone(),
+            codec::call_summary(binding),
+            codec::page_message(conv, &binding.client_id, &frame.to_json()),
+            codec::cancel_message(binding),
+            ttl_ms.to_string(),
+            codec::deadline_member(conv, &binding.id),
+            self.keys.node_channel_prefix(),
+            format!(":{}", keys::partition_tag(k)),
+        ];
+        (keys, args)
+    }
+
+    /// Reads the conversation for [`Broker::place_call`] and remembers what it found.
+    async fn expect(&self, conv: &ConvKey) -> Result<Arc<Expected>, BrokerError> {
+        let (state, seq) = self.conversation_with_seq(conv).await?;
+        let e = Arc::new(Expected {
+            // The script itself decides whether the page takes calls (`model::accepts_calls`).
+            target: CallTarget::current(&state),
+            seq: if state.client_id.is_some() {
+                seq
+            } else {
+                String::new()
+            },
+        });
+        let mut cache = lock(&self.expected);
+        if cache.len() >= EXPECTED_MAX {
+            cache.clear();
+        }
+        cache.insert(conv.clone(), Arc::clone(&e));
+        Ok(e)
+    }
+
+    /// [`Broker::place_call`] on Redis: [`scripts::PLACE`] against what this node last read of
+    /// the conversation; read again and retried when the conversation changed since. On Redis
+    /// Cluster the tenant's rate lives on another shard and is taken first.
+    pub(super) async fn place(&self, req: CallRequest) -> Result<Placed, PlaceError> {
+        let rate_here = !self.cluster;
+        if !rate_here {
+            self.take_call(&req.conv.tenant, req.calls_per_second)
+                .await?;
+        }
+        let cached = lock(&self.expected).get(&req.conv).cloned();
+        let mut expected = match cached {
+            Some(e) => e,
+            None => self.expect(&req.conv).await?,
+        };
+        for _ in 0..4 {
+            let client = expected
+                .target
+                .as_ref()
+                .map_or(String::new(), |t| t.client_id.clone());
+            // With no page to send to, the script still takes the rate (in that order, as
+            // everywhere) and answers `no_page`; nothing is bound.
+            let fallback = CallTarget {
+                client_id: String::new(),
+                rev: None,
+                untrusted: Vec::new(),
+            };
+            let target = expected.target.as_ref().unwrap_or(&fallback);
+            let (binding, frame) = req.bind_to(target, &self.node);
+            let (mut keys, mut args) = self.bind_args(&binding, &frame);
+            keys.push(self.keys.conv(&req.conv));
+            keys.push(if rate_here {
+                self.keys.rate(&req.conv.tenant)
+            } else {
+                self.keys.conv(&req.conv)
+            });
+            let interval_us = (1_000_000 / u64::from(req.calls_per_second.max(1))).max(1);
+            args.extend([
+                self.keys.manifest_prefix(&req.conv),
+                client,
+                expected.seq.clone(),
+                now_ms().to_string(),
+                model::millis(model::RECONNECT_GRACE).to_string(),
+                if rate_here {
+                    interval_us.to_string()
+                } else {
+                    String::new()
+                },
+                model::burst(req.calls_per_second).to_string(),
+            ]);
+            let live = self.live_nodes();
+            args.push(live.len().to_string());
+            args.extend(live.iter().cloned());
+            args.extend(self.dead_nodes());
+            let (tx, rx) = oneshot::channel();
+            lock(&self.waiters).insert(binding.id.clone(), tx);
+            let reply = match self.script(&self.scripts.place, keys, args).await {
+                Ok(r) => strings(r),
+                Err(e) => {
+                    lock(&self.waiters).remove(&binding.id);
+                    return Err(e.into());
+                }
+            };
+            match reply.first().map(String::as_str) {
+                Some("ok") if expected.target.is_some() => {
+                    return Ok(Placed {
+                        binding,
+                        waiter: rx,
+                    });
+                }
+                Some("rate") => {
+                    lock(&self.waiters).remove(&binding.id);
+                    let wait_us = reply.get(1).and_then(|w| w.parse().ok()).unwrap_or(1);
+                    return Err(PlaceError::Limited(RateLimited {
+                        retry_after: Duration::from_micros(wait_us),
+                    }));
+                }
+                Some("no_page" | "ok") => {
+                    lock(&self.waiters).remove(&binding.id);
+                    return Err(PlaceError::NoPage);
+                }
+                Some("unknown") => {
+                    // A node this one does not count as live holds sockets (it may have just
+                    // started): read the live set again; one still missing is dead.
+                    lock(&self.waiters).remove(&binding.id);
+                    self.refresh_live().await;
+                    let live = self.live_nodes();
+                    let missing: Vec<String> = reply[1..]
+                        .iter()
+                        .filter(|n| !live.contains(n.as_str()))
+                        .cloned()
+                        .collect();
+                    self.known_dead(&missing);
+                }
+                _ => {
+                    // `stale`: the conversation's current page changed since this node read it.
+                    lock(&self.waiters).remove(&binding.id);
+                    expected = self.expect(&req.conv).await?;
+                }
+            }
+        }
+        Err(PlaceError::Broker(BrokerError::Unavailable { retry_after: RETRY }))
+    }
+
+    /// A call's record from its stored fields: conversation ref, clientId, deadline, node,
+    /// summary, state, outcome.
+    fn stored_record(id: &str, f: &[String]) -> Option<CallRecord> {
+        let [conv, client, deadline, node, summary, state, outcome] = f else {
+            return None;
+        };
+        let binding = codec::binding(id, conv, client, deadline, node, summary)?;
+        let outcome = if outcome.is_empty() {
+            None
+        } else {
+            serde_json::from_str(outcome).ok()
+        };
+        Some(CallRecord {
+            binding,
+            state: state_of(state),
+            outcome,
+        })
+    }
+
+    /// A call of `tenant` by id, in the partition the id names.
+    async fn stored_call(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
+        let f: Vec<Option<String>> = self
+            .client
+            .hmget(self.keys.call(id), vec!["v", "c", "d", "n", "t", "s", "o"])
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let f: Vec<String> = f.into_iter().map(Option::unwrap_or_default).collect();
+        Ok(Self::stored_record(id, &f).filter(|r| r.binding.conv.tenant == tenant))
+    }
+}
 
 #[async_trait]
 impl Calls for RedisBroker {
@@ -15,48 +214,8 @@ impl Calls for RedisBroker {
         let (tx, rx) = oneshot::channel();
         let id = binding.id.clone();
         lock(&self.waiters).insert(id.clone(), tx);
-        let conv = binding.conv.clone();
-        let ttl_ms = binding.deadline_ms.saturating_sub(now_ms())
-            + model::millis(self.opts.retention.finished_calls);
-        let message = codec::page_message(&binding.client_id, &frame.to_json());
-        let bind = self.script(
-            &self.scripts.bind,
-            vec![self.keys.call(&conv, &id), self.keys.pending(&conv)],
-            vec![
-                serde_json::to_string(&binding).unwrap_or_default(),
-                binding.client_id.clone(),
-                binding.deadline_ms.to_string(),
-                binding.node.clone(),
-                ttl_ms.to_string(),
-                self.keys.conv_channel(&conv),
-                message,
-                id.clone(),
-                codec::cancel_message(&binding),
-            ],
-        );
-        let index = self.client.set::<(), _, _>(
-            self.keys.call_index(&id),
-            codec::conv_ref(&conv),
-            Some(Expiration::PX(i64::try_from(ttl_ms).unwrap_or(i64::MAX))),
-            None,
-            false,
-        );
-        #[allow(clippy::cast_precision_loss)]
-        let score = binding.deadline_ms as f64;
-        let member = codec::deadline_member(&conv, &id);
-        let deadline = self.client.zadd::<(), _, _>(
-            self.keys.deadlines(),
-            None,
-            None,
-            false,
-            false,
-            (score, member.as_str()),
-        );
-        let (bind, index, deadline) = tokio::join!(bind, index, deadline);
-        if let Err(e) = bind
-            .and(index.map_err(|e| unavailable(&e)))
-            .and(deadline.map_err(|e| unavailable(&e)))
-        {
+        let (keys, args) = self.bind_args(&binding, &frame);
+        if let Err(e) = self.script(&self.scripts.bind, keys, args).await {
             lock(&self.waiters).remove(&id);
             return Err(e);
         }
@@ -69,11 +228,30 @@ impl Calls for RedisBroker {
         id: &str,
         result: ToolResult,
     ) -> Result<CallRecord, SubmitError> {
+        let k = partition::of_conv(&from.conv);
+        if partition::of_call(id) != k {
+            // Not a call of this conversation (its id names another partition, on another
+            // slot): another conversation's call, or none.
+            let exists: i64 = self
+                .client
+                .exists(self.keys.call(id))
+                .await
+                .map_err(|e| unavailable(&e))?;
+            let found = if exists > 0 {
+                model::Found::Elsewhere
+            } else {
+                model::Found::Nowhere
+            };
+            let rejected = model::check_result(found, &from.client_id, now_ms());
+            return Err(SubmitError::Rejected(
+                rejected.err().unwrap_or(Rejection::UnknownId),
+            ));
+        }
         let outcome = Outcome::Result(result.clone());
         let message = codec::outcome_message(id, &outcome);
         let outcome = serde_json::to_string(&outcome).unwrap_or_default();
         let confirm_key = result.confirm_id().map_or_else(
-            || self.keys.call(&from.conv, id),
+            || self.keys.call(id),
             |c| self.keys.confirm(&from.conv, c),
         );
         let confirm = result.confirm_id().unwrap_or_default().to_owned();
@@ -81,18 +259,22 @@ impl Calls for RedisBroker {
             .script(
                 &self.scripts.result,
                 vec![
-                    self.keys.call(&from.conv, id),
+                    self.keys.call(id),
                     confirm_key,
                     self.keys.pending(&from.conv),
+                    self.keys.deadlines(k),
                 ],
                 vec![
+                    codec::conv_ref(&from.conv),
                     from.client_id.clone(),
                     outcome,
                     confirm,
                     millis(self.opts.retention.confirmations).to_string(),
                     id.to_owned(),
                     self.keys.node_channel_prefix(),
+                    format!(":{}", keys::partition_tag(k)),
                     message,
+                    codec::deadline_member(&from.conv, id),
                 ],
             )
             .await?;
@@ -115,27 +297,24 @@ impl Calls for RedisBroker {
                     let member = codec::confirm_member(&from.conv, c, &from.client_id);
                     self.watch_confirm(&member, now_ms()).await;
                 }
-                let binding: CallBinding = reply
-                    .get(1)
-                    .and_then(|b| serde_json::from_str(b).ok())
-                    .ok_or(SubmitError::Rejected(Rejection::UnknownId))?;
+                let conv = codec::conv_ref(&from.conv);
+                let binding = match &reply[..] {
+                    [_, summary, deadline, node] => codec::binding(
+                        id,
+                        &conv,
+                        &from.client_id,
+                        deadline,
+                        node,
+                        summary,
+                    ),
+                    _ => None,
+                }
+                .ok_or(SubmitError::Rejected(Rejection::UnknownId))?;
                 Ok(CallRecord {
                     binding,
                     state: CallState::Answered,
                     outcome: Some(Outcome::Result(result)),
                 })
-            }
-            Some("unknown_id") => {
-                // Not under this conversation: another conversation's call, or none.
-                let found = if self.indexed(id).await?.is_some() {
-                    model::Found::Elsewhere
-                } else {
-                    model::Found::Nowhere
-                };
-                let rejected = model::check_result(found, &from.client_id, now_ms());
-                Err(SubmitError::Rejected(
-                    rejected.err().unwrap_or(Rejection::UnknownId),
-                ))
             }
             Some(code) => Err(SubmitError::Rejected(
                 rejection(code).unwrap_or(Rejection::UnknownId),
@@ -147,22 +326,37 @@ impl Calls for RedisBroker {
     }
 
     async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError> {
+        let k = partition::of_call(id);
         let reply = strings(
             self.script(
                 &self.scripts.timeout,
-                vec![self.keys.call(conv, id), self.keys.pending(conv)],
+                vec![
+                    self.keys.call(id),
+                    self.keys.pending(conv),
+                    self.keys.deadlines(k),
+                    self.keys.sockets(conv),
+                ],
                 vec![
                     id.to_owned(),
                     serde_json::to_string(&Outcome::Timeout).unwrap_or_default(),
-                    self.keys.conv_channel(conv),
                     self.keys.node_channel_prefix(),
+                    format!(":{}", keys::partition_tag(k)),
                     codec::outcome_message(id, &Outcome::Timeout),
+                    codec::deadline_member(conv, id),
                 ],
             )
             .await?,
         );
-        match (reply.first().map(String::as_str), reply.get(1)) {
-            (Some("ok"), Some(b)) => Ok(Self::record(b, "t", "{\"status\":\"timeout\"}")),
+        match &reply[..] {
+            [ok, conv, client, deadline, node, summary] if ok == "ok" => {
+                Ok(codec::binding(id, conv, client, deadline, node, summary).map(|binding| {
+                    CallRecord {
+                        binding,
+                        state: CallState::TimedOut,
+                        outcome: Some(Outcome::Timeout),
+                    }
+                }))
+            }
             _ => Ok(None),
         }
     }
@@ -172,40 +366,26 @@ impl Calls for RedisBroker {
     }
 
     async fn cancel(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
-        let Some(conv) = self.conv_of(tenant, id).await? else {
+        let Some(found) = self.stored_call(tenant, id).await? else {
             return Ok(None);
         };
+        let k = partition::of_call(id);
         let reply = strings(
             self.script(
                 &self.scripts.cancel,
-                vec![self.keys.call(&conv, id)],
-                vec![self.keys.conv_channel(&conv)],
+                vec![self.keys.call(id), self.keys.sockets(&found.binding.conv)],
+                vec![
+                    self.keys.node_channel_prefix(),
+                    format!(":{}", keys::partition_tag(k)),
+                ],
             )
             .await?,
         );
-        match &reply[..] {
-            [b, s, o] => Ok(Self::record(b, s, o)),
-            _ => Ok(None),
-        }
+        Ok(Self::stored_record(id, &reply))
     }
 
     async fn call(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
-        let Some(conv) = self.conv_of(tenant, id).await? else {
-            return Ok(None);
-        };
-        let f: Vec<Option<String>> = self
-            .client
-            .hmget(self.keys.call(&conv, id), vec!["b", "s", "o"])
-            .await
-            .map_err(|e| unavailable(&e))?;
-        match &f[..] {
-            [Some(b), s, o] => Ok(Self::record(
-                b,
-                s.as_deref().unwrap_or("p"),
-                o.as_deref().unwrap_or(""),
-            )),
-            _ => Ok(None),
-        }
+        self.stored_call(tenant, id).await
     }
 
     async fn pending_frames(&self, conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError> {
@@ -213,12 +393,15 @@ impl Calls for RedisBroker {
             .script(
                 &self.scripts.pending,
                 vec![self.keys.pending(conv)],
-                vec![self.keys.call_prefix(conv)],
+                vec![self.keys.call_prefix(partition::of_conv(conv))],
             )
             .await?;
         Ok(strings(reply)
             .into_iter()
-            .filter_map(|m| codec::parse_page_message(&m).map(|(_, frame)| Arc::from(frame)))
+            .filter_map(|m| match codec::parse_node_message(&m) {
+                Some(codec::NodeMessage::Page { frame, .. }) => Some(Arc::from(frame)),
+                _ => None,
+            })
             .collect())
     }
 }

@@ -5,18 +5,14 @@
 
 use toolmark_proto::{AgentMessage, Cancel};
 
-use crate::{CallBinding, ConvKey, Outcome};
+use crate::{CallBinding, CallKind, ConvKey, Outcome};
 
 const SEP: char = '\n';
 
-/// Agent → page, on a conversation's channel: the addressed clientId and the frame.
-pub fn page_message(client_id: &str, frame: &str) -> String {
-    format!("{client_id}{SEP}{frame}")
-}
-
-/// The clientId and frame of a [`page_message`].
-pub fn parse_page_message(m: &str) -> Option<(&str, &str)> {
-    m.split_once(SEP)
+/// Agent → page, on the channels of the nodes holding the conversation's sockets: the
+/// conversation, the addressed clientId and the frame.
+pub fn page_message(conv: &ConvKey, client_id: &str, frame: &str) -> String {
+    format!("c{SEP}{}{SEP}{client_id}{SEP}{frame}", conv_ref(conv))
 }
 
 /// The `cancel` of a call as the page gets it (built by `proto`), ready to publish.
@@ -26,12 +22,22 @@ pub fn cancel_message(binding: &CallBinding) -> String {
         id: binding.id.clone(),
     })
     .to_json();
-    page_message(&binding.client_id, &frame)
+    page_message(&binding.conv, &binding.client_id, &frame)
 }
 
-/// What arrives on a node's own channel.
+/// What arrives on a node's channels.
 #[derive(Debug, Clone, PartialEq)]
 pub enum NodeMessage {
+    /// A frame for this node's sockets of a conversation whose clientId is `client_id` or not
+    /// yet known.
+    Page {
+        /// The conversation.
+        conv: ConvKey,
+        /// The addressed page load.
+        client_id: String,
+        /// The protocol frame.
+        frame: String,
+    },
     /// The outcome of call `id`, for the request waiting on this node.
     Outcome {
         /// The call id.
@@ -39,12 +45,59 @@ pub enum NodeMessage {
         /// Its outcome.
         outcome: Outcome,
     },
-    /// The node's own readiness probe came back.
-    Probe,
+    /// The node's own readiness probe came back on the channel of partition `k`.
+    Probe(u16),
 }
 
-/// The readiness probe a node publishes to itself.
-pub const PROBE: &str = "p";
+/// The readiness probe a node publishes to itself on its channel of partition `k`.
+pub fn probe(k: u16) -> String {
+    format!("p{SEP}{k}")
+}
+
+/// A call's tool, kind and flags (`u` untrusted, `a` respond-async) as one value, beside the
+/// binding's other fields that the scripts read one by one.
+pub fn call_summary(b: &CallBinding) -> String {
+    let kind = match b.kind {
+        CallKind::Call => "c",
+        CallKind::Describe => "d",
+    };
+    let mut flags = String::new();
+    if b.untrusted {
+        flags.push('u');
+    }
+    if b.respond_async {
+        flags.push('a');
+    }
+    format!("{}{SEP}{kind}{SEP}{flags}", b.tool)
+}
+
+/// A call's binding from its stored fields (the node is empty once the call finished).
+pub fn binding(
+    id: &str,
+    conv: &str,
+    client_id: &str,
+    deadline: &str,
+    node: &str,
+    summary: &str,
+) -> Option<CallBinding> {
+    let mut s = summary.splitn(3, SEP);
+    let (tool, kind, flags) = (s.next()?, s.next()?, s.next()?);
+    Some(CallBinding {
+        id: id.to_owned(),
+        conv: parse_conv_ref(conv)?,
+        client_id: client_id.to_owned(),
+        tool: tool.to_owned(),
+        kind: if kind == "d" {
+            CallKind::Describe
+        } else {
+            CallKind::Call
+        },
+        deadline_ms: deadline.parse().ok()?,
+        node: node.to_owned(),
+        untrusted: flags.contains('u'),
+        respond_async: flags.contains('a'),
+    })
+}
 
 /// A call's outcome for the node that waits for it.
 pub fn outcome_message(id: &str, outcome: &Outcome) -> String {
@@ -54,17 +107,27 @@ pub fn outcome_message(id: &str, outcome: &Outcome) -> String {
 
 /// Decodes a node-channel message (`None` for anything else, logged by the caller).
 pub fn parse_node_message(m: &str) -> Option<NodeMessage> {
-    if m == PROBE {
-        return Some(NodeMessage::Probe);
+    let (kind, rest) = m.split_once(SEP)?;
+    match kind {
+        "p" => Some(NodeMessage::Probe(rest.parse().ok()?)),
+        "r" => {
+            let (id, outcome) = rest.split_once(SEP)?;
+            Some(NodeMessage::Outcome {
+                id: id.to_owned(),
+                outcome: serde_json::from_str(outcome).ok()?,
+            })
+        }
+        "c" => {
+            let mut p = rest.splitn(5, SEP);
+            let conv = ConvKey::new(p.next()?, p.next()?, p.next()?);
+            Some(NodeMessage::Page {
+                conv,
+                client_id: p.next()?.to_owned(),
+                frame: p.next()?.to_owned(),
+            })
+        }
+        _ => None,
     }
-    let mut parts = m.splitn(3, SEP);
-    let (Some("r"), Some(id), Some(outcome)) = (parts.next(), parts.next(), parts.next()) else {
-        return None;
-    };
-    Some(NodeMessage::Outcome {
-        id: id.to_owned(),
-        outcome: serde_json::from_str(outcome).ok()?,
-    })
 }
 
 /// An event on a tenant's live channel: its stream id and body (the one message a script
@@ -73,7 +136,7 @@ pub fn parse_event_message(m: &str) -> Option<(&str, &str)> {
     m.split_once(SEP)
 }
 
-/// A conversation as one value (the call index).
+/// A conversation as one value (stored with its calls, and in set members).
 pub fn conv_ref(c: &ConvKey) -> String {
     format!("{}{SEP}{}{SEP}{}", c.tenant, c.user, c.conversation)
 }
@@ -126,11 +189,30 @@ mod tests {
         );
         assert_eq!(
             parse_confirm_member(&confirm_member(&c, "k", "p1")),
-            Some((c, "k".into(), "p1".into()))
+            Some((c.clone(), "k".into(), "p1".into()))
         );
         assert_eq!(
-            parse_page_message(&page_message("p1", "{\"a\":1}")),
-            Some(("p1", "{\"a\":1}"))
+            parse_node_message(&page_message(&c, "p1", "{\"a\":1}")),
+            Some(NodeMessage::Page {
+                conv: c.clone(),
+                client_id: "p1".into(),
+                frame: "{\"a\":1}".into()
+            })
+        );
+        let b = CallBinding {
+            id: "id-1".into(),
+            conv: c.clone(),
+            client_id: "p1".into(),
+            tool: "todo.add".into(),
+            kind: CallKind::Describe,
+            deadline_ms: 12,
+            node: "n1".into(),
+            untrusted: true,
+            respond_async: false,
+        };
+        assert_eq!(
+            binding("id-1", &conv_ref(&c), "p1", "12", "n1", &call_summary(&b)),
+            Some(b)
         );
         let o = Outcome::Result(ToolResult::Ok { data: None });
         assert_eq!(
@@ -140,7 +222,7 @@ mod tests {
                 outcome: o
             })
         );
-        assert_eq!(parse_node_message(PROBE), Some(NodeMessage::Probe));
+        assert_eq!(parse_node_message(&probe(7)), Some(NodeMessage::Probe(7)));
         assert_eq!(parse_node_message("r\nid\nnot json"), None);
     }
 }

@@ -20,10 +20,13 @@ impl Confirmations for RedisBroker {
             .await?,
         );
         match reply.first().map(String::as_str) {
-            Some("ok") => reply
-                .get(1)
-                .and_then(|b| Self::confirm_binding(confirm_id, b))
-                .ok_or(SubmitError::Rejected(Rejection::UnknownConfirm)),
+            Some("ok") => match &reply[..] {
+                [_, call_id, summary] => {
+                    Self::confirm_binding(confirm_id, &from.conv, &from.client_id, call_id, summary)
+                }
+                _ => None,
+            }
+            .ok_or(SubmitError::Rejected(Rejection::UnknownConfirm)),
             Some("unknown_confirm") => {
                 let elsewhere: bool = self
                     .client
@@ -78,10 +81,16 @@ impl RedisBroker {
             .await;
     }
 
-    /// A confirmId binding from the binding of the call that carried it (kept with the
+    /// A confirmId binding from the id and summary of the call that carried it (kept with the
     /// confirmation, so the tool is known however late the confirmation comes).
-    pub(super) fn confirm_binding(confirm_id: &str, call_binding: &str) -> Option<ConfirmBinding> {
-        let call: CallBinding = serde_json::from_str(call_binding).ok()?;
+    pub(super) fn confirm_binding(
+        confirm_id: &str,
+        conv: &ConvKey,
+        client_id: &str,
+        call_id: &str,
+        summary: &str,
+    ) -> Option<ConfirmBinding> {
+        let call = codec::binding(call_id, &codec::conv_ref(conv), client_id, "0", "", summary)?;
         Some(ConfirmBinding {
             confirm_id: confirm_id.to_owned(),
             call_id: call.id,
@@ -159,9 +168,9 @@ impl RedisBroker {
                         .client
                         .zrem(self.keys.pending_confirms(), member.as_str())
                         .await;
-                    if let Some(b) = reply
-                        .get(1)
-                        .and_then(|b| Self::confirm_binding(&confirm_id, b))
+                    if let [_, call_id, summary] = &reply[..]
+                        && let Some(b) =
+                            Self::confirm_binding(&confirm_id, &conv, &client, call_id, summary)
                     {
                         expired.push(b);
                     }

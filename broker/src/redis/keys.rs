@@ -1,9 +1,12 @@
-//! The Redis key and channel layout. Every key of one conversation shares the hash tag
-//! `{tenant/user/conversation}`, so one Lua script can check and mark atomically on Redis
-//! Cluster too; per-tenant keys share `{tenant}`. The tenant is inside every tag, so a key of
-//! another tenant is simply never addressed.
+//! The Redis key and channel layout. Every key of one conversation carries the hash tag of its
+//! partition (`{p<k>}`, [`crate::partition`]), followed by `tenant/user/conversation`, so one
+//! Lua script can check, mark and publish atomically on Redis Cluster too: the call hashes, the
+//! deadline set and the node channels of that partition share the slot. Per-tenant keys share
+//! `{tenant}`. The tenant is inside every conversation's name, so a key of another tenant is
+//! simply never addressed.
 
 use crate::ConvKey;
+use crate::partition;
 
 /// Key and channel names under one prefix (`tm` by default; tests and tenants sharing a Redis
 /// use their own).
@@ -13,16 +16,20 @@ pub struct Keys {
     p: String,
 }
 
-/// `{tenant/user/conversation}`
-pub fn conv_tag(c: &ConvKey) -> String {
-    format!("{{{}/{}/{}}}", c.tenant, c.user, c.conversation)
+/// `{p<k>}`: the hash tag of partition `k`.
+pub fn partition_tag(k: u16) -> String {
+    format!("{{p{k}}}")
 }
 
-/// Parses a conversation tag back (ids never contain `/`, `{` or `}`).
-pub fn parse_conv_tag(tag: &str) -> Option<ConvKey> {
-    let inner = tag.strip_prefix('{')?.strip_suffix('}')?;
-    let mut parts = inner.splitn(3, '/');
-    Some(ConvKey::new(parts.next()?, parts.next()?, parts.next()?))
+/// `{p<k>}tenant/user/conversation`: the start of every key of a conversation.
+pub fn conv_base(c: &ConvKey) -> String {
+    format!(
+        "{}{}/{}/{}",
+        partition_tag(partition::of_conv(c)),
+        c.tenant,
+        c.user,
+        c.conversation
+    )
 }
 
 /// `{tenant}`
@@ -38,9 +45,18 @@ impl Keys {
         }
     }
 
-    /// The hash of one call: binding, state, outcome.
-    pub fn call(&self, c: &ConvKey, id: &str) -> String {
-        format!("{}{}:call:{id}", self.p, conv_tag(c))
+    /// The hash of one call (binding, state, outcome), in the partition its id names.
+    pub fn call(&self, id: &str) -> String {
+        format!(
+            "{}{}:call:{id}",
+            self.p,
+            partition_tag(partition::of_call(id))
+        )
+    }
+
+    /// Prefix of the call hashes of partition `k` (`…:call:<id>`).
+    pub fn call_prefix(&self, k: u16) -> String {
+        format!("{}{}:call:", self.p, partition_tag(k))
     }
 
     /// Marks a page-minted confirmId as used by some conversation (to tell `mismatch` from
@@ -56,49 +72,38 @@ impl Keys {
 
     /// The hash of one confirmId binding.
     pub fn confirm(&self, c: &ConvKey, confirm_id: &str) -> String {
-        format!("{}{}:confirm:{confirm_id}", self.p, conv_tag(c))
+        format!("{}{}:confirm:{confirm_id}", self.p, conv_base(c))
     }
 
     /// Prefix of the manifest hashes of a conversation (`…:manifest:<clientId>`: `m` the
     /// manifest, `s` its order, `r` its revision).
     pub fn manifest_prefix(&self, c: &ConvKey) -> String {
-        format!("{}{}:manifest:", self.p, conv_tag(c))
+        format!("{}{}:manifest:", self.p, conv_base(c))
+    }
+
+    /// Where a build before the partitioned layout kept a page's manifest
+    /// (`<prefix>:{tenant/user/conversation}:manifest:<clientId>`): read once, when a page that
+    /// moved from such a node speaks, so that a rolling upgrade keeps its manifest.
+    pub fn legacy_manifest(&self, c: &ConvKey, client_id: &str) -> String {
+        format!(
+            "{}{{{}/{}/{}}}:manifest:{client_id}",
+            self.p, c.tenant, c.user, c.conversation
+        )
     }
 
     /// The conversation hash: `current` clientId, the manifest counter `seq`, `drained`.
     pub fn conv(&self, c: &ConvKey) -> String {
-        format!("{}{}:conv", self.p, conv_tag(c))
+        format!("{}{}:conv", self.p, conv_base(c))
     }
 
     /// Sockets of a conversation per node: `<node>` → sockets, `<node>|<clientId>` → sockets.
     pub fn sockets(&self, c: &ConvKey) -> String {
-        format!("{}{}:socks", self.p, conv_tag(c))
+        format!("{}{}:socks", self.p, conv_base(c))
     }
 
     /// Ids of the conversation's calls that may still be pending.
     pub fn pending(&self, c: &ConvKey) -> String {
-        format!("{}{}:pending", self.p, conv_tag(c))
-    }
-
-    /// Prefix of the call hashes of a conversation (`…:call:<id>`).
-    pub fn call_prefix(&self, c: &ConvKey) -> String {
-        format!("{}{}:call:", self.p, conv_tag(c))
-    }
-
-    /// The sharded channel of a conversation's pages.
-    pub fn conv_channel(&self, c: &ConvKey) -> String {
-        format!("{}ch:{}", self.p, conv_tag(c))
-    }
-
-    /// Prefix of conversation channels.
-    pub fn conv_channel_prefix(&self) -> String {
-        format!("{}ch:", self.p)
-    }
-
-    /// Call id → `tenant\nuser\nconversation`, for `GET /calls/{id}` and for telling a
-    /// result for another conversation's or tenant's call (mismatch) from an unknown id.
-    pub fn call_index(&self, id: &str) -> String {
-        format!("{}callidx:{id}", self.p)
+        format!("{}{}:pending", self.p, conv_base(c))
     }
 
     /// The tenant's event stream.
@@ -131,17 +136,18 @@ impl Keys {
         format!("{}nodes", self.p)
     }
 
-    /// Pending calls by deadline: member `tenant\nuser\nconversation\nid`.
-    pub fn deadlines(&self) -> String {
-        format!("{}deadlines", self.p)
+    /// Pending calls of partition `k` by deadline: member `tenant\nuser\nconversation\nid`.
+    pub fn deadlines(&self, k: u16) -> String {
+        format!("{}{}:deadlines", self.p, partition_tag(k))
     }
 
-    /// A node's own channel: outcomes of the calls it waits for.
-    pub fn node_channel(&self, node: &str) -> String {
-        format!("{}node:{node}", self.p)
+    /// A node's channel of partition `k`: frames for its pages of that partition's
+    /// conversations, outcomes of the calls it waits for, its own probes.
+    pub fn node_channel(&self, node: &str, k: u16) -> String {
+        format!("{}node:{node}:{}", self.p, partition_tag(k))
     }
 
-    /// Prefix of node channels.
+    /// Prefix of node channels (scripts append `<node>:` and the partition's tag).
     pub fn node_channel_prefix(&self) -> String {
         format!("{}node:", self.p)
     }
@@ -173,21 +179,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_key_of_a_conversation_shares_its_tag() {
+    fn every_key_of_a_conversation_its_calls_and_its_node_channels_share_one_slot() {
         let k = Keys::new("tm");
         let c = ConvKey::new("acme", "u_1", "c-2");
-        let tag = "{acme/u_1/c-2}";
+        let p = partition::of_conv(&c);
+        let tag = partition_tag(p);
+        let id = partition::new_call_id(&c);
         for key in [
-            k.call(&c, "id"),
+            k.call(&id),
             k.confirm(&c, "k"),
             k.manifest_prefix(&c),
             k.conv(&c),
             k.sockets(&c),
-            k.conv_channel(&c),
+            k.pending(&c),
+            k.deadlines(p),
+            k.node_channel("n1", p),
         ] {
-            assert!(key.starts_with("tm:") && key.contains(tag), "{key}");
+            assert!(key.starts_with("tm:") && key.contains(&tag), "{key}");
+            assert_eq!(
+                fred::util::redis_keyslot(key.as_bytes()),
+                fred::util::redis_keyslot(tag.as_bytes()),
+                "{key}"
+            );
         }
-        assert_eq!(parse_conv_tag(tag), Some(c));
+        assert!(k.conv(&c).contains("acme/u_1/c-2"));
         assert!(k.events("acme").contains("{acme}") && k.rate("acme").contains("{acme}"));
     }
 }

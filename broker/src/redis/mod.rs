@@ -2,9 +2,10 @@
 //! Sentinel-managed Redis, with the same contract as the memory broker.
 //!
 //! State lives in Redis (keys in [`keys`]); every check-and-mark is one Lua script on one hash
-//! tag ([`scripts`]). Agent → page frames travel on a sharded channel per conversation, to which
-//! a node subscribes while it holds a socket of that conversation; outcomes travel to the
-//! waiting node's own channel. Each node keeps what it holds (sockets, manifests) in memory and
+//! tag ([`scripts`]). Every node listens on one sharded channel per partition
+//! ([`crate::partition`]), whatever the number of pages it holds: a script on a conversation's
+//! slot publishes the conversation's agent → page frames to the channels of the nodes that hold
+//! its sockets, and outcomes to the waiting node's channel, all of that partition. Each node keeps what it holds (sockets, manifests) in memory and
 //! writes it again whenever the connection to Redis comes back, so pages never have to
 //! reconnect after a Redis restart.
 
@@ -39,12 +40,13 @@ use tokio_util::sync::CancellationToken;
 use toolmark_proto::{AgentMessage, Manifest, ToolManifestSummary, ToolResult};
 
 use crate::model::{self, Retention};
+use crate::partition::{self, PARTITIONS};
 use crate::prelude::*;
 use crate::{
-    AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallState,
-    ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
-    OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, RateLimited, Rejection, SubmitError,
-    TakeError, event_id_after, now_ms,
+    AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallRequest,
+    CallState, CallTarget, ConfirmBinding, ConvKey, ConversationState, Event, EventFeed,
+    EventType, Outcome, OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, PlaceError,
+    Placed, RateLimited, Rejection, SubmitError, TakeError, event_id_after, now_ms,
 };
 use scripts::Scripts;
 
@@ -130,12 +132,14 @@ pub struct RedisBroker {
     /// Nodes with sockets in some conversation that were still not live after the live set was
     /// read again, and when: not asked about again for a heartbeat.
     dead_seen: Mutex<HashMap<String, std::time::Instant>>,
-    /// Subscription changes of conversation channels, one at a time, so that a socket's
-    /// release cannot unsubscribe after a new socket of the same conversation subscribed.
-    subs: tokio::sync::Mutex<()>,
-    /// When this node last got its own probe back through pub/sub (delivery-verified
-    /// readiness), and when it started.
-    probe_seen: Mutex<std::time::Instant>,
+    /// Whether Redis is a Cluster (the tenant's rate then lives on another shard than the
+    /// conversation, so a call takes it in a round trip of its own).
+    cluster: bool,
+    /// Per conversation, what this node last read of its current page ([`Broker::place_call`]).
+    expected: Mutex<HashMap<ConvKey, Arc<calls::Expected>>>,
+    /// When this node last got its own probe back through each partition's channel
+    /// (delivery-verified readiness), and when it started.
+    probe_seen: Mutex<Vec<std::time::Instant>>,
     /// When the held conversations' keys were last refreshed.
     refreshed_at: Mutex<std::time::Instant>,
     /// A connection of its own for blocking reads (the webhook consumer's `XREADGROUP BLOCK`),
@@ -143,7 +147,8 @@ pub struct RedisBroker {
     blocking: tokio::sync::OnceCell<Client>,
     /// Stops this node's background tasks ([`Broker::close`]).
     stop: CancellationToken,
-    /// This node's background tasks: the message loop, the heartbeat, the re-publisher.
+    /// This node's background tasks: the message loop, the heartbeat, the re-publisher, the
+    /// re-subscriber.
     tasks: tokio_util::task::TaskTracker,
 }
 
@@ -219,6 +224,7 @@ impl RedisBroker {
         opts: RedisOptions,
     ) -> Result<Arc<Self>, ConnectError> {
         let config = url::config(url)?;
+        let cluster = config.server.is_clustered();
         let mut builder = Builder::from_config(config);
         builder
             .with_performance_config(|c| {
@@ -255,20 +261,16 @@ impl RedisBroker {
             feeds: Mutex::default(),
             manifest_seq: std::sync::atomic::AtomicU64::new(1),
             dead_seen: Mutex::default(),
-            subs: tokio::sync::Mutex::new(()),
-            probe_seen: Mutex::new(std::time::Instant::now()),
+            cluster,
+            expected: Mutex::default(),
+            probe_seen: Mutex::new(vec![std::time::Instant::now(); usize::from(PARTITIONS)]),
             refreshed_at: Mutex::new(std::time::Instant::now()),
             blocking: tokio::sync::OnceCell::new(),
             stop: CancellationToken::new(),
             tasks: tokio_util::task::TaskTracker::new(),
         });
         broker.clear_own_fields().await;
-        let _resubscriber = broker.subscriber.manage_subscriptions();
-        broker
-            .subscriber
-            .subscribe(broker.keys.node_channel(&broker.node))
-            .await
-            .map_err(ConnectError::Connect)?;
+        broker.subscribe_partitions().await?;
         broker.heartbeat().await;
         let stop = &broker.stop;
         broker
@@ -280,6 +282,9 @@ impl RedisBroker {
         broker
             .tasks
             .spawn(Arc::clone(&broker).run_republish(stop.clone()));
+        broker
+            .tasks
+            .spawn(Arc::clone(&broker).run_resubscribe(stop.clone()));
         broker.tasks.close();
         Ok(broker)
     }
@@ -337,17 +342,7 @@ impl RedisBroker {
         let _: Result<i64, _> = self.client.del(&set).await;
     }
 
-    /// Looks up a call's conversation (of any tenant) through the call index.
-    async fn indexed(&self, id: &str) -> Result<Option<ConvKey>, BrokerError> {
-        let v: Option<String> = self
-            .client
-            .get(self.keys.call_index(id))
-            .await
-            .map_err(|e| unavailable(&e))?;
-        Ok(v.as_deref().and_then(codec::parse_conv_ref))
-    }
-
-    /// A call's conversation, only when it belongs to `tenant`.
+    /// The conversation read of [`scripts::CONV_READ`], against this node's live set.
     async fn conv_read(&self, conv: &ConvKey) -> Result<Vec<String>, BrokerError> {
         let mut args = vec![self.keys.manifest_prefix(conv)];
         args.extend(self.live_nodes().iter().cloned());
@@ -359,24 +354,6 @@ impl RedisBroker {
             )
             .await?,
         ))
-    }
-
-    async fn conv_of(&self, tenant: &str, id: &str) -> Result<Option<ConvKey>, BrokerError> {
-        Ok(self.indexed(id).await?.filter(|c| c.tenant == tenant))
-    }
-
-    fn record(binding: &str, state: &str, outcome: &str) -> Option<CallRecord> {
-        let binding: CallBinding = serde_json::from_str(binding).ok()?;
-        let outcome = if outcome.is_empty() {
-            None
-        } else {
-            serde_json::from_str(outcome).ok()
-        };
-        Some(CallRecord {
-            binding,
-            state: state_of(state),
-            outcome,
-        })
     }
 
     /// Takes a 2 s lease on `key` for this node: `false` when another node holds it.
@@ -403,20 +380,33 @@ impl RedisBroker {
     }
 
     /// Times out pending calls whose deadline passed with nobody left to do it (their node
-    /// died, or they were async). Leased: one node sweeps at a time. Returns what it timed out.
+    /// died, or they were async): the due entries of every partition's deadline set, read at
+    /// once. Leased: one node sweeps at a time. Returns what it timed out.
     pub async fn sweep(&self) -> Result<Vec<CallRecord>, BrokerError> {
         if !self.lease(self.keys.sweep_lease()).await? {
             return Ok(Vec::new());
         }
         #[allow(clippy::cast_precision_loss)]
         let max = now_ms().saturating_sub(model::millis(model::SWEEP_GRACE)) as f64;
-        let due: Vec<String> = self
-            .client
-            .zrangebyscore(&self.keys.deadlines(), "-inf", max, false, Some((0, 500)))
-            .await
-            .map_err(|e| unavailable(&e))?;
+        let reads = (0..PARTITIONS).map(|k| {
+            self.client.zrangebyscore::<Vec<String>, _, _, _>(
+                self.keys.deadlines(k),
+                "-inf",
+                max,
+                false,
+                Some((0, 100)),
+            )
+        });
+        let mut due = Vec::new();
+        for (k, r) in (0..PARTITIONS).zip(futures_util::future::join_all(reads).await) {
+            due.extend(
+                r.map_err(|e| unavailable(&e))?
+                    .into_iter()
+                    .map(|m| (k, m)),
+            );
+        }
         let mut swept = Vec::new();
-        for member in due {
+        for (k, member) in due {
             if let Some((conv, id)) = codec::parse_deadline_member(&member)
                 && let Some(r) = self.time_out(&conv, &id).await?
             {
@@ -424,7 +414,7 @@ impl RedisBroker {
             }
             let _: Result<i64, _> = self
                 .client
-                .zrem(&self.keys.deadlines(), member.as_str())
+                .zrem(&self.keys.deadlines(k), member.as_str())
                 .await;
         }
         self.release_lease(self.keys.sweep_lease()).await;
@@ -470,6 +460,10 @@ impl Broker for RedisBroker {
         &self.node
     }
 
+    async fn place_call(&self, req: CallRequest) -> Result<Placed, PlaceError> {
+        self.place(req).await
+    }
+
     async fn close(&self) {
         self.stop.cancel();
         if tokio::time::timeout(self.opts.command_timeout * 2, self.tasks.wait())
@@ -493,13 +487,17 @@ impl Broker for RedisBroker {
             .ping::<()>(None)
             .await
             .map_err(|e| unavailable(&e))?;
-        // Delivery-verified: the probe this node publishes every heartbeat must come back
-        // through its subscriber; a subscriber connection that died silently fails readiness
-        // and is re-subscribed.
-        let silent = lock(&self.probe_seen).elapsed();
+        // Delivery-verified: the probes this node publishes every heartbeat must come back
+        // through its subscriber on every partition's channel; a subscriber connection that
+        // died silently fails readiness and is re-subscribed.
+        let silent = lock(&self.probe_seen)
+            .iter()
+            .map(std::time::Instant::elapsed)
+            .max()
+            .unwrap_or_default();
         if silent > self.opts.heartbeat * 3 + Duration::from_secs(1) {
             tracing::warn!(node = %self.node, silent_ms = silent.as_millis(), "own pub/sub probes are not coming back: re-subscribing");
-            let _ = self.subscriber.resubscribe_all().await;
+            self.resubscribe().await;
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
         Ok(())

@@ -1,6 +1,6 @@
 //! This node's life on Redis: its heartbeat and the live-node set, the heartbeat-scoped refresh
 //! of what its pages need, the re-publication after Redis lost its data, its subscriber (page
-//! frames, outcomes, events, its own readiness probe) and its conversation subscriptions.
+//! frames, outcomes, events, its own readiness probes) and its partition subscriptions.
 
 use super::*;
 
@@ -28,11 +28,13 @@ impl RedisBroker {
             .client
             .zremrangebyscore(&self.keys.nodes(), "-inf", forget)
             .await;
-        // A probe through this node's own channel: readiness holds only while it comes back.
-        let _: Result<i64, _> = self
-            .client
-            .publish(self.keys.node_channel(&self.node), codec::PROBE)
-            .await;
+        // A probe through each of this node's channels: readiness holds only while they all
+        // come back (on Redis Cluster they travel through every shard's connection).
+        let probes = (0..PARTITIONS).map(|k| {
+            self.client
+                .spublish::<i64, _, _>(self.keys.node_channel(&self.node, k), codec::probe(k))
+        });
+        futures_util::future::join_all(probes).await;
         // Waiters whose request went away (their outcome message never came) are forgotten.
         lock(&self.waiters).retain(|_, tx| !tx.is_closed());
         let refresh_every = self.opts.retention.conversations / 3;
@@ -69,6 +71,15 @@ impl RedisBroker {
             seen.get(n)
                 .is_none_or(|t| t.elapsed() > self.opts.heartbeat)
         })
+    }
+
+    /// The nodes found dead within the last heartbeat (their sockets are not asked about).
+    pub(super) fn dead_nodes(&self) -> Vec<String> {
+        lock(&self.dead_seen)
+            .iter()
+            .filter(|(_, t)| t.elapsed() <= self.opts.heartbeat)
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     /// Records `nodes` as dead (still not live after the live set was read again).
@@ -149,6 +160,7 @@ impl RedisBroker {
                 r = reconnects.recv() => match r {
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
                         tracing::info!(node = %self.node, "redis connection back: re-publishing pages and manifests");
+                        lock(&self.expected).clear();
                         self.heartbeat().await;
                         self.republish().await;
                     }
@@ -173,32 +185,19 @@ impl RedisBroker {
                 }
             })
             .collect();
-        for HeldSnapshot {
-            conv,
-            sockets,
-            clients,
-            manifests,
-        } in snapshot
-        {
-            let socks = self.keys.sockets(&conv);
-            let mut fields: Vec<(String, String)> = vec![(self.node.clone(), sockets.to_string())];
-            fields.extend(
-                clients
-                    .into_iter()
-                    .map(|(c, n)| (format!("{}|{c}", self.node), n.to_string())),
-            );
-            let _: Result<i64, _> = self.client.hset(&socks, fields).await;
-            let _: Result<i64, _> = self
-                .client
-                .pexpire(&socks, millis(self.opts.retention.conversations), None)
-                .await;
-            let _: Result<i64, _> = self
-                .client
-                .sadd(self.keys.node_keys(&self.node), socks.as_str())
-                .await;
-            for m in manifests {
-                let _ = self.put_manifest_script(&conv, &m, &ttl, true).await;
+        let started = std::time::Instant::now();
+        let conversations = snapshot.len();
+        // Every conversation's writes go out at once, 256 conversations at a time: the
+        // client pipelines them, so the re-publication costs round trips per chunk, not per
+        // conversation.
+        let mut snapshot = snapshot.into_iter();
+        loop {
+            let chunk: Vec<HeldSnapshot> = snapshot.by_ref().take(256).collect();
+            if chunk.is_empty() {
+                break;
             }
+            futures_util::future::join_all(chunk.into_iter().map(|h| self.republish_one(h, &ttl)))
+                .await;
         }
         let tenants: Vec<(String, u64)> = lock(&self.tenant_sockets)
             .iter()
@@ -227,6 +226,40 @@ impl RedisBroker {
                 None,
             )
             .await;
+        tracing::info!(
+            node = %self.node,
+            conversations,
+            elapsed_ms = started.elapsed().as_millis(),
+            "pages and manifests re-published"
+        );
+    }
+
+    /// Writes one held conversation again: this node's socket counts, then its manifests
+    /// (oldest first, without taking `current` from a page that has it).
+    async fn republish_one(&self, held: HeldSnapshot, ttl: &str) {
+        let HeldSnapshot {
+            conv,
+            sockets,
+            clients,
+            manifests,
+        } = held;
+        let socks = self.keys.sockets(&conv);
+        let mut fields: Vec<(String, String)> = vec![(self.node.clone(), sockets.to_string())];
+        fields.extend(
+            clients
+                .into_iter()
+                .map(|(c, n)| (format!("{}|{c}", self.node), n.to_string())),
+        );
+        let (_, _, _): (Result<i64, _>, Result<i64, _>, Result<i64, _>) = tokio::join!(
+            self.client.hset(&socks, fields),
+            self.client
+                .pexpire(&socks, millis(self.opts.retention.conversations), None),
+            self.client
+                .sadd(self.keys.node_keys(&self.node), socks.as_str()),
+        );
+        for m in manifests {
+            let _ = self.put_manifest_script(&conv, &m, ttl, true).await;
+        }
     }
 
     pub(super) async fn run_messages(self: Arc<Self>, shutdown: CancellationToken) {
@@ -251,15 +284,8 @@ impl RedisBroker {
             let Some(payload) = msg.value.as_string() else {
                 continue;
             };
-            if let Some(tag) = channel.strip_prefix(&self.keys.conv_channel_prefix()) {
-                if let (Some(conv), Some((client_id, frame))) = (
-                    keys::parse_conv_tag(tag),
-                    codec::parse_page_message(&payload),
-                ) {
-                    self.sink.deliver(&conv, client_id, frame.into());
-                }
-            } else if channel.starts_with(&self.keys.node_channel_prefix()) {
-                self.on_outcome(&payload);
+            if channel.starts_with(&self.keys.node_channel_prefix()) {
+                self.on_node_message(&payload);
             } else if let Some(tag) = channel.strip_prefix(&self.keys.events_channel_prefix()) {
                 let tenant = tag.trim_start_matches('{').trim_end_matches('}');
                 self.on_event(tenant, &payload);
@@ -267,10 +293,17 @@ impl RedisBroker {
         }
     }
 
-    pub(super) fn on_outcome(&self, payload: &str) {
+    pub(super) fn on_node_message(&self, payload: &str) {
         match codec::parse_node_message(payload) {
-            Some(codec::NodeMessage::Probe) => {
-                *lock(&self.probe_seen) = std::time::Instant::now();
+            Some(codec::NodeMessage::Page {
+                conv,
+                client_id,
+                frame,
+            }) => self.sink.deliver(&conv, &client_id, frame.into()),
+            Some(codec::NodeMessage::Probe(k)) => {
+                if let Some(seen) = lock(&self.probe_seen).get_mut(usize::from(k)) {
+                    *seen = std::time::Instant::now();
+                }
             }
             Some(codec::NodeMessage::Outcome { id, outcome }) => {
                 if let Some(waiter) = lock(&self.waiters).remove(&id) {
@@ -317,26 +350,50 @@ impl RedisBroker {
         .map(|_| ())
     }
 
-    pub(super) async fn subscribe_conv(&self, conv: &ConvKey) -> Result<(), BrokerError> {
-        let _one_at_a_time = self.subs.lock().await;
-        self.subscriber
-            .ssubscribe(self.keys.conv_channel(conv))
+    /// Subscribes again to every channel this node listens on (its partitions, the event
+    /// channels of tenants with live readers), one `SSUBSCRIBE` each, all at once: after the
+    /// subscriber's connection came back, or when its probes stopped coming back.
+    pub(super) async fn resubscribe(&self) {
+        let channels = self.subscriber.tracked_shard_channels();
+        let count = channels.len();
+        let subs = channels
+            .into_iter()
+            .map(|c| self.subscriber.ssubscribe(c.to_string()));
+        let failed = futures_util::future::join_all(subs)
             .await
-            .map_err(|e| unavailable(&e))
+            .into_iter()
+            .filter(Result::is_err)
+            .count();
+        if failed > 0 {
+            tracing::warn!(node = %self.node, failed, of = count, "re-subscription failed; the next heartbeat's probes will tell");
+        }
     }
 
-    pub(super) async fn unsubscribe_conv(&self, conv: &ConvKey) {
-        let _one_at_a_time = self.subs.lock().await;
-        // A socket of the conversation joined since the last one left: stay subscribed.
-        if lock(&self.held).contains_key(conv) {
-            return;
+    /// Re-subscribes whenever the subscriber's connection comes back.
+    pub(super) async fn run_resubscribe(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut reconnects = self.subscriber.reconnect_rx();
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                r = reconnects.recv() => match r {
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.resubscribe().await,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
         }
-        if let Err(e) = self
-            .subscriber
-            .sunsubscribe(self.keys.conv_channel(conv))
-            .await
-        {
-            tracing::debug!(error = %e, "sunsubscribe failed");
+    }
+
+    /// Subscribes to this node's channel of every partition: the node's only subscriptions
+    /// besides the event feeds of tenants with live readers. [`Self::run_resubscribe`] restores
+    /// them after a reconnection.
+    pub(super) async fn subscribe_partitions(&self) -> Result<(), ConnectError> {
+        let subs = (0..PARTITIONS).map(|k| {
+            self.subscriber
+                .ssubscribe(self.keys.node_channel(&self.node, k))
+        });
+        for r in futures_util::future::join_all(subs).await {
+            r.map_err(ConnectError::Connect)?;
         }
+        Ok(())
     }
 }

@@ -55,12 +55,7 @@ impl Pages for RedisBroker {
             undo().await;
             return Err(AdmitError::ConversationPages);
         }
-        let first = {
-            let mut held = lock(&self.held);
-            let h = held.entry(conv.clone()).or_default();
-            h.sockets += 1;
-            h.sockets == 1
-        };
+        lock(&self.held).entry(conv.clone()).or_default().sockets += 1;
         *lock(&self.tenant_sockets)
             .entry(conv.tenant.clone())
             .or_default() += 1;
@@ -74,10 +69,6 @@ impl Pages for RedisBroker {
             .client
             .pexpire(&node_keys, millis(Duration::from_secs(86_400)), None)
             .await;
-        if first && let Err(e) = self.subscribe_conv(conv).await {
-            let _ = self.release_page(conv, None).await;
-            return Err(AdmitError::Broker(e));
-        }
         Ok(())
     }
 
@@ -110,6 +101,10 @@ impl Pages for RedisBroker {
                 )
                 .await
                 .unwrap_or(None);
+            let stored = match stored {
+                Some(m) => Some(m),
+                None => self.legacy_manifest(conv, client_id).await,
+            };
             if let Some(m) = stored.as_deref().and_then(parse_manifest) {
                 let seq = self
                     .manifest_seq
@@ -127,9 +122,8 @@ impl Pages for RedisBroker {
         conv: &ConvKey,
         client_id: Option<&str>,
     ) -> Result<PageLeft, BrokerError> {
-        let last = {
+        {
             let mut held = lock(&self.held);
-            let mut last = false;
             if let Some(h) = held.get_mut(conv) {
                 h.sockets = h.sockets.saturating_sub(1);
                 if let Some(c) = client_id
@@ -143,16 +137,11 @@ impl Pages for RedisBroker {
                 }
                 if h.sockets == 0 {
                     held.remove(conv);
-                    last = true;
                 }
             }
-            last
-        };
+        }
         if let Some(n) = lock(&self.tenant_sockets).get_mut(&conv.tenant) {
             *n = n.saturating_sub(1);
-        }
-        if last {
-            self.unsubscribe_conv(conv).await;
         }
         let (c, _) = tokio::join!(
             self.script(
@@ -191,6 +180,44 @@ impl Pages for RedisBroker {
     }
 
     async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError> {
+        Ok(self.conversation_with_seq(conv).await?.0)
+    }
+
+    async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError> {
+        self.script(
+            &self.scripts.drained,
+            vec![self.keys.conv(conv)],
+            vec![
+                now_ms().to_string(),
+                model::millis(self.opts.retention.conversations).to_string(),
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+impl RedisBroker {
+    /// The manifest a build before the partitioned layout stored for a page, written again in
+    /// this layout (without taking `current` from a page that has it).
+    async fn legacy_manifest(&self, conv: &ConvKey, client_id: &str) -> Option<String> {
+        let old: Option<String> = self
+            .client
+            .hget(self.keys.legacy_manifest(conv, client_id), "m")
+            .await
+            .unwrap_or(None);
+        let m = parse_manifest(old.as_deref()?)?;
+        let ttl = model::millis(self.opts.retention.conversations).to_string();
+        let _ = self.put_manifest_script(conv, &m, &ttl, true).await;
+        old
+    }
+
+    /// The conversation as [`Pages::conversation`] reads it, with the `seq` of its current
+    /// page's manifest ('' without one): what [`scripts::PLACE`] checks a call against.
+    pub(super) async fn conversation_with_seq(
+        &self,
+        conv: &ConvKey,
+    ) -> Result<(ConversationState, String), BrokerError> {
         let mut reply = self.conv_read(conv).await?;
         // Sockets on a node this node does not count as live (it may have just started): read
         // the live set again and ask once more, rather than report its pages missing. A node
@@ -218,10 +245,11 @@ impl Pages for RedisBroker {
             sockets,
             drained_at,
             _unknown,
+            seq,
             rest @ ..,
         ] = &reply[..]
         else {
-            return Ok(ConversationState::default());
+            return Ok((ConversationState::default(), String::new()));
         };
         let manifest = parse_manifest(manifest);
         let mut pages: Vec<PageInfo> = rest
@@ -234,7 +262,7 @@ impl Pages for RedisBroker {
             })
             .collect();
         pages.sort_by(|a, b| a.client_id.cmp(&b.client_id));
-        Ok(ConversationState {
+        let state = ConversationState {
             client_id: (!effective.is_empty()).then(|| effective.clone()),
             rev: manifest.as_ref().map(|m| m.rev),
             tools: manifest.map(|m| m.tools).unwrap_or_default(),
@@ -245,19 +273,7 @@ impl Pages for RedisBroker {
                 .ok()
                 .filter(|_| sockets.parse::<u32>().unwrap_or(0) == 0)
                 .map(|since| now_ms().saturating_sub(since)),
-        })
-    }
-
-    async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError> {
-        self.script(
-            &self.scripts.drained,
-            vec![self.keys.conv(conv)],
-            vec![
-                now_ms().to_string(),
-                model::millis(self.opts.retention.conversations).to_string(),
-            ],
-        )
-        .await
-        .map(|_| ())
+        };
+        Ok((state, seq.clone()))
     }
 }

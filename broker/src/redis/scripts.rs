@@ -1,81 +1,217 @@
-//! The Lua scripts. Each touches the keys of one hash tag only, so it runs atomically on one
-//! Redis Cluster shard; each is the single round trip of its operation.
+//! The Lua scripts. Each touches the keys of one hash tag only (a conversation's partition, or
+//! a tenant), so it runs atomically on one Redis Cluster shard; each is the single round trip of
+//! its operation. Parts that several scripts share are Lua functions in [`PRELUDE`], so each rule
+//! is written once here too.
 
 use fred::types::scripts::Script;
 
-/// Stores a call's binding (with its `cancel` message, built by `proto`, for a timeout or an
-/// agent's cancel), then publishes the call frame on the conversation's channel.
-/// KEYS: call, pending set. ARGV: binding, clientId, deadline ms, node, ttl ms, channel, message,
-/// call id, cancel message.
+/// Functions shared by the scripts below.
+///
+/// - `socket_nodes(socks)`: the nodes holding sockets of a conversation (per-node counts, the
+///   fields without `|`), whether or not they are live: a frame for a dead node reaches no one.
+/// - `to_nodes(nodes, prefix, suffix, message)`: `SPUBLISH`es `message` on each node's channel
+///   of this partition (`prefix .. node .. suffix`), which shares the script's slot.
+/// - `conv_state(conv, socks, manifests, live)`: the conversation as the agent API sees it,
+///   counting only sockets of live nodes, with D23's choice of the current page
+///   (`model::current_page`).
+/// - `gcra(key, interval, burst)`: one call of a tenant's rate; 0 when allowed, else µs until it
+///   would be.
+/// - `bind(call, pending, deadlines, a)`: stores a call's binding with its page message and its
+///   `cancel`, in the conversation's pending set and the partition's deadline set (`a` is ARGV,
+///   whose first 10 values are the binding's, in the order [`BIND`] documents).
+pub const PRELUDE: &str = r"
+local function socket_nodes(socks)
+  local out = {}
+  local flat = redis.call('HGETALL', socks)
+  for i = 1, #flat, 2 do
+    if not string.find(flat[i], '|', 1, true) and tonumber(flat[i + 1]) > 0 then
+      table.insert(out, flat[i])
+    end
+  end
+  return out
+end
+local function to_nodes(nodes, prefix, suffix, message)
+  for _, node in ipairs(nodes) do redis.call('SPUBLISH', prefix .. node .. suffix, message) end
+end
+local function conv_state(conv, socks_key, manifests, live)
+  local socks = redis.call('HGETALL', socks_key)
+  local st = {total = 0, identified = 0, pages = {}, info = {}, skipped = {}, nodes = {}}
+  local unknown = {}
+  for i = 1, #socks, 2 do
+    local field, n = socks[i], tonumber(socks[i + 1])
+    local bar = string.find(field, '|', 1, true)
+    local node = field
+    if bar then node = string.sub(field, 1, bar - 1) end
+    if n > 0 and not bar then table.insert(st.nodes, node) end
+    if n > 0 and not live[node] then unknown[node] = true end
+    if live[node] and n > 0 then
+      if bar then
+        local client = string.sub(field, bar + 1)
+        st.pages[client] = (st.pages[client] or 0) + n
+        st.identified = st.identified + n
+      else
+        st.total = st.total + n
+      end
+    end
+  end
+  for client, _ in pairs(st.pages) do
+    st.info[client] = redis.call('HMGET', manifests .. client, 's', 'r')
+  end
+  local h = redis.call('HMGET', conv, 'current', 'drained')
+  local current = h[1]
+  st.effective = current
+  if current and not st.pages[current] and st.total <= st.identified then
+    local best, bestseq = nil, -1
+    for client, f in pairs(st.info) do
+      local s = tonumber(f[1] or '-1')
+      if f[1] and s > bestseq then best, bestseq = client, s end
+    end
+    if best then st.effective = best end
+  end
+  st.seq = ''
+  if st.effective then st.seq = redis.call('HGET', manifests .. st.effective, 's') or '' end
+  st.drained = h[2]
+  for node, _ in pairs(unknown) do table.insert(st.skipped, node) end
+  return st
+end
+local function gcra(key, interval_us, burst)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local interval = tonumber(interval_us)
+  local tolerance = interval * (tonumber(burst) - 1)
+  local tat = tonumber(redis.call('GET', key) or now)
+  if tat < now then tat = now end
+  if now < tat - tolerance then return math.floor(tat - tolerance - now) end
+  local new_tat = math.floor(tat + interval)
+  redis.call('SET', key, string.format('%d', new_tat), 'PX', math.floor((new_tat - now) / 1000) + 1000)
+  return 0
+end
+local function bind(call, pending, deadlines, a)
+  redis.call('HSET', call, 'v', a[2], 'c', a[3], 'd', a[4], 'n', a[5], 's', 'p', 't', a[6], 'f', a[7], 'x', a[8])
+  redis.call('PEXPIRE', call, a[9])
+  redis.call('SADD', pending, a[1])
+  redis.call('PEXPIRE', pending, a[9])
+  redis.call('ZADD', deadlines, a[4], a[10])
+end
+";
+
+/// Stores a call's binding (with its page message and its `cancel`, built in Rust, for a
+/// timeout or an agent's cancel), then publishes the page message to every node holding a socket
+/// of the conversation.
+/// KEYS: call, pending set, deadline set, sockets. ARGV: call id, conversation ref, clientId,
+/// deadline ms, node, tool/kind/flags, page message, cancel message, ttl ms, deadline member,
+/// node channel prefix, partition suffix.
 pub const BIND: &str = r"
-redis.call('HSET', KEYS[1], 'b', ARGV[1], 'c', ARGV[2], 'd', ARGV[3], 'n', ARGV[4], 's', 'p', 'f', ARGV[7], 'x', ARGV[9])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-redis.call('SADD', KEYS[2], ARGV[8])
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
-redis.call('SPUBLISH', ARGV[6], ARGV[7])
+bind(KEYS[1], KEYS[2], KEYS[3], ARGV)
+to_nodes(socket_nodes(KEYS[4]), ARGV[11], ARGV[12], ARGV[7])
 return 1
 ";
 
+/// An agent's call in one round trip: the conversation read, the tenant's rate and the bind.
+/// The caller names the page it expects to be current (and its manifest's `seq`), read before
+/// and kept per conversation; when the conversation changed since, nothing is taken or stored
+/// and the answer is `{'stale'}` (read again, then retry). Sockets on a node that is neither in
+/// the caller's live set nor known dead answer `{'unknown', nodes…}` (read the live set again,
+/// then retry). Otherwise the rate is taken (when asked here), and `model::accepts_calls`
+/// decides between `{'no_page'}` and the bind.
+/// KEYS: call, pending set, deadline set, sockets, conversation, rate (or the conversation again
+/// when the rate is taken elsewhere). ARGV: the 12 of [`BIND`], then manifest prefix, expected
+/// clientId or '', expected seq or '', now ms, reconnect grace ms, rate interval µs or '',
+/// burst, how many live node ids follow, the live node ids, then the nodes known dead.
+/// Returns `{'ok'}`, `{'stale'}`, `{'unknown', nodes…}`, `{'no_page'}` or `{'rate', µs}`.
+pub const PLACE: &str = r"
+local live, dead = {}, {}
+local nlive = tonumber(ARGV[20])
+for i = 21, 20 + nlive do live[ARGV[i]] = true end
+for i = 21 + nlive, #ARGV do dead[ARGV[i]] = true end
+local st = conv_state(KEYS[5], KEYS[4], ARGV[13], live)
+local unknown = {}
+for _, node in ipairs(st.skipped) do
+  if not dead[node] then table.insert(unknown, node) end
+end
+if #unknown > 0 then return {'unknown', unpack(unknown)} end
+if (st.effective or '') ~= ARGV[14] or st.seq ~= ARGV[15] then return {'stale'} end
+if ARGV[18] ~= '' then
+  local wait = gcra(KEYS[6], ARGV[18], ARGV[19])
+  if wait > 0 then return {'rate', tostring(wait)} end
+end
+local reconnecting = st.total == 0 and st.drained and tonumber(ARGV[16]) - tonumber(st.drained) < tonumber(ARGV[17])
+if not st.effective or (st.total == 0 and not reconnecting) then return {'no_page'} end
+bind(KEYS[1], KEYS[2], KEYS[3], ARGV)
+to_nodes(st.nodes, ARGV[11], ARGV[12], ARGV[7])
+return {'ok'}
+";
+
 /// Checks a page's result against the binding (`model::check_result`) and marks the call
-/// answered; stores the confirmId binding of a needs_confirmation (with the call's binding, so
-/// that the confirmation is announced with its tool however late it comes); sends the outcome
-/// to the waiting node. A call key missing here is `unknown_id`; the caller tells a call of
-/// another conversation (mismatch) through the call index.
-/// KEYS: call, confirm, pending set. ARGV: clientId, outcome, confirmId or '', confirm ttl ms,
-/// call id, node channel prefix, outcome message.
+/// answered, keeping only what a finished call must still answer (its binding, state and
+/// outcome: the page message, the cancel and the waiting node go, and so does its deadline
+/// entry); stores the confirmId binding of a needs_confirmation (with the call's id and tool,
+/// so that the confirmation is announced with its tool however late it comes); sends the
+/// outcome to the waiting node. A call key missing here is `unknown_id`.
+/// KEYS: call, confirm, pending set, deadline set. ARGV: conversation ref, clientId, outcome,
+/// confirmId or '', confirm ttl ms, call id, node channel prefix, partition suffix, outcome
+/// message, deadline member.
+/// Returns `{'ok', tool/kind/flags, deadline, node}` or a rejection's code.
 pub const RESULT: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'b', 'c', 'd', 'n', 's')
+local f = redis.call('HMGET', KEYS[1], 'v', 'c', 'd', 'n', 's', 't')
 if not f[1] then return {'unknown_id'} end
-if f[2] ~= ARGV[1] then return {'mismatch'} end
+if f[1] ~= ARGV[1] or f[2] ~= ARGV[2] then return {'mismatch'} end
 if f[5] == 'a' then return {'duplicate'} end
 if f[5] == 't' then return {'late'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now > tonumber(f[3]) then return {'late'} end
-redis.call('HSET', KEYS[1], 's', 'a', 'o', ARGV[2])
-redis.call('SREM', KEYS[3], ARGV[5])
-if ARGV[3] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('HSET', KEYS[2], 'k', f[1], 'c', ARGV[1], 'u', '0')
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('HSET', KEYS[1], 's', 'a', 'o', ARGV[3])
+redis.call('HDEL', KEYS[1], 'n', 'f', 'x')
+redis.call('SREM', KEYS[3], ARGV[6])
+redis.call('ZREM', KEYS[4], ARGV[10])
+if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('HSET', KEYS[2], 'k', ARGV[6], 't', f[6], 'c', ARGV[2], 'u', '0')
+  redis.call('PEXPIRE', KEYS[2], ARGV[5])
 end
-redis.call('PUBLISH', ARGV[6] .. f[4], ARGV[7])
-return {'ok', f[1]}
+redis.call('SPUBLISH', ARGV[7] .. f[4] .. ARGV[8], ARGV[9])
+return {'ok', f[6], f[3], f[4]}
 ";
 
-/// Marks a pending call timed out, sends the page its stored cancel and the waiting node the
-/// outcome. KEYS: call, pending set. ARGV: call id, timeout outcome, conversation channel, node
-/// channel prefix, outcome message.
+/// Marks a pending call timed out (compacted as a result is), sends the pages its stored cancel
+/// and the waiting node the outcome.
+/// KEYS: call, pending set, deadline set, sockets. ARGV: call id, timeout outcome, node channel
+/// prefix, partition suffix, outcome message, deadline member.
+/// Returns `{'ok', conversation ref, clientId, deadline, node, tool/kind/flags}` or the state.
 pub const TIMEOUT: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'b', 'x', 'n', 's')
+local f = redis.call('HMGET', KEYS[1], 'v', 'c', 'd', 'n', 't', 's', 'x')
 if not f[1] then return {'missing'} end
-if f[4] ~= 'p' then return {f[4]} end
+if f[6] ~= 'p' then return {f[6]} end
 redis.call('HSET', KEYS[1], 's', 't', 'o', ARGV[2])
+redis.call('HDEL', KEYS[1], 'n', 'f', 'x')
 redis.call('SREM', KEYS[2], ARGV[1])
-if f[2] then redis.call('SPUBLISH', ARGV[3], f[2]) end
-redis.call('PUBLISH', ARGV[4] .. f[3], ARGV[5])
-return {'ok', f[1]}
+redis.call('ZREM', KEYS[3], ARGV[6])
+if f[7] then to_nodes(socket_nodes(KEYS[4]), ARGV[3], ARGV[4], f[7]) end
+redis.call('SPUBLISH', ARGV[3] .. f[4] .. ARGV[4], ARGV[5])
+return {'ok', f[1], f[2], f[3], f[4], f[5]}
 ";
 
-/// Sends the stored protocol cancel of a pending call; returns binding, state and outcome.
-/// KEYS: call. ARGV: conversation channel.
+/// Sends the stored protocol cancel of a pending call to the pages; returns the call.
+/// KEYS: call, sockets. ARGV: node channel prefix, partition suffix.
+/// Returns `{conversation ref, clientId, deadline, node, tool/kind/flags, state, outcome}`.
 pub const CANCEL: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'b', 'x', 's', 'o')
+local f = redis.call('HMGET', KEYS[1], 'v', 'c', 'd', 'n', 't', 's', 'o', 'x')
 if not f[1] then return {} end
-if f[3] == 'p' and f[2] then redis.call('SPUBLISH', ARGV[1], f[2]) end
-return {f[1], f[3], f[4] or ''}
+if f[6] == 'p' and f[8] then to_nodes(socket_nodes(KEYS[2]), ARGV[1], ARGV[2], f[8]) end
+return {f[1], f[2], f[3], f[4] or '', f[5], f[6], f[7] or ''}
 ";
 
 /// Accepts a confirmed once, from the page that sent the needs_confirmation
-/// (`model::check_confirm`); returns the binding of the call that carried it. A missing key is
-/// `unknown_confirm`; the caller tells a confirmId of another conversation through its index.
-/// KEYS: confirm. ARGV: clientId.
+/// (`model::check_confirm`); returns the id and tool/kind/flags of the call that carried it. A
+/// missing key is `unknown_confirm`; the caller tells a confirmId of another conversation
+/// through its index. KEYS: confirm. ARGV: clientId.
 pub const CONFIRM: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'k', 'c', 'u')
+local f = redis.call('HMGET', KEYS[1], 'k', 'c', 'u', 't')
 if not f[1] then return {'unknown_confirm'} end
 if f[2] ~= ARGV[1] then return {'mismatch'} end
 if f[3] == '1' then return {'duplicate'} end
 redis.call('HSET', KEYS[1], 'u', '1')
-return {'ok', f[1]}
+return {'ok', f[1], f[4] or ''}
 ";
 
 /// Keeps a page's latest manifest (a hash per page load: `m` the manifest, `s` its order, `r`
@@ -96,60 +232,23 @@ redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return 1
 ";
 
-/// The conversation as the agent API sees it, counting only sockets of live nodes, with D23's
-/// choice of the current page (`model::current_page`).
+/// The conversation as the agent API sees it (`conv_state`).
 /// KEYS: conv, sockets. ARGV: manifest key prefix, live node ids…
 /// Returns: effective clientId or '', its manifest or '', open sockets, when a draining node
 /// closed its sockets (ms, or ''), the nodes with sockets that are not in the live set
-/// (space-separated: the caller refreshes its live set and asks again), then per connected page:
-/// clientId, sockets, rev or ''.
+/// (space-separated: the caller refreshes its live set and asks again), the effective page's
+/// manifest `seq` or '', then per connected page: clientId, sockets, rev or ''.
 pub const CONV_READ: &str = r"
 local live = {}
 for i = 2, #ARGV do live[ARGV[i]] = true end
-local socks = redis.call('HGETALL', KEYS[2])
-local total, identified = 0, 0
-local pages = {}
-local unknown = {}
-for i = 1, #socks, 2 do
-  local field, n = socks[i], tonumber(socks[i + 1])
-  local bar = string.find(field, '|', 1, true)
-  local node = field
-  if bar then node = string.sub(field, 1, bar - 1) end
-  if n > 0 and not live[node] then unknown[node] = true end
-  if live[node] and n > 0 then
-    if bar then
-      local client = string.sub(field, bar + 1)
-      pages[client] = (pages[client] or 0) + n
-      identified = identified + n
-    else
-      total = total + n
-    end
-  end
-end
-local info = {}
-for client, _ in pairs(pages) do
-  info[client] = redis.call('HMGET', ARGV[1] .. client, 's', 'r')
-end
-local h = redis.call('HMGET', KEYS[1], 'current', 'drained')
-local current = h[1]
-local effective = current
-if current and not pages[current] and total <= identified then
-  local best, bestseq = nil, -1
-  for client, f in pairs(info) do
-    local s = tonumber(f[1] or '-1')
-    if f[1] and s > bestseq then best, bestseq = client, s end
-  end
-  if best then effective = best end
-end
+local st = conv_state(KEYS[1], KEYS[2], ARGV[1], live)
 local manifest = false
-if effective then manifest = redis.call('HGET', ARGV[1] .. effective, 'm') end
-local skipped = {}
-for node, _ in pairs(unknown) do table.insert(skipped, node) end
-local out = {effective or '', manifest or '', tostring(total), h[2] or '', table.concat(skipped, ' ')}
-for client, n in pairs(pages) do
+if st.effective then manifest = redis.call('HGET', ARGV[1] .. st.effective, 'm') end
+local out = {st.effective or '', manifest or '', tostring(st.total), st.drained or '', table.concat(st.skipped, ' '), st.seq}
+for client, n in pairs(st.pages) do
   table.insert(out, client)
   table.insert(out, tostring(n))
-  table.insert(out, info[client][2] or '')
+  table.insert(out, st.info[client][2] or '')
 end
 return out
 ";
@@ -174,16 +273,7 @@ return redis.call('HGETALL', KEYS[1])
 /// GCRA: one call of the tenant's rate. Returns 0 when allowed, else µs until it would be.
 /// KEYS: rate. ARGV: emission interval µs, burst.
 pub const GCRA: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = tonumber(ARGV[1])
-local tolerance = interval * (tonumber(ARGV[2]) - 1)
-local tat = tonumber(redis.call('GET', KEYS[1]) or now)
-if tat < now then tat = now end
-if now < tat - tolerance then return math.floor(tat - tolerance - now) end
-local new_tat = math.floor(tat + interval)
-redis.call('SET', KEYS[1], string.format('%d', new_tat), 'PX', math.floor((new_tat - now) / 1000) + 1000)
-return 0
+return gcra(KEYS[1], ARGV[1], ARGV[2])
 ";
 
 /// Appends an event to the tenant's stream and publishes it to live readers, then trims the
@@ -238,11 +328,12 @@ return {id, held}
 /// The confirmation sweep of one pending confirmation (`model::sweep_confirm`): its page may be
 /// present while a socket on a live node named its clientId or has not named any yet; after
 /// `grace` of certain absence without a break, it is marked used and returned as expired.
-/// Returns `{'keep'}` (may be present), `{'keep', absent since ms}`, `{'expired', call binding}`
+/// Returns `{'keep'}` (may be present), `{'keep', absent since ms}`, `{'expired', call id,
+/// tool/kind/flags}`
 /// or `{'drop'}` (used or gone).
 /// KEYS: confirm, sockets. ARGV: clientId, now ms, grace ms, live node ids…
 pub const EXPIRE_CONFIRM: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'k', 'u', 'a')
+local f = redis.call('HMGET', KEYS[1], 'k', 'u', 'a', 't')
 if not f[1] or f[2] == '1' then return {'drop'} end
 local live = {}
 for i = 4, #ARGV do live[ARGV[i]] = true end
@@ -272,11 +363,11 @@ if not f[3] then
 end
 if tonumber(ARGV[2]) - tonumber(f[3]) < tonumber(ARGV[3]) then return {'keep', f[3]} end
 redis.call('HSET', KEYS[1], 'u', '1')
-return {'expired', f[1]}
+return {'expired', f[1], f[4] or ''}
 ";
 
-/// The frames (`clientId\nframe`) of the conversation's pending calls; forgets finished ones.
-/// KEYS: pending set. ARGV: call key prefix.
+/// The page messages of the conversation's pending calls; forgets finished ones.
+/// KEYS: pending set. ARGV: call key prefix of the conversation's partition.
 pub const PENDING: &str = r"
 local out = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
@@ -317,6 +408,7 @@ return 0
 #[derive(Debug)]
 pub struct Scripts {
     pub bind: Script,
+    pub place: Script,
     pub result: Script,
     pub timeout: Script,
     pub cancel: Script,
@@ -334,19 +426,25 @@ pub struct Scripts {
     pub release: Script,
 }
 
+/// A script with the shared functions before it.
+fn with_prelude(body: &str) -> Script {
+    Script::from_lua(format!("{PRELUDE}{body}"))
+}
+
 impl Default for Scripts {
     fn default() -> Self {
         Scripts {
-            bind: Script::from_lua(BIND),
-            result: Script::from_lua(RESULT),
-            timeout: Script::from_lua(TIMEOUT),
-            cancel: Script::from_lua(CANCEL),
+            bind: with_prelude(BIND),
+            place: with_prelude(PLACE),
+            result: with_prelude(RESULT),
+            timeout: with_prelude(TIMEOUT),
+            cancel: with_prelude(CANCEL),
             confirm: Script::from_lua(CONFIRM),
             put_manifest: Script::from_lua(PUT_MANIFEST),
-            conv_read: Script::from_lua(CONV_READ),
+            conv_read: with_prelude(CONV_READ),
             count_up: Script::from_lua(COUNT_UP),
             count_down: Script::from_lua(COUNT_DOWN),
-            gcra: Script::from_lua(GCRA),
+            gcra: with_prelude(GCRA),
             emit: Script::from_lua(EMIT),
             expire_confirm: Script::from_lua(EXPIRE_CONFIRM),
             pending: Script::from_lua(PENDING),

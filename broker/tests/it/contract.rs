@@ -3,11 +3,16 @@
 use std::time::Duration;
 
 use serde_json::json;
-use toolmark_broker::{ConvKey, EventType, Outcome, Rejection, Retention, SubmitError, model};
+use toolmark_broker::{
+    ConvKey, EventType, Outcome, PlaceError, Rejection, Retention, SubmitError, model,
+};
 use toolmark_proto::Manifest;
 
 use crate::contract;
-use crate::support::{Backend, LIMITS, Nodes, call, conv, eventually, needs, ok, page, short};
+use crate::support::{
+    Backend, LIMITS, Nodes, call, connected_page, conv, eventually, needs, ok, page, request,
+    short,
+};
 
 fn rejected(r: Rejection) -> Result<(), SubmitError> {
     Err(SubmitError::Rejected(r))
@@ -340,3 +345,57 @@ async fn the_rate_is_a_burst_of_twice_the_rate(backend: Backend) {
     assert!((20..=21).contains(&taken), "burst of {taken}");
 }
 contract!(the_rate_is_a_burst_of_twice_the_rate);
+
+async fn a_placed_call_takes_the_rate_first_then_goes_to_the_current_page(backend: Backend) {
+    let mut nodes = Nodes::new(backend, short());
+    let (b, sink) = nodes.node("n1").await;
+    // Tenant `r` may place one call a second, a burst of two.
+    let c = ConvKey::new("r", "u", "c");
+    assert!(
+        matches!(b.place_call(request(&c, 1)).await, Err(PlaceError::NoPage)),
+        "no page: refused"
+    );
+    connected_page(&b, &c, "p1").await;
+    let placed = b.place_call(request(&c, 1)).await.unwrap();
+    assert_eq!(placed.binding.client_id, "p1");
+    let id = placed.binding.id.clone();
+    eventually(Duration::from_secs(5), "the page gets the call", || {
+        let sink = sink.clone();
+        let id = id.clone();
+        async move {
+            sink.frames()
+                .iter()
+                .any(|f| f.contains(&id) && f.contains("\"clientId\":\"p1\"") && f.contains("milk"))
+                .then_some(())
+        }
+    })
+    .await;
+    // The refusal took the first call of the burst, this call the second: the next is limited,
+    // and nothing of it is stored.
+    let limited = request(&c, 1);
+    let refused = b.place_call(limited.clone()).await;
+    assert!(matches!(refused, Err(PlaceError::Limited(_))), "{refused:?}");
+    assert!(b.call("r", &limited.id).await.unwrap().is_none());
+    // A newer page of the conversation sends its manifest: the next call goes to it, although
+    // this node last saw the other page current.
+    let c = conv();
+    connected_page(&b, &c, "p1").await;
+    b.place_call(request(&c, 1000)).await.unwrap();
+    connected_page(&b, &c, "p2").await;
+    let placed = b.place_call(request(&c, 1000)).await.unwrap();
+    assert_eq!(placed.binding.client_id, "p2");
+    b.submit_result(&page(&c, "p2"), &placed.binding.id, ok())
+        .await
+        .unwrap();
+    assert_eq!(placed.waiter.await.unwrap(), Outcome::Result(ok()));
+    let record = b.call("t", &placed.binding.id).await.unwrap().unwrap();
+    assert_eq!(
+        (record.binding.tool.as_str(), record.outcome),
+        ("todo.add", Some(Outcome::Result(ok())))
+    );
+    assert!(
+        b.call("r", &placed.binding.id).await.unwrap().is_none(),
+        "another tenant does not see the call"
+    );
+}
+contract!(a_placed_call_takes_the_rate_first_then_goes_to_the_current_page);

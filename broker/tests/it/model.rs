@@ -1,5 +1,6 @@
 //! Model-based property test: random sequences of page admissions, identifications, releases,
-//! manifests, calls, results, timeouts and confirmations, spread over two nodes (pages move
+//! manifests, calls (bound directly, or placed through either node), results, timeouts and
+//! confirmations, spread over two nodes (pages move
 //! between them; on Redis one may die), applied to a
 //! broker and to a reference built from the pure rules of `toolmark_broker::model`; every
 //! observable outcome (the current page, presence, each result's and confirmation's acceptance
@@ -12,10 +13,10 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
 use toolmark_broker::model::{self, CallFacts, ConfirmFacts, Found, Presence};
-use toolmark_broker::{CallState, ConvKey, Rejection, SharedBroker, SubmitError};
+use toolmark_broker::{CallState, ConvKey, PlaceError, Rejection, SharedBroker, SubmitError};
 use toolmark_proto::Manifest;
 
-use crate::support::{Backend, LIMITS, Nodes, call, conv, needs, ok, page, short};
+use crate::support::{Backend, LIMITS, Nodes, call, conv, needs, ok, page, request, short};
 
 const CLIENTS: [&str; 3] = ["a", "b", "c"];
 
@@ -31,6 +32,9 @@ enum Op {
     Manifest { socket: usize },
     /// The agent calls the conversation.
     Call,
+    /// The agent calls the conversation through node `node` in one step
+    /// (`Broker::place_call`: each node keeps what it last read of the conversation).
+    Place { node: usize },
     /// A result for the `call`-th call, from `client` (`other` = from another conversation).
     Result {
         call: usize,
@@ -56,7 +60,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..8usize, 0..3usize).prop_map(|(socket, client)| Op::Identify { socket, client }),
         2 => (0..8usize).prop_map(|socket| Op::Release { socket }),
         2 => (0..8usize).prop_map(|socket| Op::Manifest { socket }),
-        3 => Just(Op::Call),
+        2 => Just(Op::Call),
+        3 => (0..2usize).prop_map(|node| Op::Place { node }),
         4 => (0..8usize, 0..3usize, any::<bool>(), prop::bool::weighted(0.1))
             .prop_map(|(call, client, confirm, other)| Op::Result { call, client, confirm, other }),
         1 => (0..8usize).prop_map(|call| Op::Timeout { call }),
@@ -170,6 +175,7 @@ impl Case {
             Op::Release { socket } => self.release(socket).await,
             Op::Manifest { socket } => self.manifest(socket).await,
             Op::Call => self.call().await,
+            Op::Place { node } => self.place(node).await,
             Op::Result {
                 call,
                 client,
@@ -288,6 +294,26 @@ impl Case {
         let client = expected.unwrap_or_default();
         let (id, _waiter) = call(&node, &self.c, &client, Duration::from_secs(120)).await;
         self.r.calls.push((id, client, CallState::Pending));
+        Ok(())
+    }
+
+    async fn place(&mut self, node: usize) -> Result<(), TestCaseError> {
+        let nodes = self.nodes();
+        let node = nodes[node % nodes.len()].clone();
+        let expected = self.r.current_page();
+        let accepts =
+            model::accepts_calls(expected.as_deref(), self.r.presence().sockets(), None);
+        match node.place_call(request(&self.c, 100_000)).await {
+            Ok(placed) => {
+                prop_assert!(accepts, "placed with no page to take it");
+                prop_assert_eq!(Some(&placed.binding.client_id), expected.as_ref(), "placed");
+                self.r
+                    .calls
+                    .push((placed.binding.id, placed.binding.client_id, CallState::Pending));
+            }
+            Err(PlaceError::NoPage) => prop_assert!(!accepts, "refused a call a page takes"),
+            Err(e) => panic!("placing failed: {e}"),
+        }
         Ok(())
     }
 

@@ -9,7 +9,8 @@ use toolmark_broker::redis::{RedisBroker, RedisOptions};
 use toolmark_broker::{EventType, Retention, TakeError};
 
 use crate::support::{
-    Backend, LIMITS, Nodes, Sink, call, connected_page, conv, eventually, needs, ok, page, short,
+    Backend, LIMITS, Nodes, Sink, call, connected_page, conv, eventually, needs, ok, page, request,
+    short,
 };
 use toolmark_testkit::redis::RedisProc;
 
@@ -246,5 +247,151 @@ async fn delivery_comes_back_after_the_subscriber_connection_is_killed_and_readi
         async move { b.ready().await.ok() }
     })
     .await;
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_trips() {
+    let redis = RedisProc::start(&[]);
+    // No heartbeat during the test: every command counted is the test's own.
+    let opts = RedisOptions {
+        heartbeat: Duration::from_secs(3600),
+        prefix: "sub".into(),
+        ..RedisOptions::default()
+    };
+    let (b, sink) = on_own_redis(&redis, opts).await;
+    let b: toolmark_broker::SharedBroker = b;
+    // The connection's own start-up (its heartbeat, its first probes) is over before counting.
+    eventually(Duration::from_secs(5), "the node is ready", || {
+        let b = b.clone();
+        async move { b.ready().await.ok() }
+    })
+    .await;
+    let channels = || {
+        redis
+            .cli(&["pubsub", "shardchannels", "sub:*"])
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count()
+    };
+    let partitions = usize::from(toolmark_broker::partition::PARTITIONS);
+    assert_eq!(channels(), partitions);
+    let convs: Vec<_> = (0..90)
+        .map(|i| toolmark_broker::ConvKey::new("t", "u", &format!("c{i}")))
+        .collect();
+    for c in &convs {
+        connected_page(&b, c, "p1").await;
+    }
+    assert_eq!(channels(), partitions, "90 pages cost no subscription");
+    // The first call of a conversation reads it; every later one is a single script, and
+    // answering it another: a call is two round trips.
+    // (The first use of each script also loads it into Redis: done before counting.)
+    let c = &convs[7];
+    let first = b.place_call(request(c, 1000)).await.unwrap();
+    b.submit_result(&page(c, "p1"), &first.binding.id, ok())
+        .await
+        .unwrap();
+    let monitor = redis.monitor();
+    monitor.mark("calls");
+    let mut ids = Vec::new();
+    for _ in 0..50 {
+        let placed = b.place_call(request(c, 1000)).await.unwrap();
+        ids.push(placed.binding.id);
+    }
+    monitor.mark("results");
+    for id in &ids {
+        b.submit_result(&page(c, "p1"), id, ok()).await.unwrap();
+    }
+    monitor.mark("done");
+    assert_eq!(
+        monitor.client_commands("calls", "results"),
+        vec!["evalsha"; 50],
+        "one round trip per call placed"
+    );
+    assert_eq!(
+        monitor.client_commands("results", "done"),
+        vec!["evalsha"; 50],
+        "one round trip per result"
+    );
+    eventually(Duration::from_secs(5), "every call reached the page", || {
+        let frames = sink.frames();
+        let ids = ids.clone();
+        async move {
+            ids.iter()
+                .all(|id| frames.iter().any(|f| f.contains(id.as_str())))
+                .then_some(())
+        }
+    })
+    .await;
+    for c in &convs {
+        b.release_page(c, Some("p1")).await.unwrap();
+    }
+    assert_eq!(channels(), partitions, "pages leaving cost no unsubscribe");
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_call_keeps_only_its_binding_state_and_outcome() {
+    let redis = RedisProc::start(&[]);
+    let opts = RedisOptions {
+        heartbeat: Duration::from_secs(3600),
+        prefix: "fin".into(),
+        ..RedisOptions::default()
+    };
+    let (b, _) = on_own_redis(&redis, opts).await;
+    let b: toolmark_broker::SharedBroker = b;
+    let c = conv();
+    connected_page(&b, &c, "p1").await;
+    let placed = b.place_call(request(&c, 1000)).await.unwrap();
+    let id = placed.binding.id.clone();
+    b.submit_result(&page(&c, "p1"), &id, ok()).await.unwrap();
+    let key = format!(
+        "fin:{{p{}}}:call:{id}",
+        toolmark_broker::partition::of_call(&id)
+    );
+    let mut fields: Vec<String> = redis
+        .cli(&["hkeys", &key])
+        .lines()
+        .map(str::to_owned)
+        .filter(|l| !l.is_empty())
+        .collect();
+    fields.sort();
+    assert_eq!(fields, ["c", "d", "o", "s", "t", "v"], "{key}");
+    let deadlines = redis.cli(&[
+        "zcard",
+        &format!("fin:{{p{}}}:deadlines", toolmark_broker::partition::of_call(&id)),
+    ]);
+    assert_eq!(deadlines.trim(), "0", "a finished call leaves the deadline set");
+    let record = b.call("t", &id).await.unwrap().unwrap();
+    assert_eq!(record.binding.client_id, "p1");
+    assert_eq!(record.binding.deadline_ms, placed.binding.deadline_ms);
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_moving_from_a_node_of_the_previous_key_layout_keeps_its_manifest() {
+    let redis = RedisProc::start(&[]);
+    let opts = RedisOptions {
+        heartbeat: Duration::from_millis(200),
+        prefix: "up".into(),
+        ..RedisOptions::default()
+    };
+    let (b, _) = on_own_redis(&redis, opts).await;
+    let b: toolmark_broker::SharedBroker = b;
+    let c = conv();
+    // What a node of the build before the partitioned layout stored for the page.
+    let m = toolmark_proto::Manifest {
+        client_id: "p1".into(),
+        rev: 7,
+        tools: vec![],
+    };
+    let json = serde_json::to_string(&m).unwrap();
+    redis.cli(&["hset", "up:{t/u/c}:manifest:p1", "m", &json, "s", "3", "r", "7"]);
+    // The page reconnects here, silent, then speaks.
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    assert_eq!(b.conversation(&c).await.unwrap().client_id, None);
+    b.page_identified(&c, "p1").await.unwrap();
+    let s = b.conversation(&c).await.unwrap();
+    assert_eq!((s.client_id.as_deref(), s.rev), (Some("p1"), Some(7)));
     b.close().await;
 }

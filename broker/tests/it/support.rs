@@ -149,7 +149,7 @@ pub async fn call(
     client: &str,
     timeout: Duration,
 ) -> (String, toolmark_broker::OutcomeWaiter) {
-    let id = uuid::Uuid::new_v4().to_string();
+    let id = toolmark_broker::partition::new_call_id(conv);
     let binding = CallBinding {
         id: id.clone(),
         conv: conv.clone(),
@@ -173,6 +173,21 @@ pub async fn call(
         .await
         .expect("the call is bound");
     (id, waiter)
+}
+
+/// An agent's call of `todo.add` to `conv`, with the tenant's rate `per_second`.
+pub fn request(conv: &ConvKey, per_second: u32) -> toolmark_broker::CallRequest {
+    toolmark_broker::CallRequest {
+        id: toolmark_broker::partition::new_call_id(conv),
+        conv: conv.clone(),
+        kind: CallKind::Call,
+        tool: "todo.add".into(),
+        input: json!({"title": "milk"}),
+        rev: None,
+        deadline_ms: now_ms() + 30_000,
+        respond_async: false,
+        calls_per_second: per_second,
+    }
 }
 
 /// A page load `client` of `conv` connected to `b`: admitted, identified, with a manifest.

@@ -11,9 +11,12 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
-use toolmark_broker::{CallBinding, CallKind, CallRecord, CallState, ConvKey, Outcome, now_ms};
+use toolmark_broker::{
+    CallBinding, CallKind, CallRecord, CallRequest, CallState, ConvKey, Outcome, Placed,
+    now_ms, partition,
+};
 use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
-use toolmark_proto::{AgentMessage, Call, Describe, ids, is_valid_tool_name};
+use toolmark_proto::is_valid_tool_name;
 
 use super::{Authed, Body, check_ids, parse_body, parse_value};
 use crate::problem::Problem;
@@ -252,52 +255,27 @@ async fn start(
             format!("timeoutMs is between 1 and {}", limits.max_call_timeout_ms),
         ));
     }
-    app.broker
-        .take_call(&tenant.id, limits.calls_per_second)
-        .await?;
-    let state = app.broker.conversation(&conv).await?;
-    // With no socket because a draining node closed the pages (they are reconnecting
-    // elsewhere), the call is accepted for a short while and handed to the page when it is back.
-    let accepted = toolmark_broker::model::accepts_calls(
-        state.client_id.as_deref(),
-        state.sockets,
-        state.reconnecting_for_ms.map(Duration::from_millis),
-    );
-    let client_id = match state.client_id {
-        Some(c) if accepted => c,
-        _ => return Err(Problem::no_page()),
-    };
-    let untrusted = state
-        .tools
-        .iter()
-        .any(|t| t.name == req.tool && t.hints.is_untrusted());
-    let id = ids::new_call_id();
-    let binding = CallBinding {
-        id: id.clone(),
-        conv,
-        client_id: client_id.clone(),
-        tool: req.tool.clone(),
-        kind: req.kind,
-        deadline_ms: now_ms() + timeout_ms,
-        node: app.broker.node_id().to_owned(),
-        untrusted,
-        respond_async,
-    };
-    let frame = match req.kind {
-        CallKind::Call => AgentMessage::Call(Call {
-            client_id: client_id.clone(),
-            id: id.clone(),
-            rev: req.rev.or(state.rev),
+    // The rate, the conversation read and the bind, in the broker's order (one Redis round
+    // trip when the conversation's current page is the one this node last saw).
+    let Placed { binding, waiter } = app
+        .broker
+        .place_call(CallRequest {
+            id: partition::new_call_id(&conv),
+            conv,
+            kind: req.kind,
             tool: req.tool,
             input: req.input,
-        }),
-        CallKind::Describe => AgentMessage::Describe(Describe {
-            client_id: client_id.clone(),
-            id: id.clone(),
-            tool: req.tool,
-        }),
-    };
-    let waiter = app.broker.send_call(binding.clone(), frame).await?;
+            rev: req.rev,
+            deadline_ms: now_ms() + timeout_ms,
+            respond_async,
+            calls_per_second: limits.calls_per_second,
+        })
+        .await?;
+    let (id, client_id, untrusted) = (
+        binding.id.clone(),
+        binding.client_id.clone(),
+        binding.untrusted,
+    );
     let (tx, rx) = oneshot::channel();
     app.life.spawn(supervise(
         app.clone(),
@@ -441,6 +419,7 @@ mod tests {
 
     use toolmark_broker::PageIdentity;
     use toolmark_broker::memory::MemoryBroker;
+    use toolmark_proto::{AgentMessage, Describe, ids};
     use toolmark_broker::prelude::*;
     use toolmark_proto::ToolResult;
 

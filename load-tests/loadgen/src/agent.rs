@@ -9,7 +9,7 @@ use reqwest::{Client, StatusCode};
 use serde_json::Value;
 
 use crate::error::LoadError;
-use crate::fleet::{conversation, user};
+use crate::fleet::conversation;
 use crate::frames::TOOL;
 use crate::target::Target;
 
@@ -52,7 +52,7 @@ impl Agent {
             .map(|i| {
                 format!(
                     "{}/calls",
-                    target.conversation_url(&user(i), &conversation(i))
+                    target.conversation_url(&target.user(i), &conversation(i))
                 )
             })
             .collect();
@@ -69,7 +69,7 @@ impl Agent {
     pub async fn manifest_client_id(&self, index: usize) -> Result<Option<String>, String> {
         let url = self
             .target
-            .conversation_url(&user(index), &conversation(index));
+            .conversation_url(&self.target.user(index), &conversation(index));
         let response = self
             .client
             .get(url)

@@ -27,6 +27,8 @@ pub enum Scenario {
     /// confirming late), calls through both: counts 409s for live pages, wrong expirations,
     /// lost or doubled outcomes.
     Soak(SoakArgs),
+    /// Connect many pages at once (a reconnect storm) and time each one's set-up.
+    Handshakes(HandshakeArgs),
     /// Draw an SVG of latency against call rate from `calls` JSON lines.
     Chart(ChartArgs),
     /// (Internal) one process's share of an `idle --processes N` fleet.
@@ -56,6 +58,10 @@ pub struct Common {
     /// Page connections started per second.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
     pub ramp_per_sec: u32,
+    /// Page `i` is user `<prefix><i>`: load generators sharing one gateway fleet each take
+    /// their own prefix, so that their conversations never meet.
+    #[arg(long, default_value = "u")]
+    pub user_prefix: String,
 }
 
 /// `idle`
@@ -70,6 +76,10 @@ pub struct IdleArgs {
     /// How long the pages stay connected after the measurement.
     #[arg(long, default_value_t = 0)]
     pub hold_secs: u64,
+    /// How long the gateway's CPU time is measured while the pages stay idle (its pings to
+    /// them included), after the memory reading.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub cpu_secs: u64,
     /// The gateway's process id, whose VmRSS is read from /proc.
     #[arg(long)]
     pub gateway_pid: u32,
@@ -77,6 +87,20 @@ pub struct IdleArgs {
     /// hold only as many sockets as its open-file limit allows. 1 keeps them in this process.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub processes: u32,
+}
+
+/// `handshakes`
+#[derive(Debug, Clone, Args)]
+pub struct HandshakeArgs {
+    /// Shared flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// Pages to connect, one conversation each; all stay open until the last is connected.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub pages: u32,
+    /// Set-ups in flight at once.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrency: u32,
 }
 
 /// `hold` (internal): pages `first .. first + count`, held until standard input closes.

@@ -1,4 +1,4 @@
-//! A fleet of pages: page `i` is user `u{i}` in conversation `c{i}`, connected on a uniform
+//! A fleet of pages: page `i` is user `u{i}` (or the `--user-prefix`) in conversation `c{i}`, connected on a uniform
 //! ramp, tracked until the run stops them all.
 
 use std::sync::Arc;
@@ -64,7 +64,7 @@ impl Fleet {
         let pages = range.len();
         let specs = range
             .map(|index| {
-                let token = minter.mint(&user(index), &conversation(index))?;
+                let token = minter.mint(&target.user(index), &conversation(index))?;
                 Ok(PageSpec {
                     index,
                     client_id: uuid::Uuid::new_v4().to_string(),

@@ -34,8 +34,9 @@ pub async fn run(args: IdleArgs) -> Result<(), LoadError> {
         fleet.ready().await?;
         tokio::time::sleep(SETTLE).await;
         let after = rss::read_kib(args.gateway_pid)?;
+        let cpu = idle_cpu(&args).await?;
         let alive = fleet.intact()?.alive();
-        print(&args, alive as u64, before, after)?;
+        print(&args, alive as u64, before, after, cpu)?;
         hold(&args).await;
         Ok(())
     }
@@ -61,7 +62,10 @@ async fn run_spread(args: IdleArgs) -> Result<(), LoadError> {
         Ok(n) => {
             eprintln!("pages: {n} ready in {processes} processes");
             tokio::time::sleep(SETTLE).await;
-            rss::read_kib(args.gateway_pid)
+            match rss::read_kib(args.gateway_pid) {
+                Ok(rss) => idle_cpu(&args).await.map(|cpu| (rss, cpu)),
+                Err(e) => Err(e),
+            }
         }
         Err(e) => Err(e),
     };
@@ -71,8 +75,18 @@ async fn run_spread(args: IdleArgs) -> Result<(), LoadError> {
     let alive = tokio::task::spawn_blocking(move || spread.finish())
         .await
         .map_err(|e| LoadError::Local(format!("hold processes: {e}")))?;
-    let after = measured?;
-    print(&args, alive?, before, after)
+    let (after, cpu) = measured?;
+    print(&args, alive?, before, after, cpu)
+}
+
+/// The gateway's CPU time over `--cpu-secs` while the pages stay idle (pings included), in µs
+/// per second.
+async fn idle_cpu(args: &IdleArgs) -> Result<f64, LoadError> {
+    let start = rss::cpu_us(args.gateway_pid)?;
+    let t = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(args.cpu_secs)).await;
+    let used = rss::cpu_us(args.gateway_pid)?.saturating_sub(start);
+    Ok(used as f64 / t.elapsed().as_secs_f64())
 }
 
 async fn hold(args: &IdleArgs) {
@@ -82,8 +96,15 @@ async fn hold(args: &IdleArgs) {
     }
 }
 
-fn print(args: &IdleArgs, pages: u64, before: u64, after: u64) -> Result<(), LoadError> {
+fn print(
+    args: &IdleArgs,
+    pages: u64,
+    before: u64,
+    after: u64,
+    cpu_us_per_sec: f64,
+) -> Result<(), LoadError> {
     let per_page = after.saturating_sub(before) as f64 / pages.max(1) as f64;
+    let cpu_per_page = cpu_us_per_sec / pages.max(1) as f64;
     let line = json!({
         "scenario": "idle",
         "pages": pages,
@@ -91,9 +112,11 @@ fn print(args: &IdleArgs, pages: u64, before: u64, after: u64) -> Result<(), Loa
         "rss_before_kib": before,
         "rss_after_kib": after,
         "kib_per_page": (per_page * 100.0).round() / 100.0,
+        "idle_cpu_secs": args.cpu_secs,
+        "cpu_us_per_page_per_sec": (cpu_per_page * 1000.0).round() / 1000.0,
     });
     let human = format!(
-        "idle: {pages} pages connected; gateway RSS {before} KiB -> {after} KiB; {per_page:.2} KiB per page"
+        "idle: {pages} pages connected; gateway RSS {before} KiB -> {after} KiB; {per_page:.2} KiB per page; idle CPU {cpu_per_page:.3} µs per page per second"
     );
     report::emit(&line, &human)
 }

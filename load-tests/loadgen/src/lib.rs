@@ -9,6 +9,7 @@ pub mod driver;
 pub mod error;
 pub mod fleet;
 pub mod frames;
+pub mod handshakes;
 pub mod idle;
 pub mod latency;
 pub mod page;
@@ -31,6 +32,7 @@ pub async fn run(cli: Cli) -> Result<(), LoadError> {
         Scenario::Calls(args) => calls::run(args).await,
         Scenario::Storm(args) => storm::run(args).await,
         Scenario::Soak(args) => soak::run(args).await,
+        Scenario::Handshakes(args) => handshakes::run(args).await,
         Scenario::Chart(args) => chart::run(&args),
         Scenario::Hold(args) => spread::hold(args).await,
     }

@@ -24,6 +24,8 @@ pub struct Target {
     /// Source addresses page sockets bind to; empty for a non-loopback gateway (the system
     /// picks the source then).
     pub sources: Vec<IpAddr>,
+    /// Page `i` is user `<user_prefix><i>`.
+    pub user_prefix: String,
 }
 
 impl Target {
@@ -56,12 +58,18 @@ impl Target {
             tenant: common.tenant.clone(),
             origin: common.origin.clone(),
             sources,
+            user_prefix: common.user_prefix.clone(),
         })
     }
 
     /// The source address of page `index`, round-robin.
     pub fn source_for(&self, index: usize) -> Option<IpAddr> {
         (!self.sources.is_empty()).then(|| self.sources[index % self.sources.len()])
+    }
+
+    /// The user of page `index`.
+    pub fn user(&self, index: usize) -> String {
+        format!("{}{index}", self.user_prefix)
     }
 
     /// `…/users/{user}/conversations/{conversation}` under the tenant's agent API.

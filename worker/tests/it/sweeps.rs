@@ -80,7 +80,7 @@ fn call_to(
     node: &str,
     deadline_ms: u64,
 ) -> (CallBinding, AgentMessage) {
-    let id = uuid::Uuid::new_v4().to_string();
+    let id = toolmark_broker::partition::new_call_id(conv);
     let binding = CallBinding {
         id: id.clone(),
         conv: conv.clone(),

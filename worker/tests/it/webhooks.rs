@@ -300,8 +300,9 @@ async fn confirmations_of_a_page_gone_from_every_node_expire_once() {
         .await
         .unwrap();
     broker.page_identified(&conv, "p1").await.unwrap();
+    let call_id = toolmark_broker::partition::new_call_id(&conv);
     let binding = CallBinding {
-        id: "call-1".into(),
+        id: call_id.clone(),
         conv: conv.clone(),
         client_id: "p1".into(),
         tool: "signup.submit".into(),
@@ -313,7 +314,7 @@ async fn confirmations_of_a_page_gone_from_every_node_expire_once() {
     };
     let frame = AgentMessage::Call(Call {
         client_id: "p1".into(),
-        id: "call-1".into(),
+        id: call_id.clone(),
         rev: None,
         tool: "signup.submit".into(),
         input: json!({}),
@@ -328,7 +329,7 @@ async fn confirmations_of_a_page_gone_from_every_node_expire_once() {
         summary: "s".into(),
         changes: None,
     };
-    broker.submit_result(&from, "call-1", needs).await.unwrap();
+    broker.submit_result(&from, &call_id, needs).await.unwrap();
     assert!(
         broker
             .expire_abandoned_confirmations(Duration::ZERO)
@@ -357,7 +358,7 @@ async fn confirmations_of_a_page_gone_from_every_node_expire_once() {
             expired[0].call_id.as_str(),
             expired[0].tool.as_str()
         ),
-        ("k1", "call-1", "signup.submit")
+        ("k1", call_id.as_str(), "signup.submit")
     );
     assert!(
         broker.submit_confirmed(&from, "k1").await.is_err(),

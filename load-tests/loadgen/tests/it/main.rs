@@ -87,6 +87,7 @@ async fn pages_authenticate_register_echo_and_close() {
         sources: (1..=3)
             .map(|k| IpAddr::V4(Ipv4Addr::new(127, 0, 0, k)))
             .collect(),
+        user_prefix: "u".into(),
     });
     let minter = Minter::new("bench", SECRET).unwrap();
     let fleet = Fleet::launch(target, None, &minter, pages, 1000).unwrap();
@@ -145,6 +146,7 @@ fn loopback_target(addr: std::net::SocketAddr) -> Arc<Target> {
         tenant: "bench".into(),
         origin: ORIGIN.into(),
         sources: Vec::new(),
+        user_prefix: "u".into(),
     })
 }
 

@@ -1,0 +1,98 @@
+//! The `handshakes` scenario: how long a page waits to be connected when many connect at once
+//! (a reconnect storm). Opens `--pages` page sockets with at most `--concurrency` set-ups in
+//! flight, times each from the TCP connect to the WebSocket upgrade's answer, and keeps every
+//! socket open until the last is set up, so that the gateway holds them all. A set-up past
+//! 900 ms is counted apart: that is the signature of a dropped SYN retransmitted after 1 s.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use hdrhistogram::Histogram;
+use serde_json::json;
+
+use crate::cli::HandshakeArgs;
+use crate::error::LoadError;
+use crate::fleet::conversation;
+use crate::page::{self, PageSpec};
+use crate::report;
+use crate::target::Target;
+use crate::token::Minter;
+
+/// A set-up this slow waited for a retransmitted SYN.
+const RETRANSMIT_SIGNATURE: Duration = Duration::from_millis(900);
+/// Longest wait for one set-up.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs the scenario and prints its JSON line and summary.
+pub async fn run(args: HandshakeArgs) -> Result<(), LoadError> {
+    let target = Arc::new(Target::resolve(&args.common).await?);
+    let minter = Minter::new(&target.tenant, &args.common.token_secret)?;
+    let specs = (0..args.pages as usize)
+        .map(|index| {
+            Ok(PageSpec {
+                index,
+                client_id: uuid::Uuid::new_v4().to_string(),
+                token: minter.mint(&target.user(index), &conversation(index))?,
+            })
+        })
+        .collect::<Result<Vec<_>, LoadError>>()?;
+    let started = Instant::now();
+    let results: Vec<_> = futures_util::stream::iter(specs)
+        .map(|spec| {
+            let target = Arc::clone(&target);
+            async move {
+                let t = Instant::now();
+                let r = tokio::time::timeout(SETUP_TIMEOUT, page::connect(&target, &spec)).await;
+                (t.elapsed(), r)
+            }
+        })
+        .buffer_unordered(args.concurrency as usize)
+        .collect()
+        .await;
+    let elapsed = started.elapsed();
+    let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
+        .map_err(|e| LoadError::Local(format!("histogram: {e}")))?;
+    let (mut failed, mut slow) = (0u64, 0u64);
+    let mut open = Vec::new();
+    for (took, r) in results {
+        match r {
+            Ok(Ok(ws)) => {
+                let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+                h.saturating_record(us.max(1));
+                if took > RETRANSMIT_SIGNATURE {
+                    slow += 1;
+                }
+                open.push(ws);
+            }
+            _ => failed += 1,
+        }
+    }
+    let line = json!({
+        "pages": args.pages,
+        "concurrency": args.concurrency,
+        "connected": open.len(),
+        "failed": failed,
+        "setup_p50_us": h.value_at_quantile(0.5),
+        "setup_p90_us": h.value_at_quantile(0.9),
+        "setup_p99_us": h.value_at_quantile(0.99),
+        "setup_max_us": h.max(),
+        "setups_over_900ms": slow,
+        "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+    });
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    let human = format!(
+        "handshakes: {} of {} pages connected, {} at a time, in {:.1} s; set-up p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {slow} past 900 ms, {failed} failed",
+        open.len(),
+        args.pages,
+        args.concurrency,
+        elapsed.as_secs_f64(),
+        ms(0.5),
+        ms(0.9),
+        ms(0.99),
+        h.max() as f64 / 1000.0,
+    );
+    report::emit(&line, &human)?;
+    futures_util::future::join_all(open.iter_mut().map(|ws| ws.close(None))).await;
+    Ok(())
+}
