@@ -24,8 +24,9 @@ pub use error::{
 pub use model::{CONFIRM_ABANDON_GRACE, RECONNECT_GRACE, Retention};
 pub use types::{
     AdmitLimits, CallBinding, CallKind, CallRecord, CallRequest, CallState, CallTarget,
-    ConfirmBinding, ConvKey, ConversationState, Placed, Event, EventType, Outcome, PageIdentity, PageInfo, PageLeft,
-    confirmation_event, event_id_after, expired_confirmation, now_ms, outcome_events,
+    ConfirmBinding, ConvKey, ConversationState, Event, EventType, Outcome, PageIdentity, PageInfo,
+    PageLeft, Placed, confirmation_event, event_id_after, expired_confirmation, now_ms,
+    outcome_events,
 };
 
 /// Where a node delivers agent → page frames: its own sockets of a conversation.

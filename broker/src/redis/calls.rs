@@ -170,7 +170,9 @@ impl RedisBroker {
                 }
             }
         }
-        Err(PlaceError::Broker(BrokerError::Unavailable { retry_after: RETRY }))
+        Err(PlaceError::Broker(BrokerError::Unavailable {
+            retry_after: RETRY,
+        }))
     }
 
     /// A call's record from its stored fields: conversation ref, clientId, deadline, node,
@@ -250,10 +252,9 @@ impl Calls for RedisBroker {
         let outcome = Outcome::Result(result.clone());
         let message = codec::outcome_message(id, &outcome);
         let outcome = serde_json::to_string(&outcome).unwrap_or_default();
-        let confirm_key = result.confirm_id().map_or_else(
-            || self.keys.call(id),
-            |c| self.keys.confirm(&from.conv, c),
-        );
+        let confirm_key = result
+            .confirm_id()
+            .map_or_else(|| self.keys.call(id), |c| self.keys.confirm(&from.conv, c));
         let confirm = result.confirm_id().unwrap_or_default().to_owned();
         let reply = self
             .script(
@@ -299,14 +300,9 @@ impl Calls for RedisBroker {
                 }
                 let conv = codec::conv_ref(&from.conv);
                 let binding = match &reply[..] {
-                    [_, summary, deadline, node] => codec::binding(
-                        id,
-                        &conv,
-                        &from.client_id,
-                        deadline,
-                        node,
-                        summary,
-                    ),
+                    [_, summary, deadline, node] => {
+                        codec::binding(id, &conv, &from.client_id, deadline, node, summary)
+                    }
                     _ => None,
                 }
                 .ok_or(SubmitError::Rejected(Rejection::UnknownId))?;
@@ -348,15 +344,14 @@ impl Calls for RedisBroker {
             .await?,
         );
         match &reply[..] {
-            [ok, conv, client, deadline, node, summary] if ok == "ok" => {
-                Ok(codec::binding(id, conv, client, deadline, node, summary).map(|binding| {
-                    CallRecord {
-                        binding,
-                        state: CallState::TimedOut,
-                        outcome: Some(Outcome::Timeout),
-                    }
-                }))
-            }
+            [ok, conv, client, deadline, node, summary] if ok == "ok" => Ok(codec::binding(
+                id, conv, client, deadline, node, summary,
+            )
+            .map(|binding| CallRecord {
+                binding,
+                state: CallState::TimedOut,
+                outcome: Some(Outcome::Timeout),
+            })),
             _ => Ok(None),
         }
     }

@@ -43,10 +43,10 @@ use crate::model::{self, Retention};
 use crate::partition::{self, PARTITIONS};
 use crate::prelude::*;
 use crate::{
-    AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallRequest,
-    CallState, CallTarget, ConfirmBinding, ConvKey, ConversationState, Event, EventFeed,
-    EventType, Outcome, OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, PlaceError,
-    Placed, RateLimited, Rejection, SubmitError, TakeError, event_id_after, now_ms,
+    AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallRequest, CallState,
+    CallTarget, ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
+    OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, PlaceError, Placed, RateLimited,
+    Rejection, SubmitError, TakeError, event_id_after, now_ms,
 };
 use scripts::Scripts;
 
@@ -399,11 +399,7 @@ impl RedisBroker {
         });
         let mut due = Vec::new();
         for (k, r) in (0..PARTITIONS).zip(futures_util::future::join_all(reads).await) {
-            due.extend(
-                r.map_err(|e| unavailable(&e))?
-                    .into_iter()
-                    .map(|m| (k, m)),
-            );
+            due.extend(r.map_err(|e| unavailable(&e))?.into_iter().map(|m| (k, m)));
         }
         let mut swept = Vec::new();
         for (k, member) in due {

@@ -10,8 +10,7 @@ use toolmark_proto::Manifest;
 
 use crate::contract;
 use crate::support::{
-    Backend, LIMITS, Nodes, call, connected_page, conv, eventually, needs, ok, page, request,
-    short,
+    Backend, LIMITS, Nodes, call, connected_page, conv, eventually, needs, ok, page, request, short,
 };
 
 fn rejected(r: Rejection) -> Result<(), SubmitError> {
@@ -374,7 +373,10 @@ async fn a_placed_call_takes_the_rate_first_then_goes_to_the_current_page(backen
     // and nothing of it is stored.
     let limited = request(&c, 1);
     let refused = b.place_call(limited.clone()).await;
-    assert!(matches!(refused, Err(PlaceError::Limited(_))), "{refused:?}");
+    assert!(
+        matches!(refused, Err(PlaceError::Limited(_))),
+        "{refused:?}"
+    );
     assert!(b.call("r", &limited.id).await.unwrap().is_none());
     // A newer page of the conversation sends its manifest: the next call goes to it, although
     // this node last saw the other page current.

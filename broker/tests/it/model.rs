@@ -301,15 +301,16 @@ impl Case {
         let nodes = self.nodes();
         let node = nodes[node % nodes.len()].clone();
         let expected = self.r.current_page();
-        let accepts =
-            model::accepts_calls(expected.as_deref(), self.r.presence().sockets(), None);
+        let accepts = model::accepts_calls(expected.as_deref(), self.r.presence().sockets(), None);
         match node.place_call(request(&self.c, 100_000)).await {
             Ok(placed) => {
                 prop_assert!(accepts, "placed with no page to take it");
                 prop_assert_eq!(Some(&placed.binding.client_id), expected.as_ref(), "placed");
-                self.r
-                    .calls
-                    .push((placed.binding.id, placed.binding.client_id, CallState::Pending));
+                self.r.calls.push((
+                    placed.binding.id,
+                    placed.binding.client_id,
+                    CallState::Pending,
+                ));
             }
             Err(PlaceError::NoPage) => prop_assert!(!accepts, "refused a call a page takes"),
             Err(e) => panic!("placing failed: {e}"),

@@ -313,15 +313,19 @@ async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_
         vec!["evalsha"; 50],
         "one round trip per result"
     );
-    eventually(Duration::from_secs(5), "every call reached the page", || {
-        let frames = sink.frames();
-        let ids = ids.clone();
-        async move {
-            ids.iter()
-                .all(|id| frames.iter().any(|f| f.contains(id.as_str())))
-                .then_some(())
-        }
-    })
+    eventually(
+        Duration::from_secs(5),
+        "every call reached the page",
+        || {
+            let frames = sink.frames();
+            let ids = ids.clone();
+            async move {
+                ids.iter()
+                    .all(|id| frames.iter().any(|f| f.contains(id.as_str())))
+                    .then_some(())
+            }
+        },
+    )
     .await;
     for c in &convs {
         b.release_page(c, Some("p1")).await.unwrap();
@@ -359,9 +363,16 @@ async fn a_finished_call_keeps_only_its_binding_state_and_outcome() {
     assert_eq!(fields, ["c", "d", "o", "s", "t", "v"], "{key}");
     let deadlines = redis.cli(&[
         "zcard",
-        &format!("fin:{{p{}}}:deadlines", toolmark_broker::partition::of_call(&id)),
+        &format!(
+            "fin:{{p{}}}:deadlines",
+            toolmark_broker::partition::of_call(&id)
+        ),
     ]);
-    assert_eq!(deadlines.trim(), "0", "a finished call leaves the deadline set");
+    assert_eq!(
+        deadlines.trim(),
+        "0",
+        "a finished call leaves the deadline set"
+    );
     let record = b.call("t", &id).await.unwrap().unwrap();
     assert_eq!(record.binding.client_id, "p1");
     assert_eq!(record.binding.deadline_ms, placed.binding.deadline_ms);
@@ -386,7 +397,16 @@ async fn a_page_moving_from_a_node_of_the_previous_key_layout_keeps_its_manifest
         tools: vec![],
     };
     let json = serde_json::to_string(&m).unwrap();
-    redis.cli(&["hset", "up:{t/u/c}:manifest:p1", "m", &json, "s", "3", "r", "7"]);
+    redis.cli(&[
+        "hset",
+        "up:{t/u/c}:manifest:p1",
+        "m",
+        &json,
+        "s",
+        "3",
+        "r",
+        "7",
+    ]);
     // The page reconnects here, silent, then speaks.
     b.admit_page(&c, &LIMITS).await.unwrap();
     assert_eq!(b.conversation(&c).await.unwrap().client_id, None);

@@ -12,11 +12,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use toolmark_broker::{
-    CallBinding, CallKind, CallRecord, CallRequest, CallState, ConvKey, Outcome, Placed,
-    now_ms, partition,
+    CallBinding, CallKind, CallRecord, CallRequest, CallState, ConvKey, Outcome, Placed, now_ms,
+    partition,
 };
-use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
 use toolmark_proto::is_valid_tool_name;
+use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
 
 use super::{Authed, Body, check_ids, parse_body, parse_value};
 use crate::problem::Problem;
@@ -419,9 +419,9 @@ mod tests {
 
     use toolmark_broker::PageIdentity;
     use toolmark_broker::memory::MemoryBroker;
-    use toolmark_proto::{AgentMessage, Describe, ids};
     use toolmark_broker::prelude::*;
     use toolmark_proto::ToolResult;
+    use toolmark_proto::{AgentMessage, Describe, ids};
 
     use super::*;
 
