@@ -5,7 +5,7 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit chart-test browser mcp-e2e pusher bench bench-compare scale-sim load-test soak fuzz clean
+.PHONY: run test deps lint unit chart-test browser mcp-e2e pusher bench bench-compare scale-sim profile load-test soak fuzz clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
@@ -65,6 +65,11 @@ load-test:
 ## them at RATE (1000/s): per-shard command rates beside the model of docs/scaling.md
 scale-sim:
 	CARGO="$(CARGO)" load-tests/scale-sim.sh
+
+## profile: CPU flame graphs of one node and of two nodes on Redis under call load
+## (docs/img/flame-*.svg; needs linux-perf and `cargo install inferno`)
+profile:
+	CARGO="$(CARGO)" load-tests/profile.sh
 
 ## soak: two nodes on Redis for SOAK_MINUTES (default 15) at the real TTLs and grace periods,
 ## with quiet, moving and late-confirming pages; counts faults and reports RSS and Redis memory

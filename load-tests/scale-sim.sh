@@ -100,10 +100,11 @@ for p in "${lt_cluster_ports[@]}"; do
     } >"$lt_work/shard-$p.txt"
 done
 res="$(python3 - "$lt_work" "$gateways" "$pages" "$rate" "$started" "$ended" "$cpu_nodes" "$cpu_redis" \
-    "$memory_empty" "$memory_pages" "$memory_calls" "$net" <<'PY'
+    "$memory_empty" "$memory_pages" "$memory_calls" "$net" "$secs" <<'PY'
 import glob, json, re, sys
 work, gateways, pages, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 window = float(sys.argv[6]) - float(sys.argv[5])
+secs = float(sys.argv[13])
 cpu_nodes, cpu_redis = float(sys.argv[7]), float(sys.argv[8])
 mem_empty, mem_pages, mem_calls, net = (int(a) for a in sys.argv[9:13])
 runs = [json.loads(open(f).readline()) for f in sorted(glob.glob(f"{work}/sim-*.out"))]
@@ -111,14 +112,16 @@ sent = sum(r["sent"] for r in runs)
 ok = sum(r.get("ok", 0) for r in runs)
 p99 = max(r["p99_us"] for r in runs) / 1000
 shards = []
+per_command = {}
 for f in sorted(glob.glob(f"{work}/shard-*.txt")):
-    d = {"commands": 0, "scripts": 0}
+    d = {"commands": 0, "scripts": 0, "by": {}}
     for l in open(f):
         l = l.strip()
         if l.startswith("cmdstat_"):
             m = re.match(r"cmdstat_([a-z|]+):calls=(\d+)", l)
             if m and m.group(1) not in ("info", "config|resetstat"):
                 d["commands"] += int(m.group(2))
+                d["by"][m.group(1)] = int(m.group(2))
                 if m.group(1) in ("evalsha", "eval"):
                     d["scripts"] += int(m.group(2))
         elif ":" in l:
@@ -126,19 +129,24 @@ for f in sorted(glob.glob(f"{work}/shard-*.txt")):
             d[k] = v
     if d.get("role") != "master":
         continue
+    for k, v in d["by"].items():
+        per_command[k] = per_command.get(k, 0) + v
     shards.append({
         "port": int(d["port"]),
         "slots": int(d.get("slots", "0") or 0),
-        "commands_per_sec": round(d["commands"] / window),
-        "scripts_per_sec": round(d["scripts"] / window),
+        # Per call of the whole run; and per second of the calls' span (the pause before the
+        # first call, with heartbeats and probes only, is inside the window).
+        "commands_per_call": round(d["commands"] / max(sent, 1), 2),
+        "scripts_per_call": round(d["scripts"] / max(sent, 1), 3),
+        "commands_per_sec": round(d["commands"] / secs),
         "shardchannels": int(d["shardchannels"]),
         "used_memory_mb": round(int(d["used_memory"]) / 1e6, 1),
     })
-total = sum(s["commands_per_sec"] for s in shards)
+total = sum(s["commands_per_call"] for s in shards)
 print(json.dumps({
     "gateways": gateways, "pages": gateways * pages, "rate": rate, "window_secs": round(window, 1),
     "calls_sent": sent, "calls_ok": ok, "worst_node_p99_ms": p99,
-    "calls_per_sec": round(sent / window), "commands_per_call": round(total / max(sent / window, 1), 2),
+    "calls_per_sec": round(sent / secs), "commands_per_call": round(total, 2),
     # The pause before the first call is inside the window: idle cost is part of these.
     "gateway_cpu_us_per_call": round(cpu_nodes * 1e6 / max(sent, 1)),
     "redis_cpu_us_per_call_all_six": round(cpu_redis * 1e6 / max(sent, 1)),
@@ -147,6 +155,7 @@ print(json.dumps({
     "redis_bytes_per_finished_call_two_copies": round((mem_calls - mem_pages) / max(sent, 1)),
     "redis_network_bytes_per_call_all_six": round(net / max(sent, 1)),
     "shards": shards,
+    "masters_commands_per_call": {k: round(v / max(sent, 1), 3) for k, v in sorted(per_command.items()) if v / max(sent, 1) >= 0.01},
 }))
 PY
 )"
