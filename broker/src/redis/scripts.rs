@@ -16,9 +16,11 @@ use fred::types::scripts::Script;
 ///   (`model::current_page`).
 /// - `gcra(key, interval, burst)`: one call of a tenant's rate; 0 when allowed, else µs until it
 ///   would be.
-/// - `bind(call, pending, deadlines, a)`: stores a call's binding with its page message and its
-///   `cancel`, in the conversation's pending set and the partition's deadline set (`a` is ARGV,
-///   whose first 10 values are the binding's, in the order [`BIND`] documents).
+/// - `bind(call, pending, deadlines, a)`: stores a call's binding, its page message and its
+///   `cancel` (those two beside it, in `<call>:p`, which goes when the call finishes: the
+///   binding's hash keeps only short values, so Redis keeps it compact), in the conversation's
+///   pending set and the partition's deadline set (`a` is ARGV, whose first 10 values are the
+///   binding's, in the order [`BIND`] documents).
 pub const PRELUDE: &str = r"
 local function socket_nodes(socks)
   local out = {}
@@ -87,8 +89,10 @@ local function gcra(key, interval_us, burst)
   return 0
 end
 local function bind(call, pending, deadlines, a)
-  redis.call('HSET', call, 'v', a[2], 'c', a[3], 'd', a[4], 'n', a[5], 's', 'p', 't', a[6], 'f', a[7], 'x', a[8])
+  redis.call('HSET', call, 'v', a[2], 'c', a[3], 'd', a[4], 'n', a[5], 's', 'p', 't', a[6])
   redis.call('PEXPIRE', call, a[9])
+  redis.call('HSET', call .. ':p', 'f', a[7], 'x', a[8])
+  redis.call('PEXPIRE', call .. ':p', a[9])
   redis.call('SADD', pending, a[1])
   redis.call('PEXPIRE', pending, a[9])
   redis.call('ZADD', deadlines, a[4], a[10])
@@ -162,7 +166,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now > tonumber(f[3]) then return {'late'} end
 redis.call('HSET', KEYS[1], 's', 'a', 'o', ARGV[3])
-redis.call('HDEL', KEYS[1], 'n', 'f', 'x')
+redis.call('HDEL', KEYS[1], 'n')
+redis.call('DEL', KEYS[1] .. ':p')
 redis.call('SREM', KEYS[3], ARGV[6])
 redis.call('ZREM', KEYS[4], ARGV[10])
 if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
@@ -179,11 +184,13 @@ return {'ok', f[6], f[3], f[4]}
 /// prefix, partition suffix, outcome message, deadline member.
 /// Returns `{'ok', conversation ref, clientId, deadline, node, tool/kind/flags}` or the state.
 pub const TIMEOUT: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'v', 'c', 'd', 'n', 't', 's', 'x')
+local f = redis.call('HMGET', KEYS[1], 'v', 'c', 'd', 'n', 't', 's')
 if not f[1] then return {'missing'} end
 if f[6] ~= 'p' then return {f[6]} end
+f[7] = redis.call('HGET', KEYS[1] .. ':p', 'x')
 redis.call('HSET', KEYS[1], 's', 't', 'o', ARGV[2])
-redis.call('HDEL', KEYS[1], 'n', 'f', 'x')
+redis.call('HDEL', KEYS[1], 'n')
+redis.call('DEL', KEYS[1] .. ':p')
 redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[6])
 if f[7] then to_nodes(socket_nodes(KEYS[4]), ARGV[3], ARGV[4], f[7]) end
@@ -195,8 +202,9 @@ return {'ok', f[1], f[2], f[3], f[4], f[5]}
 /// KEYS: call, sockets. ARGV: node channel prefix, partition suffix.
 /// Returns `{conversation ref, clientId, deadline, node, tool/kind/flags, state, outcome}`.
 pub const CANCEL: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'v', 'c', 'd', 'n', 't', 's', 'o', 'x')
+local f = redis.call('HMGET', KEYS[1], 'v', 'c', 'd', 'n', 't', 's', 'o')
 if not f[1] then return {} end
+f[8] = redis.call('HGET', KEYS[1] .. ':p', 'x')
 if f[6] == 'p' and f[8] then to_nodes(socket_nodes(KEYS[2]), ARGV[1], ARGV[2], f[8]) end
 return {f[1], f[2], f[3], f[4] or '', f[5], f[6], f[7] or ''}
 ";
@@ -371,8 +379,9 @@ return {'expired', f[1], f[4] or ''}
 pub const PENDING: &str = r"
 local out = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local f = redis.call('HMGET', ARGV[1] .. id, 's', 'f')
-  if f[1] == 'p' and f[2] then table.insert(out, f[2]) else redis.call('SREM', KEYS[1], id) end
+  local state = redis.call('HGET', ARGV[1] .. id, 's')
+  local frame = redis.call('HGET', ARGV[1] .. id .. ':p', 'f')
+  if state == 'p' and frame then table.insert(out, frame) else redis.call('SREM', KEYS[1], id) end
 end
 return out
 ";

@@ -361,6 +361,16 @@ async fn a_finished_call_keeps_only_its_binding_state_and_outcome() {
         .collect();
     fields.sort();
     assert_eq!(fields, ["c", "d", "o", "s", "t", "v"], "{key}");
+    assert_eq!(
+        redis.cli(&["object", "encoding", &key]).trim(),
+        "listpack",
+        "short values only: Redis keeps the hash compact"
+    );
+    assert_eq!(
+        redis.cli(&["exists", &format!("{key}:p")]).trim(),
+        "0",
+        "the page message and the cancel went with the call"
+    );
     let deadlines = redis.cli(&[
         "zcard",
         &format!(
