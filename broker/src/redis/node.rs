@@ -150,23 +150,15 @@ impl RedisBroker {
     }
 
     /// Writes everything this node holds again whenever the connection comes back: socket
-    /// counts, manifests (without taking `current` from a page that has it), subscriptions are
-    /// restored by the subscriber client itself.
+    /// counts, manifests (without taking `current` from a page that has it); subscriptions are
+    /// restored by [`Self::run_resubscribe`].
     pub(super) async fn run_republish(self: Arc<Self>, shutdown: CancellationToken) {
         let mut reconnects = self.client.reconnect_rx();
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                r = reconnects.recv() => match r {
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                        tracing::info!(node = %self.node, "redis connection back: re-publishing pages and manifests");
-                        lock(&self.expected).clear();
-                        self.heartbeat().await;
-                        self.republish().await;
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-            }
+        while reconnected(&mut reconnects, &shutdown).await {
+            tracing::info!(node = %self.node, "redis connection back: re-publishing pages and manifests");
+            lock(&self.expected).clear();
+            self.heartbeat().await;
+            self.republish().await;
         }
     }
 
@@ -372,14 +364,8 @@ impl RedisBroker {
     /// Re-subscribes whenever the subscriber's connection comes back.
     pub(super) async fn run_resubscribe(self: Arc<Self>, shutdown: CancellationToken) {
         let mut reconnects = self.subscriber.reconnect_rx();
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                r = reconnects.recv() => match r {
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.resubscribe().await,
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-            }
+        while reconnected(&mut reconnects, &shutdown).await {
+            self.resubscribe().await;
         }
     }
 
@@ -395,5 +381,17 @@ impl RedisBroker {
             r.map_err(ConnectError::Connect)?;
         }
         Ok(())
+    }
+}
+
+/// Waits for the next reconnection `rx` reports (a receiver that lagged counts as one): `false`
+/// once `shutdown` fired or the client is gone.
+async fn reconnected<T: Clone>(
+    rx: &mut broadcast::Receiver<T>,
+    shutdown: &CancellationToken,
+) -> bool {
+    tokio::select! {
+        () = shutdown.cancelled() => false,
+        r = rx.recv() => !matches!(r, Err(broadcast::error::RecvError::Closed)),
     }
 }
