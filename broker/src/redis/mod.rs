@@ -5,9 +5,9 @@
 //! tag ([`scripts`]). Every node listens on one sharded channel per partition
 //! ([`crate::partition`]), whatever the number of pages it holds: a script on a conversation's
 //! slot publishes the conversation's agent → page frames to the channels of the nodes that hold
-//! its sockets, and outcomes to the waiting node's channel, all of that partition. Each node keeps what it holds (sockets, manifests) in memory and
-//! writes it again whenever the connection to Redis comes back, so pages never have to
-//! reconnect after a Redis restart.
+//! its sockets, and outcomes to the waiting node's channel, all of that partition. Each node
+//! keeps what it holds (sockets, manifests) in memory and writes it again whenever the
+//! connection to Redis comes back, so pages never have to reconnect after a Redis restart.
 
 mod calls;
 mod codec;
