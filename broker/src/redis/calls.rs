@@ -105,19 +105,20 @@ impl RedisBroker {
             } else {
                 self.keys.conv(&req.conv)
             });
-            let interval_us = (1_000_000 / u64::from(req.calls_per_second.max(1))).max(1);
+            // An empty interval tells the script the rate was taken already.
+            let (interval_us, burst) = if rate_here {
+                limits::gcra_args(req.calls_per_second)
+            } else {
+                (String::new(), String::new())
+            };
             args.extend([
                 self.keys.manifest_prefix(&req.conv),
                 client,
                 expected.seq.clone(),
                 now_ms().to_string(),
                 model::millis(model::RECONNECT_GRACE).to_string(),
-                if rate_here {
-                    interval_us.to_string()
-                } else {
-                    String::new()
-                },
-                model::burst(req.calls_per_second).to_string(),
+                interval_us,
+                burst,
             ]);
             let live = self.live_nodes();
             args.push(live.len().to_string());

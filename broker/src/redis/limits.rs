@@ -7,15 +7,12 @@ use crate::prelude::*;
 #[async_trait]
 impl Limits for RedisBroker {
     async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), TakeError> {
-        let interval_us = 1_000_000 / u64::from(per_second.max(1));
+        let (interval_us, burst) = gcra_args(per_second);
         let wait_us = self
             .script(
                 &self.scripts.gcra,
                 vec![self.keys.rate(tenant)],
-                vec![
-                    interval_us.max(1).to_string(),
-                    model::burst(per_second).to_string(),
-                ],
+                vec![interval_us, burst],
             )
             .await?
             .as_u64()
@@ -28,4 +25,14 @@ impl Limits for RedisBroker {
             }))
         }
     }
+}
+
+/// The `gcra` function's arguments for a rate of `per_second`: the emission interval in µs and
+/// the burst (`model::burst`).
+pub(super) fn gcra_args(per_second: u32) -> (String, String) {
+    let interval_us = (1_000_000 / u64::from(per_second.max(1))).max(1);
+    (
+        interval_us.to_string(),
+        model::burst(per_second).to_string(),
+    )
 }

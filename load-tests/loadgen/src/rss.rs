@@ -5,14 +5,24 @@ use crate::error::LoadError;
 
 /// `VmRSS` of process `pid`, in KiB.
 pub fn read_kib(pid: u32) -> Result<u64, LoadError> {
-    let path = format!("/proc/{pid}/status");
-    let text = std::fs::read_to_string(&path).map_err(|e| LoadError::Rss {
+    read_proc(pid, "status", parse_vm_rss, "no VmRSS line")
+}
+
+/// Reads `/proc/{pid}/{file}` and parses it with `parse`; `missing` says why when it fails.
+fn read_proc(
+    pid: u32,
+    file: &str,
+    parse: impl FnOnce(&str) -> Option<u64>,
+    missing: &str,
+) -> Result<u64, LoadError> {
+    let text =
+        std::fs::read_to_string(format!("/proc/{pid}/{file}")).map_err(|e| LoadError::Rss {
+            pid,
+            reason: e.to_string(),
+        })?;
+    parse(&text).ok_or_else(|| LoadError::Rss {
         pid,
-        reason: e.to_string(),
-    })?;
-    parse_vm_rss(&text).ok_or_else(|| LoadError::Rss {
-        pid,
-        reason: "no VmRSS line".into(),
+        reason: missing.into(),
     })
 }
 
@@ -21,17 +31,7 @@ const USER_HZ: u64 = 100;
 
 /// CPU time process `pid` has used so far (user and system, all threads), in microseconds.
 pub fn cpu_us(pid: u32) -> Result<u64, LoadError> {
-    let path = format!("/proc/{pid}/stat");
-    let text = std::fs::read_to_string(&path).map_err(|e| LoadError::Rss {
-        pid,
-        reason: e.to_string(),
-    })?;
-    parse_cpu_ticks(&text)
-        .map(|t| t * 1_000_000 / USER_HZ)
-        .ok_or_else(|| LoadError::Rss {
-            pid,
-            reason: "unreadable stat line".into(),
-        })
+    read_proc(pid, "stat", parse_cpu_ticks, "unreadable stat line").map(|t| t * 1_000_000 / USER_HZ)
 }
 
 /// `utime + stime` (fields 14 and 15) of a stat line; the name in parentheses may hold spaces.
