@@ -34,9 +34,9 @@ impl RedisBroker {
             self.keys.sockets(conv),
         ];
         let args = vec![
-            binding.id.clone(),
+            codec::compact_id(&binding.id),
             codec::conv_ref(conv),
-            binding.client_id.clone(),
+            codec::compact_id(&binding.client_id),
             binding.deadline_ms.to_string(),
             binding.node.clone(),
             codec::call_summary(binding),
@@ -176,13 +176,14 @@ impl RedisBroker {
         }))
     }
 
-    /// A call's record from its stored fields: conversation ref, clientId, deadline, node,
-    /// summary, state, outcome.
+    /// A call's record from its stored fields: conversation ref, clientId (compact), deadline,
+    /// node, summary, state, outcome.
     fn stored_record(id: &str, f: &[String]) -> Option<CallRecord> {
         let [conv, client, deadline, node, summary, state, outcome] = f else {
             return None;
         };
-        let binding = codec::binding(id, conv, client, deadline, node, summary)?;
+        let client = codec::expand_id(client);
+        let binding = codec::binding(id, conv, &client, deadline, node, summary)?;
         let outcome = if outcome.is_empty() {
             None
         } else {
@@ -277,6 +278,8 @@ impl Calls for RedisBroker {
                     format!(":{}", keys::partition_tag(k)),
                     message,
                     codec::deadline_member(&from.conv, id),
+                    codec::compact_id(id),
+                    codec::compact_id(&from.client_id),
                 ],
             )
             .await?;
@@ -334,7 +337,7 @@ impl Calls for RedisBroker {
                     self.keys.sockets(conv),
                 ],
                 vec![
-                    id.to_owned(),
+                    codec::compact_id(id),
                     serde_json::to_string(&Outcome::Timeout).unwrap_or_default(),
                     self.keys.node_channel_prefix(),
                     format!(":{}", keys::partition_tag(k)),
@@ -345,14 +348,16 @@ impl Calls for RedisBroker {
             .await?,
         );
         match &reply[..] {
-            [ok, conv, client, deadline, node, summary] if ok == "ok" => Ok(codec::binding(
-                id, conv, client, deadline, node, summary,
-            )
-            .map(|binding| CallRecord {
-                binding,
-                state: CallState::TimedOut,
-                outcome: Some(Outcome::Timeout),
-            })),
+            [ok, conv, client, deadline, node, summary] if ok == "ok" => {
+                Ok(
+                    codec::binding(id, conv, &codec::expand_id(client), deadline, node, summary)
+                        .map(|binding| CallRecord {
+                            binding,
+                            state: CallState::TimedOut,
+                            outcome: Some(Outcome::Timeout),
+                        }),
+                )
+            }
             _ => Ok(None),
         }
     }

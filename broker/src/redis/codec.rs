@@ -3,7 +3,10 @@
 //! (serialized without raw newlines) or event id contains. The Lua scripts never build these:
 //! they store and publish what Rust encoded here, and protocol frames come from `proto`.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use toolmark_proto::{AgentMessage, Cancel};
+use uuid::Uuid;
 
 use crate::{CallBinding, CallKind, ConvKey, Outcome};
 
@@ -52,6 +55,30 @@ pub enum NodeMessage {
 /// The readiness probe a node publishes to itself on its channel of partition `k`.
 pub fn probe(k: u16) -> String {
     format!("p{SEP}{k}")
+}
+
+/// An id as the call hashes store it: a UUID in its canonical form (lowercase, hyphenated, as
+/// the gateway mints call ids and the page bridge mints clientIds) as its 16 bytes in
+/// URL-safe base64 (22 characters where the text takes 36: a finished call is kept for
+/// minutes, and Redis pays for every byte of its key and fields); anything else as itself
+/// behind a `~`, which base64 never starts with, so that two ids never share a form.
+pub fn compact_id(id: &str) -> String {
+    match Uuid::try_parse(id) {
+        Ok(u) if u.hyphenated().to_string() == id => URL_SAFE_NO_PAD.encode(u.as_bytes()),
+        _ => format!("~{id}"),
+    }
+}
+
+/// The id a [`compact_id`] stands for.
+pub fn expand_id(stored: &str) -> String {
+    if let Some(text) = stored.strip_prefix('~') {
+        return text.to_owned();
+    }
+    URL_SAFE_NO_PAD
+        .decode(stored)
+        .ok()
+        .and_then(|b| Uuid::from_slice(&b).ok())
+        .map_or_else(|| stored.to_owned(), |u| u.hyphenated().to_string())
 }
 
 /// A call's tool, kind and flags (`u` untrusted, `a` respond-async) as one value, beside the
@@ -178,6 +205,20 @@ pub fn parse_confirm_member(m: &str) -> Option<(ConvKey, String, String)> {
 mod tests {
     use super::*;
     use toolmark_proto::ToolResult;
+
+    #[test]
+    fn a_compact_id_is_short_for_a_canonical_uuid_and_never_shared_by_two_ids() {
+        let u = uuid::Uuid::new_v4().hyphenated().to_string();
+        let upper = u.to_uppercase();
+        let b64_lookalike = compact_id(&u);
+        assert_eq!(b64_lookalike.len(), 22);
+        let mut seen = std::collections::HashSet::new();
+        for id in [u.as_str(), &upper, &b64_lookalike, "p1", "~p1", "", "~"] {
+            let c = compact_id(id);
+            assert_eq!(expand_id(&c), id, "{id}");
+            assert!(seen.insert(c), "{id}");
+        }
+    }
 
     #[test]
     fn every_encoding_round_trips() {

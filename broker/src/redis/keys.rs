@@ -5,6 +5,7 @@
 //! `{tenant}`. The tenant is inside every conversation's name, so a key of another tenant is
 //! simply never addressed.
 
+use super::codec;
 use crate::ConvKey;
 use crate::partition;
 
@@ -45,18 +46,19 @@ impl Keys {
         }
     }
 
-    /// The hash of one call (binding, state, outcome), in the partition its id names.
+    /// The hash of one call (binding, state, outcome), in the partition its id names, under
+    /// the id's [`codec::compact_id`] form.
     pub fn call(&self, id: &str) -> String {
         format!(
-            "{}{}:call:{id}",
-            self.p,
-            partition_tag(partition::of_call(id))
+            "{}{}",
+            self.call_prefix(partition::of_call(id)),
+            codec::compact_id(id)
         )
     }
 
-    /// Prefix of the call hashes of partition `k` (`…:call:<id>`).
+    /// Prefix of the call hashes of partition `k` (`…:c:<compact id>`).
     pub fn call_prefix(&self, k: u16) -> String {
-        format!("{}{}:call:", self.p, partition_tag(k))
+        format!("{}{}:c:", self.p, partition_tag(k))
     }
 
     /// Marks a page-minted confirmId as used by some conversation (to tell `mismatch` from
@@ -101,7 +103,7 @@ impl Keys {
         format!("{}{}:socks", self.p, conv_base(c))
     }
 
-    /// Ids of the conversation's calls that may still be pending.
+    /// Ids of the conversation's calls that may still be pending ([`codec::compact_id`]s).
     pub fn pending(&self, c: &ConvKey) -> String {
         format!("{}{}:pending", self.p, conv_base(c))
     }

@@ -102,8 +102,9 @@ end
 /// Stores a call's binding (with its page message and its `cancel`, built in Rust, for a
 /// timeout or an agent's cancel), then publishes the page message to every node holding a socket
 /// of the conversation.
-/// KEYS: call, pending set, deadline set, sockets. ARGV: call id, conversation ref, clientId,
-/// deadline ms, node, tool/kind/flags, page message, cancel message, ttl ms, deadline member,
+/// KEYS: call, pending set, deadline set, sockets. ARGV: call id and clientId in their compact
+/// forms (`codec::compact_id`) where noted: call id (compact), conversation ref, clientId
+/// (compact), deadline ms, node, tool/kind/flags, page message, cancel message, ttl ms, deadline member,
 /// node channel prefix, partition suffix.
 pub const BIND: &str = r"
 bind(KEYS[1], KEYS[2], KEYS[3], ARGV)
@@ -154,12 +155,13 @@ return {'ok'}
 /// outcome to the waiting node. A call key missing here is `unknown_id`.
 /// KEYS: call, confirm, pending set, deadline set. ARGV: conversation ref, clientId, outcome,
 /// confirmId or '', confirm ttl ms, call id, node channel prefix, partition suffix, outcome
-/// message, deadline member.
+/// message, deadline member, then the call id and the clientId in their compact forms (as the
+/// call's hash and the pending set hold them).
 /// Returns `{'ok', tool/kind/flags, deadline, node}` or a rejection's code.
 pub const RESULT: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'v', 'c', 'd', 'n', 's', 't')
 if not f[1] then return {'unknown_id'} end
-if f[1] ~= ARGV[1] or f[2] ~= ARGV[2] then return {'mismatch'} end
+if f[1] ~= ARGV[1] or f[2] ~= ARGV[12] then return {'mismatch'} end
 if f[5] == 'a' then return {'duplicate'} end
 if f[5] == 't' then return {'late'} end
 local t = redis.call('TIME')
@@ -168,7 +170,7 @@ if now > tonumber(f[3]) then return {'late'} end
 redis.call('HSET', KEYS[1], 's', 'a', 'o', ARGV[3])
 redis.call('HDEL', KEYS[1], 'n')
 redis.call('DEL', KEYS[1] .. ':p')
-redis.call('SREM', KEYS[3], ARGV[6])
+redis.call('SREM', KEYS[3], ARGV[11])
 redis.call('ZREM', KEYS[4], ARGV[10])
 if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('HSET', KEYS[2], 'k', ARGV[6], 't', f[6], 'c', ARGV[2], 'u', '0')
@@ -180,8 +182,8 @@ return {'ok', f[6], f[3], f[4]}
 
 /// Marks a pending call timed out (compacted as a result is), sends the pages its stored cancel
 /// and the waiting node the outcome.
-/// KEYS: call, pending set, deadline set, sockets. ARGV: call id, timeout outcome, node channel
-/// prefix, partition suffix, outcome message, deadline member.
+/// KEYS: call, pending set, deadline set, sockets. ARGV: call id (compact), timeout outcome,
+/// node channel prefix, partition suffix, outcome message, deadline member.
 /// Returns `{'ok', conversation ref, clientId, deadline, node, tool/kind/flags}` or the state.
 pub const TIMEOUT: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'v', 'c', 'd', 'n', 't', 's')

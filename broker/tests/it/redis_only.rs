@@ -345,13 +345,30 @@ async fn a_finished_call_keeps_only_its_binding_state_and_outcome() {
     let (b, _) = on_own_redis(&redis, opts).await;
     let b: toolmark_broker::SharedBroker = b;
     let c = conv();
-    connected_page(&b, &c, "p1").await;
+    // A clientId as the page bridge mints it (crypto.randomUUID()).
+    let client = uuid::Uuid::new_v4().hyphenated().to_string();
+    connected_page(&b, &c, &client).await;
     let placed = b.place_call(request(&c, 1000)).await.unwrap();
     let id = placed.binding.id.clone();
-    b.submit_result(&page(&c, "p1"), &id, ok()).await.unwrap();
+    b.submit_result(&page(&c, &client), &id, ok())
+        .await
+        .unwrap();
+    // The call id and the clientId are kept as their 16 bytes in URL-safe base64, not as
+    // their 36-character text.
+    let b64 = |u: &str| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(uuid::Uuid::parse_str(u).unwrap().as_bytes())
+    };
     let key = format!(
-        "fin:{{p{}}}:call:{id}",
-        toolmark_broker::partition::of_call(&id)
+        "fin:{{p{}}}:c:{}",
+        toolmark_broker::partition::of_call(&id),
+        b64(&id)
+    );
+    assert_eq!(
+        redis.cli(&["hget", &key, "c"]).trim(),
+        b64(&client),
+        "{key}"
     );
     let mut fields: Vec<String> = redis
         .cli(&["hkeys", &key])
@@ -384,7 +401,7 @@ async fn a_finished_call_keeps_only_its_binding_state_and_outcome() {
         "a finished call leaves the deadline set"
     );
     let record = b.call("t", &id).await.unwrap().unwrap();
-    assert_eq!(record.binding.client_id, "p1");
+    assert_eq!(record.binding.client_id, client);
     assert_eq!(record.binding.deadline_ms, placed.binding.deadline_ms);
     b.close().await;
 }
