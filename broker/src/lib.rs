@@ -3,6 +3,7 @@
 //! frames, cluster-wide limits and the event log. [`memory::MemoryBroker`] serves one process;
 //! a Redis implementation serves many nodes with the same contract.
 
+pub mod catalog;
 mod error;
 pub mod memory;
 pub mod model;

@@ -166,17 +166,19 @@ async fn session(State(app): State<AppState>, Query(q): Query<SessionQuery>) -> 
         return crate::problem::Problem::invalid("/user", "ids match ^[A-Za-z0-9_-]{1,128}$")
             .into_response();
     }
-    let now = toolmark_broker::now_ms() / 1000;
+    let now_ms = toolmark_broker::now_ms();
+    let now = now_ms / 1000;
     let claims = PageClaims {
         sub: user.clone(),
         cnv: conversation.clone(),
         aud: DEV_TENANT.into(),
         exp: now + 3600,
-        iat: Some(now),
+        #[allow(clippy::cast_precision_loss)]
+        iat: Some(now_ms as f64 / 1000.0),
         nbf: None,
         jti: None,
     };
-    let Some(token) = tenant.tokens.mint(&claims) else {
+    let Some(token) = tenant.mint(&claims) else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
     Json(json!({

@@ -5,8 +5,10 @@
 //!
 //! [`run`] takes a bound listener and a stop future, so tests start real servers on port 0.
 
+pub mod admin;
 pub mod api;
 pub mod auth;
+pub mod catalog;
 pub mod close;
 pub mod demo;
 pub mod ids;
@@ -29,7 +31,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::response::Redirect;
 use axum::routing::get;
 
-pub use serve::{RunError, bind_and_run, run, run_with};
+pub use serve::{RunError, bind_and_run, run, run_with, run_with_admin};
 
 use crate::state::AppState;
 

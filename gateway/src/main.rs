@@ -29,6 +29,9 @@ struct Cli {
     /// This node's id (overrides server.node_id).
     #[arg(long = "node-id", value_name = "ID")]
     node_id: Option<String>,
+    /// Admin API listen address (overrides admin.listen).
+    #[arg(long = "admin-listen", value_name = "ADDR")]
+    admin_listen: Option<String>,
     /// Validate the configuration and exit (0 when valid, 2 when not).
     #[arg(long)]
     check_config: bool,
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         listen: cli.listen,
         redis: cli.redis,
         node_id: cli.node_id,
+        admin_listen: cli.admin_listen,
     };
     let settings = match load_settings(BIN, cli.config.as_deref(), &overrides) {
         Ok(s) => s,

@@ -22,7 +22,7 @@ use crate::inbound;
 use crate::registry::Outgoing;
 use crate::session::{Session, Transport, refusal_reason};
 use crate::state::AppState;
-use crate::tenants::Tenant;
+use crate::tenants::{Grant, Tenant};
 use toolmark_process::config::MAX_FRAME_BYTES;
 
 /// Read buffer per socket: small, since page frames are small and idle sockets are many
@@ -59,7 +59,7 @@ pub async fn upgrade(
             let _open = app.life.hold();
             match authenticate(&app, &tenant_id, q.token.as_deref(), origin.as_deref()) {
                 Err((code, reason)) => refuse(&app, socket, code, reason).await,
-                Ok((tenant, conv)) => serve(app, socket, tenant, conv).await,
+                Ok((tenant, conv, grant)) => serve(app, socket, tenant, conv, grant).await,
             }
         })
 }
@@ -69,7 +69,7 @@ fn authenticate(
     tenant_id: &str,
     token: Option<&str>,
     origin: Option<&str>,
-) -> Result<(Arc<Tenant>, ConvKey), (u16, &'static str)> {
+) -> Result<(Arc<Tenant>, ConvKey, Grant), (u16, &'static str)> {
     if app.is_draining() {
         return Err((close::GOING_AWAY, "draining"));
     }
@@ -81,12 +81,12 @@ fn authenticate(
         return Err((close::FORBIDDEN_ORIGIN, "origin not allowed"));
     }
     let token = token.ok_or((close::UNAUTHORIZED, "unauthorized"))?;
-    let claims = tenant.tokens.verify(token).map_err(|e| {
+    let (claims, grant) = tenant.verify(token).map_err(|e| {
         tracing::debug!(tenant = %tenant.id, error = %e, "page token refused");
         (close::UNAUTHORIZED, "unauthorized")
     })?;
     let conv = ConvKey::new(&tenant.id, &claims.sub, &claims.cnv);
-    Ok((tenant, conv))
+    Ok((tenant, conv, grant))
 }
 
 async fn refuse(app: &AppState, mut socket: WebSocket, code: u16, reason: &'static str) {
@@ -99,8 +99,8 @@ async fn refuse(app: &AppState, mut socket: WebSocket, code: u16, reason: &'stat
         .await;
 }
 
-async fn serve(app: AppState, socket: WebSocket, tenant: Arc<Tenant>, conv: ConvKey) {
-    let session = match Session::open(&app, &tenant, conv, Transport::WebSocket).await {
+async fn serve(app: AppState, socket: WebSocket, tenant: Arc<Tenant>, conv: ConvKey, grant: Grant) {
+    let session = match Session::open(&app, &tenant, conv, Transport::WebSocket, grant).await {
         Ok(s) => s,
         Err(e) => {
             let code = match e {
@@ -196,6 +196,8 @@ impl PageSocket {
                     },
                     // It did not answer: its page load reconnected on that other socket.
                     Some(Outgoing::Evict) => return End::Gone,
+                    // Its tenant, token key or user was revoked through the admin API.
+                    Some(Outgoing::Revoke) => Flow::Close(close::UNAUTHORIZED, "revoked"),
                     None => Flow::Close(close::TRY_AGAIN_LATER, "outbound queue full"),
                 },
                 _ = ping.tick() => {

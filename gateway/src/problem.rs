@@ -51,6 +51,47 @@ impl Problem {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", detail).with_reason(reason)
     }
 
+    /// 401 on the admin API: missing or wrong admin key.
+    pub fn admin_unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "A valid admin key is required.",
+        )
+    }
+
+    /// 405: the route exists, the method does not.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "This method is not allowed on this route.",
+        )
+    }
+
+    /// 409: the change conflicts with what is stored.
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", detail)
+    }
+
+    /// 409: a tenant of the config file cannot be changed at run time.
+    pub fn static_tenant() -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "static_tenant",
+            "This tenant is defined in the config file and is read-only here.",
+        )
+    }
+
+    /// 412: `If-Match` names a version that is no longer current.
+    pub fn precondition_failed() -> Self {
+        Self::new(
+            StatusCode::PRECONDITION_FAILED,
+            "precondition_failed",
+            "The tenant changed since the version If-Match names; read it again.",
+        )
+    }
+
     /// 401: missing, wrong, or another tenant's API key.
     pub fn unauthorized() -> Self {
         Self::new(
@@ -161,6 +202,9 @@ impl IntoResponse for Problem {
             "payload_too_large" => "Payload too large",
             "rate_limited" => "Rate limited",
             "unavailable" => "Unavailable",
+            "method_not_allowed" => "Method not allowed",
+            "conflict" | "static_tenant" => "Conflict",
+            "precondition_failed" => "Precondition failed",
             _ => "Error",
         };
         let mut body = json!({

@@ -12,6 +12,8 @@ use std::collections::VecDeque;
 use tokio::sync::Notify;
 use toolmark_broker::{ConvKey, PageSink};
 
+use crate::tenants::Grant;
+
 /// Frames queued for one socket before it counts as unable to keep up.
 pub const OUTBOUND_QUEUE: usize = 64;
 const SHARDS: usize = 16;
@@ -34,6 +36,8 @@ struct OutboxState {
     probe: bool,
     /// This socket's page is behind another socket now (it did not answer the probe): end.
     evict: bool,
+    /// Its tenant, token key or user was revoked: close with 4401.
+    revoked: bool,
 }
 
 /// What a socket's task takes from its outbox.
@@ -45,6 +49,8 @@ pub enum Outgoing {
     Probe,
     /// End the socket: its page load reconnected on another socket.
     Evict,
+    /// Close the socket with 4401: what admitted it was revoked.
+    Revoke,
 }
 
 impl Outbox {
@@ -93,6 +99,12 @@ impl Outbox {
         self.ready.notify_one();
     }
 
+    /// Asks the socket's task to close with 4401.
+    pub fn revoke(&self) {
+        self.lock().revoked = true;
+        self.ready.notify_one();
+    }
+
     /// Asks the socket's task to end.
     pub fn evict(&self) {
         self.lock().evict = true;
@@ -105,6 +117,9 @@ impl Outbox {
         loop {
             {
                 let mut s = self.lock();
+                if s.revoked {
+                    return Some(Outgoing::Revoke);
+                }
                 if s.evict {
                     return Some(Outgoing::Evict);
                 }
@@ -135,6 +150,7 @@ struct Slot {
     socket_id: u64,
     client_id: Option<Arc<str>>,
     outbox: Arc<Outbox>,
+    grant: Grant,
 }
 
 type Shard = Mutex<HashMap<ConvKey, Vec<Slot>>>;
@@ -174,7 +190,7 @@ impl Registry {
 
     /// Adds a socket of `conv`; frames for it arrive in the returned outbox, which yields
     /// `None` once the registry dropped the socket (queue full).
-    pub fn join(&self, conv: &ConvKey) -> (u64, Arc<Outbox>) {
+    pub fn join(&self, conv: &ConvKey, grant: Grant) -> (u64, Arc<Outbox>) {
         let outbox = Arc::new(Outbox::default());
         let socket_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.shard(conv)
@@ -184,8 +200,26 @@ impl Registry {
                 socket_id,
                 client_id: None,
                 outbox: Arc::clone(&outbox),
+                grant,
             });
         (socket_id, outbox)
+    }
+
+    /// Closes with 4401 every socket of `tenant` that `keep` refuses (given its conversation
+    /// and what admitted it); returns how many. Walks every shard: it runs on an admin change,
+    /// never on a page's or a call's path.
+    pub fn revoke(&self, tenant: &str, keep: impl Fn(&ConvKey, &Grant) -> bool) -> usize {
+        let mut n = 0;
+        for shard in &self.shards {
+            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            for (conv, slots) in shard.iter().filter(|(c, _)| c.tenant == tenant) {
+                for s in slots.iter().filter(|s| !keep(conv, &s.grant)) {
+                    s.outbox.revoke();
+                    n += 1;
+                }
+            }
+        }
+        n
     }
 
     /// Records the socket's clientId (bound by its first message).
@@ -254,13 +288,20 @@ impl PageSink for Registry {
 mod tests {
     use super::*;
 
+    fn test_grant() -> Grant {
+        Grant {
+            kid: None,
+            iat_ms: None,
+        }
+    }
+
     #[tokio::test]
     async fn frames_reach_the_addressed_and_unknown_pages_only() {
         let r = Registry::default();
         let conv = ConvKey::new("t", "u", "c");
-        let (a, rx_a) = r.join(&conv);
-        let (b, rx_b) = r.join(&conv);
-        let (_c, rx_c) = r.join(&conv);
+        let (a, rx_a) = r.join(&conv, test_grant());
+        let (b, rx_b) = r.join(&conv, test_grant());
+        let (_c, rx_c) = r.join(&conv, test_grant());
         r.identify(&conv, a, "p1");
         r.identify(&conv, b, "p2");
         r.deliver(&conv, "p1", "hello".into());
@@ -279,7 +320,7 @@ mod tests {
     async fn a_full_queue_drops_the_socket() {
         let r = Registry::default();
         let conv = ConvKey::new("t", "u", "c");
-        let (_a, rx) = r.join(&conv);
+        let (_a, rx) = r.join(&conv, test_grant());
         for _ in 0..OUTBOUND_QUEUE {
             r.deliver(&conv, "p1", "x".into());
         }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use toolmark_broker::SharedBroker;
+use toolmark_broker::catalog::Catalog;
 use toolmark_broker::memory::MemoryBroker;
 use toolmark_broker::redis::{ConnectError, RedisBroker, RedisOptions};
 use toolmark_broker::webhook::WebhookQueue;
@@ -17,6 +18,8 @@ use toolmark_process::Lifecycle;
 use toolmark_process::config::{BrokerSettings, Settings};
 use toolmark_worker::jobs::{JobMetrics, Jobs, JobsError};
 
+use crate::admin::AdminState;
+use crate::catalog::Loader;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::state::{AppState, DevInfo};
@@ -61,6 +64,9 @@ pub async fn bind_and_run(
     let dev = if settings.dev_mode {
         let t = crate::demo::dev_tenant(bound)?;
         crate::demo::announce(&t, bound);
+        if let Some(key) = settings.admin.as_ref().and_then(|a| a.dev_key.as_ref()) {
+            eprintln!("toolmark-gateway: dev mode: admin key {key}");
+        }
         settings.tenants.push(t.settings);
         Some(t.info)
     } else {
@@ -102,6 +108,19 @@ pub async fn run(
     run_with(listener, settings, dev, life, || {}).await
 }
 
+/// [`run`] with the admin API on `admin_listener` (bound by the caller, e.g. on port 0)
+/// rather than on `admin.listen`.
+pub async fn run_with_admin(
+    listener: TcpListener,
+    admin_listener: TcpListener,
+    settings: Settings,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let life = Lifecycle::new();
+    life.stop_on(stop);
+    serve_until_stopped(listener, Some(admin_listener), settings, None, life, || {}).await
+}
+
 /// Serves until `life` stops, calling `ready` once the broker is connected and requests are
 /// being served (the binary prints its `listening on` line there). Then drains: `/readyz`
 /// turns 503, pages are closed with 1001, new calls get 503, and pages, calls and jobs get up
@@ -113,13 +132,24 @@ pub async fn run_with(
     life: Lifecycle,
     ready: impl FnOnce(),
 ) -> Result<(), RunError> {
+    serve_until_stopped(listener, None, settings, dev, life, ready).await
+}
+
+async fn serve_until_stopped(
+    listener: TcpListener,
+    admin_listener: Option<TcpListener>,
+    settings: Settings,
+    dev: Option<DevInfo>,
+    life: Lifecycle,
+    ready: impl FnOnce(),
+) -> Result<(), RunError> {
     let node_id = settings
         .server
         .node_id
         .clone()
         .unwrap_or_else(|| format!("node-{}", crate::demo::random_hex(6)));
     let registry = Arc::new(Registry::default());
-    let (broker, queue) = connect(&settings, &node_id, &registry).await?;
+    let (broker, queue, catalog) = connect(&settings, &node_id, &registry).await?;
     let job_metrics = match queue {
         Some(queue) => {
             let metrics = Arc::new(JobMetrics::default());
@@ -136,8 +166,31 @@ pub async fn run_with(
         }
         None => None,
     };
+    let tenants = Tenants::new(settings.tenants.iter().map(Tenant::new).collect());
+    // Tenants of the admin API: loaded before the first request, then followed.
+    let admin = match &settings.admin {
+        Some(a) => {
+            let loader = Arc::new(Loader::new(
+                tenants.clone(),
+                catalog,
+                a.sealer.clone(),
+                Arc::clone(&registry),
+            ));
+            loader.load_all().await;
+            life.spawn(Arc::clone(&loader).run(life.stopping().clone()));
+            let listener = match admin_listener {
+                Some(l) => l,
+                None => listen(a.listen).map_err(|source| RunError::Listen {
+                    addr: a.listen,
+                    source,
+                })?,
+            };
+            Some((listener, AdminState::new(a.clone(), loader)))
+        }
+        None => None,
+    };
     let app = AppState::new(
-        Tenants::new(settings.tenants.iter().map(Tenant::new).collect()),
+        tenants,
         Arc::clone(&broker),
         registry,
         Arc::new(Metrics::new()),
@@ -166,6 +219,19 @@ pub async fn run_with(
         ),
     };
     ready();
+    let admin_server = match admin {
+        Some((listener, state)) => {
+            let bound = listener.local_addr()?;
+            toolmark_process::cli::announce_admin_listening("toolmark-gateway", bound);
+            let stop = life.stopping().clone();
+            Some(tokio::spawn(
+                axum::serve(listener, crate::admin::router(state).into_make_service())
+                    .with_graceful_shutdown(async move { stop.cancelled().await })
+                    .into_future(),
+            ))
+        }
+        None => None,
+    };
     life.stopping().cancelled().await;
     tracing::info!(node = %node_id, "draining");
     if !life.finish(settings.server.drain_timeout).await {
@@ -183,6 +249,9 @@ pub async fn run_with(
             Ok(())
         }
     };
+    if let Some(a) = admin_server {
+        let _ = tokio::time::timeout(LISTENER_CLOSE, a).await;
+    }
     broker.close().await;
     served
 }
@@ -192,12 +261,19 @@ async fn connect(
     settings: &Settings,
     node_id: &str,
     registry: &Arc<Registry>,
-) -> Result<(SharedBroker, Option<Arc<dyn WebhookQueue>>), RunError> {
+) -> Result<
+    (
+        SharedBroker,
+        Option<Arc<dyn WebhookQueue>>,
+        Arc<dyn Catalog>,
+    ),
+    RunError,
+> {
     Ok(match &settings.broker {
         BrokerSettings::Memory => {
             let memory = Arc::new(MemoryBroker::new(node_id, registry.clone()));
             // One process: the gateway runs the jobs itself.
-            (memory.clone(), Some(memory))
+            (memory.clone(), Some(memory.clone()), memory)
         }
         BrokerSettings::Redis { url, prefix } => {
             let opts = RedisOptions {
@@ -209,7 +285,7 @@ async fn connect(
                 .server
                 .run_jobs
                 .then(|| Arc::clone(&redis) as Arc<dyn WebhookQueue>);
-            (redis, queue)
+            (redis.clone(), queue, redis)
         }
     })
 }

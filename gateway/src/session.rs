@@ -11,7 +11,7 @@ use toolmark_broker::{AdmitError, AdmitLimits, ConvKey, EventType};
 
 use crate::registry::Outbox;
 use crate::state::AppState;
-use crate::tenants::Tenant;
+use crate::tenants::{Grant, Tenant};
 
 /// Which transport carries a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +54,7 @@ impl Session {
         tenant: &Tenant,
         conv: ConvKey,
         transport: Transport,
+        grant: Grant,
     ) -> Result<Session, AdmitError> {
         let limits = AdmitLimits {
             max_connections: tenant.limits.max_connections,
@@ -61,7 +62,13 @@ impl Session {
         };
         app.broker.admit_page(&conv, &limits).await?;
         app.metrics.connections.inc();
-        let (slot, outbox) = app.registry.join(&conv);
+        let (slot, outbox) = app.registry.join(&conv, grant.clone());
+        // A revocation applied while this page was being admitted did not see its slot: check
+        // against the tenant as it is now.
+        let current = app.tenants.get(&conv.tenant);
+        if !current.is_some_and(|t| t.admits(&conv.user, &conv.conversation, &grant)) {
+            outbox.revoke();
+        }
         for frame in app.broker.pending_frames(&conv).await.unwrap_or_default() {
             outbox.push(frame);
         }

@@ -1,12 +1,17 @@
-//! Tenants at run time: API key hashes, the page-token verifier (and signer for HS256),
-//! the exact origin allow-list and limits.
+//! Tenants as a node serves them: API key hashes, the page-token verifiers by `kid` (and the
+//! signer for HS256), revocations, the exact origin allow-list and limits. The set is a
+//! snapshot swapped whole when the catalog changes (`crate::catalog`): a lookup on the hot
+//! path is one atomic load, with no lock and no broker round trip.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
-use toolmark_process::config::{TenantLimits, TenantSettings, TokenKey};
+use toolmark_process::config::{
+    ApiKey, Revocation, TenantLimits, TenantSettings, TenantSource, TokenKey,
+};
 
 /// Clock leeway for `exp` and `nbf`.
 pub const TOKEN_LEEWAY_SECS: u64 = 30;
@@ -22,9 +27,10 @@ pub struct PageClaims {
     pub aud: String,
     /// Expiry (seconds since the epoch), required.
     pub exp: u64,
-    /// Issued at.
+    /// Issued at (seconds since the epoch; the gateway mints it to the millisecond, so that a
+    /// token minted just after a `disconnect` is told from one minted before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iat: Option<u64>,
+    pub iat: Option<f64>,
     /// Not before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nbf: Option<u64>,
@@ -42,6 +48,34 @@ pub enum TokenError {
     /// `sub` or `cnv` is not a valid id.
     #[error("invalid user or conversation id in token")]
     BadIds,
+    /// The header names no key of the tenant.
+    #[error("unknown kid")]
+    UnknownKid,
+    /// The user was disconnected after this token was issued.
+    #[error("revoked")]
+    Revoked,
+}
+
+impl PageClaims {
+    /// `iat` in ms since the epoch.
+    pub fn iat_ms(&self) -> Option<u64> {
+        // A timestamp in seconds, far from the range where the conversion loses anything.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        self.iat
+            .filter(|t| t.is_finite() && *t >= 0.0)
+            .map(|t| (t * 1000.0) as u64)
+    }
+}
+
+/// What a page socket was admitted with, for revocation: the token key that signed its token
+/// and when the token was issued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The `kid` of the verifying key (none for an Echo subscription, authorized by the
+    /// tenant's Pusher secret instead).
+    pub kid: Option<Arc<str>>,
+    /// `iat` in ms.
+    pub iat_ms: Option<u64>,
 }
 
 /// Verifies (and for HS256, mints) a tenant's page tokens.
@@ -97,10 +131,17 @@ impl TokenKeys {
         Ok(c)
     }
 
-    /// Mints a token (HS256 tenants only).
-    pub fn mint(&self, claims: &PageClaims) -> Option<String> {
+    /// Whether this key can mint (HS256).
+    pub fn can_mint(&self) -> bool {
+        self.encoding.is_some()
+    }
+
+    /// Mints a token (HS256 keys only), naming `kid` in its header when given.
+    pub fn mint(&self, claims: &PageClaims, kid: Option<String>) -> Option<String> {
         let key = self.encoding.as_ref()?;
-        jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, key).ok()
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = kid;
+        jsonwebtoken::encode(&header, claims, key).ok()
     }
 }
 
@@ -109,10 +150,12 @@ impl TokenKeys {
 pub struct Tenant {
     /// Tenant id.
     pub id: String,
-    /// SHA-256 of each API key.
-    pub api_keys: Vec<[u8; 32]>,
-    /// Page token keys.
-    pub tokens: TokenKeys,
+    /// The config file's, or the admin API's.
+    pub source: TenantSource,
+    /// Accepted API keys.
+    pub api_keys: Vec<ApiKey>,
+    /// Page token keys by `kid`, oldest first.
+    pub tokens: Vec<(Arc<str>, TokenKeys)>,
     /// Exact allowed origins.
     pub origins: HashSet<String>,
     /// Limits.
@@ -123,6 +166,8 @@ pub struct Tenant {
     /// The rate of page messages forwarded to `/inbound`, per conversation on this node: the
     /// HTTP counterpart of a page socket's message rate.
     pub inbound_rate: crate::rate::ConversationRate,
+    /// Disconnected users.
+    pub revoked: Vec<Revocation>,
 }
 
 impl Tenant {
@@ -130,8 +175,13 @@ impl Tenant {
     pub fn new(c: &TenantSettings) -> Self {
         Tenant {
             id: c.id.clone(),
+            source: c.source,
             api_keys: c.api_keys.clone(),
-            tokens: TokenKeys::new(&c.token_key, &c.id),
+            tokens: c
+                .token_keys
+                .iter()
+                .map(|(kid, k)| (Arc::from(kid.as_str()), TokenKeys::new(k, &c.id)))
+                .collect(),
             origins: c.origins.iter().cloned().collect(),
             limits: c.limits,
             pusher: c
@@ -140,6 +190,7 @@ impl Tenant {
                 .map(|p| crate::pusher::signature::AppKey::new(&p.key, &p.secret))
                 .collect(),
             inbound_rate: crate::rate::ConversationRate::new(c.limits.page_messages_per_second),
+            revoked: c.revoked.clone(),
         }
     }
 
@@ -147,36 +198,125 @@ impl Tenant {
     pub fn origin_allowed(&self, origin: Option<&str>) -> bool {
         origin.is_some_and(|o| o != "null" && self.origins.contains(o))
     }
+
+    /// Whether `presented` is one of the tenant's API keys, unexpired.
+    pub fn key_matches(&self, presented: &str) -> bool {
+        let now = toolmark_broker::now_ms();
+        let live: Vec<[u8; 32]> = self
+            .api_keys
+            .iter()
+            .filter(|k| k.expires_ms.is_none_or(|e| now < e))
+            .map(|k| k.hash)
+            .collect();
+        crate::auth::key_matches(presented, &live)
+    }
+
+    /// Verifies a page token: with the key its header's `kid` names (the oldest key when it
+    /// names none), then against the tenant's revocations.
+    pub fn verify(&self, token: &str) -> Result<(PageClaims, Grant), TokenError> {
+        let header = jsonwebtoken::decode_header(token)?;
+        let (kid, keys) = match &header.kid {
+            Some(kid) => self
+                .tokens
+                .iter()
+                .find(|(k, _)| k.as_ref() == kid)
+                .ok_or(TokenError::UnknownKid)?,
+            None => self.tokens.first().ok_or(TokenError::UnknownKid)?,
+        };
+        let claims = keys.verify(token)?;
+        let grant = Grant {
+            kid: Some(Arc::clone(kid)),
+            iat_ms: claims.iat_ms(),
+        };
+        if !self.admits(&claims.sub, &claims.cnv, &grant) {
+            return Err(TokenError::Revoked);
+        }
+        Ok((claims, grant))
+    }
+
+    /// Whether a page of `user` and `conversation` admitted with `grant` may stay: its key is
+    /// still the tenant's and no revocation covers it.
+    pub fn admits(&self, user: &str, conversation: &str, grant: &Grant) -> bool {
+        grant
+            .kid
+            .as_ref()
+            .is_none_or(|kid| self.tokens.iter().any(|(k, _)| k == kid))
+            && !self
+                .revoked
+                .iter()
+                .any(|r| r.refuses(user, conversation, grant.iat_ms))
+    }
+
+    /// Mints a page token with the newest key that can sign (its `kid` in the header, except
+    /// for a config tenant's one key, whose tokens name none).
+    pub fn mint(&self, claims: &PageClaims) -> Option<String> {
+        let (kid, keys) = self.tokens.iter().rev().find(|(_, k)| k.can_mint())?;
+        let kid = (self.source == TenantSource::Admin).then(|| kid.to_string());
+        keys.mint(claims, kid)
+    }
 }
 
 /// All tenants by id, and by Pusher app key.
-#[derive(Debug, Clone, Default)]
-pub struct Tenants(
-    Arc<HashMap<String, Arc<Tenant>>>,
-    Arc<HashMap<String, Arc<Tenant>>>,
-);
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    by_id: HashMap<String, Arc<Tenant>>,
+    by_pusher_key: HashMap<String, Arc<Tenant>>,
+}
 
-impl Tenants {
-    /// From a list (validated config: Pusher keys are unique across tenants).
-    pub fn new(list: Vec<Tenant>) -> Self {
-        let by_id: HashMap<_, _> = list
-            .into_iter()
-            .map(|t| (t.id.clone(), Arc::new(t)))
-            .collect();
+impl Snapshot {
+    /// From a list (Pusher keys are unique across tenants: validated config, or the admin API).
+    pub fn new(list: impl IntoIterator<Item = Arc<Tenant>>) -> Self {
+        let by_id: HashMap<_, _> = list.into_iter().map(|t| (t.id.clone(), t)).collect();
         let by_pusher_key = by_id
             .values()
             .flat_map(|t| t.pusher.iter().map(|k| (k.key.clone(), Arc::clone(t))))
             .collect();
-        Tenants(Arc::new(by_id), Arc::new(by_pusher_key))
+        Snapshot {
+            by_id,
+            by_pusher_key,
+        }
+    }
+
+    /// Every tenant.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<Tenant>> {
+        self.by_id.values()
+    }
+
+    /// A tenant by id.
+    pub fn get(&self, id: &str) -> Option<&Arc<Tenant>> {
+        self.by_id.get(id)
+    }
+}
+
+/// The tenants a node serves: a snapshot replaced whole on every change.
+#[derive(Debug, Clone, Default)]
+pub struct Tenants(Arc<ArcSwap<Snapshot>>);
+
+impl Tenants {
+    /// From a list.
+    pub fn new(list: Vec<Tenant>) -> Self {
+        Tenants(Arc::new(ArcSwap::from_pointee(Snapshot::new(
+            list.into_iter().map(Arc::new),
+        ))))
     }
 
     /// A tenant by id.
     pub fn get(&self, id: &str) -> Option<Arc<Tenant>> {
-        self.0.get(id).cloned()
+        self.0.load().by_id.get(id).cloned()
     }
 
     /// The tenant owning a Pusher app key (current or still accepted while rotating).
     pub fn by_pusher_key(&self, key: &str) -> Option<Arc<Tenant>> {
-        self.1.get(key).cloned()
+        self.0.load().by_pusher_key.get(key).cloned()
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.0.load_full()
+    }
+
+    /// Replaces the snapshot.
+    pub fn replace(&self, next: Snapshot) {
+        self.0.store(Arc::new(next));
     }
 }

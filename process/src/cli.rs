@@ -58,6 +58,16 @@ pub fn announce_listening(binary: &str, bound: std::net::SocketAddr) {
     println!("{binary} listening on http://{bound}");
 }
 
+/// The admin listener's line, `<binary> admin listening on http://ADDR`, printed after the
+/// readiness line.
+#[allow(
+    clippy::print_stdout,
+    reason = "the admin listener's line follows the readiness line on stdout"
+)]
+pub fn announce_admin_listening(binary: &str, bound: std::net::SocketAddr) {
+    println!("{binary} admin listening on http://{bound}");
+}
+
 /// Runs `main` on a multi-threaded runtime with telemetry installed before it and flushed
 /// after the runtime has stopped.
 pub fn serve(binary: &'static str, main: impl Future<Output = ExitCode>) -> ExitCode {

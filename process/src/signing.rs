@@ -6,6 +6,12 @@ use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+/// SHA-256 of a key as stored (`sha256:<hex>` in the config is this, in hex).
+pub fn sha256(key: &str) -> [u8; 32] {
+    use sha2::Digest;
+    Sha256::digest(key.as_bytes()).into()
+}
+
 /// A tenant's signing key.
 #[derive(Clone)]
 pub struct SigningKey(Vec<u8>);

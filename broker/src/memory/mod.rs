@@ -2,6 +2,7 @@
 //! (no `.await` while locked). Deliveries to pages go straight to the node's [`PageSink`].
 
 mod calls;
+mod catalog;
 mod confirmations;
 mod events;
 mod limits;
@@ -176,6 +177,7 @@ pub struct MemoryBroker {
     logs: Mutex<HashMap<String, TenantLog>>,
     webhooks: Mutex<HashMap<String, webhooks::WebhookTenant>>,
     limiters: Mutex<HashMap<String, Arc<DefaultDirectRateLimiter>>>,
+    catalog: Mutex<catalog::Tenants>,
 }
 
 impl std::fmt::Debug for MemoryBroker {
@@ -221,6 +223,7 @@ impl MemoryBroker {
             logs: Mutex::default(),
             webhooks: Mutex::default(),
             limiters: Mutex::default(),
+            catalog: Mutex::default(),
         }
     }
 

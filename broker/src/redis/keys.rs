@@ -149,6 +149,21 @@ impl Keys {
         format!("{}node:{node}:{}", self.p, partition_tag(k))
     }
 
+    /// The tenant catalog: tenant id → `<version>\n<record>` (all on the `{catalog}` slot).
+    pub fn catalog(&self) -> String {
+        format!("{}{{catalog}}:tenants", self.p)
+    }
+
+    /// The catalog's revision.
+    pub fn catalog_revision(&self) -> String {
+        format!("{}{{catalog}}:rev", self.p)
+    }
+
+    /// Where every change of the catalog is announced (the tenant's id), on the catalog's slot.
+    pub fn catalog_channel(&self) -> String {
+        format!("{}{{catalog}}:changes", self.p)
+    }
+
     /// Prefix of node channels (scripts append `<node>:` and the partition's tag).
     pub fn node_channel_prefix(&self) -> String {
         format!("{}node:", self.p)

@@ -10,6 +10,7 @@
 //! connection to Redis comes back, so pages never have to reconnect after a Redis restart.
 
 mod calls;
+mod catalog;
 mod codec;
 mod confirmations;
 mod events;
@@ -150,6 +151,8 @@ pub struct RedisBroker {
     /// This node's background tasks: the message loop, the heartbeat, the re-publisher, the
     /// re-subscriber.
     tasks: tokio_util::task::TaskTracker,
+    /// Tenant ids changed in the catalog, as announced on its channel.
+    catalog_changes: broadcast::Sender<String>,
 }
 
 impl std::fmt::Debug for RedisBroker {
@@ -268,6 +271,7 @@ impl RedisBroker {
             blocking: tokio::sync::OnceCell::new(),
             stop: CancellationToken::new(),
             tasks: tokio_util::task::TaskTracker::new(),
+            catalog_changes: broadcast::channel(1024).0,
         });
         broker.clear_own_fields().await;
         broker.subscribe_partitions().await?;

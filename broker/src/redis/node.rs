@@ -278,6 +278,8 @@ impl RedisBroker {
             };
             if channel.starts_with(&self.keys.node_channel_prefix()) {
                 self.on_node_message(&payload);
+            } else if channel == self.keys.catalog_channel() {
+                let _ = self.catalog_changes.send(payload.to_string());
             } else if let Some(tag) = channel.strip_prefix(&self.keys.events_channel_prefix()) {
                 let tenant = tag.trim_start_matches('{').trim_end_matches('}');
                 self.on_event(tenant, &payload);
@@ -369,8 +371,9 @@ impl RedisBroker {
         }
     }
 
-    /// Subscribes to this node's channel of every partition: the node's only subscriptions
-    /// besides the event feeds of tenants with live readers. [`Self::run_resubscribe`] restores
+    /// Subscribes to this node's channel of every partition and to the tenant catalog's
+    /// channel: the node's only subscriptions besides the event feeds of tenants with live
+    /// readers. [`Self::run_resubscribe`] restores
     /// them after a reconnection.
     pub(super) async fn subscribe_partitions(&self) -> Result<(), ConnectError> {
         let subs = (0..PARTITIONS).map(|k| {
@@ -380,6 +383,10 @@ impl RedisBroker {
         for r in futures_util::future::join_all(subs).await {
             r.map_err(ConnectError::Connect)?;
         }
+        self.subscriber
+            .ssubscribe(self.keys.catalog_channel())
+            .await
+            .map_err(ConnectError::Connect)?;
         Ok(())
     }
 }

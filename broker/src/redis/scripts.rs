@@ -415,9 +415,44 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 ";
 
+/// Writes a tenant's record if it is as expected (`catalog::check`): `absent`, or at the given
+/// version. The new version is the catalog's next revision; the change is announced.
+/// KEYS: catalog, revision. ARGV: id, record, expected ('absent' or a version), channel.
+/// Returns `{'ok', version}` or `{'exists'}`, `{'missing'}`, `{'stale'}`.
+pub const CATALOG_PUT: &str = r"
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local version = nil
+if cur then version = string.match(cur, '^(%d+)') end
+if ARGV[3] == 'absent' then
+  if cur then return {'exists'} end
+else
+  if not cur then return {'missing'} end
+  if version ~= ARGV[3] then return {'stale'} end
+end
+local v = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], ARGV[1], v .. '\n' .. ARGV[2])
+redis.call('SPUBLISH', ARGV[4], ARGV[1])
+return {'ok', tostring(v)}
+";
+
+/// Removes a tenant's record if it is at the given version; the change is announced.
+/// KEYS: catalog, revision. ARGV: id, version, channel.
+/// Returns `{'ok'}`, `{'missing'}` or `{'stale'}`.
+pub const CATALOG_REMOVE: &str = r"
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return {'missing'} end
+if string.match(cur, '^(%d+)') ~= ARGV[2] then return {'stale'} end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('INCR', KEYS[2])
+redis.call('SPUBLISH', ARGV[3], ARGV[1])
+return {'ok'}
+";
+
 /// All scripts, hashed once.
 #[derive(Debug)]
 pub struct Scripts {
+    pub catalog_put: Script,
+    pub catalog_remove: Script,
     pub bind: Script,
     pub place: Script,
     pub result: Script,
@@ -445,6 +480,8 @@ fn with_prelude(body: &str) -> Script {
 impl Default for Scripts {
     fn default() -> Self {
         Scripts {
+            catalog_put: Script::from_lua(CATALOG_PUT),
+            catalog_remove: Script::from_lua(CATALOG_REMOVE),
             bind: with_prelude(BIND),
             place: with_prelude(PLACE),
             result: with_prelude(RESULT),

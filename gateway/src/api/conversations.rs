@@ -114,17 +114,19 @@ pub async fn mint_token(
             format!("ttlSeconds is between 1 and {MAX_TOKEN_TTL}"),
         ));
     }
-    let now = toolmark_broker::now_ms() / 1000;
+    let now_ms = toolmark_broker::now_ms();
+    let now = now_ms / 1000;
     let claims = PageClaims {
         sub: req.user,
         cnv: req.conversation,
         aud: tenant.id.clone(),
         exp: now + ttl,
-        iat: Some(now),
+        #[allow(clippy::cast_precision_loss)]
+        iat: Some(now_ms as f64 / 1000.0),
         nbf: None,
         jti: Some(toolmark_proto::ids::new_call_id()),
     };
-    let token = tenant.tokens.mint(&claims).ok_or_else(|| {
+    let token = tenant.mint(&claims).ok_or_else(|| {
         Problem::invalid("", "this tenant verifies page tokens with a public key; mint them with the matching private key")
     })?;
     let url = page_url(&headers, &tenant.id, &token);

@@ -110,7 +110,7 @@ impl FromRequestParts<AppState> for Authed {
             .tenants
             .get(&tenant_id)
             .ok_or_else(Problem::unauthorized)?;
-        if !crate::auth::key_matches(key, &tenant.api_keys) {
+        if !tenant.key_matches(key) {
             return Err(Problem::unauthorized());
         }
         Ok(Authed(tenant))

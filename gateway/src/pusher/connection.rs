@@ -229,13 +229,18 @@ impl Connection {
         }
         let conv = ConvKey::new(&self.tenant.id, user, conversation);
         // An Echo page coming back gets the calls it may have missed.
-        let session = match Session::open(&self.app, &self.tenant, conv, Transport::Echo).await {
-            Ok(s) => s,
-            Err(e) => {
-                let why = crate::session::refusal_reason(&e);
-                return refuse(&self.app, code::OVER_CAPACITY, why);
-            }
+        let grant = crate::tenants::Grant {
+            kid: None,
+            iat_ms: Some(toolmark_broker::now_ms()),
         };
+        let session =
+            match Session::open(&self.app, &self.tenant, conv, Transport::Echo, grant).await {
+                Ok(s) => s,
+                Err(e) => {
+                    let why = crate::session::refusal_reason(&e);
+                    return refuse(&self.app, code::OVER_CAPACITY, why);
+                }
+            };
         let name: Arc<str> = channel.as_str().into();
         let slot = session.slot;
         self.frames
@@ -263,7 +268,7 @@ fn frames(channel: Arc<str>, slot: u64, outbox: Arc<Outbox>) -> Frames {
                     Some(Outgoing::Frame(f)) => Some(((channel, slot, Some(f)), Some(o))),
                     // Probes and evictions are for sockets bound to a clientId, which an Echo
                     // subscription never is.
-                    Some(Outgoing::Probe | Outgoing::Evict) => continue,
+                    Some(Outgoing::Probe | Outgoing::Evict | Outgoing::Revoke) => continue,
                     None => Some(((channel, slot, None), None)),
                 };
             }

@@ -1,6 +1,7 @@
 //! Starts a gateway on 127.0.0.1:0 with test tenants, and drives it as a page (WebSocket) and
 //! as an agent backend (HTTP).
 
+use base64::Engine as _;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -119,8 +120,23 @@ pusher_secret = "{ACME_PUSHER_SECRET}"
     )
 }
 
+/// The admin key of the test gateways that serve the admin API.
+pub const ADMIN_KEY: &str = "admin-key-0123456789abcdef";
+
+/// An `[admin]` section with [`ADMIN_KEY`] and a fixed sealing key (nodes sharing a broker
+/// must share it).
+pub fn admin_section() -> String {
+    format!(
+        "[admin]\napi_keys = [\"{}\"]\nencryption_key = \"base64:{}\"\n",
+        hash(ADMIN_KEY),
+        base64::engine::general_purpose::STANDARD.encode([7u8; 32])
+    )
+}
+
 /// A running gateway.
 pub struct Gateway {
+    /// Its admin listener, when it serves the admin API.
+    pub admin: Option<SocketAddr>,
     pub addr: SocketAddr,
     pub http: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
@@ -154,6 +170,44 @@ impl Gateway {
         nodes
     }
 
+    /// Starts `n` nodes serving the admin API, sharing the suite's broker (Redis for more than
+    /// one node in memory mode).
+    pub async fn start_admin_nodes(n: usize) -> Vec<Gateway> {
+        let broker = match (toolmark_testkit::redis::mode(), n) {
+            (toolmark_testkit::redis::Mode::Memory, 1) => String::new(),
+            _ => redis_broker(&toolmark_testkit::redis::shared_url(), &fresh_prefix()),
+        };
+        let text = config_with(&broker, &admin_section());
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            let overrides = Overrides {
+                node_id: Some(format!("node-{}", i + 1)),
+                ..Overrides::default()
+            };
+            let config = Settings::load(&text, [], &overrides).expect("test config is valid");
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let admin_addr = admin.local_addr().unwrap();
+            let (tx, rx) = oneshot::channel::<()>();
+            let task = tokio::spawn(async move {
+                toolmark_gateway::run_with_admin(listener, admin, config, async move {
+                    let _ = rx.await;
+                })
+                .await
+                .expect("gateway runs");
+            });
+            nodes.push(Gateway {
+                admin: Some(admin_addr),
+                addr,
+                http: http_client(),
+                stop: Some(tx),
+                task: Some(task),
+            });
+        }
+        nodes
+    }
+
     /// Starts a gateway from a whole TOML text.
     pub async fn start_config(text: &str, node_id: Option<String>) -> Gateway {
         let overrides = Overrides {
@@ -172,6 +226,7 @@ impl Gateway {
             .expect("gateway runs");
         });
         Gateway {
+            admin: None,
             addr,
             http: http_client(),
             stop: Some(tx),

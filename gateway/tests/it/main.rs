@@ -1,6 +1,7 @@
 //! Integration tests of `toolmark-gateway`: real servers on ephemeral ports, real WebSockets
 //! and real HTTP. Each test starts its own gateway.
 
+mod admin;
 mod agent;
 mod agent_api;
 mod binary;

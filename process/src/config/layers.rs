@@ -14,6 +14,8 @@ pub struct Overrides {
     pub redis: Option<String>,
     /// `--node-id`
     pub node_id: Option<String>,
+    /// `--admin-listen` (gateway only)
+    pub admin_listen: Option<String>,
 }
 
 impl Settings {
@@ -91,6 +93,7 @@ fn layered(
     if let Some(id) = &overrides.node_id {
         config.server.node_id = Some(id.clone());
     }
+    config.admin_listen.clone_from(&overrides.admin_listen);
     Ok(config)
 }
 

@@ -5,6 +5,7 @@
 //! limits. Nothing parses configuration again at run time. Every error names the key it is
 //! about; the binaries turn it into exit code 2.
 
+pub mod admin;
 mod layers;
 pub mod settings;
 pub mod tenant;
@@ -15,9 +16,13 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+pub use admin::{AdminConfig, AdminSettings, Sealer, StoredTenant};
 pub use layers::Overrides;
 pub use settings::{BrokerSettings, ServerSettings, Settings, WorkerSettings};
-pub use tenant::{PusherApp, TenantSettings, TokenKey, WebhookTarget, is_valid_tenant_id};
+pub use tenant::{
+    ApiKey, PusherApp, Revocation, TenantSettings, TenantSource, TokenKey, WebhookTarget,
+    is_valid_tenant_id,
+};
 
 /// A configuration error: the key and why it is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,6 +60,11 @@ pub struct Config {
     /// `toolmark-worker` settings (webhook delivery).
     #[serde(default)]
     pub worker: WorkerConfig,
+    /// The admin API (tenants at run time); none without the section.
+    pub admin: Option<AdminConfig>,
+    /// `--admin-listen`: overrides `admin.listen` (and dev mode's admin listener).
+    #[serde(skip)]
+    pub admin_listen: Option<String>,
     /// Set by the binary when started without `--config`: loopback only, demo page.
     #[serde(skip)]
     pub dev_mode: bool,
@@ -216,7 +226,7 @@ pub struct PusherKey {
 }
 
 /// `[tenants.limits]`
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TenantLimits {
     /// Page sockets, cluster-wide.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio_rustls::TlsAcceptor;
 
+use super::admin::AdminSettings;
 use super::tenant::{TenantSettings, is_valid_tenant_id};
 use super::{BrokerKind, Config, ConfigError, ServerConfig, WorkerConfig};
 
@@ -22,6 +23,8 @@ pub struct Settings {
     pub tenants: Vec<TenantSettings>,
     /// `[worker]`
     pub worker: WorkerSettings,
+    /// `[admin]`: the admin API and the key that seals stored tenant secrets.
+    pub admin: Option<AdminSettings>,
     /// Started without `--config`: loopback only, memory broker, demo page.
     pub dev_mode: bool,
 }
@@ -106,10 +109,18 @@ impl Config {
             }
             tenants.push(parsed);
         }
-        if tenants.is_empty() && !self.dev_mode {
+        let admin = match (&self.admin, self.dev_mode) {
+            (Some(a), _) => Some(a.parse(self.admin_listen.as_deref())?),
+            (None, true) => Some(AdminSettings::dev(
+                self.admin_listen.as_deref(),
+                server.listen,
+            )?),
+            (None, false) => None,
+        };
+        if tenants.is_empty() && !self.dev_mode && admin.is_none() {
             return Err(ConfigError::new(
                 "tenants",
-                "at least one [[tenants]] entry is required",
+                "at least one [[tenants]] entry is required (or an [admin] section, to create tenants at run time)",
             ));
         }
         Ok(Settings {
@@ -117,6 +128,7 @@ impl Config {
             broker,
             tenants,
             worker,
+            admin,
             dev_mode: self.dev_mode,
         })
     }

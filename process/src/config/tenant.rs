@@ -6,15 +6,21 @@ use jsonwebtoken::{DecodingKey, EncodingKey};
 use super::{CALL_TIMEOUT_CEILING_MS, ConfigError, MAX_FRAME_BYTES, TenantConfig, TenantLimits};
 use crate::signing::SigningKey;
 
+/// The `kid` of a config tenant's one token key.
+pub const CONFIG_KID: &str = "config";
+
 /// A tenant as the processes use it.
 #[derive(Debug, Clone)]
 pub struct TenantSettings {
     /// `^[a-z0-9][a-z0-9-]{0,62}$`
     pub id: String,
-    /// SHA-256 of each accepted API key.
-    pub api_keys: Vec<[u8; 32]>,
-    /// How page tokens are verified (and, for HS256, minted).
-    pub token_key: TokenKey,
+    /// Where it is defined: the config file (read-only) or the admin API.
+    pub source: TenantSource,
+    /// Each accepted API key, as its SHA-256.
+    pub api_keys: Vec<ApiKey>,
+    /// How page tokens are verified (and, for HS256, minted), by `kid`, oldest first: a token
+    /// without `kid` is checked against the first.
+    pub token_keys: Vec<(String, TokenKey)>,
     /// Exact page origins.
     pub origins: Vec<String>,
     /// Pusher app keys: the current pair first, then those still accepted while rotating.
@@ -23,6 +29,54 @@ pub struct TenantSettings {
     pub webhook: Option<WebhookTarget>,
     /// Limits.
     pub limits: TenantLimits,
+    /// Users (or one conversation of a user) disconnected through the admin API: their tokens
+    /// issued before then are refused.
+    pub revoked: Vec<Revocation>,
+}
+
+/// Where a tenant is defined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantSource {
+    /// `[[tenants]]` of the config file: read-only at run time.
+    Config,
+    /// Created through the admin API, stored in the broker.
+    Admin,
+}
+
+/// One accepted API key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    /// Its id (shown by the admin API; `config-<n>` for the file's keys).
+    pub id: String,
+    /// SHA-256 of the key.
+    pub hash: [u8; 32],
+    /// When it stops being accepted (ms since the epoch).
+    pub expires_ms: Option<u64>,
+}
+
+/// A `disconnect` of the admin API: the user's tokens (of one conversation, when given)
+/// issued before `at_ms` are refused.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Revocation {
+    /// The user.
+    pub user: String,
+    /// The conversation, or every conversation of the user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<String>,
+    /// When (ms since the epoch).
+    pub at_ms: u64,
+}
+
+impl Revocation {
+    /// Whether a token of `user` and `conversation` issued at `iat_ms` is refused.
+    pub fn refuses(&self, user: &str, conversation: &str, iat_ms: Option<u64>) -> bool {
+        self.user == user
+            && self
+                .conversation
+                .as_deref()
+                .is_none_or(|c| c == conversation)
+            && iat_ms.is_none_or(|t| t < self.at_ms)
+    }
 }
 
 /// A page-token key, loaded.
@@ -109,8 +163,20 @@ pub struct PusherApp {
 pub struct WebhookTarget {
     /// An http or https URL.
     pub url: String,
-    /// Standard Webhooks signing key.
-    pub key: SigningKey,
+    /// Standard Webhooks signing keys: each delivery carries one signature per key, so a
+    /// receiver may rotate its secret without a failed delivery.
+    pub keys: Vec<SigningKey>,
+}
+
+impl WebhookTarget {
+    /// The `webhook-signature` header value: one `v1,` signature per key, space-separated.
+    pub fn sign(&self, id: &str, timestamp: u64, body: &str) -> String {
+        self.keys
+            .iter()
+            .map(|k| k.sign(id, timestamp, body))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
 }
 
 impl TenantSettings {
@@ -125,12 +191,17 @@ impl TenantSettings {
         }
         let mut api_keys = Vec::with_capacity(t.api_keys.len());
         for (j, k) in t.api_keys.iter().enumerate() {
-            api_keys.push(parse_key_hash(k).ok_or_else(|| {
+            let hash = parse_key_hash(k).ok_or_else(|| {
                 ConfigError::new(
                     at(&format!("api_keys[{j}]")),
                     "must be \"sha256:\" followed by 64 hex digits",
                 )
-            })?);
+            })?;
+            api_keys.push(ApiKey {
+                id: format!("config-{j}"),
+                hash,
+                expires_ms: None,
+            });
         }
         let token_key = match (&t.token_secret, &t.token_public_key) {
             (Some(_), Some(_)) => {
@@ -155,12 +226,14 @@ impl TenantSettings {
         }
         Ok(TenantSettings {
             id: t.id.clone(),
+            source: TenantSource::Config,
             api_keys,
-            token_key,
+            token_keys: vec![(CONFIG_KID.to_owned(), token_key)],
             origins: t.allowed_origins.clone(),
             pusher: parse_pusher(t, &at)?,
             webhook: parse_webhook(t, &at)?,
             limits: check_limits(t.limits, &at)?,
+            revoked: Vec::new(),
         })
     }
 
@@ -232,13 +305,7 @@ fn parse_webhook(
     let Some(u) = &t.webhook_url else {
         return Ok(None);
     };
-    let ok = url::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
-    if !ok {
-        return Err(ConfigError::new(
-            at("webhook_url"),
-            "must be an http or https URL",
-        ));
-    }
+    check_webhook_url(u, &at("webhook_url"))?;
     let secret = t
         .webhook_secret
         .as_deref()
@@ -247,11 +314,22 @@ fn parse_webhook(
         .map_err(|e| ConfigError::new(at("webhook_secret"), e.to_string()))?;
     Ok(Some(WebhookTarget {
         url: u.clone(),
-        key,
+        keys: vec![key],
     }))
 }
 
-fn check_limits(
+/// A webhook URL must be http or https; errors name `key`.
+pub fn check_webhook_url(u: &str, key: &str) -> Result<(), ConfigError> {
+    let ok = url::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::new(key, "must be an http or https URL"))
+    }
+}
+
+/// Limits must be in range; errors name `at("limits.<key>")`.
+pub fn check_limits(
     l: TenantLimits,
     at: &impl Fn(&str) -> String,
 ) -> Result<TenantLimits, ConfigError> {
@@ -324,7 +402,7 @@ pub fn parse_key_hash(s: &str) -> Option<[u8; 32]> {
 
 /// An origin must be exactly `scheme://host[:port]` as a browser serializes it; errors name
 /// `key`.
-fn check_origin(o: &str, key: &str) -> Result<(), ConfigError> {
+pub fn check_origin(o: &str, key: &str) -> Result<(), ConfigError> {
     if o == "*" || o == "null" {
         return Err(ConfigError::new(
             key,

@@ -119,7 +119,7 @@ impl Deliverer {
     /// POSTs one event.
     async fn post(&self, p: &Pending) -> Result<(), Failed> {
         let ts = now_ms() / 1000;
-        let sig = self.target.key.sign(&p.id, ts, &p.body);
+        let sig = self.target.sign(&p.id, ts, &p.body);
         self.metrics.attempts.get_or_create(&self.labels()).inc();
         let res = self
             .http

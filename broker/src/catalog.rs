@@ -1,0 +1,81 @@
+//! The tenant catalog: tenants created at run time (the admin API), stored in the broker so
+//! that every node and worker sees the same set. A record is opaque here (the process crate
+//! encodes it, secrets encrypted); the catalog keeps each record's version for compare-and-set
+//! updates, a revision that moves with every change (a node that re-reads it periodically
+//! heals a missed notification), and tells every node of every change.
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+use crate::BrokerError;
+
+/// One stored tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The tenant id.
+    pub id: String,
+    /// Its version: the catalog's revision at its last change.
+    pub version: u64,
+    /// What the process stored (JSON).
+    pub body: String,
+}
+
+/// What a write expects to find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// No record of that id (a create).
+    Absent,
+    /// A record at exactly this version (an update with `If-Match`, or a read-modify-write).
+    Version(u64),
+}
+
+/// Why a write did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// The broker could not be reached.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    /// A record exists where none was expected.
+    #[error("exists")]
+    Exists,
+    /// No record where one was expected.
+    #[error("missing")]
+    Missing,
+    /// The record is at another version than expected.
+    #[error("stale")]
+    Stale,
+}
+
+/// The tenant catalog, shared by every node.
+#[async_trait]
+pub trait Catalog: Send + Sync + std::fmt::Debug {
+    /// The catalog's revision (0 while empty and never changed).
+    async fn revision(&self) -> Result<u64, BrokerError>;
+
+    /// Every record, with the revision they were read at.
+    async fn records(&self) -> Result<(u64, Vec<Record>), BrokerError>;
+
+    /// One record.
+    async fn record(&self, id: &str) -> Result<Option<Record>, BrokerError>;
+
+    /// Writes a record if it is as expected; returns its new version.
+    async fn put(&self, id: &str, body: &str, expect: Expect) -> Result<u64, CatalogError>;
+
+    /// Removes a record if it is at `version`.
+    async fn remove(&self, id: &str, version: u64) -> Result<(), CatalogError>;
+
+    /// Ids of the tenants changed from now on, by any node (a lagging receiver re-reads all).
+    fn changes(&self) -> broadcast::Receiver<String>;
+}
+
+/// Whether a write expecting `expect` may replace what is there (a record at `current`, or
+/// none): the rule both brokers follow (the Redis script [`crate::redis`] writes it in Lua).
+pub fn check(expect: Expect, current: Option<u64>) -> Result<(), CatalogError> {
+    match (expect, current) {
+        (Expect::Absent, None) => Ok(()),
+        (Expect::Absent, Some(_)) => Err(CatalogError::Exists),
+        (Expect::Version(_), None) => Err(CatalogError::Missing),
+        (Expect::Version(v), Some(c)) if v == c => Ok(()),
+        (Expect::Version(_), Some(_)) => Err(CatalogError::Stale),
+    }
+}

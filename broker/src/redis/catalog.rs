@@ -1,0 +1,111 @@
+//! The tenant catalog on Redis: one hash on the `{catalog}` slot (id → `<version>\n<record>`),
+//! a revision counter beside it, and a sharded channel on the same slot that every node
+//! subscribes to. Writes are compare-and-set scripts ([`scripts::CATALOG_PUT`]).
+
+use super::*;
+use crate::catalog::{Catalog, CatalogError, Expect, Record};
+
+fn parse_record(id: String, stored: &str) -> Option<Record> {
+    let (version, body) = stored.split_once('\n')?;
+    Some(Record {
+        id,
+        version: version.parse().ok()?,
+        body: body.to_owned(),
+    })
+}
+
+fn catalog_error(code: &str) -> CatalogError {
+    match code {
+        "exists" => CatalogError::Exists,
+        "missing" => CatalogError::Missing,
+        "stale" => CatalogError::Stale,
+        _ => CatalogError::Broker(BrokerError::Unavailable { retry_after: RETRY }),
+    }
+}
+
+#[async_trait]
+impl Catalog for RedisBroker {
+    async fn revision(&self) -> Result<u64, BrokerError> {
+        let v: Option<u64> = self
+            .client
+            .get(self.keys.catalog_revision())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(v.unwrap_or(0))
+    }
+
+    async fn records(&self) -> Result<(u64, Vec<Record>), BrokerError> {
+        // The revision first: records read after it are at least as new, so a change in
+        // between is only seen twice, never missed.
+        let rev = self.revision().await?;
+        let all: HashMap<String, String> = self
+            .client
+            .hgetall(self.keys.catalog())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut records: Vec<Record> = all
+            .into_iter()
+            .filter_map(|(id, stored)| parse_record(id, &stored))
+            .collect();
+        records.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok((rev, records))
+    }
+
+    async fn record(&self, id: &str) -> Result<Option<Record>, BrokerError> {
+        let stored: Option<String> = self
+            .client
+            .hget(self.keys.catalog(), id)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(stored.and_then(|s| parse_record(id.to_owned(), &s)))
+    }
+
+    async fn put(&self, id: &str, body: &str, expect: Expect) -> Result<u64, CatalogError> {
+        let expected = match expect {
+            Expect::Absent => "absent".to_owned(),
+            Expect::Version(v) => v.to_string(),
+        };
+        let reply = strings(
+            self.script(
+                &self.scripts.catalog_put,
+                vec![self.keys.catalog(), self.keys.catalog_revision()],
+                vec![
+                    id.to_owned(),
+                    body.to_owned(),
+                    expected,
+                    self.keys.catalog_channel(),
+                ],
+            )
+            .await?,
+        );
+        match &reply[..] {
+            [ok, v] if ok == "ok" => v.parse().map_err(|_| catalog_error("")),
+            [code, ..] => Err(catalog_error(code)),
+            [] => Err(catalog_error("")),
+        }
+    }
+
+    async fn remove(&self, id: &str, version: u64) -> Result<(), CatalogError> {
+        let reply = strings(
+            self.script(
+                &self.scripts.catalog_remove,
+                vec![self.keys.catalog(), self.keys.catalog_revision()],
+                vec![
+                    id.to_owned(),
+                    version.to_string(),
+                    self.keys.catalog_channel(),
+                ],
+            )
+            .await?,
+        );
+        match reply.first().map(String::as_str) {
+            Some("ok") => Ok(()),
+            Some(code) => Err(catalog_error(code)),
+            None => Err(catalog_error("")),
+        }
+    }
+
+    fn changes(&self) -> broadcast::Receiver<String> {
+        self.catalog_changes.subscribe()
+    }
+}

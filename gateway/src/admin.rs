@@ -1,0 +1,857 @@
+//! The admin API (`/admin/v1/…`, on its own listener): tenants created, changed, rotated and
+//! deleted at run time, stored in the broker's catalog and applied on every node by
+//! [`crate::catalog::Loader`]. Secrets are generated here, shown once in the answer that
+//! created them, and stored hashed (API keys) or sealed (everything else). Every write is a
+//! compare-and-set on the tenant's version, so concurrent changes never lose one another.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use subtle::ConstantTimeEq;
+use toolmark_broker::catalog::{CatalogError, Expect};
+use toolmark_process::config::admin::{
+    StoredApiKey, StoredPusher, StoredSecret, StoredTokenKey, place, random_bytes,
+};
+use toolmark_process::config::tenant::{
+    check_limits, check_origin, check_webhook_url, is_valid_app_key,
+};
+use toolmark_process::config::{
+    AdminSettings, ConfigError, Revocation, StoredTenant, TenantLimits, TokenKey,
+    is_valid_tenant_id,
+};
+
+use crate::api::Body;
+use crate::catalog::Loader;
+use crate::problem::Problem;
+
+/// What the admin handlers share.
+#[derive(Debug, Clone)]
+pub struct AdminState(Arc<Inner>);
+
+#[derive(Debug)]
+pub struct Inner {
+    admin: AdminSettings,
+    loader: Arc<Loader>,
+}
+
+impl AdminState {
+    /// The admin API of `admin`, writing through `loader`'s catalog.
+    pub fn new(admin: AdminSettings, loader: Arc<Loader>) -> Self {
+        AdminState(Arc::new(Inner { admin, loader }))
+    }
+}
+
+/// Longest a page token may live (`POST …/tokens`); a revocation older than this (plus the
+/// clock leeway) covers no token that could still be valid, so it is pruned.
+const REVOCATION_KEPT_MS: u64 = (86_400 + crate::tenants::TOKEN_LEEWAY_SECS) * 1000;
+
+/// The admin API routes.
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/admin/v1/tenants", post(create).get(list))
+        .route(
+            "/admin/v1/tenants/{id}",
+            get(read).patch(patch).delete(remove),
+        )
+        .route("/admin/v1/tenants/{id}/api-keys", post(add_api_key))
+        .route(
+            "/admin/v1/tenants/{id}/api-keys/{key}",
+            delete(remove_api_key),
+        )
+        .route("/admin/v1/tenants/{id}/token-keys", post(add_token_key))
+        .route(
+            "/admin/v1/tenants/{id}/token-keys/{kid}",
+            delete(remove_token_key),
+        )
+        .route(
+            "/admin/v1/tenants/{id}/webhook-secrets",
+            post(add_webhook_secret),
+        )
+        .route(
+            "/admin/v1/tenants/{id}/webhook-secrets/{sid}",
+            delete(remove_webhook_secret),
+        )
+        .route(
+            "/admin/v1/tenants/{id}/users/{user}/disconnect",
+            post(disconnect),
+        )
+        .fallback(|| async { Problem::not_found("Route") })
+        .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
+        .with_state(state)
+}
+
+/// A request carrying one of the admin keys; holds the key's id (for the audit log).
+#[derive(Debug)]
+pub struct Admin(String);
+
+impl FromRequestParts<AdminState> for Admin {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, s: &AdminState) -> Result<Self, Problem> {
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let key = crate::auth::bearer(header).ok_or_else(Problem::admin_unauthorized)?;
+        let h = crate::auth::hash_key(key);
+        // Every stored hash compared, each in constant time.
+        let found = s.0.admin.api_keys.iter().fold(None, |acc, stored| {
+            if bool::from(stored.ct_eq(&h)) {
+                Some(hex::encode(&stored[..4]))
+            } else {
+                acc
+            }
+        });
+        found.map(Admin).ok_or_else(Problem::admin_unauthorized)
+    }
+}
+
+fn config_problem(e: ConfigError) -> Problem {
+    Problem::invalid(e.key, e.reason)
+}
+
+fn now_ms() -> u64 {
+    toolmark_broker::now_ms()
+}
+
+fn random_id(prefix: &str) -> String {
+    format!("{prefix}{}", hex::encode(random_bytes::<6>()))
+}
+
+/// Parses a JSON body strictly; errors carry the JSON pointer.
+fn parse<T: serde::de::DeserializeOwned>(body: &Body) -> Result<T, Problem> {
+    let body = if body.0.is_empty() {
+        &b"{}"[..]
+    } else {
+        &body.0[..]
+    };
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let v = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let pointer = if path == "." {
+            String::new()
+        } else {
+            format!("/{}", path.replace('.', "/"))
+        };
+        Problem::invalid(pointer, e.into_inner().to_string())
+    })?;
+    de.end().map_err(|e| Problem::invalid("", e.to_string()))?;
+    Ok(v)
+}
+
+/// Limits as the admin API takes them: camelCase (the config file's snake_case names also
+/// accepted), each optional (unset keeps the current or default value).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LimitsBody {
+    #[serde(alias = "max_connections")]
+    max_connections: Option<u64>,
+    #[serde(alias = "max_pages_per_conversation")]
+    max_pages_per_conversation: Option<u32>,
+    #[serde(alias = "page_messages_per_second")]
+    page_messages_per_second: Option<u32>,
+    #[serde(alias = "calls_per_second")]
+    calls_per_second: Option<u32>,
+    #[serde(alias = "max_message_bytes")]
+    max_message_bytes: Option<usize>,
+    #[serde(alias = "default_call_timeout_ms")]
+    default_call_timeout_ms: Option<u64>,
+    #[serde(alias = "max_call_timeout_ms")]
+    max_call_timeout_ms: Option<u64>,
+}
+
+impl LimitsBody {
+    fn onto(self, mut l: TenantLimits) -> TenantLimits {
+        if let Some(v) = self.max_connections {
+            l.max_connections = v;
+        }
+        if let Some(v) = self.max_pages_per_conversation {
+            l.max_pages_per_conversation = v;
+        }
+        if let Some(v) = self.page_messages_per_second {
+            l.page_messages_per_second = v;
+        }
+        if let Some(v) = self.calls_per_second {
+            l.calls_per_second = v;
+        }
+        if let Some(v) = self.max_message_bytes {
+            l.max_message_bytes = v;
+        }
+        if let Some(v) = self.default_call_timeout_ms {
+            l.default_call_timeout_ms = v;
+        }
+        if let Some(v) = self.max_call_timeout_ms {
+            l.max_call_timeout_ms = v;
+        }
+        l
+    }
+}
+
+/// `limits.max_connections` (the config rule's key) → `/limits/maxConnections`.
+fn limits_pointer(config_key: &str) -> String {
+    let mut out = String::from("/");
+    let mut upper = false;
+    for c in config_key.chars() {
+        match c {
+            '.' => out.push('/'),
+            '_' => upper = true,
+            c if upper => {
+                out.extend(c.to_uppercase());
+                upper = false;
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The same rules as the config file, with JSON pointers for names.
+fn validate(t: &StoredTenant) -> Result<(), Problem> {
+    for (j, o) in t.allowed_origins.iter().enumerate() {
+        check_origin(o, &format!("/allowedOrigins/{j}")).map_err(config_problem)?;
+    }
+    check_limits(t.limits, &|k: &str| limits_pointer(k)).map_err(config_problem)?;
+    if let Some(u) = &t.webhook_url {
+        check_webhook_url(u, "/webhookUrl").map_err(config_problem)?;
+    }
+    Ok(())
+}
+
+fn limits_json(l: &TenantLimits) -> Value {
+    json!({
+        "maxConnections": l.max_connections,
+        "maxPagesPerConversation": l.max_pages_per_conversation,
+        "pageMessagesPerSecond": l.page_messages_per_second,
+        "callsPerSecond": l.calls_per_second,
+        "maxMessageBytes": l.max_message_bytes,
+        "defaultCallTimeoutMs": l.default_call_timeout_ms,
+        "maxCallTimeoutMs": l.max_call_timeout_ms,
+    })
+}
+
+fn rfc3339(ms: u64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        .to_string()
+}
+
+/// A stored tenant as the admin API shows it: no secret, only ids.
+fn stored_view(t: &StoredTenant) -> Value {
+    json!({
+        "id": t.id,
+        "source": "admin",
+        "createdAt": rfc3339(t.created_ms),
+        "allowedOrigins": t.allowed_origins,
+        "limits": limits_json(&t.limits),
+        "webhookUrl": t.webhook_url,
+        "pusherKey": t.pusher.as_ref().map(|p| &p.key),
+        "apiKeys": t.api_keys.iter().map(|k| json!({"apiKeyId": k.id, "expiresAt": k.expires_ms.map(rfc3339)})).collect::<Vec<_>>(),
+        "tokenKeys": t.token_keys.iter().map(|k| json!({"kid": k.kid, "kind": if k.secret.is_some() { "hs256" } else { "public_key" }})).collect::<Vec<_>>(),
+        "webhookSecrets": t.webhook_secrets.iter().map(|s| json!({"webhookSecretId": s.id})).collect::<Vec<_>>(),
+    })
+}
+
+/// A config file's tenant as the admin API shows it.
+fn static_view(t: &crate::tenants::Tenant) -> Value {
+    let mut origins: Vec<&String> = t.origins.iter().collect();
+    origins.sort();
+    json!({
+        "id": t.id,
+        "source": "config",
+        "allowedOrigins": origins,
+        "limits": limits_json(&t.limits),
+        "pusherKey": t.pusher.first().map(|p| &p.key),
+        "apiKeys": t.api_keys.iter().map(|k| json!({"apiKeyId": k.id, "expiresAt": Value::Null})).collect::<Vec<_>>(),
+        "tokenKeys": t.tokens.iter().map(|(kid, k)| json!({"kid": kid.as_ref(), "kind": if k.can_mint() { "hs256" } else { "public_key" }})).collect::<Vec<_>>(),
+    })
+}
+
+fn etag(version: u64) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{version}\"")).unwrap_or(HeaderValue::from_static("\"0\""))
+}
+
+fn with_etag(status: StatusCode, body: Value, version: u64) -> Response {
+    let mut res = (status, axum::Json(body)).into_response();
+    res.headers_mut().insert(header::ETAG, etag(version));
+    res
+}
+
+/// The version an `If-Match` names (`"7"`, `W/"7"`); `Err` when it names none we could have
+/// given.
+fn if_match(headers: &HeaderMap) -> Result<Option<u64>, Problem> {
+    let Some(v) = headers.get(header::IF_MATCH) else {
+        return Ok(None);
+    };
+    let v = v.to_str().unwrap_or_default().trim();
+    let v = v.strip_prefix("W/").unwrap_or(v).trim_matches('"');
+    v.parse()
+        .map(Some)
+        .map_err(|_| Problem::precondition_failed())
+}
+
+impl AdminState {
+    fn refuse_static(&self, id: &str) -> Result<(), Problem> {
+        if self.0.loader.is_static(id) {
+            Err(Problem::static_tenant())
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn stored(&self, id: &str) -> Result<(u64, StoredTenant), Problem> {
+        let record = self
+            .0
+            .loader
+            .catalog()
+            .record(id)
+            .await?
+            .ok_or_else(|| Problem::not_found("Tenant"))?;
+        let t = serde_json::from_str(&record.body)
+            .map_err(|_| Problem::unavailable(std::time::Duration::from_secs(1)))?;
+        Ok((record.version, t))
+    }
+
+    /// Read, change, write back if unchanged meanwhile; retried on a concurrent change unless
+    /// the caller named the version it changes (`If-Match`), which is then a 412. `change`
+    /// returns what the answer shows.
+    async fn update<R>(
+        &self,
+        who: &Admin,
+        action: &str,
+        id: &str,
+        expected: Option<u64>,
+        mut change: impl FnMut(&mut StoredTenant) -> Result<R, Problem>,
+    ) -> Result<(u64, StoredTenant, R), Problem> {
+        self.refuse_static(id)?;
+        for _ in 0..8 {
+            let (version, mut t) = self.stored(id).await?;
+            if expected.is_some_and(|e| e != version) {
+                return Err(Problem::precondition_failed());
+            }
+            let out = change(&mut t)?;
+            validate(&t)?;
+            let body = serde_json::to_string(&t).unwrap_or_default();
+            match self
+                .0
+                .loader
+                .catalog()
+                .put(id, &body, Expect::Version(version))
+                .await
+            {
+                Ok(v) => {
+                    audit(who, action, id);
+                    self.0.loader.load_one(id).await;
+                    return Ok((v, t, out));
+                }
+                Err(CatalogError::Stale) if expected.is_none() => {}
+                Err(CatalogError::Stale) => return Err(Problem::precondition_failed()),
+                Err(CatalogError::Missing) => return Err(Problem::not_found("Tenant")),
+                Err(CatalogError::Exists) => return Err(Problem::conflict("exists")),
+                Err(CatalogError::Broker(b)) => return Err(b.into()),
+            }
+        }
+        Err(Problem::conflict("the tenant kept changing; try again"))
+    }
+}
+
+fn audit(who: &Admin, action: &str, tenant: &str) {
+    tracing::info!(target: "toolmark::admin", admin_key = %who.0, action, tenant, "admin change");
+}
+
+fn new_api_key(expires_ms: Option<u64>) -> (StoredApiKey, String) {
+    let key = format!("tmk_{}", URL_SAFE_NO_PAD.encode(random_bytes::<24>()));
+    let stored = StoredApiKey {
+        id: random_id("ak_"),
+        hash: crate::auth::key_hash_string(&key),
+        expires_ms,
+    };
+    (stored, key)
+}
+
+/// A token key: a fresh HS256 secret (returned), or the given public key.
+fn new_token_key(
+    sealer: &toolmark_process::config::Sealer,
+    tenant: &str,
+    public_key: Option<String>,
+    pointer: &str,
+) -> Result<(StoredTokenKey, Option<String>), Problem> {
+    let kid = random_id("k_");
+    match public_key {
+        Some(pem) => {
+            TokenKey::public_pem(&pem).map_err(|e| Problem::invalid(pointer, e.to_string()))?;
+            Ok((
+                StoredTokenKey {
+                    kid,
+                    secret: None,
+                    public_key: Some(pem),
+                },
+                None,
+            ))
+        }
+        None => {
+            let secret = URL_SAFE_NO_PAD.encode(random_bytes::<32>());
+            let sealed = sealer.seal(&place(tenant, &kid), &secret);
+            Ok((
+                StoredTokenKey {
+                    kid,
+                    secret: Some(sealed),
+                    public_key: None,
+                },
+                Some(secret),
+            ))
+        }
+    }
+}
+
+fn new_webhook_secret(
+    sealer: &toolmark_process::config::Sealer,
+    tenant: &str,
+) -> (StoredSecret, String) {
+    let id = random_id("ws_");
+    let secret = format!("whsec_{}", STANDARD.encode(random_bytes::<32>()));
+    let sealed = sealer.seal(&place(tenant, &id), &secret);
+    (StoredSecret { id, secret: sealed }, secret)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CreateBody {
+    id: String,
+    allowed_origins: Vec<String>,
+    token_public_key: Option<String>,
+    #[serde(default)]
+    pusher: bool,
+    webhook_url: Option<String>,
+    limits: Option<LimitsBody>,
+}
+
+async fn create(State(s): State<AdminState>, who: Admin, body: Body) -> Result<Response, Problem> {
+    let req: CreateBody = parse(&body)?;
+    if !is_valid_tenant_id(&req.id) {
+        return Err(Problem::invalid(
+            "/id",
+            "must match ^[a-z0-9][a-z0-9-]{0,62}$",
+        ));
+    }
+    s.refuse_static(&req.id)?;
+    let sealer = s.0.loader.sealer();
+    let (api_key, api_key_plain) = new_api_key(None);
+    let (token_key, token_secret) =
+        new_token_key(sealer, &req.id, req.token_public_key, "/tokenPublicKey")?;
+    let pusher = req.pusher.then(|| {
+        let key = hex::encode(random_bytes::<10>());
+        let secret = hex::encode(random_bytes::<16>());
+        debug_assert!(is_valid_app_key(&key));
+        (
+            StoredPusher {
+                key: key.clone(),
+                secret: sealer.seal(&place(&req.id, "pusher"), &secret),
+            },
+            key,
+            secret,
+        )
+    });
+    let webhook = req
+        .webhook_url
+        .as_ref()
+        .map(|_| new_webhook_secret(sealer, &req.id));
+    let t = StoredTenant {
+        id: req.id.clone(),
+        created_ms: now_ms(),
+        allowed_origins: req.allowed_origins,
+        limits: req.limits.unwrap_or_default().onto(TenantLimits::default()),
+        webhook_url: req.webhook_url,
+        api_keys: vec![api_key.clone()],
+        token_keys: vec![token_key.clone()],
+        pusher: pusher.as_ref().map(|(p, _, _)| p.clone()),
+        webhook_secrets: webhook.iter().map(|(w, _)| w.clone()).collect(),
+        revoked: Vec::new(),
+    };
+    validate(&t)?;
+    let body = serde_json::to_string(&t).unwrap_or_default();
+    let version = match s.0.loader.catalog().put(&t.id, &body, Expect::Absent).await {
+        Ok(v) => v,
+        Err(CatalogError::Exists) => {
+            return Err(Problem::conflict("a tenant with this id exists"));
+        }
+        Err(CatalogError::Broker(b)) => return Err(b.into()),
+        Err(_) => return Err(Problem::conflict("the tenant changed meanwhile")),
+    };
+    audit(&who, "tenant.created", &t.id);
+    s.0.loader.load_one(&t.id).await;
+    let mut secrets = json!({
+        "apiKeyId": api_key.id,
+        "apiKey": api_key_plain,
+        "tokenKid": token_key.kid,
+    });
+    if let Some(secret) = token_secret {
+        secrets["tokenSecret"] = json!(secret);
+    }
+    if let Some((_, key, secret)) = &pusher {
+        secrets["pusherKey"] = json!(key);
+        secrets["pusherSecret"] = json!(secret);
+    }
+    if let Some((w, plain)) = &webhook {
+        secrets["webhookSecretId"] = json!(w.id);
+        secrets["webhookSecret"] = json!(plain);
+    }
+    Ok(with_etag(
+        StatusCode::CREATED,
+        json!({"tenant": stored_view(&t), "secrets": secrets}),
+        version,
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+async fn list(
+    State(s): State<AdminState>,
+    _who: Admin,
+    Query(q): Query<ListQuery>,
+) -> Result<Response, Problem> {
+    let limit = match q.limit.as_deref() {
+        None => 100,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=1000).contains(l))
+            .ok_or_else(|| Problem::invalid("/limit", "limit is between 1 and 1000"))?,
+    };
+    let (_, records) = s.0.loader.catalog().records().await?;
+    let mut all: Vec<(String, Value)> =
+        s.0.loader
+            .statics()
+            .iter()
+            .map(|t| (t.id.clone(), static_view(t)))
+            .collect();
+    for r in records {
+        if let Ok(t) = serde_json::from_str::<StoredTenant>(&r.body)
+            && !s.0.loader.is_static(&t.id)
+        {
+            all.push((t.id.clone(), stored_view(&t)));
+        }
+    }
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    let after = q.cursor.unwrap_or_default();
+    let page: Vec<(String, Value)> = all
+        .into_iter()
+        .filter(|(id, _)| after.is_empty() || *id > after)
+        .take(limit + 1)
+        .collect();
+    let more = page.len() > limit;
+    let page: Vec<(String, Value)> = page.into_iter().take(limit).collect();
+    let next = if more {
+        page.last().map(|(id, _)| json!(id)).unwrap_or(Value::Null)
+    } else {
+        Value::Null
+    };
+    let tenants: Vec<Value> = page.into_iter().map(|(_, v)| v).collect();
+    Ok(axum::Json(json!({"tenants": tenants, "next": next})).into_response())
+}
+
+async fn read(
+    State(s): State<AdminState>,
+    _who: Admin,
+    Path(id): Path<String>,
+) -> Result<Response, Problem> {
+    if let Some(t) = s.0.loader.statics().iter().find(|t| t.id == id) {
+        return Ok(with_etag(StatusCode::OK, static_view(t), 0));
+    }
+    let (version, t) = s.stored(&id).await?;
+    Ok(with_etag(StatusCode::OK, stored_view(&t), version))
+}
+
+async fn patch(
+    State(s): State<AdminState>,
+    who: Admin,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Problem> {
+    let expected = if_match(&headers)?;
+    let doc: Value = parse(&body)?;
+    let Value::Object(fields) = doc else {
+        return Err(Problem::invalid("", "a JSON Merge Patch object"));
+    };
+    for k in fields.keys() {
+        if !matches!(k.as_str(), "allowedOrigins" | "limits" | "webhookUrl") {
+            return Err(Problem::invalid(
+                format!("/{k}"),
+                "only allowedOrigins, limits and webhookUrl can be changed",
+            ));
+        }
+    }
+    let (version, t, ()) = s
+        .update(&who, "tenant.updated", &id, expected, |t| {
+            if let Some(v) = fields.get("allowedOrigins") {
+                t.allowed_origins = crate::api::parse_value("/allowedOrigins", v.clone())?;
+            }
+            match fields.get("limits") {
+                None => {}
+                Some(Value::Null) => t.limits = TenantLimits::default(),
+                Some(Value::Object(l)) => {
+                    // Merge Patch: a member set to null goes back to its default.
+                    let defaults = limits_json(&TenantLimits::default());
+                    let mut set = serde_json::Map::new();
+                    for (k, v) in l {
+                        let v = if v.is_null() {
+                            defaults.get(k).cloned().unwrap_or(Value::Null)
+                        } else {
+                            v.clone()
+                        };
+                        set.insert(k.clone(), v);
+                    }
+                    let body: LimitsBody = crate::api::parse_value("/limits", Value::Object(set))?;
+                    t.limits = body.onto(t.limits);
+                }
+                Some(_) => return Err(Problem::invalid("/limits", "an object")),
+            }
+            match fields.get("webhookUrl") {
+                None => {}
+                Some(Value::Null) => t.webhook_url = None,
+                Some(Value::String(u)) => {
+                    if t.webhook_secrets.is_empty() {
+                        return Err(Problem::conflict(
+                            "add a webhook secret (POST …/webhook-secrets) before a webhookUrl",
+                        ));
+                    }
+                    t.webhook_url = Some(u.clone());
+                }
+                Some(_) => return Err(Problem::invalid("/webhookUrl", "a URL or null")),
+            }
+            Ok(())
+        })
+        .await?;
+    Ok(with_etag(StatusCode::OK, stored_view(&t), version))
+}
+
+async fn remove(
+    State(s): State<AdminState>,
+    who: Admin,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    s.refuse_static(&id)?;
+    let expected = if_match(&headers)?;
+    for _ in 0..8 {
+        let (version, _) = s.stored(&id).await?;
+        if expected.is_some_and(|e| e != version) {
+            return Err(Problem::precondition_failed());
+        }
+        match s.0.loader.catalog().remove(&id, version).await {
+            Ok(()) => {
+                audit(&who, "tenant.deleted", &id);
+                s.0.loader.load_one(&id).await;
+                return Ok(StatusCode::NO_CONTENT.into_response());
+            }
+            Err(CatalogError::Stale) if expected.is_none() => {}
+            Err(CatalogError::Stale) => return Err(Problem::precondition_failed()),
+            Err(CatalogError::Missing) => return Err(Problem::not_found("Tenant")),
+            Err(CatalogError::Broker(b)) => return Err(b.into()),
+            Err(CatalogError::Exists) => return Err(Problem::conflict("exists")),
+        }
+    }
+    Err(Problem::conflict("the tenant kept changing; try again"))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ApiKeyBody {
+    expires_at: Option<String>,
+}
+
+async fn add_api_key(
+    State(s): State<AdminState>,
+    who: Admin,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Response, Problem> {
+    let req: ApiKeyBody = parse(&body)?;
+    let expires_ms = match req.expires_at {
+        None => None,
+        Some(t) => {
+            let at = humantime::parse_rfc3339_weak(&t)
+                .map_err(|_| Problem::invalid("/expiresAt", "an RFC 3339 timestamp"))?;
+            let ms = at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                .unwrap_or(0);
+            if ms <= now_ms() {
+                return Err(Problem::invalid("/expiresAt", "must be in the future"));
+            }
+            Some(ms)
+        }
+    };
+    let (key, plain) = new_api_key(expires_ms);
+    let shown = key.id.clone();
+    s.update(&who, "tenant.key_rotated", &id, None, |t| {
+        t.api_keys.push(key.clone());
+        Ok(())
+    })
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(json!({"apiKeyId": shown, "apiKey": plain})),
+    )
+        .into_response())
+}
+
+async fn remove_api_key(
+    State(s): State<AdminState>,
+    who: Admin,
+    Path((id, key)): Path<(String, String)>,
+) -> Result<Response, Problem> {
+    s.update(&who, "tenant.key_rotated", &id, None, |t| {
+        let before = t.api_keys.len();
+        t.api_keys.retain(|k| k.id != key);
+        if t.api_keys.len() == before {
+            return Err(Problem::not_found("API key"));
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TokenKeyBody {
+    public_key: Option<String>,
+}
+
+async fn add_token_key(
+    State(s): State<AdminState>,
+    who: Admin,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Response, Problem> {
+    let req: TokenKeyBody = parse(&body)?;
+    s.refuse_static(&id)?;
+    let (key, secret) = new_token_key(s.0.loader.sealer(), &id, req.public_key, "/publicKey")?;
+    let kid = key.kid.clone();
+    s.update(&who, "tenant.key_rotated", &id, None, |t| {
+        t.token_keys.push(key.clone());
+        Ok(())
+    })
+    .await?;
+    let mut out = json!({"kid": kid});
+    if let Some(secret) = secret {
+        out["tokenSecret"] = json!(secret);
+    }
+    Ok((StatusCode::CREATED, axum::Json(out)).into_response())
+}
+
+async fn remove_token_key(
+    State(s): State<AdminState>,
+    who: Admin,
+    Path((id, kid)): Path<(String, String)>,
+) -> Result<Response, Problem> {
+    s.update(&who, "tenant.key_rotated", &id, None, |t| {
+        if !t.token_keys.iter().any(|k| k.kid == kid) {
+            return Err(Problem::not_found("Token key"));
+        }
+        if t.token_keys.len() == 1 {
+            return Err(Problem::conflict(
+                "a tenant keeps at least one token key: add the next one first",
+            ));
+        }
+        t.token_keys.retain(|k| k.kid != kid);
+        Ok(())
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn add_webhook_secret(
+    State(s): State<AdminState>,
+    who: Admin,
+    Path(id): Path<String>,
+) -> Result<Response, Problem> {
+    s.refuse_static(&id)?;
+    let (secret, plain) = new_webhook_secret(s.0.loader.sealer(), &id);
+    let shown = secret.id.clone();
+    s.update(&who, "tenant.key_rotated", &id, None, |t| {
+        t.webhook_secrets.push(secret.clone());
+        Ok(())
+    })
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(json!({"webhookSecretId": shown, "webhookSecret": plain})),
+    )
+        .into_response())
+}
+
+async fn remove_webhook_secret(
+    State(s): State<AdminState>,
+    who: Admin,
+    Path((id, sid)): Path<(String, String)>,
+) -> Result<Response, Problem> {
+    s.update(&who, "tenant.key_rotated", &id, None, |t| {
+        if !t.webhook_secrets.iter().any(|w| w.id == sid) {
+            return Err(Problem::not_found("Webhook secret"));
+        }
+        if t.webhook_secrets.len() == 1 && t.webhook_url.is_some() {
+            return Err(Problem::conflict(
+                "a tenant with a webhookUrl keeps at least one webhook secret: add the next one first",
+            ));
+        }
+        t.webhook_secrets.retain(|w| w.id != sid);
+        Ok(())
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DisconnectBody {
+    conversation: Option<String>,
+}
+
+async fn disconnect(
+    State(s): State<AdminState>,
+    who: Admin,
+    Path((id, user)): Path<(String, String)>,
+    body: Body,
+) -> Result<Response, Problem> {
+    let req: DisconnectBody = parse(&body)?;
+    if !crate::ids::is_valid_id(&user) {
+        return Err(Problem::invalid(
+            "/user",
+            "user ids match ^[A-Za-z0-9_-]{1,128}$",
+        ));
+    }
+    if let Some(c) = &req.conversation
+        && !crate::ids::is_valid_id(c)
+    {
+        return Err(Problem::invalid(
+            "/conversation",
+            "conversation ids match ^[A-Za-z0-9_-]{1,128}$",
+        ));
+    }
+    let at_ms = now_ms();
+    s.update(&who, "tenant.user_disconnected", &id, None, |t| {
+        t.revoked.retain(|r| r.at_ms + REVOCATION_KEPT_MS > at_ms);
+        t.revoked.push(Revocation {
+            user: user.clone(),
+            conversation: req.conversation.clone(),
+            at_ms,
+        });
+        Ok(())
+    })
+    .await?;
+    Ok(StatusCode::ACCEPTED.into_response())
+}
