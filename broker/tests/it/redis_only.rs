@@ -274,7 +274,8 @@ async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_
             .filter(|l| !l.trim().is_empty())
             .count()
     };
-    let partitions = usize::from(toolmark_broker::partition::PARTITIONS);
+    // One channel per partition, and the tenant catalog's.
+    let partitions = usize::from(toolmark_broker::partition::PARTITIONS) + 1;
     assert_eq!(channels(), partitions);
     let convs: Vec<_> = (0..90)
         .map(|i| toolmark_broker::ConvKey::new("t", "u", &format!("c{i}")))
