@@ -59,13 +59,13 @@ pub fn announce_listening(binary: &str, bound: std::net::SocketAddr) {
 }
 
 /// The admin listener's line, `<binary> admin listening on http://ADDR`, printed after the
-/// readiness line.
-#[allow(
-    clippy::print_stdout,
-    reason = "the admin listener's line follows the readiness line on stdout"
-)]
+/// readiness line. A reader may have stopped reading at the readiness line: a closed stdout is
+/// not an error here.
 pub fn announce_admin_listening(binary: &str, bound: std::net::SocketAddr) {
-    println!("{binary} admin listening on http://{bound}");
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{binary} admin listening on http://{bound}");
+    let _ = out.flush();
 }
 
 /// Runs `main` on a multi-threaded runtime with telemetry installed before it and flushed
