@@ -159,6 +159,7 @@ async fn serve_until_stopped(
                 &settings,
                 &node_id,
                 Arc::clone(&metrics),
+                Some(Arc::clone(&catalog)),
             )?;
             jobs.prepare().await;
             life.spawn(jobs.run(life.stopping().clone()));

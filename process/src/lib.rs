@@ -3,6 +3,7 @@
 //! typed [`config::Settings`], telemetry, TLS setup, the stop signals, one [`Lifecycle`] and
 //! the small pieces of a binary's `main`.
 
+pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod lifecycle;

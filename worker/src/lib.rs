@@ -75,6 +75,7 @@ pub async fn run(
         &settings,
         &id,
         metrics.clone(),
+        Some(broker.clone() as Arc<dyn toolmark_broker::catalog::Catalog>),
     )?;
     jobs.prepare().await;
     let listener = tokio::net::TcpListener::bind(settings.worker.listen).await?;

@@ -654,3 +654,115 @@ async fn the_broker_holds_no_secret_in_plain_text() {
     }
     let _ = tx.send(());
 }
+
+/// One webhook request: path, id, timestamp, signature header, body.
+type Hook = (String, String, String, String, String);
+
+/// A receiver on `/a` and `/b` that records every request and answers 200.
+async fn receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Hook>>>) {
+    use axum::http::HeaderMap;
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<Hook>>> = Default::default();
+    let sink = seen.clone();
+    let app = axum::Router::new().route(
+        "/{path}",
+        axum::routing::post(
+            move |axum::extract::Path(path): axum::extract::Path<String>,
+                  h: HeaderMap,
+                  body: axum::body::Bytes| {
+                let sink = sink.clone();
+                async move {
+                    let get = |k: &str| {
+                        h.get(k)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default()
+                            .to_owned()
+                    };
+                    sink.lock().unwrap().push((
+                        path,
+                        get("webhook-id"),
+                        get("webhook-timestamp"),
+                        get("webhook-signature"),
+                        String::from_utf8_lossy(&body).into_owned(),
+                    ));
+                    "ok"
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (base, seen)
+}
+
+/// Sends manifests from `page` (each one an event) until a request that `ok` accepts reaches
+/// the receiver; returns it.
+async fn delivered_where(
+    page: &mut Page,
+    seen: &std::sync::Arc<std::sync::Mutex<Vec<Hook>>>,
+    ok: impl Fn(&Hook) -> bool,
+) -> Hook {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    for rev in 2.. {
+        if let Some(h) = seen.lock().unwrap().iter().find(|h| ok(h)) {
+            return h.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no such delivery: {:?}",
+            seen.lock().unwrap()
+        );
+        page.manifest(rev, json!([tool("todo.add", json!({}))]))
+            .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    unreachable!()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_time_tenants_webhooks_follow_its_url_and_carry_one_signature_per_secret() {
+    let (base, seen) = receiver().await;
+    let nodes = Gateway::start_admin_nodes(1).await;
+    let gw = &nodes[0];
+    let r = admin(
+        gw,
+        "POST",
+        "/admin/v1/tenants",
+        Some(json!({"id": "hooked", "allowedOrigins": [ACME_ORIGIN], "webhookUrl": format!("{base}/a")})),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let first = r.body["secrets"]["webhookSecret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let key = r.body["secrets"]["apiKey"].as_str().unwrap().to_owned();
+    let t = minted(gw, "hooked", &key, "u1", "c1").await;
+    let mut page = live_page(gw, "hooked", &key, &t, "u1").await;
+    let verify = |secret: &str, h: &Hook| {
+        let k = toolmark_process::signing::SigningKey::parse(secret).unwrap();
+        let want = k.sign(&h.1, h.2.parse().unwrap(), &h.4);
+        h.3.split(' ').any(|s| s == want)
+    };
+    let one = delivered_where(&mut page, &seen, |h| h.0 == "a").await;
+    assert!(
+        verify(&first, &one),
+        "signed with the tenant's secret: {one:?}"
+    );
+    // A second secret: deliveries carry both signatures.
+    let second = admin(gw, "POST", "/admin/v1/tenants/hooked/webhook-secrets", None).await;
+    let second = second.body["webhookSecret"].as_str().unwrap().to_owned();
+    let both = delivered_where(&mut page, &seen, |h| h.3.split(' ').count() == 2).await;
+    assert!(verify(&first, &both) && verify(&second, &both), "{both:?}");
+    // A new URL applies to the next delivery.
+    let moved = admin(
+        gw,
+        "PATCH",
+        "/admin/v1/tenants/hooked",
+        Some(json!({"webhookUrl": format!("{base}/b")})),
+    )
+    .await;
+    assert_eq!(moved.status, 200, "{}", moved.body);
+    let at_b = delivered_where(&mut page, &seen, |h| h.0 == "b").await;
+    assert!(verify(&second, &at_b));
+}

@@ -4,74 +4,183 @@
 //! to the dead letters. Each POST carries the Standard Webhooks headers; `webhook-id` is the
 //! event id, the same on every attempt.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
 use rand::RngExt;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use toolmark_broker::now_ms;
 use toolmark_broker::webhook::{Admission, Pending, WebhookQueue};
+use toolmark_process::catalog::{Change, Follower};
 
 use toolmark_process::config::{Settings, WebhookTarget, WorkerConfig};
 
 use super::metrics::{FailureLabels, JobMetrics, TenantLabel};
 
-/// The webhook deliveries of every tenant that has a webhook.
-#[derive(Debug)]
+/// The webhook deliveries of every tenant that has a webhook: the config file's, and those of
+/// the admin API, followed as they are created, changed (a new URL or secret applies from the
+/// next attempt) and deleted.
 pub struct Deliveries {
-    tenants: Vec<Arc<Deliverer>>,
+    queue: Arc<dyn WebhookQueue>,
+    http: reqwest::Client,
+    consumer: String,
+    settings: WorkerConfig,
+    metrics: Arc<JobMetrics>,
+    statics: Vec<(String, WebhookTarget)>,
+    follower: Option<Arc<Follower>>,
+}
+
+impl std::fmt::Debug for Deliveries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deliveries")
+            .field("statics", &self.statics.len())
+            .field("follows_catalog", &self.follower.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The loops of one tenant: its target (swapped on a change) and what stops them.
+struct Running {
+    deliverer: Arc<Deliverer>,
+    stop: CancellationToken,
 }
 
 impl Deliveries {
-    /// One deliverer per tenant with a `webhook_url`, all sharing one HTTP client.
+    /// One deliverer per tenant with a `webhook_url`, all sharing one HTTP client; with
+    /// `follower`, the admin API's tenants too.
     pub fn new(
         queue: Arc<dyn WebhookQueue>,
         settings: &Settings,
         consumer: &str,
         metrics: Arc<JobMetrics>,
+        follower: Option<Arc<Follower>>,
     ) -> Result<Deliveries, reqwest::Error> {
         toolmark_process::tls::install_crypto();
         let http = reqwest::Client::builder().build()?;
-        let tenants = settings
+        let statics = settings
             .tenants
             .iter()
             .filter_map(|t| Some((t.id.clone(), t.webhook.clone()?)))
-            .map(|(tenant, target)| {
-                Arc::new(Deliverer {
-                    broker: Arc::clone(&queue),
-                    http: http.clone(),
-                    tenant,
-                    target,
-                    consumer: consumer.to_owned(),
-                    settings: settings.worker.delivery.clone(),
-                    metrics: Arc::clone(&metrics),
-                })
-            })
             .collect();
-        Ok(Deliveries { tenants })
+        Ok(Deliveries {
+            queue,
+            http,
+            consumer: consumer.to_owned(),
+            settings: settings.worker.delivery.clone(),
+            metrics,
+            statics,
+            follower,
+        })
     }
 
     /// Opens each tenant's consumer group (events emitted from now on wait for delivery).
     pub async fn prepare(&self) {
-        for d in &self.tenants {
-            if let Err(e) = d.broker.open(&d.tenant).await {
-                tracing::warn!(tenant = %d.tenant, error = %e, "webhook group not ready yet");
+        let mut tenants: Vec<String> = self.statics.iter().map(|(t, _)| t.clone()).collect();
+        if let Some(f) = &self.follower {
+            f.load_all().await;
+            tenants.extend(
+                f.tenants()
+                    .iter()
+                    .filter(|t| t.webhook.is_some())
+                    .map(|t| t.id.clone()),
+            );
+        }
+        for t in tenants {
+            if let Err(e) = self.queue.open(&t).await {
+                tracing::warn!(tenant = %t, error = %e, "webhook group not ready yet");
+            }
+        }
+    }
+
+    fn start(
+        &self,
+        tracker: &TaskTracker,
+        running: &mut HashMap<String, Running>,
+        tenant: String,
+        target: WebhookTarget,
+        shutdown: &CancellationToken,
+    ) {
+        tracing::info!(%tenant, "delivering webhooks");
+        let stop = shutdown.child_token();
+        let d = Arc::new(Deliverer {
+            broker: Arc::clone(&self.queue),
+            http: self.http.clone(),
+            tenant: tenant.clone(),
+            target: Mutex::new(Arc::new(target)),
+            consumer: self.consumer.clone(),
+            settings: self.settings.clone(),
+            metrics: Arc::clone(&self.metrics),
+        });
+        tracker.spawn(Arc::clone(&d).run_new(stop.clone()));
+        tracker.spawn(Arc::clone(&d).run_retries(stop.clone()));
+        running.insert(tenant, Running { deliverer: d, stop });
+    }
+
+    /// Takes a change of an admin API tenant: starts, re-targets or stops its loops.
+    async fn reconcile(
+        &self,
+        tracker: &TaskTracker,
+        running: &mut HashMap<String, Running>,
+        change: Change,
+        shutdown: &CancellationToken,
+    ) {
+        if self.statics.iter().any(|(t, _)| *t == change.id) {
+            return;
+        }
+        match change.tenant.and_then(|t| t.webhook.clone()) {
+            Some(target) => match running.get(&change.id) {
+                Some(r) => *lock(&r.deliverer.target) = Arc::new(target),
+                None => {
+                    if let Err(e) = self.queue.open(&change.id).await {
+                        tracing::warn!(tenant = %change.id, error = %e, "webhook group not ready yet");
+                    }
+                    self.start(tracker, running, change.id, target, shutdown);
+                }
+            },
+            None => {
+                if let Some(r) = running.remove(&change.id) {
+                    tracing::info!(tenant = %change.id, "webhook deliveries stopped");
+                    r.stop.cancel();
+                }
             }
         }
     }
 
     /// Delivers until `shutdown`; an attempt in flight is finished (bounded by its timeout).
     pub async fn run(self, shutdown: CancellationToken) {
-        let loops = self.tenants.into_iter().flat_map(|d| {
-            tracing::info!(tenant = %d.tenant, "delivering webhooks");
-            [
-                Arc::clone(&d).run_new(shutdown.clone()).boxed(),
-                d.run_retries(shutdown.clone()).boxed(),
-            ]
-        });
-        futures_util::future::join_all(loops).await;
+        let tracker = TaskTracker::new();
+        let mut running = HashMap::new();
+        for (tenant, target) in self.statics.clone() {
+            self.start(&tracker, &mut running, tenant, target, &shutdown);
+        }
+        if let Some(f) = self.follower.clone() {
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            tracker.spawn(f.run(shutdown.clone(), move |batch| {
+                let _ = tx.send(batch);
+            }));
+            loop {
+                let batch = tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    b = rx.recv() => b,
+                };
+                let Some(batch) = batch else { break };
+                for change in batch {
+                    self.reconcile(&tracker, &mut running, change, &shutdown)
+                        .await;
+                }
+            }
+        }
+        shutdown.cancelled().await;
+        tracker.close();
+        tracker.wait().await;
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// One tenant's delivery loops.
@@ -79,7 +188,8 @@ struct Deliverer {
     broker: Arc<dyn WebhookQueue>,
     http: reqwest::Client,
     tenant: String,
-    target: WebhookTarget,
+    /// Where and how to deliver; swapped when the admin API changes the tenant.
+    target: Mutex<Arc<WebhookTarget>>,
     consumer: String,
     settings: WorkerConfig,
     metrics: Arc<JobMetrics>,
@@ -119,11 +229,12 @@ impl Deliverer {
     /// POSTs one event.
     async fn post(&self, p: &Pending) -> Result<(), Failed> {
         let ts = now_ms() / 1000;
-        let sig = self.target.sign(&p.id, ts, &p.body);
+        let target = Arc::clone(&lock(&self.target));
+        let sig = target.sign(&p.id, ts, &p.body);
         self.metrics.attempts.get_or_create(&self.labels()).inc();
         let res = self
             .http
-            .post(&self.target.url)
+            .post(&target.url)
             .timeout(Duration::from_millis(self.settings.webhook_timeout_ms))
             .header("content-type", "application/json")
             .header("webhook-id", &p.id)

@@ -18,7 +18,9 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use toolmark_broker::SharedBroker;
+use toolmark_broker::catalog::Catalog;
 use toolmark_broker::webhook::WebhookQueue;
+use toolmark_process::catalog::Follower;
 use toolmark_process::config::Settings;
 
 pub use deliver::Deliveries;
@@ -44,15 +46,23 @@ pub struct Jobs {
 impl Jobs {
     /// The jobs over `broker` (and its webhook queue) for the tenants of `settings`; `consumer`
     /// names this process in the webhook consumer group.
+    ///
+    /// With `[admin]` in `settings` and the broker's `catalog`, the admin API's tenants are
+    /// followed too (their webhooks delivered, re-targeted and stopped as they change).
     pub fn new(
         broker: SharedBroker,
         queue: Arc<dyn WebhookQueue>,
         settings: &Settings,
         consumer: &str,
         metrics: Arc<JobMetrics>,
+        catalog: Option<Arc<dyn Catalog>>,
     ) -> Result<Jobs, JobsError> {
+        let follower = match (&settings.admin, catalog) {
+            (Some(a), Some(c)) => Some(Arc::new(Follower::new(c, a.sealer.clone()))),
+            _ => None,
+        };
         Ok(Jobs {
-            deliveries: Deliveries::new(queue, settings, consumer, Arc::clone(&metrics))?,
+            deliveries: Deliveries::new(queue, settings, consumer, Arc::clone(&metrics), follower)?,
             sweep: DeadlineSweep::new(Arc::clone(&broker), Arc::clone(&metrics)),
             expiry: ConfirmationExpiry::new(broker, metrics),
         })

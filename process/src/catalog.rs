@@ -1,0 +1,174 @@
+//! Following the broker's tenant catalog (the admin API's tenants): what every process that
+//! serves tenants needs, the gateway (its snapshot, its sockets) and the worker (its webhook
+//! deliveries) alike. A [`Follower`] re-reads the tenant each change notification names, and
+//! every tenant when the catalog's revision moved without a notification reaching it (checked
+//! every [`REREAD_EVERY`]); each record is opened into the same [`TenantSettings`] a
+//! `[[tenants]]` entry gives, and each change is handed to the caller.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+use toolmark_broker::catalog::{Catalog, Record};
+
+use crate::config::{Sealer, StoredTenant, TenantSettings};
+
+/// How often the catalog's revision is compared with what was loaded.
+pub const REREAD_EVERY: Duration = Duration::from_secs(1);
+
+/// A stored tenant that changed: its new settings, or `None` once it is gone (deleted, or no
+/// longer opening).
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// The tenant id.
+    pub id: String,
+    /// What it is now.
+    pub tenant: Option<Arc<TenantSettings>>,
+}
+
+/// One process's view of the catalog.
+#[derive(Debug)]
+pub struct Follower {
+    catalog: Arc<dyn Catalog>,
+    sealer: Sealer,
+    /// Stored tenants as loaded: id → (version, settings).
+    loaded: Mutex<BTreeMap<String, (u64, Arc<TenantSettings>)>>,
+    revision: Mutex<u64>,
+}
+
+impl Follower {
+    /// A follower of `catalog`, opening secrets with `sealer`.
+    pub fn new(catalog: Arc<dyn Catalog>, sealer: Sealer) -> Self {
+        Follower {
+            catalog,
+            sealer,
+            loaded: Mutex::default(),
+            revision: Mutex::new(0),
+        }
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
+
+    /// The sealing key.
+    pub fn sealer(&self) -> &Sealer {
+        &self.sealer
+    }
+
+    /// Every stored tenant as loaded.
+    pub fn tenants(&self) -> Vec<Arc<TenantSettings>> {
+        self.lock().values().map(|(_, t)| Arc::clone(t)).collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (u64, Arc<TenantSettings>)>> {
+        self.loaded.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn open(&self, r: &Record) -> Option<Arc<TenantSettings>> {
+        let stored: StoredTenant = match serde_json::from_str(&r.body) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(tenant = %r.id, error = %e, "stored tenant unreadable; not served");
+                return None;
+            }
+        };
+        match stored.open(&self.sealer) {
+            Ok(settings) => Some(Arc::new(settings)),
+            Err(e) => {
+                tracing::error!(tenant = %r.id, error = %e, "stored tenant does not open (another admin.encryption_key?); not served");
+                None
+            }
+        }
+    }
+
+    /// Takes `record` (or its absence) as tenant `id`'s state; the change, if it is one.
+    fn apply(&self, id: &str, record: Option<&Record>) -> Option<Change> {
+        let mut loaded = self.lock();
+        let current = loaded.get(id).map(|(v, _)| *v);
+        let next = match record {
+            Some(r) if current == Some(r.version) => return None,
+            Some(r) => self.open(r).map(|t| (r.version, t)),
+            None if current.is_none() => return None,
+            None => None,
+        };
+        match &next {
+            Some(n) => loaded.insert(id.to_owned(), n.clone()),
+            None => loaded.remove(id),
+        };
+        Some(Change {
+            id: id.to_owned(),
+            tenant: next.map(|(_, t)| t),
+        })
+    }
+
+    /// Re-reads every stored tenant; the changes (none when the catalog cannot be read).
+    pub async fn load_all(&self) -> Vec<Change> {
+        let (revision, records) = match self.catalog.records().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "tenant catalog not read; keeping what was loaded");
+                return Vec::new();
+            }
+        };
+        let next: BTreeMap<String, Record> =
+            records.into_iter().map(|r| (r.id.clone(), r)).collect();
+        let ids: Vec<String> = self.lock().keys().chain(next.keys()).cloned().collect();
+        let changes = ids
+            .iter()
+            .filter_map(|id| self.apply(id, next.get(id)))
+            .collect();
+        *self.revision.lock().unwrap_or_else(PoisonError::into_inner) = revision;
+        changes
+    }
+
+    /// Re-reads one stored tenant (named by a change notification, or just written here).
+    pub async fn load_one(&self, id: &str) -> Vec<Change> {
+        match self.catalog.record(id).await {
+            Ok(r) => self.apply(id, r.as_ref()).into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(tenant = %id, error = %e, "stored tenant not read");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Follows the catalog until `shutdown`, handing each batch of changes to `changed`.
+    pub async fn run(
+        self: Arc<Self>,
+        shutdown: CancellationToken,
+        changed: impl Fn(Vec<Change>) + Send,
+    ) {
+        let mut changes = self.catalog.changes();
+        changed(self.load_all().await);
+        let mut tick = tokio::time::interval(REREAD_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let batch = tokio::select! {
+                () = shutdown.cancelled() => return,
+                change = changes.recv() => match change {
+                    Ok(id) => self.load_one(&id).await,
+                    Err(RecvError::Lagged(_)) => self.load_all().await,
+                    Err(RecvError::Closed) => return,
+                },
+                _ = tick.tick() => {
+                    let seen = *self.revision.lock().unwrap_or_else(PoisonError::into_inner);
+                    match self.catalog.revision().await {
+                        Ok(r) if r != seen => self.load_all().await,
+                        Ok(_) => Vec::new(),
+                        Err(e) => {
+                            tracing::debug!(error = %e, "catalog revision not read");
+                            Vec::new()
+                        }
+                    }
+                }
+            };
+            if !batch.is_empty() {
+                changed(batch);
+            }
+        }
+    }
+}
