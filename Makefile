@@ -5,7 +5,7 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit chart-test browser mcp-e2e pusher bench bench-compare scale-sim profile load-test soak fuzz clean
+.PHONY: run test deps lint unit chart-test browser mcp-e2e pusher bench bench-compare admin-propagation scale-sim profile load-test soak fuzz clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
@@ -55,6 +55,11 @@ bench:
 ## alternating the two builds, with the ratio of every figure (docs/img/bench-compare/summary.md)
 bench-compare:
 	CARGO="$(CARGO)" load-tests/bench-compare.sh
+
+## admin-propagation: how long an admin API change through node 1 takes to hold on node 3
+## (three release nodes on Redis, 1,000 changes; docs/benchmarks.md)
+admin-propagation:
+	CARGO="$(CARGO)" load-tests/admin-propagation.sh
 
 ## load-test: k6 mixed scenario against a local two-node gateway on Redis (about a minute);
 ## fails when a threshold is crossed (not part of `test`: it is a load test)

@@ -104,8 +104,9 @@ def check_worker_environment(docs) -> None:
     gw = one([d for d in by_kind(docs, "Deployment") if component(d) == "gateway"], "gateway Deployment")
     g = gw["spec"]["template"]["spec"]["containers"][0]
     w = workers[0]["spec"]["template"]["spec"]["containers"][0]
-    # The Redis URL, its password and every tenant secret; extraEnv is each component's own.
-    prefixes = ("TOOLMARK_TENANTS__", "TOOLMARK_BROKER__", "TOOLMARK_REDIS_PASSWORD")
+    # The Redis URL, its password, the admin keys and every tenant secret; extraEnv is each
+    # component's own.
+    prefixes = ("TOOLMARK_TENANTS__", "TOOLMARK_BROKER__", "TOOLMARK_REDIS_PASSWORD", "TOOLMARK_ADMIN__")
     shared = [e for e in g["env"] if e["name"].startswith(prefixes)]
     missing = [e["name"] for e in shared if e not in w["env"]]
     if missing:

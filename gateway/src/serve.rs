@@ -64,6 +64,11 @@ pub async fn bind_and_run(
     let dev = if settings.dev_mode {
         let t = crate::demo::dev_tenant(bound)?;
         crate::demo::announce(&t, bound);
+        // Dev mode's URLs name the address it listens on.
+        settings
+            .server
+            .public_url
+            .get_or_insert_with(|| format!("http://{bound}"));
         if let Some(key) = settings.admin.as_ref().and_then(|a| a.dev_key.as_ref()) {
             eprintln!("toolmark-gateway: dev mode: admin key {key}");
         }
@@ -198,6 +203,7 @@ async fn serve_until_stopped(
         life.clone(),
         dev,
         job_metrics,
+        settings.server.public_url.clone(),
     );
     let service = crate::router(app, settings.dev_mode).into_make_service();
     let (close_listener, closing) = oneshot::channel::<()>();

@@ -41,6 +41,8 @@ pub struct Inner {
     pub dev: Option<DevInfo>,
     /// Metrics of the jobs, when this node runs them (memory broker, or `server.run_jobs`).
     pub job_metrics: Option<Arc<JobMetrics>>,
+    /// `server.public_url`: the base of the URLs handed out (else the request's `Host`).
+    pub public_url: Option<String>,
 }
 
 impl std::ops::Deref for AppState {
@@ -52,6 +54,7 @@ impl std::ops::Deref for AppState {
 
 impl AppState {
     /// Assembles the state.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         tenants: Tenants,
         broker: SharedBroker,
@@ -60,6 +63,7 @@ impl AppState {
         life: Lifecycle,
         dev: Option<DevInfo>,
         job_metrics: Option<Arc<JobMetrics>>,
+        public_url: Option<String>,
     ) -> Self {
         AppState(Arc::new(Inner {
             tenants,
@@ -69,6 +73,7 @@ impl AppState {
             life,
             dev,
             job_metrics,
+            public_url,
         }))
     }
 

@@ -117,7 +117,8 @@ webhookSecret: webhook_secret
 {{- end -}}
 
 {{/*
-Environment shared by the gateway and the worker: logs, traces, the Redis URL and every tenant
+Environment shared by the gateway and the worker: logs, traces, the Redis URL, the admin API's
+keys (the worker opens the stored tenants' webhook secrets with its encryption key) and every tenant
 secret as a TOOLMARK_TENANTS__<index>__<KEY> override of gateway.toml. Secret values are read as
 TOML when they parse: api_keys is a TOML array, pusher_old_keys an array of inline tables.
 */}}
@@ -148,6 +149,18 @@ TOML when they parse: api_keys is a TOML array, pusher_old_keys an array of inli
 - name: TOOLMARK_BROKER__URL
   value: {{ include "toolmark.redisUrl" . | quote }}
 {{- end }}
+{{- end }}
+{{- if .Values.admin.enabled }}
+- name: TOOLMARK_ADMIN__API_KEYS
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.admin.existingSecret }}
+      key: api_keys
+- name: TOOLMARK_ADMIN__ENCRYPTION_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.admin.existingSecret }}
+      key: encryption_key
 {{- end }}
 {{- $secret := include "toolmark.tenantSecretName" . -}}
 {{- range $i, $t := .Values.tenants }}
@@ -230,6 +243,12 @@ what to do. Included by the gateway Deployment, so every install and template ru
 */}}
 {{- define "toolmark.validate" -}}
 {{- $v := .Values -}}
+{{- if and $v.admin.enabled (not $v.admin.existingSecret) -}}
+{{- fail "admin.existingSecret: name the Secret holding the admin API's keys api_keys (a TOML list of \"sha256:<hex>\" hashes) and encryption_key (base64:<32 bytes>), docs/admin-api.md" -}}
+{{- end -}}
+{{- if and (not $v.tenants) (not $v.admin.enabled) -}}
+{{- fail "tenants: list at least one tenant, or set admin.enabled to create them at run time" -}}
+{{- end -}}
 {{- if eq $v.broker.kind "memory" -}}
 {{- if or $v.gateway.autoscaling.enabled (gt (int $v.gateway.replicas) 1) -}}
 {{- fail "broker.kind: memory keeps state in one process: set gateway.replicas to 1 and gateway.autoscaling.enabled to false, or use broker.kind: redis" -}}

@@ -437,6 +437,7 @@ mod tests {
             toolmark_process::Lifecycle::new(),
             None,
             None,
+            None,
         );
         let conv = ConvKey::new("t", "u", "c");
         let binding = CallBinding {

@@ -90,6 +90,7 @@ struct TokenRequest {
 
 /// `POST /tokens`: a page token for a user and conversation (HS256 tenants).
 pub async fn mint_token(
+    State(app): State<AppState>,
     Authed(tenant): Authed,
     headers: HeaderMap,
     body: Body,
@@ -129,7 +130,7 @@ pub async fn mint_token(
     let token = tenant.mint(&claims).ok_or_else(|| {
         Problem::invalid("", "this tenant verifies page tokens with a public key; mint them with the matching private key")
     })?;
-    let url = page_url(&headers, &tenant.id, &token);
+    let url = page_url(app.public_url.as_deref(), &headers, &tenant.id, &token);
     let expires_at = humantime::format_rfc3339_seconds(
         std::time::UNIX_EPOCH + std::time::Duration::from_secs(claims.exp),
     )
@@ -141,8 +142,26 @@ pub async fn mint_token(
         .into_response())
 }
 
-/// The page WebSocket URL as the caller reached this gateway (`X-Forwarded-Proto` aware).
-pub fn page_url(headers: &HeaderMap, tenant: &str, token: &str) -> String {
+/// The page WebSocket URL: under `server.public_url` when set, else as the caller reached this
+/// gateway (`X-Forwarded-Proto` aware).
+pub fn page_url(
+    public_url: Option<&str>,
+    headers: &HeaderMap,
+    tenant: &str,
+    token: &str,
+) -> String {
+    if let Some(base) = public_url {
+        // `server.public_url`: http → ws, https → wss, its path kept.
+        let ws = base
+            .strip_prefix("https://")
+            .map(|rest| format!("wss://{rest}"))
+            .or_else(|| {
+                base.strip_prefix("http://")
+                    .map(|rest| format!("ws://{rest}"))
+            })
+            .unwrap_or_else(|| base.to_owned());
+        return format!("{ws}/v1/tenants/{tenant}/page?token={token}");
+    }
     let host = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())

@@ -29,7 +29,18 @@ const LINGER: Duration = Duration::from_secs(2);
 
 /// Frames of one subscription: `(channel, registry slot, frame)`; `None` once its queue was
 /// closed (full, or unsubscribed).
-type Frames = Pin<Box<dyn Stream<Item = (Arc<str>, u64, Option<Arc<str>>)> + Send>>;
+type Frames = Pin<Box<dyn Stream<Item = (Arc<str>, u64, Delivery)> + Send>>;
+
+/// What one subscription's outbox yields.
+enum Delivery {
+    /// A frame for the page.
+    Frame(Arc<str>),
+    /// The outbox closed: the page could not keep up.
+    Full,
+    /// The admin API revoked what the subscription was admitted with (its tenant deleted, or
+    /// its user disconnected).
+    Revoked,
+}
 
 struct Connection {
     app: AppState,
@@ -122,8 +133,9 @@ impl Connection {
                 () = shutdown.cancelled() => Flow::Close(code::RECONNECT, "draining"),
                 Some((channel, slot, frame)) = self.frames.next(), if !self.frames.is_empty() => {
                     match (self.subs.get(&channel), frame) {
-                        (Some(s), Some(f)) if s.slot == slot => Flow::Send(protocol::message(&channel, &f)),
-                        (Some(s), None) if s.slot == slot => Flow::Close(code::OVER_CAPACITY, "cannot keep up"),
+                        (Some(s), Delivery::Frame(f)) if s.slot == slot => Flow::Send(protocol::message(&channel, &f)),
+                        (Some(s), Delivery::Full) if s.slot == slot => Flow::Close(code::OVER_CAPACITY, "cannot keep up"),
+                        (Some(s), Delivery::Revoked) if s.slot == slot => Flow::Close(code::UNAUTHORIZED, "revoked"),
                         _ => Flow::Continue, // an ended subscription
                     }
                 }
@@ -265,11 +277,15 @@ fn frames(channel: Arc<str>, slot: u64, outbox: Arc<Outbox>) -> Frames {
             let o = o?;
             loop {
                 return match o.next().await {
-                    Some(Outgoing::Frame(f)) => Some(((channel, slot, Some(f)), Some(o))),
+                    Some(Outgoing::Frame(f)) => {
+                        Some(((channel, slot, Delivery::Frame(f)), Some(o)))
+                    }
                     // Probes and evictions are for sockets bound to a clientId, which an Echo
                     // subscription never is.
-                    Some(Outgoing::Probe | Outgoing::Evict | Outgoing::Revoke) => continue,
-                    None => Some(((channel, slot, None), None)),
+                    Some(Outgoing::Probe | Outgoing::Evict) => continue,
+                    // A revocation stays set: the stream ends with it.
+                    Some(Outgoing::Revoke) => Some(((channel, slot, Delivery::Revoked), None)),
+                    None => Some(((channel, slot, Delivery::Full), None)),
                 };
             }
         }

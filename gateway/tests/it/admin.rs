@@ -766,3 +766,78 @@ async fn a_run_time_tenants_webhooks_follow_its_url_and_carry_one_signature_per_
     let at_b = delivered_where(&mut page, &seen, |h| h.0 == "b").await;
     assert!(verify(&second, &at_b));
 }
+
+/// The close code of an Echo socket, once the gateway closes it.
+async fn echo_closed(echo: &mut crate::pusher::Echo) -> u16 {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        match tokio::time::timeout(WAIT, echo.ws.next())
+            .await
+            .expect("a close arrives")
+        {
+            Some(Ok(Message::Close(Some(f)))) => return f.code.into(),
+            Some(Ok(_)) => {}
+            other => panic!("expected a close, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_closes_laravel_echo_subscriptions_too() {
+    use crate::pusher::{Echo, channel, sign};
+    let nodes = Gateway::start_admin_nodes(2).await;
+    let r = admin(
+        &nodes[0],
+        "POST",
+        "/admin/v1/tenants",
+        Some(json!({"id": "echoed", "allowedOrigins": [ACME_ORIGIN], "pusher": true})),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let key = r.body["secrets"]["pusherKey"].as_str().unwrap().to_owned();
+    let secret = r.body["secrets"]["pusherSecret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Node 2 learns the app key; a subscription there is authorized with the returned secret.
+    let subscribed = |user: &'static str| {
+        let (key, secret, addr) = (key.clone(), secret.clone(), nodes[1].addr);
+        async move {
+            let deadline = tokio::time::Instant::now() + WAIT;
+            loop {
+                let mut echo = Echo::connect(addr, &key).await;
+                let ch = channel(user, "c1");
+                let auth = sign(&key, &secret, &echo.socket_id, &ch);
+                let reply = echo.subscribe_with(&ch, &auth).await;
+                if reply["event"] == "pusher_internal:subscription_succeeded" {
+                    return echo;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "{reply}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let mut u1 = subscribed("u1").await;
+    let mut u2 = subscribed("u2").await;
+    let d = admin(
+        &nodes[0],
+        "POST",
+        "/admin/v1/tenants/echoed/users/u1/disconnect",
+        None,
+    )
+    .await;
+    assert_eq!(d.status, 202);
+    assert_eq!(
+        echo_closed(&mut u1).await,
+        4009,
+        "Pusher's unauthorized close"
+    );
+    assert_eq!(
+        admin(&nodes[0], "DELETE", "/admin/v1/tenants/echoed", None)
+            .await
+            .status,
+        204
+    );
+    assert_eq!(echo_closed(&mut u2).await, 4009);
+}

@@ -182,3 +182,29 @@ async fn minted_tokens_connect_to_their_conversation() {
         public.body
     );
 }
+
+#[tokio::test]
+async fn server_public_url_is_the_base_of_the_minted_url_whatever_host_the_agent_used() {
+    // An agent backend inside the cluster reaches the gateway by a name no browser can.
+    let text = crate::harness::config_toml("").replace(
+        "[server]\n",
+        "[server]\npublic_url = \"https://toolmark.example/edge/\"\n",
+    );
+    let gw = Gateway::start_config(&text, None).await;
+    let a = gw
+        .http
+        .post(gw.url("/v1/tenants/acme/tokens"))
+        .bearer_auth(crate::harness::ACME_KEY)
+        .header("host", "toolmark-gateway.internal:8080")
+        .json(&json!({"user": "u1", "conversation": "c1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(a.status(), 201);
+    let body: serde_json::Value = a.json().await.unwrap();
+    let url = body["url"].as_str().unwrap();
+    assert!(
+        url.starts_with("wss://toolmark.example/edge/v1/tenants/acme/page?token="),
+        "{url}"
+    );
+}

@@ -90,6 +90,8 @@ pub struct ServerConfig {
     /// expiry, webhook delivery) in this process. With `memory` the gateway always runs them.
     #[serde(default)]
     pub run_jobs: bool,
+    /// The base of the URLs the gateway hands out (`https://toolmark.example`).
+    pub public_url: Option<String>,
 }
 
 fn default_listen() -> String {
@@ -109,6 +111,7 @@ impl Default for ServerConfig {
             drain_timeout_ms: default_drain(),
             node_id: None,
             run_jobs: false,
+            public_url: None,
         }
     }
 }

@@ -42,6 +42,8 @@ pub struct ServerSettings {
     pub node_id: Option<String>,
     /// Run the worker's jobs in this process with a Redis broker.
     pub run_jobs: bool,
+    /// The base of every URL the gateway hands out (`server.public_url`, no trailing `/`).
+    pub public_url: Option<String>,
 }
 
 impl std::fmt::Debug for ServerSettings {
@@ -52,6 +54,7 @@ impl std::fmt::Debug for ServerSettings {
             .field("drain_timeout", &self.drain_timeout)
             .field("node_id", &self.node_id)
             .field("run_jobs", &self.run_jobs)
+            .field("public_url", &self.public_url)
             .finish()
     }
 }
@@ -216,13 +219,34 @@ fn parse_server(s: &ServerConfig, dev_mode: bool) -> Result<ServerSettings, Conf
             "must match ^[a-z0-9][a-z0-9-]{0,62}$",
         ));
     }
+    let public_url = match &s.public_url {
+        None => None,
+        Some(u) => Some(parse_public_url(u)?),
+    };
     Ok(ServerSettings {
         listen,
         tls,
         drain_timeout: Duration::from_millis(s.drain_timeout_ms),
         node_id: s.node_id.clone(),
         run_jobs: s.run_jobs,
+        public_url,
     })
+}
+
+/// `server.public_url`: an http(s) URL with no query or fragment; kept without its trailing
+/// `/`, so that paths append to it.
+fn parse_public_url(u: &str) -> Result<String, ConfigError> {
+    let bad = |why: &str| ConfigError::new("server.public_url", format!("{u:?}: {why}"));
+    let url = url::Url::parse(u).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad("must be an http or https URL"));
+    }
+    if url.query().is_some() || url.fragment().is_some() || url.host_str().is_none() {
+        return Err(bad(
+            "a scheme, a host, an optional port and path, nothing else",
+        ));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
 }
 
 fn parse_worker(w: WorkerConfig) -> Result<WorkerSettings, ConfigError> {

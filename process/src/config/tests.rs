@@ -156,3 +156,55 @@ fn dev_mode_is_loopback_only() {
         "server.listen"
     );
 }
+
+#[test]
+fn the_admin_section_and_the_public_url_are_checked_key_by_key() {
+    let admin = "[admin]\napi_keys = [\"sha256:2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b\"]\nencryption_key = \"base64:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\"\n";
+    let c = load(&format!("{BASE}\n{admin}"), &[]).unwrap();
+    let a = c.admin.expect("[admin] parsed");
+    assert_eq!(a.listen.to_string(), "127.0.0.1:8081");
+    // With [admin], tenants may all come at run time.
+    assert!(load(admin, &[]).unwrap().tenants.is_empty());
+    assert_eq!(load("", &[]).unwrap_err().key, "tenants");
+    for (bad, key) in [
+        (
+            admin.replace("base64:AAAA", "base64:AA"),
+            "admin.encryption_key",
+        ),
+        (admin.replace("sha256:2bb8", "2bb8"), "admin.api_keys[0]"),
+        (format!("{admin}listen = \"anywhere\"\n"), "admin.listen"),
+        (
+            "[admin]\nencryption_key = \"base64:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\"\n"
+                .to_owned(),
+            "admin.api_keys",
+        ),
+    ] {
+        assert_eq!(
+            load(&format!("{BASE}\n{bad}"), &[]).unwrap_err().key,
+            key,
+            "{bad}"
+        );
+    }
+    let o = Overrides {
+        admin_listen: Some("127.0.0.1:0".into()),
+        ..Overrides::default()
+    };
+    let c = Settings::load(&format!("{BASE}\n{admin}"), [], &o).unwrap();
+    assert_eq!(c.admin.unwrap().listen.port(), 0, "--admin-listen wins");
+    let url = |u: &str| load(&format!("[server]\npublic_url = \"{u}\"\n{BASE}"), &[]);
+    assert_eq!(
+        url("https://toolmark.example/")
+            .unwrap()
+            .server
+            .public_url
+            .as_deref(),
+        Some("https://toolmark.example")
+    );
+    for bad in [
+        "ftp://toolmark.example",
+        "https://toolmark.example/?a=1",
+        "toolmark",
+    ] {
+        assert_eq!(url(bad).unwrap_err().key, "server.public_url", "{bad}");
+    }
+}
