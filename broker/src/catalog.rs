@@ -66,7 +66,22 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
 
     /// Ids of the tenants changed from now on, by any node (a lagging receiver re-reads all).
     fn changes(&self) -> broadcast::Receiver<String>;
+
+    /// Appends an entry to the admin audit log (the newest [`AUDIT_KEPT`] are kept); returns
+    /// its id, ordered like an event id.
+    async fn audit(&self, entry: &str) -> Result<String, BrokerError>;
+
+    /// Up to `count` audit entries after `after` (from the oldest kept without it), oldest
+    /// first, as `(id, entry)`.
+    async fn audit_log(
+        &self,
+        after: Option<&str>,
+        count: usize,
+    ) -> Result<Vec<(String, String)>, BrokerError>;
 }
+
+/// How many audit entries the catalog keeps.
+pub const AUDIT_KEPT: usize = 10_000;
 
 /// Whether a write expecting `expect` may replace what is there (a record at `current`, or
 /// none): the rule both brokers follow (the Redis script [`crate::redis`] writes it in Lua).

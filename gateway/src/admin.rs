@@ -84,6 +84,7 @@ pub fn router(state: AdminState) -> Router {
             "/admin/v1/tenants/{id}/users/{user}/disconnect",
             post(disconnect),
         )
+        .route("/admin/v1/events", get(events))
         .fallback(|| async { Problem::not_found("Route") })
         .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
         .with_state(state)
@@ -325,7 +326,7 @@ impl AdminState {
     async fn update<R>(
         &self,
         who: &Admin,
-        action: &str,
+        (kind, detail): (&'static str, Value),
         id: &str,
         expected: Option<u64>,
         mut change: impl FnMut(&mut StoredTenant) -> Result<R, Problem>,
@@ -347,7 +348,7 @@ impl AdminState {
                 .await
             {
                 Ok(v) => {
-                    audit(who, action, id);
+                    self.audit(who, kind, id, detail).await;
                     self.0.loader.load_one(id).await;
                     return Ok((v, t, out));
                 }
@@ -362,8 +363,23 @@ impl AdminState {
     }
 }
 
-fn audit(who: &Admin, action: &str, tenant: &str) {
-    tracing::info!(target: "toolmark::admin", admin_key = %who.0, action, tenant, "admin change");
+impl AdminState {
+    /// Records an admin change: a log line, and an entry of the audit log that
+    /// `GET /admin/v1/events` streams. A change whose entry the broker cannot take is still
+    /// logged here.
+    async fn audit(&self, who: &Admin, kind: &'static str, tenant: &str, detail: Value) {
+        tracing::info!(target: "toolmark::admin", admin_key = %who.0, kind, tenant, %detail, "admin change");
+        let entry = json!({
+            "type": kind,
+            "tenant": tenant,
+            "adminKeyId": who.0,
+            "at": rfc3339(now_ms()),
+            "detail": detail,
+        });
+        if let Err(e) = self.0.loader.catalog().audit(&entry.to_string()).await {
+            tracing::warn!(tenant, kind, error = %e, "admin change not in the audit log");
+        }
+    }
 }
 
 fn new_api_key(expires_ms: Option<u64>) -> (StoredApiKey, String) {
@@ -485,7 +501,7 @@ async fn create(State(s): State<AdminState>, who: Admin, body: Body) -> Result<R
         Err(CatalogError::Broker(b)) => return Err(b.into()),
         Err(_) => return Err(Problem::conflict("the tenant changed meanwhile")),
     };
-    audit(&who, "tenant.created", &t.id);
+    s.audit(&who, "tenant.created", &t.id, json!({})).await;
     s.0.loader.load_one(&t.id).await;
     let mut secrets = json!({
         "apiKeyId": api_key.id,
@@ -594,45 +610,55 @@ async fn patch(
         }
     }
     let (version, t, ()) = s
-        .update(&who, "tenant.updated", &id, expected, |t| {
-            if let Some(v) = fields.get("allowedOrigins") {
-                t.allowed_origins = crate::api::parse_value("/allowedOrigins", v.clone())?;
-            }
-            match fields.get("limits") {
-                None => {}
-                Some(Value::Null) => t.limits = TenantLimits::default(),
-                Some(Value::Object(l)) => {
-                    // Merge Patch: a member set to null goes back to its default.
-                    let defaults = limits_json(&TenantLimits::default());
-                    let mut set = serde_json::Map::new();
-                    for (k, v) in l {
-                        let v = if v.is_null() {
-                            defaults.get(k).cloned().unwrap_or(Value::Null)
-                        } else {
-                            v.clone()
-                        };
-                        set.insert(k.clone(), v);
-                    }
-                    let body: LimitsBody = crate::api::parse_value("/limits", Value::Object(set))?;
-                    t.limits = body.onto(t.limits);
+        .update(
+            &who,
+            (
+                "tenant.updated",
+                json!({"changed": fields.keys().collect::<Vec<_>>()}),
+            ),
+            &id,
+            expected,
+            |t| {
+                if let Some(v) = fields.get("allowedOrigins") {
+                    t.allowed_origins = crate::api::parse_value("/allowedOrigins", v.clone())?;
                 }
-                Some(_) => return Err(Problem::invalid("/limits", "an object")),
-            }
-            match fields.get("webhookUrl") {
-                None => {}
-                Some(Value::Null) => t.webhook_url = None,
-                Some(Value::String(u)) => {
-                    if t.webhook_secrets.is_empty() {
-                        return Err(Problem::conflict(
-                            "add a webhook secret (POST …/webhook-secrets) before a webhookUrl",
-                        ));
+                match fields.get("limits") {
+                    None => {}
+                    Some(Value::Null) => t.limits = TenantLimits::default(),
+                    Some(Value::Object(l)) => {
+                        // Merge Patch: a member set to null goes back to its default.
+                        let defaults = limits_json(&TenantLimits::default());
+                        let mut set = serde_json::Map::new();
+                        for (k, v) in l {
+                            let v = if v.is_null() {
+                                defaults.get(k).cloned().unwrap_or(Value::Null)
+                            } else {
+                                v.clone()
+                            };
+                            set.insert(k.clone(), v);
+                        }
+                        let body: LimitsBody =
+                            crate::api::parse_value("/limits", Value::Object(set))?;
+                        t.limits = body.onto(t.limits);
                     }
-                    t.webhook_url = Some(u.clone());
+                    Some(_) => return Err(Problem::invalid("/limits", "an object")),
                 }
-                Some(_) => return Err(Problem::invalid("/webhookUrl", "a URL or null")),
-            }
-            Ok(())
-        })
+                match fields.get("webhookUrl") {
+                    None => {}
+                    Some(Value::Null) => t.webhook_url = None,
+                    Some(Value::String(u)) => {
+                        if t.webhook_secrets.is_empty() {
+                            return Err(Problem::conflict(
+                                "add a webhook secret (POST …/webhook-secrets) before a webhookUrl",
+                            ));
+                        }
+                        t.webhook_url = Some(u.clone());
+                    }
+                    Some(_) => return Err(Problem::invalid("/webhookUrl", "a URL or null")),
+                }
+                Ok(())
+            },
+        )
         .await?;
     Ok(with_etag(StatusCode::OK, stored_view(&t), version))
 }
@@ -652,7 +678,7 @@ async fn remove(
         }
         match s.0.loader.catalog().remove(&id, version).await {
             Ok(()) => {
-                audit(&who, "tenant.deleted", &id);
+                s.audit(&who, "tenant.deleted", &id, json!({})).await;
                 s.0.loader.load_one(&id).await;
                 return Ok(StatusCode::NO_CONTENT.into_response());
             }
@@ -696,7 +722,8 @@ async fn add_api_key(
     };
     let (key, plain) = new_api_key(expires_ms);
     let shown = key.id.clone();
-    s.update(&who, "tenant.key_rotated", &id, None, |t| {
+    let detail = json!({"apiKeyId": shown, "change": "added"});
+    s.update(&who, ("tenant.key_rotated", detail), &id, None, |t| {
         t.api_keys.push(key.clone());
         Ok(())
     })
@@ -713,7 +740,8 @@ async fn remove_api_key(
     who: Admin,
     Path((id, key)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
-    s.update(&who, "tenant.key_rotated", &id, None, |t| {
+    let detail = json!({"apiKeyId": key, "change": "removed"});
+    s.update(&who, ("tenant.key_rotated", detail), &id, None, |t| {
         let before = t.api_keys.len();
         t.api_keys.retain(|k| k.id != key);
         if t.api_keys.len() == before {
@@ -741,7 +769,8 @@ async fn add_token_key(
     s.refuse_static(&id)?;
     let (key, secret) = new_token_key(s.0.loader.sealer(), &id, req.public_key, "/publicKey")?;
     let kid = key.kid.clone();
-    s.update(&who, "tenant.key_rotated", &id, None, |t| {
+    let detail = json!({"kid": kid, "change": "added"});
+    s.update(&who, ("tenant.key_rotated", detail), &id, None, |t| {
         t.token_keys.push(key.clone());
         Ok(())
     })
@@ -758,7 +787,8 @@ async fn remove_token_key(
     who: Admin,
     Path((id, kid)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
-    s.update(&who, "tenant.key_rotated", &id, None, |t| {
+    let detail = json!({"kid": kid, "change": "removed"});
+    s.update(&who, ("tenant.key_rotated", detail), &id, None, |t| {
         if !t.token_keys.iter().any(|k| k.kid == kid) {
             return Err(Problem::not_found("Token key"));
         }
@@ -782,7 +812,8 @@ async fn add_webhook_secret(
     s.refuse_static(&id)?;
     let (secret, plain) = new_webhook_secret(s.0.loader.sealer(), &id);
     let shown = secret.id.clone();
-    s.update(&who, "tenant.key_rotated", &id, None, |t| {
+    let detail = json!({"webhookSecretId": shown, "change": "added"});
+    s.update(&who, ("tenant.key_rotated", detail), &id, None, |t| {
         t.webhook_secrets.push(secret.clone());
         Ok(())
     })
@@ -799,7 +830,8 @@ async fn remove_webhook_secret(
     who: Admin,
     Path((id, sid)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
-    s.update(&who, "tenant.key_rotated", &id, None, |t| {
+    let detail = json!({"webhookSecretId": sid, "change": "removed"});
+    s.update(&who, ("tenant.key_rotated", detail), &id, None, |t| {
         if !t.webhook_secrets.iter().any(|w| w.id == sid) {
             return Err(Problem::not_found("Webhook secret"));
         }
@@ -843,7 +875,8 @@ async fn disconnect(
         ));
     }
     let at_ms = now_ms();
-    s.update(&who, "tenant.user_disconnected", &id, None, |t| {
+    let detail = json!({"disconnected": {"user": user, "conversation": req.conversation}});
+    s.update(&who, ("tenant.updated", detail), &id, None, |t| {
         t.revoked.retain(|r| r.at_ms + REVOCATION_KEPT_MS > at_ms);
         t.revoked.push(Revocation {
             user: user.clone(),
@@ -854,4 +887,65 @@ async fn disconnect(
     })
     .await?;
     Ok(StatusCode::ACCEPTED.into_response())
+}
+
+/// How often an audit stream looks for new entries.
+const AUDIT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// `GET /admin/v1/events`: the audit log as Server-Sent Events (`tenant.created`,
+/// `tenant.updated`, `tenant.deleted`, `tenant.key_rotated`), from the oldest kept or after
+/// `Last-Event-ID`, then live. The log is the broker's, so every node streams the same.
+async fn events(
+    State(s): State<AdminState>,
+    _who: Admin,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    // One read now: a broker that cannot answer is a 503, not an empty stream.
+    let first =
+        s.0.loader
+            .catalog()
+            .audit_log(after.as_deref(), 100)
+            .await?;
+    let catalog = Arc::clone(s.0.loader.catalog());
+    let stream = futures_util::stream::unfold(
+        (catalog, after, Some(first)),
+        |(catalog, mut after, mut pending)| async move {
+            loop {
+                let batch = match pending.take() {
+                    Some(b) => b,
+                    None => {
+                        tokio::time::sleep(AUDIT_POLL).await;
+                        catalog
+                            .audit_log(after.as_deref(), 100)
+                            .await
+                            .unwrap_or_default()
+                    }
+                };
+                if batch.is_empty() {
+                    continue;
+                }
+                after = batch.last().map(|(id, _)| id.clone());
+                let events: Vec<Result<SseEvent, std::convert::Infallible>> = batch
+                    .into_iter()
+                    .map(|(id, entry)| {
+                        let kind = serde_json::from_str::<Value>(&entry)
+                            .ok()
+                            .and_then(|v| v["type"].as_str().map(str::to_owned))
+                            .unwrap_or_else(|| "admin".to_owned());
+                        Ok(SseEvent::default().id(id).event(kind).data(entry))
+                    })
+                    .collect();
+                return Some((futures_util::stream::iter(events), (catalog, after, None)));
+            }
+        },
+    );
+    let stream = futures_util::StreamExt::flatten(stream);
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(15)))
+        .into_response())
 }

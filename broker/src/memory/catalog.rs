@@ -1,13 +1,14 @@
 //! The tenant catalog of one process.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use super::{MemoryBroker, lock};
 use crate::BrokerError;
-use crate::catalog::{self, Catalog, CatalogError, Expect, Record};
+use crate::catalog::{self, AUDIT_KEPT, Catalog, CatalogError, Expect, Record};
+use crate::{event_id_after, now_ms};
 
 /// Records by id and the revision.
 #[derive(Debug)]
@@ -15,6 +16,8 @@ pub(super) struct Tenants {
     revision: u64,
     records: BTreeMap<String, Record>,
     changes: broadcast::Sender<String>,
+    audit: VecDeque<(String, String)>,
+    audit_seq: u64,
 }
 
 impl Default for Tenants {
@@ -23,6 +26,8 @@ impl Default for Tenants {
             revision: 0,
             records: BTreeMap::new(),
             changes: broadcast::channel(1024).0,
+            audit: VecDeque::new(),
+            audit_seq: 0,
         }
     }
 }
@@ -73,5 +78,31 @@ impl Catalog for MemoryBroker {
 
     fn changes(&self) -> broadcast::Receiver<String> {
         lock(&self.catalog).changes.subscribe()
+    }
+
+    async fn audit(&self, entry: &str) -> Result<String, BrokerError> {
+        let mut t = lock(&self.catalog);
+        t.audit_seq += 1;
+        // Ids like a stream's: time, then a sequence that orders entries of one millisecond.
+        let id = format!("{}-{}", now_ms(), t.audit_seq);
+        t.audit.push_back((id.clone(), entry.to_owned()));
+        while t.audit.len() > AUDIT_KEPT {
+            t.audit.pop_front();
+        }
+        Ok(id)
+    }
+
+    async fn audit_log(
+        &self,
+        after: Option<&str>,
+        count: usize,
+    ) -> Result<Vec<(String, String)>, BrokerError> {
+        let t = lock(&self.catalog);
+        Ok(t.audit
+            .iter()
+            .filter(|(id, _)| after.is_none_or(|a| event_id_after(id, a)))
+            .take(count)
+            .cloned()
+            .collect())
     }
 }

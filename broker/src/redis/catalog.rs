@@ -3,7 +3,7 @@
 //! subscribes to. Writes are compare-and-set scripts ([`scripts::CATALOG_PUT`]).
 
 use super::*;
-use crate::catalog::{Catalog, CatalogError, Expect, Record};
+use crate::catalog::{AUDIT_KEPT, Catalog, CatalogError, Expect, Record};
 
 fn parse_record(id: String, stored: &str) -> Option<Record> {
     let (version, body) = stored.split_once('\n')?;
@@ -107,5 +107,35 @@ impl Catalog for RedisBroker {
 
     fn changes(&self) -> broadcast::Receiver<String> {
         self.catalog_changes.subscribe()
+    }
+
+    async fn audit(&self, entry: &str) -> Result<String, BrokerError> {
+        self.client
+            .xadd(
+                self.keys.catalog_audit(),
+                false,
+                ("MAXLEN", "~", AUDIT_KEPT as i64),
+                "*",
+                vec![("e", entry)],
+            )
+            .await
+            .map_err(|e| unavailable(&e))
+    }
+
+    async fn audit_log(
+        &self,
+        after: Option<&str>,
+        count: usize,
+    ) -> Result<Vec<(String, String)>, BrokerError> {
+        let start = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
+        let entries: Vec<(String, HashMap<String, String>)> = self
+            .client
+            .xrange(self.keys.catalog_audit(), start, "+", Some(count as u64))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(entries
+            .into_iter()
+            .filter_map(|(id, mut f)| Some((id, f.remove("e")?)))
+            .collect())
     }
 }

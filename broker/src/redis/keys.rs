@@ -159,6 +159,11 @@ impl Keys {
         format!("{}{{catalog}}:rev", self.p)
     }
 
+    /// The admin audit log (a stream on the catalog's slot).
+    pub fn catalog_audit(&self) -> String {
+        format!("{}{{catalog}}:audit", self.p)
+    }
+
     /// Where every change of the catalog is announced (the tenant's id), on the catalog's slot.
     pub fn catalog_channel(&self) -> String {
         format!("{}{{catalog}}:changes", self.p)

@@ -841,3 +841,122 @@ async fn a_revocation_closes_laravel_echo_subscriptions_too() {
     );
     assert_eq!(echo_closed(&mut u2).await, 4009);
 }
+
+/// Reads `n` Server-Sent Events (id, event, data) of the admin stream, after `last_id`.
+async fn admin_events(
+    admin: std::net::SocketAddr,
+    http: &reqwest::Client,
+    last_id: Option<&str>,
+    n: usize,
+) -> Vec<(String, String, Value)> {
+    use futures_util::StreamExt;
+    let mut req = http
+        .get(format!("http://{admin}/admin/v1/events"))
+        .bearer_auth(ADMIN_KEY);
+    if let Some(id) = last_id {
+        req = req.header("last-event-id", id);
+    }
+    let res = req.send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.bytes_stream();
+    let mut text = String::new();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let chunk = tokio::time::timeout(WAIT, body.next())
+            .await
+            .expect("an admin event arrives")
+            .expect("the stream stays open")
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&format!("{name}:")))
+                    .map(|v| v.trim().to_owned())
+            };
+            if let (Some(id), Some(event), Some(data)) =
+                (field("id"), field("event"), field("data"))
+            {
+                out.push((id, event, serde_json::from_str(&data).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admin_change_is_in_the_audit_stream_of_every_node() {
+    let nodes = Gateway::start_admin_nodes(2).await;
+    create(&nodes[0], "audited").await;
+    let k = admin(
+        &nodes[0],
+        "POST",
+        "/admin/v1/tenants/audited/api-keys",
+        Some(json!({})),
+    )
+    .await;
+    let key_id = k.body["apiKeyId"].as_str().unwrap().to_owned();
+    admin(
+        &nodes[1],
+        "PATCH",
+        "/admin/v1/tenants/audited",
+        Some(json!({"limits": {"callsPerSecond": 5}})),
+    )
+    .await;
+    admin(&nodes[1], "DELETE", "/admin/v1/tenants/audited", None).await;
+    // The whole log, read through the other node.
+    let all = admin_events(nodes[1].admin.unwrap(), &nodes[1].http, None, 4).await;
+    let kinds: Vec<&str> = all.iter().map(|(_, k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "tenant.created",
+            "tenant.key_rotated",
+            "tenant.updated",
+            "tenant.deleted"
+        ]
+    );
+    for (_, kind, data) in &all {
+        assert_eq!(data["type"], kind.as_str());
+        assert_eq!(data["tenant"], "audited");
+        assert_eq!(
+            data["adminKeyId"].as_str().unwrap().len(),
+            8,
+            "who: the admin key's id"
+        );
+        assert!(data["at"].as_str().unwrap().ends_with('Z'));
+    }
+    assert_eq!(
+        all[1].2["detail"],
+        json!({"apiKeyId": key_id, "change": "added"})
+    );
+    assert!(
+        !all.iter().any(|(_, _, d)| d.to_string().contains("tmk_")),
+        "no secret in the log"
+    );
+    // Resumed after the second: the rest, then a change made meanwhile arrives live.
+    let resumed = tokio::spawn({
+        let (addr, http, after) = (
+            nodes[0].admin.unwrap(),
+            nodes[0].http.clone(),
+            all[1].0.clone(),
+        );
+        async move { admin_events(addr, &http, Some(&after), 3).await }
+    });
+    create(&nodes[1], "audited-two").await;
+    let rest = resumed.await.unwrap();
+    let kinds: Vec<(&str, &str)> = rest
+        .iter()
+        .map(|(_, k, d)| (k.as_str(), d["tenant"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("tenant.updated", "audited"),
+            ("tenant.deleted", "audited"),
+            ("tenant.created", "audited-two")
+        ]
+    );
+}
