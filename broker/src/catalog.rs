@@ -67,6 +67,11 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// Ids of the tenants changed from now on, by any node (a lagging receiver re-reads all).
     fn changes(&self) -> broadcast::Receiver<String>;
 
+    /// Drops what the broker keeps per tenant (its event log, webhook queues and dead letters,
+    /// its call rate), once the tenant is deleted: a tenant created later with the same id
+    /// starts empty. Its conversations' keys expire with their retention.
+    async fn drop_tenant(&self, tenant: &str) -> Result<(), BrokerError>;
+
     /// Appends an entry to the admin audit log (the newest [`AUDIT_KEPT`] are kept); returns
     /// its id, ordered like an event id.
     async fn audit(&self, entry: &str) -> Result<String, BrokerError>;

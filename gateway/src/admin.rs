@@ -680,6 +680,9 @@ async fn remove(
             Ok(()) => {
                 s.audit(&who, "tenant.deleted", &id, json!({})).await;
                 s.0.loader.load_one(&id).await;
+                if let Err(e) = s.0.loader.catalog().drop_tenant(&id).await {
+                    tracing::warn!(tenant = %id, error = %e, "deleted tenant's events and queues not dropped; they expire with their retention");
+                }
                 return Ok(StatusCode::NO_CONTENT.into_response());
             }
             Err(CatalogError::Stale) if expected.is_none() => {}

@@ -35,6 +35,8 @@ pub struct Session {
     /// The clientId the page named, once it did.
     pub client_id: Option<String>,
     transport: Transport,
+    /// The tenant it was admitted to (`Tenant::incarnation`).
+    incarnation: u64,
 }
 
 /// Why a page was not admitted, as the close reason both transports send.
@@ -78,6 +80,7 @@ impl Session {
             outbox,
             client_id: None,
             transport,
+            incarnation: tenant.incarnation,
         })
     }
 
@@ -100,7 +103,16 @@ impl Session {
             .release_page(&self.conv, self.client_id.as_deref())
             .await
         {
-            Ok(left) if left.page_gone && self.transport == Transport::WebSocket => {
+            // A page of a deleted tenant announces nothing: the tenant's log is gone, and
+            // another tenant may hold its id by now.
+            Ok(left)
+                if left.page_gone
+                    && self.transport == Transport::WebSocket
+                    && app
+                        .tenants
+                        .get(&self.conv.tenant)
+                        .is_some_and(|t| t.incarnation == self.incarnation) =>
+            {
                 let data = json!({"user": self.conv.user, "conversation": self.conv.conversation, "clientId": self.client_id});
                 app.emit(EventType::PageDisconnected, &self.conv, data)
                     .await;

@@ -152,6 +152,8 @@ pub struct Tenant {
     pub id: String,
     /// The config file's, or the admin API's.
     pub source: TenantSource,
+    /// Which tenant of this id (`TenantSettings::incarnation`).
+    pub incarnation: u64,
     /// Accepted API keys.
     pub api_keys: Vec<ApiKey>,
     /// Page token keys by `kid`, oldest first.
@@ -176,6 +178,7 @@ impl Tenant {
         Tenant {
             id: c.id.clone(),
             source: c.source,
+            incarnation: c.incarnation,
             api_keys: c.api_keys.clone(),
             tokens: c
                 .token_keys

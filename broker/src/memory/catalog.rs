@@ -80,6 +80,13 @@ impl Catalog for MemoryBroker {
         lock(&self.catalog).changes.subscribe()
     }
 
+    async fn drop_tenant(&self, tenant: &str) -> Result<(), BrokerError> {
+        lock(&self.logs).remove(tenant);
+        lock(&self.webhooks).remove(tenant);
+        lock(&self.limiters).remove(tenant);
+        Ok(())
+    }
+
     async fn audit(&self, entry: &str) -> Result<String, BrokerError> {
         let mut t = lock(&self.catalog);
         t.audit_seq += 1;

@@ -109,6 +109,25 @@ impl Catalog for RedisBroker {
         self.catalog_changes.subscribe()
     }
 
+    async fn drop_tenant(&self, tenant: &str) -> Result<(), BrokerError> {
+        // Every key here carries the tenant's tag: one slot, so one DEL.
+        let queued: Vec<String> = self
+            .client
+            .zrange(self.wh_due(tenant), 0, -1, None, false, None, false)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut keys: Vec<String> = queued.iter().map(|c| self.wh_queue(tenant, c)).collect();
+        keys.extend([
+            self.keys.events(tenant),
+            self.keys.event_bytes(tenant),
+            self.keys.rate(tenant),
+            self.wh_due(tenant),
+            self.wh_dead(tenant),
+        ]);
+        let _: i64 = self.client.del(keys).await.map_err(|e| unavailable(&e))?;
+        Ok(())
+    }
+
     async fn audit(&self, entry: &str) -> Result<String, BrokerError> {
         self.client
             .xadd(

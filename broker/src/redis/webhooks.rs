@@ -99,15 +99,15 @@ fn encode(p: &Pending) -> String {
 }
 
 impl RedisBroker {
-    fn wh_queue(&self, tenant: &str, conv: &str) -> String {
+    pub(super) fn wh_queue(&self, tenant: &str, conv: &str) -> String {
         format!("{}:wh:q:{conv}", self.keys.events(tenant))
     }
 
-    fn wh_due(&self, tenant: &str) -> String {
+    pub(super) fn wh_due(&self, tenant: &str) -> String {
         format!("{}:wh:due", self.keys.events(tenant))
     }
 
-    fn wh_dead(&self, tenant: &str) -> String {
+    pub(super) fn wh_dead(&self, tenant: &str) -> String {
         format!("{}:wh:dead", self.keys.events(tenant))
     }
 

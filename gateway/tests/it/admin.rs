@@ -266,7 +266,8 @@ async fn every_kind_of_secret_rotates_while_a_page_is_connected_with_no_failed_c
     .await;
     assert_eq!(tk.status, 201, "{}", tk.body);
     let new_kid = tk.body["kid"].as_str().unwrap().to_owned();
-    let fresh = minted_where(&nodes[1], "rotating", &new_key, "u2", "c1", |h| {
+    // Minted by node 0, where the page connects: it knows the new key once it mints with it.
+    let fresh = minted_where(&nodes[0], "rotating", &new_key, "u2", "c1", |h| {
         h.kid.as_deref() == Some(new_kid.as_str())
     })
     .await;
@@ -391,6 +392,22 @@ async fn deleting_a_tenant_closes_its_pages_everywhere_and_refuses_its_keys_at_o
     );
     // Nothing of the other tenant moved.
     call_ok(&nodes[1].acme(), &mut acme, "u1").await;
+    // Its state went with it: a tenant created again under the id starts with no event of the
+    // old one (read from the start of what is kept).
+    let again = create(&nodes[1], "doomed").await;
+    let key = again["apiKey"].as_str().unwrap().to_owned();
+    let mut events = nodes[1].agent("doomed", &key).events("", Some("0-0")).await;
+    let t = minted(&nodes[1], "doomed", &key, "u9", "c1").await;
+    live_page(&nodes[1], "doomed", &key, &t, "u9").await;
+    let first = events
+        .next_within(WAIT)
+        .await
+        .expect("the new tenant's event");
+    assert_eq!(
+        first.data["data"]["user"], "u9",
+        "an old tenant's event: {:?}",
+        first.data
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -800,7 +817,18 @@ async fn a_revocation_closes_laravel_echo_subscriptions_too() {
         .as_str()
         .unwrap()
         .to_owned();
-    // Node 2 learns the app key; a subscription there is authorized with the returned secret.
+    // Node 2 learns the app key (until then it answers 4001, an unknown app)...
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut ws = crate::pusher::raw(nodes[1].addr, &key, "7").await;
+        let first = crate::pusher::next_event(&mut ws).await.unwrap();
+        if first["event"] == "pusher:connection_established" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{first}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // ...and a subscription there is authorized with the returned secret.
     let subscribed = |user: &'static str| {
         let (key, secret, addr) = (key.clone(), secret.clone(), nodes[1].addr);
         async move {

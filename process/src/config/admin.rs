@@ -327,6 +327,7 @@ impl StoredTenant {
         Ok(TenantSettings {
             id: self.id.clone(),
             source: TenantSource::Admin,
+            incarnation: self.created_ms,
             api_keys,
             token_keys,
             origins: self.allowed_origins.clone(),

@@ -16,6 +16,9 @@ pub struct TenantSettings {
     pub id: String,
     /// Where it is defined: the config file (read-only) or the admin API.
     pub source: TenantSource,
+    /// Which tenant of that id this is: 0 for the config file's, the creation time (ms) for
+    /// the admin API's. A tenant deleted and created again under its id is another one.
+    pub incarnation: u64,
     /// Each accepted API key, as its SHA-256.
     pub api_keys: Vec<ApiKey>,
     /// How page tokens are verified (and, for HS256, minted), by `kid`, oldest first: a token
@@ -227,6 +230,7 @@ impl TenantSettings {
         Ok(TenantSettings {
             id: t.id.clone(),
             source: TenantSource::Config,
+            incarnation: 0,
             api_keys,
             token_keys: vec![(CONFIG_KID.to_owned(), token_key)],
             origins: t.allowed_origins.clone(),
