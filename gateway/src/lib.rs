@@ -50,6 +50,7 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
             .route("/", get(|| async { Redirect::temporary("/demo") }));
     }
     r.fallback(|| async { problem::Problem::not_found("Route") })
+        .method_not_allowed_fallback(|| async { problem::Problem::method_not_allowed() })
         .layer(DefaultBodyLimit::max(
             toolmark_process::config::MAX_FRAME_BYTES,
         ))

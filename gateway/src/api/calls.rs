@@ -168,8 +168,11 @@ async fn respond(
 ) -> Result<Response, Problem> {
     let started = start(app, tenant, conv, req, respond_async).await?;
     if respond_async {
+        // Where the outcome will be: `GET /calls/{id}`.
+        let location = format!("/v1/tenants/{}/calls/{}", tenant.id, started.id);
         return Ok((
             StatusCode::ACCEPTED,
+            [(axum::http::header::LOCATION, location)],
             Json(json!({"id": started.id, "clientId": started.client_id})),
         )
             .into_response());

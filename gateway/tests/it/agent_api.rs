@@ -119,6 +119,13 @@ async fn errors_are_problem_json_with_stable_codes() {
         (nowhere.status, nowhere.body["code"].as_str()),
         (404, Some("not_found"))
     );
+    // A route that exists, with a method it does not take.
+    let wrong = acme.get("/tokens").await;
+    assert_eq!(
+        (wrong.status, wrong.body["code"].as_str()),
+        (405, Some("method_not_allowed"))
+    );
+    assert_eq!(wrong.headers["content-type"], "application/problem+json");
 }
 
 #[tokio::test]
@@ -325,9 +332,15 @@ async fn async_calls_answer_202_and_emit_call_result() {
         .await
         .unwrap();
     assert_eq!(res.status(), 202);
+    let location = res.headers()["location"].to_str().unwrap().to_owned();
     let accepted: serde_json::Value = res.json().await.unwrap();
     let id = accepted["id"].as_str().unwrap().to_owned();
     assert_eq!(accepted["clientId"], page.client_id.as_str());
+    assert_eq!(
+        location,
+        format!("/v1/tenants/acme/calls/{id}"),
+        "where the outcome will be"
+    );
     let frame = page.recv().await;
     assert_eq!(frame["id"], id.as_str());
     assert_eq!(
