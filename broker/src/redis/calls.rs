@@ -198,12 +198,10 @@ impl RedisBroker {
 
     /// A call of `tenant` by id, in the partition the id names.
     async fn stored_call(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
-        let f: Vec<Option<String>> = self
-            .client
-            .hmget(self.keys.call(id), vec!["v", "c", "d", "n", "t", "s", "o"])
-            .await
-            .map_err(|e| unavailable(&e))?;
-        let f: Vec<String> = f.into_iter().map(Option::unwrap_or_default).collect();
+        let f = strings(
+            self.script(&self.scripts.read_call, vec![self.keys.call(id)], vec![])
+                .await?,
+        );
         Ok(Self::stored_record(id, &f).filter(|r| r.binding.conv.tenant == tenant))
     }
 }

@@ -16,6 +16,13 @@ use fred::types::scripts::Script;
 ///   (`model::current_page`).
 /// - `gcra(key, interval, burst)`: one call of a tenant's rate; 0 when allowed, else µs until it
 ///   would be.
+/// - `call_fields(call)`: a call's fields `{v, c, d, n, s, t, o}` (conversation ref, clientId,
+///   deadline, waiting node, state, tool/kind/flags, outcome), from its hash while it is pending
+///   or from its packed string once it finished (`false` each when it is gone).
+/// - `finish(call, f, state, outcome)`: replaces a pending call's hash and its `:p` key with one
+///   string, `state`, the binding's fields and the outcome joined by `\n`, for the rest of its
+///   retention: the smallest form Redis keeps (no hash, no field names), for a finished call
+///   that still answers `GET /calls/{id}` and a late or duplicate result.
 /// - `bind(call, pending, deadlines, a)`: stores a call's binding, its page message and its
 ///   `cancel` (those two beside it, in `<call>:p`, which goes when the call finishes: the
 ///   binding's hash keeps only short values, so Redis keeps it compact), in the conversation's
@@ -88,6 +95,23 @@ local function gcra(key, interval_us, burst)
   redis.call('SET', key, string.format('%d', new_tat), 'PX', math.floor((new_tat - now) / 1000) + 1000)
   return 0
 end
+local function call_fields(call)
+  local kind = redis.call('TYPE', call)['ok']
+  if kind == 'hash' then
+    return redis.call('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o')
+  end
+  if kind ~= 'string' then return {false, false, false, false, false, false, false} end
+  local p = {}
+  for part in string.gmatch(redis.call('GET', call) .. '\n', '([^\n]*)\n') do table.insert(p, part) end
+  return {p[2] .. '\n' .. p[3] .. '\n' .. p[4], p[5], p[6], false, p[1],
+          p[7] .. '\n' .. p[8] .. '\n' .. p[9], table.concat(p, '\n', 10)}
+end
+local function finish(call, f, state, outcome)
+  local ttl = redis.call('PTTL', call)
+  if ttl <= 0 then ttl = 300000 end
+  redis.call('DEL', call, call .. ':p')
+  redis.call('SET', call, table.concat({state, f[1], f[2], f[3], f[6], outcome}, '\n'), 'PX', ttl)
+end
 local function bind(call, pending, deadlines, a)
   redis.call('HSET', call, 'v', a[2], 'c', a[3], 'd', a[4], 'n', a[5], 's', 'p', 't', a[6])
   redis.call('PEXPIRE', call, a[9])
@@ -148,9 +172,8 @@ return {'ok'}
 ";
 
 /// Checks a page's result against the binding (`model::check_result`) and marks the call
-/// answered, keeping only what a finished call must still answer (its binding, state and
-/// outcome: the page message, the cancel and the waiting node go, and so does its deadline
-/// entry); stores the confirmId binding of a needs_confirmation (with the call's id and tool,
+/// answered, keeping only what a finished call must still answer, packed (`finish`: the page
+/// message, the cancel and the waiting node go, and so does its deadline entry); stores the confirmId binding of a needs_confirmation (with the call's id and tool,
 /// so that the confirmation is announced with its tool however late it comes); sends the
 /// outcome to the waiting node. A call key missing here is `unknown_id`.
 /// KEYS: call, confirm, pending set, deadline set. ARGV: conversation ref, clientId, outcome,
@@ -159,7 +182,7 @@ return {'ok'}
 /// call's hash and the pending set hold them).
 /// Returns `{'ok', tool/kind/flags, deadline, node}` or a rejection's code.
 pub const RESULT: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'v', 'c', 'd', 'n', 's', 't')
+local f = call_fields(KEYS[1])
 if not f[1] then return {'unknown_id'} end
 if f[1] ~= ARGV[1] or f[2] ~= ARGV[12] then return {'mismatch'} end
 if f[5] == 'a' then return {'duplicate'} end
@@ -167,9 +190,7 @@ if f[5] == 't' then return {'late'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now > tonumber(f[3]) then return {'late'} end
-redis.call('HSET', KEYS[1], 's', 'a', 'o', ARGV[3])
-redis.call('HDEL', KEYS[1], 'n')
-redis.call('DEL', KEYS[1] .. ':p')
+finish(KEYS[1], f, 'a', ARGV[3])
 redis.call('SREM', KEYS[3], ARGV[11])
 redis.call('ZREM', KEYS[4], ARGV[10])
 if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
@@ -180,35 +201,44 @@ redis.call('SPUBLISH', ARGV[7] .. f[4] .. ARGV[8], ARGV[9])
 return {'ok', f[6], f[3], f[4]}
 ";
 
-/// Marks a pending call timed out (compacted as a result is), sends the pages its stored cancel
+/// Marks a pending call timed out (packed as a result is), sends the pages its stored cancel
 /// and the waiting node the outcome.
 /// KEYS: call, pending set, deadline set, sockets. ARGV: call id (compact), timeout outcome,
 /// node channel prefix, partition suffix, outcome message, deadline member.
 /// Returns `{'ok', conversation ref, clientId, deadline, node, tool/kind/flags}` or the state.
 pub const TIMEOUT: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'v', 'c', 'd', 'n', 't', 's')
+local f = call_fields(KEYS[1])
 if not f[1] then return {'missing'} end
-if f[6] ~= 'p' then return {f[6]} end
-f[7] = redis.call('HGET', KEYS[1] .. ':p', 'x')
-redis.call('HSET', KEYS[1], 's', 't', 'o', ARGV[2])
-redis.call('HDEL', KEYS[1], 'n')
-redis.call('DEL', KEYS[1] .. ':p')
+if f[5] ~= 'p' then return {f[5]} end
+local cancel = redis.call('HGET', KEYS[1] .. ':p', 'x')
+finish(KEYS[1], f, 't', ARGV[2])
 redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[6])
-if f[7] then to_nodes(socket_nodes(KEYS[4]), ARGV[3], ARGV[4], f[7]) end
+if cancel then to_nodes(socket_nodes(KEYS[4]), ARGV[3], ARGV[4], cancel) end
 redis.call('SPUBLISH', ARGV[3] .. f[4] .. ARGV[4], ARGV[5])
-return {'ok', f[1], f[2], f[3], f[4], f[5]}
+return {'ok', f[1], f[2], f[3], f[4], f[6]}
 ";
 
 /// Sends the stored protocol cancel of a pending call to the pages; returns the call.
 /// KEYS: call, sockets. ARGV: node channel prefix, partition suffix.
 /// Returns `{conversation ref, clientId, deadline, node, tool/kind/flags, state, outcome}`.
 pub const CANCEL: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'v', 'c', 'd', 'n', 't', 's', 'o')
+local f = call_fields(KEYS[1])
 if not f[1] then return {} end
-f[8] = redis.call('HGET', KEYS[1] .. ':p', 'x')
-if f[6] == 'p' and f[8] then to_nodes(socket_nodes(KEYS[2]), ARGV[1], ARGV[2], f[8]) end
-return {f[1], f[2], f[3], f[4] or '', f[5], f[6], f[7] or ''}
+if f[5] == 'p' then
+  local cancel = redis.call('HGET', KEYS[1] .. ':p', 'x')
+  if cancel then to_nodes(socket_nodes(KEYS[2]), ARGV[1], ARGV[2], cancel) end
+end
+return {f[1], f[2], f[3], f[4] or '', f[6], f[5], f[7] or ''}
+";
+
+/// A call, pending or finished (`call_fields`). KEYS: call.
+/// Returns `{conversation ref, clientId, deadline, node, tool/kind/flags, state, outcome}`, or
+/// `{}` when there is none.
+pub const READ_CALL: &str = r"
+local f = call_fields(KEYS[1])
+if not f[1] then return {} end
+return {f[1], f[2], f[3], f[4] or '', f[6], f[5], f[7] or ''}
 ";
 
 /// Accepts a confirmed once, from the page that sent the needs_confirmation
@@ -381,7 +411,7 @@ return {'expired', f[1], f[4] or ''}
 pub const PENDING: &str = r"
 local out = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local state = redis.call('HGET', ARGV[1] .. id, 's')
+  local state = call_fields(ARGV[1] .. id)[5]
   local frame = redis.call('HGET', ARGV[1] .. id .. ':p', 'f')
   if state == 'p' and frame then table.insert(out, frame) else redis.call('SREM', KEYS[1], id) end
 end
@@ -467,6 +497,7 @@ pub struct Scripts {
     pub emit: Script,
     pub expire_confirm: Script,
     pub pending: Script,
+    pub read_call: Script,
     pub refresh: Script,
     pub drained: Script,
     pub release: Script,
@@ -495,7 +526,8 @@ impl Default for Scripts {
             gcra: with_prelude(GCRA),
             emit: Script::from_lua(EMIT),
             expire_confirm: Script::from_lua(EXPIRE_CONFIRM),
-            pending: Script::from_lua(PENDING),
+            pending: with_prelude(PENDING),
+            read_call: with_prelude(READ_CALL),
             refresh: Script::from_lua(REFRESH),
             drained: Script::from_lua(DRAINED),
             release: Script::from_lua(RELEASE),
