@@ -13,6 +13,7 @@ mod types;
 pub mod webhook;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -50,7 +51,7 @@ pub struct EventFeed {
 }
 
 /// The state and routing every gateway node shares, by domain ([`Calls`], [`Confirmations`],
-/// [`Pages`], [`Events`], [`Limits`], [`DeadLetters`]); the rules they follow are
+/// [`Pages`], [`Events`], [`Limits`], [`DeadLetters`], [`Sessions`]); the rules they follow are
 /// [`model`]'s.
 ///
 /// Every check-and-mark (a result against its binding, a timeout against a result, a
@@ -58,7 +59,7 @@ pub struct EventFeed {
 /// timeout can never both win.
 #[async_trait]
 pub trait Broker:
-    Calls + Confirmations + Pages + Events + Limits + DeadLetters + std::fmt::Debug + 'static
+    Calls + Confirmations + Pages + Events + Limits + DeadLetters + Sessions + std::fmt::Debug + 'static
 {
     /// This node's id (results are routed back to the node whose agent request waits).
     fn node_id(&self) -> &str;
@@ -215,9 +216,24 @@ pub trait DeadLetters: Send + Sync {
     async fn webhook_retry(&self, tenant: &str, id: &str) -> Result<bool, BrokerError>;
 }
 
+/// Records of the front doors that outlive one request but not a retention window: a hosted
+/// MCP session, valid on every node. Each is kept for its time to live, restarted on every read.
+#[async_trait]
+pub trait Sessions: Send + Sync {
+    /// Stores `body` under `id` for `ttl` (replacing what was there).
+    async fn put_session(&self, id: &str, body: &str, ttl: Duration) -> Result<(), BrokerError>;
+
+    /// The record under `id`, its time to live restarted at `ttl`; `None` once it expired or
+    /// was dropped.
+    async fn session(&self, id: &str, ttl: Duration) -> Result<Option<String>, BrokerError>;
+
+    /// Drops the record; `false` when there was none.
+    async fn drop_session(&self, id: &str) -> Result<bool, BrokerError>;
+}
+
 /// Every domain trait, for callers of a [`SharedBroker`].
 pub mod prelude {
-    pub use crate::{Broker, Calls, Confirmations, DeadLetters, Events, Limits, Pages};
+    pub use crate::{Broker, Calls, Confirmations, DeadLetters, Events, Limits, Pages, Sessions};
 }
 
 /// A shareable broker handle.

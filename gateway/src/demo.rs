@@ -177,6 +177,7 @@ async fn session(State(app): State<AppState>, Query(q): Query<SessionQuery>) -> 
         iat: Some(now_ms as f64 / 1000.0),
         nbf: None,
         jti: None,
+        scope: None,
     };
     let Some(token) = tenant.mint(&claims) else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod catalog;
 pub mod close;
 pub mod demo;
+pub mod hosted_mcp;
 pub mod ids;
 pub mod inbound;
 pub mod metrics;
@@ -43,7 +44,8 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/v1/tenants/{tenant}/page", get(page::upgrade))
         .route("/app/{key}", get(pusher::upgrade))
-        .merge(api::router());
+        .merge(api::router())
+        .merge(hosted_mcp::router(&app));
     if dev_mode {
         r = r
             .merge(demo::router())

@@ -148,6 +148,19 @@ impl Problem {
         }
     }
 
+    /// 429: too many open hosted MCP streams (`mcp.max_streams_per_*`); one may open again once
+    /// another closes.
+    pub fn too_many_streams(which: &str) -> Self {
+        Problem {
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("Too many open MCP streams {which}; close one first."),
+            )
+        }
+    }
+
     /// 503 with `Retry-After`.
     pub fn unavailable(retry_after: Duration) -> Self {
         Problem {

@@ -204,6 +204,7 @@ async fn serve_until_stopped(
         dev,
         job_metrics,
         settings.server.public_url.clone(),
+        settings.mcp.clone(),
     );
     let service = crate::router(app, settings.dev_mode).into_make_service();
     let (close_listener, closing) = oneshot::channel::<()>();

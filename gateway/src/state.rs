@@ -5,6 +5,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use toolmark_broker::{ConvKey, EventType, SharedBroker};
 use toolmark_process::Lifecycle;
+use toolmark_process::config::McpSettings;
 use toolmark_worker::jobs::JobMetrics;
 
 use crate::metrics::Metrics;
@@ -43,6 +44,8 @@ pub struct Inner {
     pub job_metrics: Option<Arc<JobMetrics>>,
     /// `server.public_url`: the base of the URLs handed out (else the request's `Host`).
     pub public_url: Option<String>,
+    /// `[mcp]`: the hosted MCP endpoint's sessions and stream limits.
+    pub hosted_mcp: McpSettings,
 }
 
 impl std::ops::Deref for AppState {
@@ -64,6 +67,7 @@ impl AppState {
         dev: Option<DevInfo>,
         job_metrics: Option<Arc<JobMetrics>>,
         public_url: Option<String>,
+        hosted_mcp: McpSettings,
     ) -> Self {
         AppState(Arc::new(Inner {
             tenants,
@@ -74,6 +78,7 @@ impl AppState {
             dev,
             job_metrics,
             public_url,
+            hosted_mcp,
         }))
     }
 

@@ -37,7 +37,14 @@ pub struct PageClaims {
     /// Token id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jti: Option<String>,
+    /// What the token is for: absent for a page socket, [`MCP_SCOPE`] for the hosted MCP
+    /// endpoint. Neither grants the other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
+
+/// The `scope` claim of an MCP token.
+pub const MCP_SCOPE: &str = "mcp";
 
 /// Why a page token was refused (all close the socket with 4401).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,6 +61,10 @@ pub enum TokenError {
     /// The user was disconnected after this token was issued.
     #[error("revoked")]
     Revoked,
+    /// A token of another scope (an MCP token on a page socket, or a page token at the MCP
+    /// endpoint).
+    #[error("token of another scope")]
+    WrongScope,
 }
 
 impl PageClaims {
@@ -217,6 +228,20 @@ impl Tenant {
     /// Verifies a page token: with the key its header's `kid` names (the oldest key when it
     /// names none), then against the tenant's revocations.
     pub fn verify(&self, token: &str) -> Result<(PageClaims, Grant), TokenError> {
+        self.verify_scoped(token, None)
+    }
+
+    /// Checks an MCP token: a token of this tenant whose `scope` is [`MCP_SCOPE`].
+    pub fn verify_mcp(&self, token: &str) -> Result<(PageClaims, Grant), TokenError> {
+        self.verify_scoped(token, Some(MCP_SCOPE))
+    }
+
+    /// Checks a token whose `scope` claim must be `scope` (absent for a page token).
+    fn verify_scoped(
+        &self,
+        token: &str,
+        scope: Option<&str>,
+    ) -> Result<(PageClaims, Grant), TokenError> {
         let header = jsonwebtoken::decode_header(token)?;
         let (kid, keys) = match &header.kid {
             Some(kid) => self
@@ -227,6 +252,9 @@ impl Tenant {
             None => self.tokens.first().ok_or(TokenError::UnknownKid)?,
         };
         let claims = keys.verify(token)?;
+        if claims.scope.as_deref() != scope {
+            return Err(TokenError::WrongScope);
+        }
         let grant = Grant {
             kid: Some(Arc::clone(kid)),
             iat_ms: claims.iat_ms(),

@@ -17,8 +17,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::link::{CallError, Link};
-use crate::listing::PAIRING_TOOL;
-use crate::outcome::{call_result, pairing_text};
+use crate::listing::{PAIRING_TOOL, pairing_text};
+use crate::outcome::call_result;
 use crate::pairing::Pairing;
 
 const INSTRUCTIONS: &str = "Tools of the app page open in the user's browser. While no page is paired, call toolmark_pairing and tell the user what it says. Consequential tools wait for the user's confirmation in the page.";

@@ -7,6 +7,7 @@ mod confirmations;
 mod events;
 mod limits;
 mod pages;
+mod sessions;
 mod webhooks;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -178,6 +179,8 @@ pub struct MemoryBroker {
     webhooks: Mutex<HashMap<String, webhooks::WebhookTenant>>,
     limiters: Mutex<HashMap<String, Arc<DefaultDirectRateLimiter>>>,
     catalog: Mutex<catalog::Tenants>,
+    /// Front-door sessions: id → (record, expiry).
+    sessions: Mutex<HashMap<String, (String, Instant)>>,
 }
 
 impl std::fmt::Debug for MemoryBroker {
@@ -224,6 +227,7 @@ impl MemoryBroker {
             webhooks: Mutex::default(),
             limiters: Mutex::default(),
             catalog: Mutex::default(),
+            sessions: Mutex::default(),
         }
     }
 

@@ -169,6 +169,11 @@ impl Keys {
         format!("{}{{catalog}}:changes", self.p)
     }
 
+    /// A front-door session (a hosted MCP session): one string with its time to live.
+    pub fn session(&self, id: &str) -> String {
+        format!("{}session:{id}", self.p)
+    }
+
     /// Prefix of node channels (scripts append `<node>:` and the partition's tag).
     pub fn node_channel_prefix(&self) -> String {
         format!("{}node:", self.p)

@@ -19,6 +19,7 @@ mod limits;
 mod node;
 mod pages;
 pub mod scripts;
+mod sessions;
 mod url;
 pub mod webhooks;
 

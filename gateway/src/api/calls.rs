@@ -67,20 +67,20 @@ fn empty_object() -> Value {
 }
 
 /// A request to start on the page.
-struct Request {
-    kind: CallKind,
-    tool: String,
-    input: Value,
-    rev: Option<u64>,
-    timeout_ms: Option<u64>,
+pub(crate) struct Request {
+    pub kind: CallKind,
+    pub tool: String,
+    pub input: Value,
+    pub rev: Option<u64>,
+    pub timeout_ms: Option<u64>,
 }
 
 /// A call that was bound and sent.
-struct Started {
-    id: String,
-    client_id: String,
-    untrusted: bool,
-    outcome: oneshot::Receiver<Outcome>,
+pub(crate) struct Started {
+    pub id: String,
+    pub client_id: String,
+    pub untrusted: bool,
+    pub outcome: oneshot::Receiver<Outcome>,
 }
 
 fn wants_async(headers: &HeaderMap) -> bool {
@@ -240,7 +240,9 @@ pub async fn invoke(
     Ok(Json(json!({"id": started.id, "outcome": outcome, "content": content})).into_response())
 }
 
-async fn start(
+/// Binds and sends a call or describe (the tenant's rate, the conversation, the deadline) and
+/// supervises it; the agent API and the hosted MCP endpoint both start calls here.
+pub(crate) async fn start(
     app: &AppState,
     tenant: &Tenant,
     conv: ConvKey,
@@ -441,6 +443,9 @@ mod tests {
             None,
             None,
             None,
+            toolmark_process::config::McpConfig::default()
+                .parse()
+                .expect("default [mcp]"),
         );
         let conv = ConvKey::new("t", "u", "c");
         let binding = CallBinding {

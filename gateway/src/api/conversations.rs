@@ -13,7 +13,7 @@ use toolmark_proto::llm::{LlmFormat, tool_definitions};
 use super::{Authed, Body, check_ids, parse_body};
 use crate::problem::Problem;
 use crate::state::AppState;
-use crate::tenants::PageClaims;
+use crate::tenants::{MCP_SCOPE, PageClaims};
 
 /// Default and largest lifetime of a minted page token.
 const DEFAULT_TOKEN_TTL: u64 = 3600;
@@ -86,9 +86,12 @@ struct TokenRequest {
     user: String,
     conversation: String,
     ttl_seconds: Option<u64>,
+    /// `"mcp"` for the hosted MCP endpoint; absent (or `"page"`) for a page socket.
+    scope: Option<String>,
 }
 
-/// `POST /tokens`: a page token for a user and conversation (HS256 tenants).
+/// `POST /tokens`: a page token, or with `"scope": "mcp"` an MCP token, for a user and
+/// conversation (HS256 tenants).
 pub async fn mint_token(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -115,6 +118,11 @@ pub async fn mint_token(
             format!("ttlSeconds is between 1 and {MAX_TOKEN_TTL}"),
         ));
     }
+    let mcp = match req.scope.as_deref() {
+        None | Some("page") => false,
+        Some(MCP_SCOPE) => true,
+        Some(_) => return Err(Problem::invalid("/scope", "scope is page or mcp")),
+    };
     let now_ms = toolmark_broker::now_ms();
     let now = now_ms / 1000;
     let claims = PageClaims {
@@ -126,11 +134,16 @@ pub async fn mint_token(
         iat: Some(now_ms as f64 / 1000.0),
         nbf: None,
         jti: Some(toolmark_proto::ids::new_call_id()),
+        scope: mcp.then(|| MCP_SCOPE.to_owned()),
     };
     let token = tenant.mint(&claims).ok_or_else(|| {
         Problem::invalid("", "this tenant verifies page tokens with a public key; mint them with the matching private key")
     })?;
-    let url = page_url(app.public_url.as_deref(), &headers, &tenant.id, &token);
+    let url = if mcp {
+        mcp_url(app.public_url.as_deref(), &headers, &tenant.id)
+    } else {
+        page_url(app.public_url.as_deref(), &headers, &tenant.id, &token)
+    };
     let expires_at = humantime::format_rfc3339_seconds(
         std::time::UNIX_EPOCH + std::time::Duration::from_secs(claims.exp),
     )
@@ -142,25 +155,11 @@ pub async fn mint_token(
         .into_response())
 }
 
-/// The page WebSocket URL: under `server.public_url` when set, else as the caller reached this
-/// gateway (`X-Forwarded-Proto` aware).
-pub fn page_url(
-    public_url: Option<&str>,
-    headers: &HeaderMap,
-    tenant: &str,
-    token: &str,
-) -> String {
+/// The base the gateway's URLs start with: `server.public_url` when set, else as the caller
+/// reached this gateway (`X-Forwarded-Proto` aware), `http` or `https`.
+pub fn base_url(public_url: Option<&str>, headers: &HeaderMap) -> String {
     if let Some(base) = public_url {
-        // `server.public_url`: http → ws, https → wss, its path kept.
-        let ws = base
-            .strip_prefix("https://")
-            .map(|rest| format!("wss://{rest}"))
-            .or_else(|| {
-                base.strip_prefix("http://")
-                    .map(|rest| format!("ws://{rest}"))
-            })
-            .unwrap_or_else(|| base.to_owned());
-        return format!("{ws}/v1/tenants/{tenant}/page?token={token}");
+        return base.trim_end_matches('/').to_owned();
     }
     let host = headers
         .get(header::HOST)
@@ -170,6 +169,31 @@ pub fn page_url(
         .get("x-forwarded-proto")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|p| p.eq_ignore_ascii_case("https"));
-    let scheme = if secure { "wss" } else { "ws" };
-    format!("{scheme}://{host}/v1/tenants/{tenant}/page?token={token}")
+    format!("{}://{host}", if secure { "https" } else { "http" })
+}
+
+/// The hosted MCP endpoint of a tenant (its OAuth audience too).
+pub fn mcp_url(public_url: Option<&str>, headers: &HeaderMap, tenant: &str) -> String {
+    format!("{}/v1/tenants/{tenant}/mcp", base_url(public_url, headers))
+}
+
+/// The page WebSocket URL: under `server.public_url` when set, else as the caller reached this
+/// gateway (`X-Forwarded-Proto` aware).
+pub fn page_url(
+    public_url: Option<&str>,
+    headers: &HeaderMap,
+    tenant: &str,
+    token: &str,
+) -> String {
+    // http → ws, https → wss, the base's path kept.
+    let base = base_url(public_url, headers);
+    let ws = base
+        .strip_prefix("https://")
+        .map(|rest| format!("wss://{rest}"))
+        .or_else(|| {
+            base.strip_prefix("http://")
+                .map(|rest| format!("ws://{rest}"))
+        })
+        .unwrap_or(base);
+    format!("{ws}/v1/tenants/{tenant}/page?token={token}")
 }

@@ -1,7 +1,7 @@
 //! The agent HTTP API under `/v1/tenants/{tenant}/…`: API-key authentication, request parsing
 //! with problem+json errors, and the routes.
 
-mod calls;
+pub(crate) mod calls;
 pub use calls::announce_outcome;
 mod conversations;
 mod events;

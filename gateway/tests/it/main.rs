@@ -8,6 +8,7 @@ mod binary;
 mod echo_inbound;
 mod faults;
 mod harness;
+mod hosted_mcp;
 mod inbound;
 mod isolation;
 mod lifecycle;

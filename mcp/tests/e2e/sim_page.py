@@ -40,6 +40,12 @@ class SimPage:
         assert len(answer["token"]) == 64
         return cls(ws, tools)
 
+    @classmethod
+    async def open(cls, url, origin, tools):
+        """A page of the gateway: its page socket at `url` (from POST /tokens)."""
+        ws = await connect(url, origin=origin, max_size=None)
+        return cls(ws, tools)
+
     async def send(self, message):
         await self.ws.send(json.dumps(message))
 

@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 pub use admin::{AdminConfig, AdminSettings, Sealer, StoredTenant};
 pub use layers::Overrides;
-pub use settings::{BrokerSettings, ServerSettings, Settings, WorkerSettings};
+pub use settings::{BrokerSettings, McpSettings, ServerSettings, Settings, WorkerSettings};
 pub use tenant::{
     ApiKey, PusherApp, Revocation, TenantSettings, TenantSource, TokenKey, WebhookTarget,
     is_valid_tenant_id,
@@ -60,6 +60,9 @@ pub struct Config {
     /// `toolmark-worker` settings (webhook delivery).
     #[serde(default)]
     pub worker: WorkerConfig,
+    /// The hosted MCP endpoint (`/v1/tenants/{tenant}/mcp`).
+    #[serde(default)]
+    pub mcp: McpConfig,
     /// The admin API (tenants at run time); none without the section.
     pub admin: Option<AdminConfig>,
     /// `--admin-listen`: overrides `admin.listen` (and dev mode's admin listener).
@@ -143,6 +146,29 @@ impl Default for WorkerConfig {
             webhook_backoff_max_ms: 3_600_000,
             webhook_max_age_secs: 86_400,
             webhook_claim_after_ms: 30_000,
+        }
+    }
+}
+
+/// `[mcp]`: the hosted MCP endpoint.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// A session (MCP revisions before 2026-07-28) unused this long is forgotten on every node;
+    /// the client then initializes again.
+    pub session_idle_secs: u64,
+    /// Open MCP streams (`GET` streams and `subscriptions/listen`) per tenant on one node.
+    pub max_streams_per_tenant: usize,
+    /// Open MCP streams per token (per user and conversation) on one node.
+    pub max_streams_per_token: usize,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            session_idle_secs: 3600,
+            max_streams_per_tenant: 1000,
+            max_streams_per_token: 4,
         }
     }
 }

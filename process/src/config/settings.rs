@@ -10,7 +10,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::admin::AdminSettings;
 use super::tenant::{TenantSettings, is_valid_tenant_id};
-use super::{BrokerKind, Config, ConfigError, ServerConfig, WorkerConfig};
+use super::{BrokerKind, Config, ConfigError, McpConfig, ServerConfig, WorkerConfig};
 
 /// A parsed configuration.
 #[derive(Debug, Clone)]
@@ -23,6 +23,8 @@ pub struct Settings {
     pub tenants: Vec<TenantSettings>,
     /// `[worker]`
     pub worker: WorkerSettings,
+    /// `[mcp]`
+    pub mcp: McpSettings,
     /// `[admin]`: the admin API and the key that seals stored tenant secrets.
     pub admin: Option<AdminSettings>,
     /// Started without `--config`: loopback only, memory broker, demo page.
@@ -88,6 +90,7 @@ impl Config {
         let server = parse_server(&self.server, self.dev_mode)?;
         let broker = self.parse_broker()?;
         let worker = parse_worker(self.worker)?;
+        let mcp = parse_mcp(&self.mcp)?;
         let mut tenants = Vec::with_capacity(self.tenants.len());
         let mut ids = HashSet::new();
         let mut pusher_keys = HashSet::new();
@@ -131,6 +134,7 @@ impl Config {
             broker,
             tenants,
             worker,
+            mcp,
             admin,
             dev_mode: self.dev_mode,
         })
@@ -247,6 +251,44 @@ fn parse_public_url(u: &str) -> Result<String, ConfigError> {
         ));
     }
     Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
+/// `[mcp]`, parsed.
+#[derive(Debug, Clone)]
+pub struct McpSettings {
+    /// How long an unused session is kept.
+    pub session_idle: Duration,
+    /// Open streams per tenant on one node.
+    pub max_streams_per_tenant: usize,
+    /// Open streams per token on one node.
+    pub max_streams_per_token: usize,
+}
+
+impl McpConfig {
+    /// Checks and parses `[mcp]`.
+    pub fn parse(&self) -> Result<McpSettings, ConfigError> {
+        parse_mcp(self)
+    }
+}
+
+fn parse_mcp(m: &McpConfig) -> Result<McpSettings, ConfigError> {
+    for (k, v) in [
+        ("mcp.session_idle_secs", m.session_idle_secs),
+        (
+            "mcp.max_streams_per_tenant",
+            m.max_streams_per_tenant as u64,
+        ),
+        ("mcp.max_streams_per_token", m.max_streams_per_token as u64),
+    ] {
+        if v == 0 {
+            return Err(ConfigError::new(k, "must be greater than 0"));
+        }
+    }
+    Ok(McpSettings {
+        session_idle: Duration::from_secs(m.session_idle_secs),
+        max_streams_per_tenant: m.max_streams_per_tenant,
+        max_streams_per_token: m.max_streams_per_token,
+    })
 }
 
 fn parse_worker(w: WorkerConfig) -> Result<WorkerSettings, ConfigError> {

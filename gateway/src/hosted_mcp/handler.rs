@@ -1,0 +1,315 @@
+//! The rmcp server handler of the hosted endpoint: lists the conversation's page tools, runs a
+//! tool call as an agent call, and announces `list_changed`, to a session's `GET` stream
+//! (revisions with sessions) or to a `subscriptions/listen` stream (2026-07-28).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Extensions, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::Value;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use toolmark_broker::{CallKind, EventType, Outcome};
+use toolmark_mcp_tools::outcome::NO_PAGE;
+use toolmark_mcp_tools::{CallEnd, call_result};
+
+use super::McpGrant;
+use super::tools::{self, Schemas, footprint, open_page};
+use crate::api::calls::{self, Request};
+use crate::problem::Problem;
+use crate::state::AppState;
+
+const INSTRUCTIONS: &str = "Tools of the app page the user has open in the browser. With no page open the list is empty: ask the user to open the app. Consequential tools wait for the user's confirmation in the page.";
+
+/// How long a page that left may take to come back before the listing is re-read (a reload
+/// with the same tools changes nothing): the desktop CLI's grace.
+const RELOAD_GRACE: Duration = Duration::from_millis(2000);
+
+/// One session's (or one stateless request's) handler.
+#[derive(Debug, Clone)]
+pub struct HostedMcp {
+    app: AppState,
+    schemas: Arc<Schemas>,
+    /// Stops the session's `list_changed` follower when the session ends.
+    follower: Arc<Mutex<Option<DropGuard>>>,
+}
+
+impl HostedMcp {
+    /// A handler of `app`, sharing the node's schema cache.
+    pub fn new(app: AppState, schemas: Arc<Schemas>) -> Self {
+        HostedMcp {
+            app,
+            schemas,
+            follower: Arc::default(),
+        }
+    }
+}
+
+/// The grant the auth layer put on the HTTP request a message came in.
+fn grant_of(extensions: &Extensions) -> Result<McpGrant, ErrorData> {
+    extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<McpGrant>())
+        .cloned()
+        .ok_or_else(|| ErrorData::invalid_request("no MCP token on this request", None))
+}
+
+/// Whether the request asked for `?tools=page`: `page_call` and `page_describe` instead of one
+/// MCP tool per page tool.
+fn page_mode(extensions: &Extensions) -> bool {
+    extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.uri.query())
+        .is_some_and(|q| q.split('&').any(|pair| pair == "tools=page"))
+}
+
+/// What a `page_call` or `page_describe` asks for: (kind, tool name, input).
+fn page_call_of(
+    name: &str,
+    mut arguments: serde_json::Map<String, Value>,
+) -> Result<(CallKind, String, Value), ErrorData> {
+    let kind = match name {
+        toolmark_proto::llm::PAGE_CALL => CallKind::Call,
+        toolmark_proto::llm::PAGE_DESCRIBE => CallKind::Describe,
+        _ => {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool {name}: the tools are page_call and page_describe"),
+                None,
+            ));
+        }
+    };
+    let tool = match arguments.remove("tool") {
+        Some(Value::String(t)) if toolmark_proto::is_valid_tool_name(&t) => t,
+        _ => {
+            return Err(ErrorData::invalid_params(
+                "tool is a page tool name (^[A-Za-z0-9_.-]{1,128}$)",
+                None,
+            ));
+        }
+    };
+    let input = match arguments.remove("input") {
+        None => Value::Object(serde_json::Map::new()),
+        Some(v @ Value::Object(_)) => v,
+        Some(_) => return Err(ErrorData::invalid_params("input is an object", None)),
+    };
+    Ok((kind, tool, input))
+}
+
+fn internal(p: &Problem) -> ErrorData {
+    ErrorData::internal_error(p.detail.clone(), None)
+}
+
+impl ServerHandler for HostedMcp {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new(
+                "toolmark-gateway",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let grant = grant_of(&context.extensions)?;
+        let tools = if page_mode(&context.extensions) {
+            tools::page_call_listing(&self.app, &grant).await
+        } else {
+            tools::listing(&self.app, &self.schemas, &grant).await
+        }
+        .map_err(|p| internal(&p))?;
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let grant = grant_of(&context.extensions)?;
+        let conv = grant.conv();
+        let s = self
+            .app
+            .broker
+            .conversation(&conv)
+            .await
+            .map_err(|e| internal(&Problem::from(e)))?;
+        if open_page(&s).is_none() {
+            return Ok(call_result(CallEnd::Lost(NO_PAGE), false).into());
+        }
+        let arguments = request.arguments.unwrap_or_default();
+        let (kind, tool, input) = if page_mode(&context.extensions) {
+            page_call_of(&request.name, arguments)?
+        } else {
+            let Some(tool) = s.tools.iter().find(|t| t.llm_name == request.name) else {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown tool {}", request.name),
+                    None,
+                ));
+            };
+            (CallKind::Call, tool.name.clone(), Value::Object(arguments))
+        };
+        let timeout_ms = match context.meta.get("timeoutMs") {
+            None => None,
+            Some(v) => Some(v.as_u64().ok_or_else(|| {
+                ErrorData::invalid_params("_meta.timeoutMs is a number of milliseconds", None)
+            })?),
+        };
+        let call = Request {
+            kind,
+            tool,
+            input: if kind == CallKind::Describe {
+                Value::Null
+            } else {
+                input
+            },
+            rev: if kind == CallKind::Call { s.rev } else { None },
+            timeout_ms,
+        };
+        let started = match calls::start(&self.app, &grant.tenant, conv, call, false).await {
+            Ok(started) => started,
+            Err(p) if p.pointer.is_some() => {
+                return Err(ErrorData::invalid_params(p.detail, None));
+            }
+            Err(p) if p.code == "no_page" => {
+                return Ok(call_result(CallEnd::Lost(NO_PAGE), false).into());
+            }
+            Err(p) => return Err(internal(&p)),
+        };
+        let outcome = tokio::select! {
+            o = started.outcome => o.unwrap_or(Outcome::Timeout),
+            () = context.ct.cancelled() => {
+                // The client gave up (`notifications/cancelled`): the page gets the protocol
+                // `cancel`; the client expects no answer.
+                if let Err(e) = self.app.broker.cancel(&grant.tenant.id, &started.id).await {
+                    tracing::warn!(call_id = %started.id, error = %e, "MCP cancellation not sent to the page");
+                }
+                return Err(ErrorData::internal_error("cancelled", None));
+            }
+        };
+        let end = match outcome {
+            Outcome::Result(r) => CallEnd::Answered(r),
+            Outcome::Timeout => CallEnd::DeadlinePassed,
+        };
+        Ok(call_result(end, started.untrusted).into())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // A session began here (or was restored here from the broker): follow its listing.
+        let Ok(grant) = grant_of(&context.extensions) else {
+            return;
+        };
+        let stop = CancellationToken::new();
+        let previous = self
+            .follower
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .replace(stop.clone().drop_guard());
+        drop(previous);
+        let peer = context.peer.clone();
+        let app = self.app.clone();
+        self.app.life.spawn(async move {
+            follow_listing(&app, &grant, stop, || {
+                let peer = peer.clone();
+                async move { peer.notify_tool_list_changed().await.is_ok() }
+            })
+            .await;
+        });
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        (requested.tools_list_changed == Some(true)).then(|| {
+            let mut accepted = SubscriptionFilter::new();
+            accepted.tools_list_changed = Some(true);
+            accepted
+        })
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let grant = grant_of(&context.request_context().extensions)?;
+        let sink = context.sink().clone();
+        let stop = CancellationToken::new();
+        let follow = follow_listing(&self.app, &grant, stop.clone(), || {
+            let sink = sink.clone();
+            async move { sink.notify_tool_list_changed().await.is_ok() }
+        });
+        tokio::select! {
+            () = follow => {}
+            () = context.cancelled() => stop.cancel(),
+        }
+        Ok(())
+    }
+}
+
+/// Calls `notify` whenever the conversation's listing changes, until `stop`, the node's drain,
+/// or a failed `notify` (the stream is gone). Follows the tenant's event log, so the page may
+/// be on any node; a page that left is given [`RELOAD_GRACE`] to come back first.
+async fn follow_listing<F, Fut>(
+    app: &AppState,
+    grant: &McpGrant,
+    stop: CancellationToken,
+    mut notify: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let conv = grant.conv();
+    let read = || async {
+        app.broker
+            .conversation(&conv)
+            .await
+            .ok()
+            .map(|s| footprint(&s))
+    };
+    let Ok(mut feed) = app.broker.events(&grant.tenant.id, None).await else {
+        return;
+    };
+    let mut last = read().await;
+    let stopping = app.life.stopping().clone();
+    loop {
+        let event = tokio::select! {
+            () = stop.cancelled() => return,
+            () = stopping.cancelled() => return,
+            e = feed.live.recv() => e,
+        };
+        let left = match event {
+            Ok(e) if e.user == grant.user && e.conversation == grant.conversation => match e.kind {
+                EventType::PageManifest => false,
+                EventType::PageDisconnected => true,
+                _ => continue,
+            },
+            Ok(_) => continue,
+            // Missed events: read the state again.
+            Err(RecvError::Lagged(_)) => false,
+            Err(RecvError::Closed) => return,
+        };
+        if left {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(RELOAD_GRACE) => {}
+            }
+        }
+        let now = read().await;
+        if now.is_some() && now != last {
+            last = now;
+            if !notify().await {
+                return;
+            }
+        }
+    }
+}

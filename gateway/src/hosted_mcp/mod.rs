@@ -1,0 +1,72 @@
+//! The hosted MCP endpoint, `/v1/tenants/{tenant}/mcp`: MCP Streamable HTTP (rmcp's server
+//! side) in front of the page a user has open, so that a hosted assistant calls the page's
+//! tools through the gateway with nothing installed on the user's machine.
+//!
+//! - Every request carries an MCP token ([`auth`]); the user and conversation come from it.
+//! - A session (revisions before 2026-07-28) is kept in the broker ([`sessions`]), so any node
+//!   serves a session any node began: rmcp replays the client's `initialize` from the stored
+//!   state where the session is not in memory.
+//! - Tools are listed by the shared [`toolmark_mcp_tools`] module, exactly as `toolmark-mcp`
+//!   lists them ([`tools`]); a call is an agent call (bound, deadlined, rate-limited, counted).
+//! - `notifications/tools/list_changed` follows the tenant's event log (`page.manifest`,
+//!   `page.disconnected`), which every node reads, so the stream may be on any node.
+
+pub mod auth;
+mod handler;
+pub mod sessions;
+pub mod streams;
+mod tools;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::middleware;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use crate::state::AppState;
+
+pub use auth::McpGrant;
+
+/// The endpoint's path.
+pub const PATH: &str = "/v1/tenants/{tenant}/mcp";
+
+/// How often an idle SSE stream carries a keep-alive comment.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The hosted MCP routes.
+pub fn router(app: &AppState) -> Router<AppState> {
+    let settings = app.hosted_mcp.clone();
+    let mut config = StreamableHttpServerConfig::default()
+        .with_sse_keep_alive(Some(KEEP_ALIVE))
+        .with_cancellation_token(app.life.stopping().child_token())
+        .with_max_request_body_bytes(toolmark_process::config::MAX_FRAME_BYTES)
+        // The gateway is reached under its public names; the bearer token is the guard here.
+        .disable_allowed_hosts();
+    config.session_store = Some(Arc::new(sessions::StoredSessions::new(
+        app.broker.clone(),
+        settings.session_idle,
+    )));
+    let schemas = Arc::new(tools::Schemas::default());
+    let factory_app = app.clone();
+    let service = StreamableHttpService::new(
+        move || {
+            Ok(handler::HostedMcp::new(
+                factory_app.clone(),
+                Arc::clone(&schemas),
+            ))
+        },
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    Router::new()
+        .route_service(PATH, service)
+        .route_layer(middleware::from_fn_with_state(
+            auth::Door {
+                app: app.clone(),
+                streams: Arc::default(),
+            },
+            auth::authenticate,
+        ))
+}

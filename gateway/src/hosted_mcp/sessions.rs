@@ -1,0 +1,74 @@
+//! MCP sessions kept in the broker, so that every node serves them: rmcp stores the client's
+//! `initialize` here after the handshake and, on a node that does not hold the session in
+//! memory, replays it from here. Beside it the broker keeps the session's owner (the user and
+//! conversation of the token that began it, [`super::auth`]). Both expire when the session is
+//! left unused for `mcp.session_idle_secs`; every request restarts that time.
+
+use std::time::Duration;
+
+use rmcp::transport::streamable_http_server::session::store::{
+    SessionState, SessionStore, SessionStoreError,
+};
+use toolmark_broker::SharedBroker;
+
+/// The session header of MCP Streamable HTTP.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+
+/// The broker record of a session's `initialize` state.
+pub fn state_key(id: &str) -> String {
+    format!("mcp:{id}")
+}
+
+/// The broker record of a session's owner.
+pub fn owner_key(id: &str) -> String {
+    format!("mcp-owner:{id}")
+}
+
+/// Ends a session on every node: both records go, so every node's next request in it is a 404
+/// (a node that holds it in memory lets it idle out).
+pub async fn end(broker: &SharedBroker, id: &str) -> Result<(), toolmark_broker::BrokerError> {
+    broker.drop_session(&owner_key(id)).await?;
+    broker.drop_session(&state_key(id)).await?;
+    Ok(())
+}
+
+/// rmcp's session store over the broker.
+#[derive(Debug)]
+pub struct StoredSessions {
+    broker: SharedBroker,
+    idle: Duration,
+}
+
+impl StoredSessions {
+    /// Sessions in `broker`, kept while used at least every `idle`.
+    pub fn new(broker: SharedBroker, idle: Duration) -> Self {
+        StoredSessions { broker, idle }
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for StoredSessions {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let Some(stored) = self
+            .broker
+            .session(&state_key(session_id), self.idle)
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(serde_json::from_str(&stored)?))
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let body = serde_json::to_string(state)?;
+        self.broker
+            .put_session(&state_key(session_id), &body, self.idle)
+            .await?;
+        Ok(())
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        self.broker.drop_session(&state_key(session_id)).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,162 @@
+//! The conversation's current page tools as MCP tools: its manifest (from the broker), each
+//! tool's input schema learned with a `describe` to the page (kept per page load on this node),
+//! listed by the shared [`toolmark_mcp_tools::page_listing`], exactly as `toolmark-mcp` lists
+//! them.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use rmcp::model::Tool;
+use serde_json::Value;
+use toolmark_broker::{CallKind, ConversationState, Outcome};
+use toolmark_mcp_tools::listing::MAX_TOOLS;
+use toolmark_mcp_tools::{PageTool, page_listing};
+use toolmark_proto::{ToolManifest, ToolManifestSummary, ToolResult};
+
+use super::McpGrant;
+use crate::api::calls::{self, Request};
+use crate::problem::Problem;
+use crate::state::AppState;
+
+/// How long a listing waits for each `describe` answer (the desktop CLI's wait too).
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// At most this many schemas are kept on one node; past it the cache starts again empty.
+const SCHEMAS_KEPT: usize = 20_000;
+
+/// A page load's tool: (tenant, clientId, tool name).
+type SchemaKey = (String, String, String);
+
+/// Input schemas learned from pages, with the manifest entry they were learned for: a page
+/// load's tool is described once, however many sessions list it.
+#[derive(Debug, Default)]
+pub struct Schemas {
+    known: Mutex<HashMap<SchemaKey, (ToolManifestSummary, Option<Value>)>>,
+}
+
+impl Schemas {
+    fn get(
+        &self,
+        key: &(String, String, String),
+        summary: &ToolManifestSummary,
+    ) -> Option<Option<Value>> {
+        let known = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        known
+            .get(key)
+            .filter(|(s, _)| s == summary)
+            .map(|(_, schema)| schema.clone())
+    }
+
+    fn put(
+        &self,
+        key: (String, String, String),
+        summary: ToolManifestSummary,
+        schema: Option<Value>,
+    ) {
+        let mut known = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if known.len() >= SCHEMAS_KEPT {
+            known.clear();
+        }
+        known.insert(key, (summary, schema));
+    }
+}
+
+/// The page new calls go to, when one of the conversation is connected.
+pub fn open_page(s: &ConversationState) -> Option<&str> {
+    s.client_id.as_deref().filter(|_| !s.pages.is_empty())
+}
+
+/// What the listing is made of: the open page's manifest entries, or nothing. Two equal
+/// footprints list the same tools (a page that reloads with the same tools changes nothing).
+pub fn footprint(s: &ConversationState) -> Option<Vec<ToolManifestSummary>> {
+    open_page(s).map(|_| {
+        let mut tools = s.tools.clone();
+        tools.sort_by(|a, b| a.llm_name.cmp(&b.llm_name));
+        tools
+    })
+}
+
+/// The MCP listing of the conversation's open page; empty when none is open.
+pub async fn listing(
+    app: &AppState,
+    schemas: &Schemas,
+    grant: &McpGrant,
+) -> Result<Vec<Tool>, Problem> {
+    let s = app.broker.conversation(&grant.conv()).await?;
+    let Some(client_id) = open_page(&s).map(str::to_owned) else {
+        return Ok(Vec::new());
+    };
+    let mut summaries = s.tools;
+    summaries.sort_by(|a, b| a.llm_name.cmp(&b.llm_name));
+    // Only the first MAX_TOOLS by llmName can be listed: describe those, all at once.
+    summaries.truncate(MAX_TOOLS);
+    let learn = summaries.into_iter().map(|summary| {
+        let client_id = &client_id;
+        async move {
+            let key = (
+                grant.tenant.id.clone(),
+                client_id.clone(),
+                summary.name.clone(),
+            );
+            let input_schema = match schemas.get(&key, &summary) {
+                Some(schema) => schema,
+                None => match describe(app, grant, &summary.name).await {
+                    Some(schema) => {
+                        schemas.put(key, summary.clone(), schema.clone());
+                        schema
+                    }
+                    None => None,
+                },
+            };
+            PageTool {
+                summary,
+                input_schema,
+            }
+        }
+    });
+    let tools = join_all(learn).await;
+    Ok(page_listing(&tools))
+}
+
+/// `page_call` and `page_describe` for the conversation's open page (`?tools=page`); empty when
+/// none is open.
+pub async fn page_call_listing(app: &AppState, grant: &McpGrant) -> Result<Vec<Tool>, Problem> {
+    let s = app.broker.conversation(&grant.conv()).await?;
+    Ok(match open_page(&s) {
+        Some(_) => toolmark_mcp_tools::page_call_tools(&s.tools),
+        None => Vec::new(),
+    })
+}
+
+/// Asks the page for a tool's full entry: `Some(schema)` once it answered (`Some(None)` when it
+/// would not say), `None` when no answer came (not kept: the next listing asks again).
+async fn describe(app: &AppState, grant: &McpGrant, tool: &str) -> Option<Option<Value>> {
+    let timeout = DESCRIBE_TIMEOUT
+        .as_millis()
+        .min(u128::from(grant.tenant.limits.max_call_timeout_ms));
+    let request = Request {
+        kind: CallKind::Describe,
+        tool: tool.to_owned(),
+        input: Value::Null,
+        rev: None,
+        timeout_ms: u64::try_from(timeout).ok(),
+    };
+    let started = calls::start(app, &grant.tenant, grant.conv(), request, false)
+        .await
+        .ok()?;
+    match started.outcome.await {
+        Ok(Outcome::Result(ToolResult::Ok { data: Some(data) })) => {
+            Some(ToolManifest::from_value(data).ok().map(|m| m.input_schema))
+        }
+        Ok(Outcome::Result(_)) => Some(None),
+        _ => None,
+    }
+}
