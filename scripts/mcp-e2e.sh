@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# End-to-end tests of toolmark-mcp with real MCP clients: the Python SDK (pytest), the MCP
-# Inspector CLI and the TypeScript SDK with the demo page in headless Chromium (node --test).
+# End-to-end tests of toolmark-mcp and of the gateway's hosted MCP endpoint with real MCP
+# clients: the Python SDK (pytest), the MCP Inspector CLI and the TypeScript SDK with the demo
+# page in headless Chromium (node --test).
 # Installs the clients it needs (a venv and npm packages under mcp/tests/e2e), builds the
 # binaries, starts the gateway in dev mode for the browser test, and fails when anything is missing.
 set -euo pipefail
@@ -29,11 +30,12 @@ export TOOLMARK_MCP="$PWD/target/debug/toolmark-mcp"
 trap stop_dev_gateway EXIT
 
 failed=0
-echo "mcp-e2e: Python MCP client"
-(cd "$e2e" && .venv/bin/python -m pytest -q -p no:cacheprovider test_python_client.py) || failed=1
-
 start_dev_gateway
 
-echo "mcp-e2e: MCP Inspector CLI and the demo page in Chromium"
-(cd "$e2e" && BASE_URL="$dev_url" node --test inspector.test.mjs browser.test.mjs) || failed=1
+echo "mcp-e2e: Python MCP client (toolmark-mcp over stdio; the gateway's hosted endpoint)"
+(cd "$e2e" && BASE_URL="$dev_url" DEV_KEY="$dev_key" .venv/bin/python -m pytest -q -p no:cacheprovider \
+  test_python_client.py test_hosted_python.py) || failed=1
+
+echo "mcp-e2e: MCP Inspector CLI (toolmark-mcp; the hosted endpoint) and the demo page in Chromium"
+(cd "$e2e" && BASE_URL="$dev_url" DEV_KEY="$dev_key" node --test inspector.test.mjs hosted-inspector.test.mjs browser.test.mjs) || failed=1
 exit "$failed"

@@ -1,4 +1,5 @@
-//! Close codes of the contract, for page WebSockets and Echo sockets.
+//! Close codes of the contract, for page WebSockets and Echo sockets, and the answer to a
+//! peer's close.
 
 /// Bad, expired or wrong-tenant token.
 pub const UNAUTHORIZED: u16 = 4401;
@@ -16,3 +17,10 @@ pub const GOING_AWAY: u16 = 1001;
 pub const TRY_AGAIN_LATER: u16 = 1013;
 /// Internal error (e.g. the broker is unreachable at admission).
 pub const INTERNAL: u16 = 1011;
+
+/// After the peer's close frame: sends the close frame the WebSocket library queued in answer
+/// (RFC 6455 section 5.5.1) before the socket is dropped, waiting at most a second.
+pub async fn answer_peer_close(socket: &mut axum::extract::ws::WebSocket) {
+    let flush = futures_util::SinkExt::flush(socket);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), flush).await;
+}

@@ -213,7 +213,11 @@ impl PageSocket {
                     last_seen = Instant::now();
                     outbound.heard();
                     match incoming {
-                        None | Some(Ok(Message::Close(_))) => return End::Gone,
+                        None => return End::Gone,
+                        Some(Ok(Message::Close(_))) => {
+                            close::answer_peer_close(socket).await;
+                            return End::Gone;
+                        }
                         // Boxed: the message path is large and idle sockets should not carry it.
                         Some(Ok(Message::Text(text))) => Box::pin(self.on_text(text.as_str())).await,
                         Some(Ok(Message::Binary(_))) => {

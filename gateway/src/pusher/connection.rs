@@ -151,7 +151,11 @@ impl Connection {
                 incoming = socket.recv() => {
                     last_seen = Instant::now();
                     match incoming {
-                        None | Some(Ok(Message::Close(_))) => Flow::Gone,
+                        None => Flow::Gone,
+                        Some(Ok(Message::Close(_))) => {
+                            crate::close::answer_peer_close(socket).await;
+                            Flow::Gone
+                        }
                         Some(Ok(Message::Text(text))) => Box::pin(self.on_text(text.as_str())).await,
                         Some(Ok(_)) => Flow::Continue,
                         Some(Err(e)) if e.to_string().contains("too long") || e.to_string().contains("Space limit") => {

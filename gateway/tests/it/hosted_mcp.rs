@@ -592,7 +592,10 @@ async fn with_tools_page_the_client_gets_page_call_and_page_describe() {
         tools[0]["description"],
         json!(toolmark_proto::llm::page_call_description(&summaries))
     );
-    assert_eq!(tools[0]["inputSchema"], toolmark_proto::llm::page_call_schema());
+    assert_eq!(
+        tools[0]["inputSchema"],
+        toolmark_proto::llm::page_call_schema()
+    );
 
     let pending = {
         let peer = service.peer().clone();
@@ -613,9 +616,15 @@ async fn with_tools_page_the_client_gets_page_call_and_page_describe() {
         (&frame["tool"], &frame["input"]),
         (&json!("todo.add"), &json!({"text": "milk"}))
     );
-    page.answer(frame["id"].as_str().unwrap(), json!({"status": "ok", "data": 1}));
+    page.answer(
+        frame["id"].as_str().unwrap(),
+        json!({"status": "ok", "data": 1}),
+    );
     let result = serde_json::to_value(pending.await.unwrap().unwrap()).unwrap();
-    assert_eq!(result["structuredContent"], json!({"status": "ok", "data": 1}));
+    assert_eq!(
+        result["structuredContent"],
+        json!({"status": "ok", "data": 1})
+    );
 
     // page_describe is answered by the page's describe.
     let result = call(&service, "page_describe", json!({"tool": "todo.list"})).await;
@@ -671,7 +680,10 @@ async fn open_streams_are_bounded_per_token_and_a_closed_one_frees_its_place() {
         if again.status() == 200 {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the place is never freed");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the place is never freed"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -259,3 +259,36 @@ async fn a_call_sent_before_a_reconnect_reaches_the_page_again() {
         "after reconnect"
     );
 }
+
+#[tokio::test]
+async fn a_page_that_closes_gets_the_close_handshake_answered() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    let gw = Gateway::start().await;
+    let mut page = gw.page("acme", "u1", "c1").await;
+    page.ws
+        .send(Message::Close(Some(CloseFrame {
+            code: CloseCode::Normal,
+            reason: "bye".into(),
+        })))
+        .await
+        .unwrap();
+    // The gateway answers with a close frame before it drops the connection.
+    let answer = tokio::time::timeout(crate::harness::WAIT, async {
+        loop {
+            match page.ws.next().await {
+                Some(Ok(Message::Close(frame))) => return Some(frame),
+                Some(Ok(_)) => {}
+                _ => return None,
+            }
+        }
+    })
+    .await
+    .expect("the gateway answers in time");
+    assert!(
+        answer.is_some(),
+        "the connection ended without a close frame"
+    );
+}

@@ -14,7 +14,7 @@ const run = promisify(execFile);
 const BINARY = process.env.TOOLMARK_MCP ?? '';
 const ORIGIN = 'http://localhost:5173';
 const here = (file) => fileURLToPath(new URL(file, import.meta.url));
-const INSPECTOR = here('./node_modules/@modelcontextprotocol/inspector/cli/build/cli.js');
+const INSPECTOR = here('./node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js');
 
 async function inspector(command, ...args) {
   assert.ok(BINARY, 'set TOOLMARK_MCP to the toolmark-mcp binary (scripts/mcp-e2e.sh does)');

@@ -48,3 +48,30 @@ export function pairAndServe({ port, code, origin, tools }) {
     });
   });
 }
+
+/** A page of the gateway: opens the page socket at `url` (from POST /tokens) and serves `tools`
+ * (describes from the definitions, calls by `run`); resolves once the manifest is sent. */
+export function openAndServe({ url, origin, tools }) {
+  const clientId = randomUUID();
+  const ws = new WebSocket(url, { origin });
+  const summary = ({ run, inputSchema, ...rest }) => rest;
+  const send = (message) => ws.send(JSON.stringify({ protocol: 1, clientId, ...message }));
+  return new Promise((resolve, reject) => {
+    ws.on('open', () => {
+      send({ type: 'manifest', rev: 1, tools: tools.map(summary) });
+      resolve({ ws, clientId });
+    });
+    ws.on('error', reject);
+    ws.on('message', (raw) => {
+      const message = JSON.parse(raw.toString());
+      if (message.clientId !== clientId) return;
+      const definition = tools.find((t) => t.name === message.tool);
+      if (message.type === 'describe') {
+        const { run, ...entry } = definition;
+        send({ type: 'result', id: message.id, result: { status: 'ok', data: entry } });
+      } else if (message.type === 'call') {
+        send({ type: 'result', id: message.id, result: definition.run(message.input) });
+      }
+    });
+  });
+}
