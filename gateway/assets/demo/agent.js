@@ -285,6 +285,29 @@ async function followEvents() {
   }
 }
 
+// ---------------------------------------------------------------- hosted MCP
+
+/** Mints an MCP token for this conversation and shows the endpoint with a connector config. */
+async function mintMcp() {
+  $('mcp-error').textContent = '';
+  try {
+    const minted = await api('/tokens', {
+      method: 'POST',
+      body: { user: session.user, conversation: session.conversation, scope: 'mcp' },
+    });
+    $('mcp-url').textContent = minted.url;
+    $('mcp-expires').textContent = minted.expiresAt;
+    const config = {
+      mcpServers: {
+        'toolmark-demo': { type: 'http', url: minted.url, headers: { Authorization: `Bearer ${minted.token}` } },
+      },
+    };
+    $('mcp-config').textContent = JSON.stringify(config, null, 2);
+  } catch (err) {
+    $('mcp-error').textContent = `Not minted: ${err.message}`;
+  }
+}
+
 // ---------------------------------------------------------------- start
 
 async function start() {
@@ -307,6 +330,7 @@ async function start() {
   });
   $('describe-send').addEventListener('click', () => send('describe'));
   $('llm-load').addEventListener('click', loadLlmTools);
+  $('mcp-mint').addEventListener('click', mintMcp);
 
   await refreshState();
   followEvents();

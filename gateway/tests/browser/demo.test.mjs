@@ -300,3 +300,39 @@ test('with ?transport=echo the page runs over the Pusher protocol and the bridge
     await echoPage.close();
   }
 });
+
+test('the agent console shows the conversation\'s hosted MCP URL', { timeout: TEST_TIMEOUT_MS }, async () => {
+  const consolePage = await browser.newPage();
+  consolePage.setDefaultTimeout(WAIT_MS);
+  consolePage.on('pageerror', (err) => pageProblems.push(`console pageerror: ${err.message}`));
+  try {
+    await consolePage.goto(`${BASE_URL}/demo/agent?user=${user}&conversation=c-mcp`, { timeout: WAIT_MS });
+    await consolePage.waitForFunction(() => document.getElementById('session-user')?.textContent !== '–', null, {
+      timeout: WAIT_MS,
+    });
+    await consolePage.click('#mcp-mint');
+    await consolePage.waitForFunction(() => document.getElementById('mcp-url')?.textContent !== '–', null, {
+      timeout: WAIT_MS,
+    });
+    const url = await consolePage.$eval('#mcp-url', (el) => el.textContent);
+    assert.equal(url, `${BASE_URL}/v1/tenants/dev/mcp`);
+    const config = JSON.parse(await consolePage.$eval('#mcp-config', (el) => el.textContent));
+    const server = config.mcpServers['toolmark-demo'];
+    assert.equal(server.url, url);
+    // The token shown opens the endpoint: an initialize answers 200.
+    const res = await fetch(url, {
+      method: 'POST',
+      headers: {
+        authorization: server.headers.Authorization,
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: {
+        protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'console-test', version: '1' } } }),
+    });
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+  } finally {
+    await consolePage.close();
+  }
+});
