@@ -59,6 +59,10 @@ pub fn dev_tenant(addr: SocketAddr) -> Result<DevTenant, ConfigError> {
         pusher_old_keys: Vec::new(),
         webhook_url: None,
         webhook_secret: None,
+        mcp_issuer: None,
+        mcp_jwks_url: None,
+        mcp_public_key: None,
+        mcp_default_conversation: None,
         limits: TenantLimits::default(),
     };
     Ok(DevTenant {

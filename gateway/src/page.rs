@@ -225,14 +225,11 @@ impl PageSocket {
                             self.strike()
                         }
                         Some(Ok(Message::Ping(_) | Message::Pong(_))) => Flow::Continue,
-                        Some(Err(e)) => {
-                            if is_capacity_error(&e) {
-                                self.app.metrics.inbound_rejected("frame_too_large");
-                                Flow::Close(close::TOO_BIG, "frame too large")
-                            } else {
-                                return End::Gone;
-                            }
+                        Some(Err(e)) if is_capacity_error(&e) => {
+                            self.app.metrics.inbound_rejected("frame_too_large");
+                            Flow::Close(close::TOO_BIG, "frame too large")
                         }
+                        Some(Err(_)) => return End::Gone,
                     }
                 }
             };

@@ -181,6 +181,8 @@ pub struct Tenant {
     pub inbound_rate: crate::rate::ConversationRate,
     /// Disconnected users.
     pub revoked: Vec<Revocation>,
+    /// The tenant's own authorization server, whose access tokens open the hosted MCP endpoint.
+    pub mcp_oauth: Option<toolmark_process::config::McpOAuth>,
 }
 
 impl Tenant {
@@ -205,6 +207,7 @@ impl Tenant {
                 .collect(),
             inbound_rate: crate::rate::ConversationRate::new(c.limits.page_messages_per_second),
             revoked: c.revoked.clone(),
+            mcp_oauth: c.mcp_oauth.clone(),
         }
     }
 

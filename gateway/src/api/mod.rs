@@ -3,7 +3,7 @@
 
 pub(crate) mod calls;
 pub use calls::announce_outcome;
-mod conversations;
+pub(crate) mod conversations;
 mod events;
 pub mod inbound;
 mod webhooks;

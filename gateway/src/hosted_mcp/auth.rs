@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{RawPathParams, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -60,6 +60,8 @@ pub struct Door {
     pub app: AppState,
     /// Its open streams.
     pub streams: Arc<Streams>,
+    /// The JWK Sets of the tenants' authorization servers.
+    pub key_sets: Arc<super::oauth::KeySets>,
 }
 
 /// Whether the request opens a stream that stays open: a `GET`, or a POSTed
@@ -81,12 +83,24 @@ async fn lasting(req: Request) -> Result<(Request, bool), Response> {
     Ok((Request::from_parts(parts, Body::from(bytes)), listen))
 }
 
-/// A 401 with the `WWW-Authenticate` challenge of the endpoint.
-fn unauthorized() -> Response {
+/// A 401 with the `WWW-Authenticate` challenge of the endpoint: for a tenant with its own
+/// authorization server, where its RFC 9728 metadata is; else the gateway's realm.
+fn unauthorized(app: &AppState, tenant: Option<&Tenant>, headers: &HeaderMap) -> Response {
     let mut response = Problem::unauthorized().into_response();
+    let challenge = match tenant {
+        Some(t) if t.mcp_oauth.is_some() => {
+            let base = crate::api::conversations::base_url(app.public_url.as_deref(), headers);
+            HeaderValue::from_str(&format!(
+                "Bearer resource_metadata=\"{base}{}\"",
+                super::metadata_path(&t.id)
+            ))
+            .ok()
+        }
+        _ => None,
+    };
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"toolmark\""),
+        challenge.unwrap_or(HeaderValue::from_static("Bearer realm=\"toolmark\"")),
     );
     response
 }
@@ -116,14 +130,14 @@ pub async fn authenticate(
         .find(|(k, _)| *k == "tenant")
         .and_then(|(_, id)| app.tenants.get(id))
     else {
-        return unauthorized();
+        return unauthorized(app, None, req.headers());
     };
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let Some(token) = crate::auth::bearer(presented) else {
-        return unauthorized();
+        return unauthorized(app, Some(&tenant), req.headers());
     };
     let grant = match tenant.verify_mcp(token) {
         Ok((claims, _)) => McpGrant {
@@ -132,8 +146,30 @@ pub async fn authenticate(
             conversation: claims.cnv,
         },
         Err(e) => {
-            tracing::debug!(tenant = %tenant.id, error = %e, "MCP token refused");
-            return unauthorized();
+            // Not a token of the tenant's own keys: perhaps an access token of its
+            // authorization server, whose audience is this endpoint.
+            let verified = match &tenant.mcp_oauth {
+                Some(oauth) => {
+                    let resource = crate::api::conversations::mcp_url(
+                        app.public_url.as_deref(),
+                        req.headers(),
+                        &tenant.id,
+                    );
+                    super::oauth::verify(oauth, &door.key_sets, token, &resource).await
+                }
+                None => Err(e.to_string()),
+            };
+            match verified {
+                Ok((user, conversation)) => McpGrant {
+                    tenant: Arc::clone(&tenant),
+                    user,
+                    conversation,
+                },
+                Err(why) => {
+                    tracing::debug!(tenant = %tenant.id, error = %why, "MCP token refused");
+                    return unauthorized(app, Some(&tenant), req.headers());
+                }
+            }
         }
     };
     let session = req

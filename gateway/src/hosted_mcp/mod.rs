@@ -13,6 +13,7 @@
 
 pub mod auth;
 mod handler;
+pub mod oauth;
 pub mod sessions;
 pub mod streams;
 mod tools;
@@ -20,17 +21,52 @@ mod tools;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::middleware;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::routing::get;
+use axum::{Json, Router, middleware};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Value, json};
 
+use crate::problem::Problem;
 use crate::state::AppState;
 
 pub use auth::McpGrant;
 
 /// The endpoint's path.
 pub const PATH: &str = "/v1/tenants/{tenant}/mcp";
+
+/// Where a tenant's RFC 9728 protected-resource metadata is.
+const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/v1/tenants/{tenant}/mcp";
+
+/// The metadata path of `tenant`'s endpoint.
+pub fn metadata_path(tenant: &str) -> String {
+    format!("/.well-known/oauth-protected-resource/v1/tenants/{tenant}/mcp")
+}
+
+/// `GET /.well-known/oauth-protected-resource/v1/tenants/{tenant}/mcp` (RFC 9728): the
+/// endpoint as an OAuth protected resource, naming the tenant's authorization server. A tenant
+/// without one has none (404).
+async fn metadata(
+    State(app): State<AppState>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, Problem> {
+    let t = app
+        .tenants
+        .get(&tenant)
+        .filter(|t| t.mcp_oauth.is_some())
+        .ok_or_else(|| Problem::not_found("Resource metadata"))?;
+    let issuer = t.mcp_oauth.as_ref().map(|o| o.issuer.clone());
+    let resource = crate::api::conversations::mcp_url(app.public_url.as_deref(), &headers, &t.id);
+    Ok(Json(json!({
+        "resource": resource,
+        "authorization_servers": [issuer],
+        "bearer_methods_supported": ["header"],
+        "resource_name": format!("Toolmark page tools of {}", t.id),
+    })))
+}
 
 /// How often an idle SSE stream carries a keep-alive comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -66,7 +102,9 @@ pub fn router(app: &AppState) -> Router<AppState> {
             auth::Door {
                 app: app.clone(),
                 streams: Arc::default(),
+                key_sets: Arc::default(),
             },
             auth::authenticate,
         ))
+        .route(METADATA_PATH, get(metadata))
 }

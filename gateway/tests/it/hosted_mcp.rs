@@ -687,3 +687,172 @@ async fn open_streams_are_bounded_per_token_and_a_closed_one_frees_its_place() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The SPKI public key bytes of a PEM (the key is the DER's tail: `len` bytes).
+fn spki_tail(pem: &str, len: usize) -> Vec<u8> {
+    use base64::Engine as _;
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap();
+    der[der.len() - len..].to_vec()
+}
+
+fn b64url(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The test keys as JWKs: the Ed25519 one as `k1`, the P-256 one as `k2`.
+fn jwk_ed(kid: &str) -> Value {
+    json!({"kty": "OKP", "crv": "Ed25519", "kid": kid, "alg": "EdDSA", "x": b64url(&spki_tail(ED_PUB, 32))})
+}
+
+fn jwk_ec(kid: &str) -> Value {
+    let point = spki_tail(EC_PUB, 65);
+    json!({"kty": "EC", "crv": "P-256", "kid": kid, "alg": "ES256",
+        "x": b64url(&point[1..33]), "y": b64url(&point[33..65])})
+}
+
+/// An access token of the test authorization server.
+fn access_token(alg: jsonwebtoken::Algorithm, kid: &str, claims: &Value) -> String {
+    use jsonwebtoken::{EncodingKey, Header};
+    let mut header = Header::new(alg);
+    header.kid = Some(kid.to_owned());
+    let key = match alg {
+        jsonwebtoken::Algorithm::EdDSA => EncodingKey::from_ed_pem(ED_KEY.as_bytes()).unwrap(),
+        _ => EncodingKey::from_ec_pem(EC_KEY.as_bytes()).unwrap(),
+    };
+    jsonwebtoken::encode(&header, claims, &key).unwrap()
+}
+
+/// A local authorization server's JWK Set endpoint: serves `set`, counts its fetches.
+async fn jwks_server(
+    set: std::sync::Arc<std::sync::Mutex<Value>>,
+    fetches: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().route(
+        "/jwks",
+        axum::routing::get(move || {
+            let set = set.clone();
+            let fetches = fetches.clone();
+            async move {
+                fetches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                axum::Json(set.lock().unwrap().clone())
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/jwks")
+}
+
+const ISSUER: &str = "https://auth.acme.example";
+
+#[tokio::test]
+async fn a_tenants_own_access_tokens_open_the_endpoint_when_issuer_and_audience_match() {
+    use jsonwebtoken::Algorithm::{ES256, EdDSA, HS256};
+    use std::sync::atomic::Ordering;
+    let set = std::sync::Arc::new(std::sync::Mutex::new(json!({"keys": [jwk_ed("k1")]})));
+    let fetches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let jwks = jwks_server(set.clone(), fetches.clone()).await;
+    let gw = Gateway::start_with(&format!(
+        "mcp_issuer = \"{ISSUER}\"\nmcp_jwks_url = \"{jwks}\"\n"
+    ))
+    .await;
+    let _page = LivePage::new(ready_page(&gw, "acme", "u1", "c1", page_tools()).await);
+    let resource = gw.url("/v1/tenants/acme/mcp");
+    let claims = |iss: &str, aud: &str| json!({"iss": iss, "aud": aud, "sub": "u1", "cnv": "c1", "exp": now() + 600, "iat": now()});
+
+    // The issuer's token for this endpoint: the client reaches u1/c1's page.
+    let good = access_token(EdDSA, "k1", &claims(ISSUER, &resource));
+    let (service, _) = client_at(resource.clone(), &good, None).await;
+    assert_eq!(listed(&service).await.len(), 3);
+    service.cancel().await.unwrap();
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+
+    // Another audience, another issuer, a shared-secret algorithm, a token of no issuer key:
+    // 401, pointing at the metadata.
+    let metadata = gw.url("/.well-known/oauth-protected-resource/v1/tenants/acme/mcp");
+    let other_aud = gw.url("/v1/tenants/globex/mcp");
+    let mut hs = claims(ISSUER, &resource);
+    hs["scope"] = json!("mcp");
+    for token in [
+        access_token(EdDSA, "k1", &claims(ISSUER, &other_aud)),
+        access_token(EdDSA, "k1", &claims("https://evil.example", &resource)),
+        hs256(ACME_SECRET, &hs),
+        {
+            let mut header = jsonwebtoken::Header::new(HS256);
+            header.kid = Some("k1".into());
+            jsonwebtoken::encode(
+                &header,
+                &claims(ISSUER, &resource),
+                &jsonwebtoken::EncodingKey::from_secret(b"k1").unwrap(),
+            )
+            .unwrap()
+        },
+    ] {
+        let (status, _, _) = exchange(&gw, &token, None, initialize()).await;
+        assert_eq!(status, 401);
+        let r = gw
+            .http
+            .post(&resource)
+            .bearer_auth(&token)
+            .header("accept", "application/json, text/event-stream")
+            .json(&initialize())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.headers()["www-authenticate"].to_str().unwrap(),
+            format!("Bearer resource_metadata=\"{metadata}\"")
+        );
+    }
+
+    // The metadata names the issuer; a tenant without one has none.
+    let doc: Value = gw
+        .http
+        .get(&metadata)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(doc["resource"], json!(resource));
+    assert_eq!(doc["authorization_servers"], json!([ISSUER]));
+    let none = gw
+        .http
+        .get(gw.url("/.well-known/oauth-protected-resource/v1/tenants/globex/mcp"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(none.status(), 404);
+
+    // The server rotates in a key `k2`: a token of it is refused until the set is fetched
+    // again, which an unknown kid does at most every 10 s (then it is accepted).
+    set.lock().unwrap()["keys"] = json!([jwk_ed("k1"), jwk_ec("k2")]);
+    let rotated = access_token(ES256, "k2", &claims(ISSUER, &resource));
+    let started = tokio::time::Instant::now();
+    let deadline = started + Duration::from_secs(20);
+    loop {
+        let (status, _, _) = exchange(&gw, &rotated, None, initialize()).await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the rotated key is never fetched"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        started.elapsed() >= Duration::from_secs(8),
+        "fetched again sooner than the interval allows"
+    );
+    assert_eq!(fetches.load(Ordering::SeqCst), 2, "one fetch per interval");
+    // An MCP token minted by the gateway still opens it too.
+    let minted = mcp_token(&gw, "u1", "c1").await;
+    assert_eq!(exchange(&gw, &minted, None, initialize()).await.0, 200);
+}

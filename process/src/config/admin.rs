@@ -335,6 +335,7 @@ impl StoredTenant {
             webhook,
             limits: self.limits,
             revoked: self.revoked.clone(),
+            mcp_oauth: None,
         })
     }
 }

@@ -20,8 +20,8 @@ pub use admin::{AdminConfig, AdminSettings, Sealer, StoredTenant};
 pub use layers::Overrides;
 pub use settings::{BrokerSettings, McpSettings, ServerSettings, Settings, WorkerSettings};
 pub use tenant::{
-    ApiKey, PusherApp, Revocation, TenantSettings, TenantSource, TokenKey, WebhookTarget,
-    is_valid_tenant_id,
+    ApiKey, McpOAuth, OAuthKeys, PusherApp, Revocation, TenantSettings, TenantSource, TokenKey,
+    WebhookTarget, is_valid_tenant_id,
 };
 
 /// A configuration error: the key and why it is wrong.
@@ -239,6 +239,15 @@ pub struct TenantConfig {
     pub webhook_url: Option<String>,
     /// Standard Webhooks secret.
     pub webhook_secret: Option<String>,
+    /// The hosted MCP endpoint also accepts OAuth 2.1 access tokens of this issuer (the
+    /// tenant's own authorization server); needs `mcp_jwks_url` or `mcp_public_key`.
+    pub mcp_issuer: Option<String>,
+    /// Where the issuer's signing keys are published (a JWK Set).
+    pub mcp_jwks_url: Option<String>,
+    /// The issuer's one signing key (PEM: Ed25519, P-256 or RSA).
+    pub mcp_public_key: Option<String>,
+    /// The conversation of an access token without a `cnv` claim (else such a token is refused).
+    pub mcp_default_conversation: Option<String>,
     /// Limits.
     #[serde(default)]
     pub limits: TenantLimits,

@@ -35,6 +35,126 @@ pub struct TenantSettings {
     /// Users (or one conversation of a user) disconnected through the admin API: their tokens
     /// issued before then are refused.
     pub revoked: Vec<Revocation>,
+    /// OAuth 2.1 access tokens accepted at the hosted MCP endpoint (`mcp_issuer`).
+    pub mcp_oauth: Option<McpOAuth>,
+}
+
+/// The tenant's own authorization server, whose access tokens open the hosted MCP endpoint.
+#[derive(Debug, Clone)]
+pub struct McpOAuth {
+    /// The `iss` every token must carry (`mcp_issuer`).
+    pub issuer: String,
+    /// Where its keys come from.
+    pub keys: OAuthKeys,
+    /// The conversation of a token without `cnv` (`mcp_default_conversation`).
+    pub default_conversation: Option<String>,
+}
+
+/// An authorization server's signing keys.
+#[derive(Clone)]
+pub enum OAuthKeys {
+    /// One key from the config (`mcp_public_key`) and its algorithm.
+    Pem(DecodingKey, jsonwebtoken::Algorithm),
+    /// A JWK Set fetched from `mcp_jwks_url` (cached; fetched again for an unknown `kid`).
+    Jwks(String),
+}
+
+impl std::fmt::Debug for OAuthKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OAuthKeys::Pem(_, alg) => write!(f, "OAuthKeys::Pem({alg:?})"),
+            OAuthKeys::Jwks(url) => write!(f, "OAuthKeys::Jwks({url})"),
+        }
+    }
+}
+
+impl OAuthKeys {
+    /// A PEM public key: Ed25519 → EdDSA, P-256 → ES256, RSA → RS256.
+    pub fn pem(pem: &str) -> Result<OAuthKeys, KeyError> {
+        use jsonwebtoken::Algorithm;
+        if let Ok(key) = DecodingKey::from_ed_pem(pem.as_bytes()) {
+            return Ok(OAuthKeys::Pem(key, Algorithm::EdDSA));
+        }
+        if let Ok(key) = DecodingKey::from_ec_pem(pem.as_bytes()) {
+            return Ok(OAuthKeys::Pem(key, Algorithm::ES256));
+        }
+        if let Ok(key) = DecodingKey::from_rsa_pem(pem.as_bytes()) {
+            return Ok(OAuthKeys::Pem(key, Algorithm::RS256));
+        }
+        Err(KeyError::NotPublicKey)
+    }
+}
+
+/// `mcp_issuer`, `mcp_jwks_url`, `mcp_public_key`, `mcp_default_conversation`; errors name
+/// the key.
+fn parse_mcp_oauth(
+    t: &TenantConfig,
+    at: &impl Fn(&str) -> String,
+) -> Result<Option<McpOAuth>, ConfigError> {
+    let keys = match (&t.mcp_issuer, &t.mcp_jwks_url, &t.mcp_public_key) {
+        (None, None, None) => {
+            if t.mcp_default_conversation.is_some() {
+                return Err(ConfigError::new(
+                    at("mcp_default_conversation"),
+                    "needs mcp_issuer",
+                ));
+            }
+            return Ok(None);
+        }
+        (None, _, _) => {
+            return Err(ConfigError::new(
+                at("mcp_issuer"),
+                "required with mcp_jwks_url or mcp_public_key",
+            ));
+        }
+        (Some(_), None, None) => {
+            return Err(ConfigError::new(
+                at("mcp_jwks_url"),
+                "set mcp_jwks_url or mcp_public_key with mcp_issuer",
+            ));
+        }
+        (Some(_), Some(_), Some(_)) => {
+            return Err(ConfigError::new(
+                at("mcp_public_key"),
+                "set mcp_jwks_url or mcp_public_key, not both",
+            ));
+        }
+        (Some(_), Some(url), None) => {
+            check_webhook_url(url, &at("mcp_jwks_url"))?;
+            OAuthKeys::Jwks(url.clone())
+        }
+        (Some(_), None, Some(pem)) => OAuthKeys::pem(pem).map_err(|_| {
+            ConfigError::new(
+                at("mcp_public_key"),
+                "not a PEM Ed25519, P-256 or RSA public key",
+            )
+        })?,
+    };
+    let issuer = t.mcp_issuer.clone().unwrap_or_default();
+    if issuer.is_empty() || url::Url::parse(&issuer).is_err() {
+        return Err(ConfigError::new(at("mcp_issuer"), "must be a URL"));
+    }
+    if let Some(c) = &t.mcp_default_conversation
+        && !is_valid_conversation(c)
+    {
+        return Err(ConfigError::new(
+            at("mcp_default_conversation"),
+            "must match ^[A-Za-z0-9_-]{1,128}$",
+        ));
+    }
+    Ok(Some(McpOAuth {
+        issuer,
+        keys,
+        default_conversation: t.mcp_default_conversation.clone(),
+    }))
+}
+
+/// A user or conversation id: `^[A-Za-z0-9_-]{1,128}$`.
+pub fn is_valid_conversation(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Where a tenant is defined.
@@ -238,6 +358,7 @@ impl TenantSettings {
             webhook: parse_webhook(t, &at)?,
             limits: check_limits(t.limits, &at)?,
             revoked: Vec::new(),
+            mcp_oauth: parse_mcp_oauth(t, &at)?,
         })
     }
 

@@ -208,3 +208,60 @@ fn the_admin_section_and_the_public_url_are_checked_key_by_key() {
         assert_eq!(url(bad).unwrap_err().key, "server.public_url", "{bad}");
     }
 }
+
+#[test]
+fn the_mcp_section_and_a_tenants_authorization_server_are_checked_key_by_key() {
+    let c = load(BASE, &[]).unwrap();
+    assert_eq!(c.mcp.session_idle, std::time::Duration::from_secs(3600));
+    assert_eq!(
+        (c.mcp.max_streams_per_tenant, c.mcp.max_streams_per_token),
+        (1000, 4)
+    );
+    assert!(c.tenants[0].mcp_oauth.is_none());
+    let e = load(&format!("[mcp]\nsession_idle_secs = 0\n{BASE}"), &[]).unwrap_err();
+    assert_eq!(e.key, "mcp.session_idle_secs");
+    let e = load(&format!("[mcp]\nmax_streams = 3\n{BASE}"), &[]).unwrap_err();
+    assert_eq!(e.key, "mcp.max_streams");
+
+    let with = |extra: &str| load(&format!("{BASE}{extra}"), &[]);
+    let jwks = "mcp_jwks_url = \"https://auth.acme.example/jwks\"\n";
+    let issuer = "mcp_issuer = \"https://auth.acme.example\"\n";
+    let c = with(&format!(
+        "{issuer}{jwks}mcp_default_conversation = \"main\"\n"
+    ))
+    .unwrap();
+    let oauth = c.tenants[0].mcp_oauth.as_ref().unwrap();
+    assert_eq!(oauth.issuer, "https://auth.acme.example");
+    assert_eq!(oauth.default_conversation.as_deref(), Some("main"));
+    assert!(matches!(&oauth.keys, OAuthKeys::Jwks(u) if u == "https://auth.acme.example/jwks"));
+    for (extra, key) in [
+        (jwks.to_owned(), "tenants[0].mcp_issuer"),
+        (issuer.to_owned(), "tenants[0].mcp_jwks_url"),
+        (
+            format!("{issuer}{jwks}mcp_public_key = \"x\"\n"),
+            "tenants[0].mcp_public_key",
+        ),
+        (
+            format!("{issuer}mcp_public_key = \"not a key\"\n"),
+            "tenants[0].mcp_public_key",
+        ),
+        (
+            format!("{issuer}mcp_jwks_url = \"ftp://x\"\n"),
+            "tenants[0].mcp_jwks_url",
+        ),
+        (
+            format!("mcp_issuer = \"not a url\"\n{jwks}"),
+            "tenants[0].mcp_issuer",
+        ),
+        (
+            format!("{issuer}{jwks}mcp_default_conversation = \"a b\"\n"),
+            "tenants[0].mcp_default_conversation",
+        ),
+        (
+            "mcp_default_conversation = \"main\"\n".to_owned(),
+            "tenants[0].mcp_default_conversation",
+        ),
+    ] {
+        assert_eq!(with(&extra).unwrap_err().key, key, "{extra}");
+    }
+}
