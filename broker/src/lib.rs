@@ -59,7 +59,16 @@ pub struct EventFeed {
 /// timeout can never both win.
 #[async_trait]
 pub trait Broker:
-    Calls + Confirmations + Pages + Events + Limits + DeadLetters + Sessions + std::fmt::Debug + 'static
+    Calls
+    + Confirmations
+    + Pages
+    + Events
+    + Limits
+    + DeadLetters
+    + Sessions
+    + Idempotency
+    + std::fmt::Debug
+    + 'static
 {
     /// This node's id (results are routed back to the node whose agent request waits).
     fn node_id(&self) -> &str;
@@ -231,9 +240,40 @@ pub trait Sessions: Send + Sync {
     async fn drop_session(&self, id: &str) -> Result<bool, BrokerError>;
 }
 
+/// Idempotency keys of the agent API (`Idempotency-Key`): per tenant, one record each, kept for
+/// a time to live counted from the first request; the record is opaque here (the gateway's).
+#[async_trait]
+pub trait Idempotency: Send + Sync {
+    /// Stores `record` under the tenant's `key` unless one is there; returns the one there
+    /// (`None`: this request claimed the key).
+    async fn claim_idempotency(
+        &self,
+        tenant: &str,
+        key: &str,
+        record: &str,
+        ttl: Duration,
+    ) -> Result<Option<String>, BrokerError>;
+
+    /// Replaces the record of a claimed key, keeping its time to live; nothing when it expired.
+    async fn update_idempotency(
+        &self,
+        tenant: &str,
+        key: &str,
+        record: &str,
+    ) -> Result<(), BrokerError>;
+
+    /// The record of the tenant's `key`.
+    async fn idempotency(&self, tenant: &str, key: &str) -> Result<Option<String>, BrokerError>;
+
+    /// Gives a key back (its first request failed before a call existed).
+    async fn release_idempotency(&self, tenant: &str, key: &str) -> Result<(), BrokerError>;
+}
+
 /// Every domain trait, for callers of a [`SharedBroker`].
 pub mod prelude {
-    pub use crate::{Broker, Calls, Confirmations, DeadLetters, Events, Limits, Pages, Sessions};
+    pub use crate::{
+        Broker, Calls, Confirmations, DeadLetters, Events, Idempotency, Limits, Pages, Sessions,
+    };
 }
 
 /// A shareable broker handle.

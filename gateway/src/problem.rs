@@ -119,6 +119,20 @@ impl Problem {
         )
     }
 
+    /// 422: an `Idempotency-Key` used before with another request.
+    pub fn idempotency_mismatch() -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency_mismatch",
+            "This Idempotency-Key was used with another request (route, conversation or body) within 24 h.",
+        )
+    }
+
+    /// 400: a header that cannot be what it names (no body field to point at).
+    pub fn bad_header(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", detail)
+    }
+
     /// 400 with the pointer of the bad field.
     pub fn invalid(pointer: impl Into<String>, detail: impl Into<String>) -> Self {
         Problem {
@@ -218,6 +232,7 @@ impl IntoResponse for Problem {
             "method_not_allowed" => "Method not allowed",
             "conflict" | "static_tenant" => "Conflict",
             "precondition_failed" => "Precondition failed",
+            "idempotency_mismatch" => "Idempotency key mismatch",
             _ => "Error",
         };
         let mut body = json!({

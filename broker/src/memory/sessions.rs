@@ -1,5 +1,5 @@
-//! Front-door sessions in the process: a map of records with their expiry, expired ones
-//! dropped as they are met and swept once the map grows.
+//! Front-door sessions and idempotency keys in the process: one map of records with their
+//! expiry, expired ones dropped as they are met and swept once the map grows.
 
 use super::*;
 use crate::prelude::*;
@@ -40,5 +40,64 @@ impl Sessions for MemoryBroker {
         Ok(lock(&self.sessions)
             .remove(id)
             .is_some_and(|(_, until)| until > now))
+    }
+}
+
+/// An idempotency key's place in the map (apart from every session id: a newline leads it).
+fn idempotency_key(tenant: &str, key: &str) -> String {
+    format!("\nidem\n{tenant}\n{key}")
+}
+
+#[async_trait]
+impl Idempotency for MemoryBroker {
+    async fn claim_idempotency(
+        &self,
+        tenant: &str,
+        key: &str,
+        record: &str,
+        ttl: Duration,
+    ) -> Result<Option<String>, BrokerError> {
+        let now = Instant::now();
+        let mut sessions = lock(&self.sessions);
+        if sessions.len() >= SWEEP_ABOVE {
+            sessions.retain(|_, (_, until)| *until > now);
+        }
+        let at = idempotency_key(tenant, key);
+        match sessions.get(&at) {
+            Some((existing, until)) if *until > now => Ok(Some(existing.clone())),
+            _ => {
+                sessions.insert(at, (record.to_owned(), now + ttl));
+                Ok(None)
+            }
+        }
+    }
+
+    async fn update_idempotency(
+        &self,
+        tenant: &str,
+        key: &str,
+        record: &str,
+    ) -> Result<(), BrokerError> {
+        let now = Instant::now();
+        let mut sessions = lock(&self.sessions);
+        if let Some((existing, until)) = sessions.get_mut(&idempotency_key(tenant, key))
+            && *until > now
+        {
+            record.clone_into(existing);
+        }
+        Ok(())
+    }
+
+    async fn idempotency(&self, tenant: &str, key: &str) -> Result<Option<String>, BrokerError> {
+        let now = Instant::now();
+        Ok(lock(&self.sessions)
+            .get(&idempotency_key(tenant, key))
+            .filter(|(_, until)| *until > now)
+            .map(|(record, _)| record.clone()))
+    }
+
+    async fn release_idempotency(&self, tenant: &str, key: &str) -> Result<(), BrokerError> {
+        lock(&self.sessions).remove(&idempotency_key(tenant, key));
+        Ok(())
     }
 }

@@ -169,6 +169,11 @@ impl Keys {
         format!("{}{{catalog}}:changes", self.p)
     }
 
+    /// An idempotency key of the tenant's agent API (the key as sent: visible ASCII).
+    pub fn idempotency(&self, tenant: &str, key: &str) -> String {
+        format!("{}{}:idem:{key}", self.p, tenant_tag(tenant))
+    }
+
     /// A front-door session (a hosted MCP session): one string with its time to live.
     pub fn session(&self, id: &str) -> String {
         format!("{}session:{id}", self.p)

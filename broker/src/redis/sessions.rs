@@ -1,5 +1,6 @@
 //! Front-door sessions on Redis: one string per session with its time to live (`SET … PX`),
-//! restarted by every read (`GETEX … PX`), so any node serves a session any node began.
+//! restarted by every read (`GETEX … PX`), so any node serves a session any node began. And
+//! idempotency keys: one string per key, claimed with `SET NX`, updated with `SET XX KEEPTTL`.
 
 use super::*;
 use crate::prelude::*;
@@ -45,5 +46,81 @@ impl Sessions for RedisBroker {
             .await
             .map_err(|e| unavailable(&e))?;
         Ok(dropped > 0)
+    }
+}
+
+#[async_trait]
+impl Idempotency for RedisBroker {
+    async fn claim_idempotency(
+        &self,
+        tenant: &str,
+        key: &str,
+        record: &str,
+        ttl: Duration,
+    ) -> Result<Option<String>, BrokerError> {
+        let at = self.keys.idempotency(tenant, key);
+        // Claimed, or read what is there; a key that expired between the two is claimed again.
+        for _ in 0..3 {
+            let set: Option<String> = self
+                .client
+                .set(
+                    &at,
+                    record,
+                    Some(Expiration::PX(millis(ttl))),
+                    Some(fred::types::SetOptions::NX),
+                    false,
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            if set.is_some() {
+                return Ok(None);
+            }
+            let existing: Option<String> =
+                self.client.get(&at).await.map_err(|e| unavailable(&e))?;
+            if existing.is_some() {
+                return Ok(existing);
+            }
+        }
+        // The key kept expiring between the two commands: only a time to live shorter than a
+        // round trip does that.
+        Err(BrokerError::Unavailable {
+            retry_after: Duration::from_secs(1),
+        })
+    }
+
+    async fn update_idempotency(
+        &self,
+        tenant: &str,
+        key: &str,
+        record: &str,
+    ) -> Result<(), BrokerError> {
+        let _: Option<String> = self
+            .client
+            .set(
+                self.keys.idempotency(tenant, key),
+                record,
+                Some(Expiration::KEEPTTL),
+                Some(fred::types::SetOptions::XX),
+                false,
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(())
+    }
+
+    async fn idempotency(&self, tenant: &str, key: &str) -> Result<Option<String>, BrokerError> {
+        self.client
+            .get(self.keys.idempotency(tenant, key))
+            .await
+            .map_err(|e| unavailable(&e))
+    }
+
+    async fn release_idempotency(&self, tenant: &str, key: &str) -> Result<(), BrokerError> {
+        let _: i64 = self
+            .client
+            .del(self.keys.idempotency(tenant, key))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(())
     }
 }

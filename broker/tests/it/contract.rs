@@ -433,3 +433,50 @@ async fn sessions_are_shared_kept_while_used_and_gone_when_idle(backend: Backend
     assert!(!n1.drop_session("s3").await.unwrap());
 }
 contract!(sessions_are_shared_kept_while_used_and_gone_when_idle);
+
+/// An idempotency key is claimed once per tenant on every node, keeps its time to live from the
+/// claim through updates, and is free again once it expired or was released.
+async fn idempotency_keys_are_claimed_once_and_expire_from_their_claim(backend: Backend) {
+    let mut nodes = Nodes::new(backend, short());
+    let (n1, _) = nodes.node("n1").await;
+    let (n2, _) = nodes.node("n2").await;
+    let ttl = Duration::from_millis(800);
+    assert_eq!(
+        n1.claim_idempotency("t", "k", "first", ttl).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        n2.claim_idempotency("t", "k", "second", ttl)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("first")
+    );
+    // Another tenant's key of the same name is its own.
+    assert_eq!(
+        n2.claim_idempotency("r", "k", "theirs", ttl).await.unwrap(),
+        None
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    n2.update_idempotency("t", "k", "started").await.unwrap();
+    assert_eq!(
+        n1.idempotency("t", "k").await.unwrap().as_deref(),
+        Some("started")
+    );
+    // The update kept the claim's time to live: gone 800 ms after the claim.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(n1.idempotency("t", "k").await.unwrap(), None);
+    // An update of an expired key writes nothing; the key is free to claim.
+    n1.update_idempotency("t", "k", "late").await.unwrap();
+    assert_eq!(n2.idempotency("t", "k").await.unwrap(), None);
+    assert_eq!(
+        n2.claim_idempotency("t", "k", "again", ttl).await.unwrap(),
+        None
+    );
+    n1.release_idempotency("t", "k").await.unwrap();
+    assert_eq!(
+        n2.claim_idempotency("t", "k", "after", ttl).await.unwrap(),
+        None
+    );
+}
+contract!(idempotency_keys_are_claimed_once_and_expire_from_their_claim);

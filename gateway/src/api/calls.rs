@@ -18,7 +18,7 @@ use toolmark_broker::{
 use toolmark_proto::is_valid_tool_name;
 use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
 
-use super::{Authed, Body, check_ids, parse_body, parse_value};
+use super::{Authed, Body, check_ids, idempotency, parse_body, parse_value};
 use crate::problem::Problem;
 use crate::state::AppState;
 use crate::tenants::Tenant;
@@ -73,6 +73,8 @@ pub(crate) struct Request {
     pub input: Value,
     pub rev: Option<u64>,
     pub timeout_ms: Option<u64>,
+    /// The request's `Idempotency-Key` and fingerprint, when it claimed one.
+    pub idempotency: Option<(String, String)>,
 }
 
 /// A call that was bound and sent.
@@ -112,21 +114,36 @@ pub async fn call(
     body: Body,
 ) -> Result<Response, Problem> {
     check_ids(&user, &conversation)?;
+    let key = idempotency::key_of(&headers)?;
     let b: CallBody = parse_body(&tenant, &body)?;
     check_tool("/tool", &b.tool)?;
-    let req = Request {
+    let mut req = Request {
         kind: CallKind::Call,
         tool: b.tool,
         input: b.input,
         rev: b.rev,
         timeout_ms: b.timeout_ms,
+        idempotency: None,
     };
+    let respond_async = wants_async(&headers);
+    if let Some(record) = once(
+        &app,
+        &tenant,
+        key,
+        ("calls", &user, &conversation),
+        &body,
+        &mut req,
+    )
+    .await?
+    {
+        return Ok(repeat_call(&app, &tenant, &req, record, respond_async).await);
+    }
     respond(
         &app,
         &tenant,
         ConvKey::new(&tenant.id, &user, &conversation),
         req,
-        wants_async(&headers),
+        respond_async,
     )
     .await
 }
@@ -140,21 +157,36 @@ pub async fn describe(
     body: Body,
 ) -> Result<Response, Problem> {
     check_ids(&user, &conversation)?;
+    let key = idempotency::key_of(&headers)?;
     let b: DescribeBody = parse_body(&tenant, &body)?;
     check_tool("/tool", &b.tool)?;
-    let req = Request {
+    let mut req = Request {
         kind: CallKind::Describe,
         tool: b.tool,
         input: Value::Null,
         rev: None,
         timeout_ms: b.timeout_ms,
+        idempotency: None,
     };
+    let respond_async = wants_async(&headers);
+    if let Some(record) = once(
+        &app,
+        &tenant,
+        key,
+        ("describe", &user, &conversation),
+        &body,
+        &mut req,
+    )
+    .await?
+    {
+        return Ok(repeat_call(&app, &tenant, &req, record, respond_async).await);
+    }
     respond(
         &app,
         &tenant,
         ConvKey::new(&tenant.id, &user, &conversation),
         req,
-        wants_async(&headers),
+        respond_async,
     )
     .await
 }
@@ -168,14 +200,7 @@ async fn respond(
 ) -> Result<Response, Problem> {
     let started = start(app, tenant, conv, req, respond_async).await?;
     if respond_async {
-        // Where the outcome will be: `GET /calls/{id}`.
-        let location = format!("/v1/tenants/{}/calls/{}", tenant.id, started.id);
-        return Ok((
-            StatusCode::ACCEPTED,
-            [(axum::http::header::LOCATION, location)],
-            Json(json!({"id": started.id, "clientId": started.client_id})),
-        )
-            .into_response());
+        return Ok(accepted(&tenant.id, &started.id, &started.client_id));
     }
     let outcome = started.outcome.await.unwrap_or(Outcome::Timeout);
     Ok(
@@ -184,17 +209,80 @@ async fn respond(
     )
 }
 
+/// 202 with where the outcome will be: `GET /calls/{id}`.
+fn accepted(tenant: &str, id: &str, client_id: &str) -> Response {
+    let location = format!("/v1/tenants/{tenant}/calls/{id}");
+    (
+        StatusCode::ACCEPTED,
+        [(axum::http::header::LOCATION, location)],
+        Json(json!({"id": id, "clientId": client_id})),
+    )
+        .into_response()
+}
+
+/// With an `Idempotency-Key`: claims it for this request (`Ok(None)`: run it, `req` now
+/// carries the key), or finds the first request's record (`Ok(Some)`: answer as it).
+async fn once(
+    app: &AppState,
+    tenant: &Tenant,
+    key: Option<String>,
+    (route, user, conversation): (&str, &str, &str),
+    body: &Body,
+    req: &mut Request,
+) -> Result<Option<idempotency::Record>, Problem> {
+    let Some(key) = key else {
+        return Ok(None);
+    };
+    let value: Value = serde_json::from_slice(&body.0).unwrap_or(Value::Null);
+    let fp = idempotency::fingerprint(route, user, conversation, &value);
+    match idempotency::claim(app, &tenant.id, &key, &fp).await? {
+        idempotency::Claimed::First => {
+            req.idempotency = Some((key, fp));
+            Ok(None)
+        }
+        idempotency::Claimed::Repeat(record) => {
+            req.idempotency = Some((key, fp));
+            Ok(Some(record))
+        }
+    }
+}
+
+/// The answer to a repeat of a call or describe: the first request's call, 202 when this
+/// request asks for it, else 200 with its outcome once it has one.
+async fn repeat_call(
+    app: &AppState,
+    tenant: &Tenant,
+    req: &Request,
+    record: idempotency::Record,
+    respond_async: bool,
+) -> Response {
+    let id = record.id.clone().unwrap_or_default();
+    let client_id = record.client.clone().unwrap_or_default();
+    if respond_async {
+        return accepted(&tenant.id, &id, &client_id);
+    }
+    let key = req
+        .idempotency
+        .as_ref()
+        .map(|(k, _)| k.as_str())
+        .unwrap_or_default();
+    let outcome = idempotency::outcome(app, &tenant.id, key, record).await;
+    Json(json!({"id": id, "clientId": client_id, "outcome": outcome})).into_response()
+}
+
 /// `POST /users/{u}/conversations/{c}/llm-tools/invoke`: `page_call` / `page_describe` as the
 /// model produced them; `content` is what to hand back to the model.
 pub async fn invoke(
     State(app): State<AppState>,
     Authed(tenant): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
     check_ids(&user, &conversation)?;
+    let key = idempotency::key_of(&headers)?;
     let b: InvokeBody = parse_body(&tenant, &body)?;
-    let req = match b.name.as_str() {
+    let mut req = match b.name.as_str() {
         PAGE_CALL => {
             let i: PageCallInput = parse_value("/input", b.input)?;
             check_tool("/input/tool", &i.tool)?;
@@ -204,6 +292,7 @@ pub async fn invoke(
                 input: i.input,
                 rev: None,
                 timeout_ms: None,
+                idempotency: None,
             }
         }
         PAGE_DESCRIBE => {
@@ -215,6 +304,7 @@ pub async fn invoke(
                 input: Value::Null,
                 rev: None,
                 timeout_ms: None,
+                idempotency: None,
             }
         }
         _ => {
@@ -224,6 +314,26 @@ pub async fn invoke(
             ));
         }
     };
+    if let Some(record) = once(
+        &app,
+        &tenant,
+        key,
+        ("invoke", &user, &conversation),
+        &body,
+        &mut req,
+    )
+    .await?
+    {
+        let key = req
+            .idempotency
+            .as_ref()
+            .map(|(k, _)| k.clone())
+            .unwrap_or_default();
+        let id = record.id.clone().unwrap_or_default();
+        let untrusted = record.untrusted;
+        let outcome = idempotency::outcome(&app, &tenant.id, &key, record).await;
+        return Ok(invoked(&id, untrusted, &outcome));
+    }
     let started = start(
         &app,
         &tenant,
@@ -233,11 +343,16 @@ pub async fn invoke(
     )
     .await?;
     let outcome = started.outcome.await.unwrap_or(Outcome::Timeout);
-    let content = match &outcome {
-        Outcome::Result(r) => model_content(r, started.untrusted),
+    Ok(invoked(&started.id, started.untrusted, &outcome))
+}
+
+/// The answer of `llm-tools/invoke`: the outcome and what to hand back to the model.
+fn invoked(id: &str, untrusted: bool, outcome: &Outcome) -> Response {
+    let content = match outcome {
+        Outcome::Result(r) => model_content(r, untrusted),
         Outcome::Timeout => json!(outcome),
     };
-    Ok(Json(json!({"id": started.id, "outcome": outcome, "content": content})).into_response())
+    Json(json!({"id": id, "outcome": outcome, "content": content})).into_response()
 }
 
 /// Binds and sends a call or describe (the tenant's rate, the conversation, the deadline) and
@@ -255,6 +370,9 @@ pub(crate) async fn start(
     let limits = &tenant.limits;
     let timeout_ms = req.timeout_ms.unwrap_or(limits.default_call_timeout_ms);
     if timeout_ms == 0 || timeout_ms > limits.max_call_timeout_ms {
+        if let Some((key, _)) = &req.idempotency {
+            idempotency::release(app, &tenant.id, key).await;
+        }
         return Err(Problem::invalid(
             "/timeoutMs",
             format!("timeoutMs is between 1 and {}", limits.max_call_timeout_ms),
@@ -262,7 +380,8 @@ pub(crate) async fn start(
     }
     // The rate, the conversation read and the bind, in the broker's order (one Redis round
     // trip when the conversation's current page is the one this node last saw).
-    let Placed { binding, waiter } = app
+    let deadline_ms = now_ms() + timeout_ms;
+    let placed = app
         .broker
         .place_call(CallRequest {
             id: partition::new_call_id(&conv),
@@ -271,11 +390,36 @@ pub(crate) async fn start(
             tool: req.tool,
             input: req.input,
             rev: req.rev,
-            deadline_ms: now_ms() + timeout_ms,
+            deadline_ms,
             respond_async,
             calls_per_second: limits.calls_per_second,
         })
-        .await?;
+        .await;
+    let Placed { binding, waiter } = match placed {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some((key, _)) = &req.idempotency {
+                idempotency::release(app, &tenant.id, key).await;
+            }
+            return Err(e.into());
+        }
+    };
+    // The key now names this call: a repeat answers from it from here on.
+    let remembered = match req.idempotency {
+        Some((key, f)) => {
+            let record = idempotency::Record {
+                f,
+                id: Some(binding.id.clone()),
+                client: Some(binding.client_id.clone()),
+                untrusted: binding.untrusted,
+                deadline_ms: Some(deadline_ms),
+                outcome: None,
+            };
+            idempotency::started(app, &tenant.id, &key, &record).await;
+            Some((key, record))
+        }
+        None => None,
+    };
     let (id, client_id, untrusted) = (
         binding.id.clone(),
         binding.client_id.clone(),
@@ -287,7 +431,7 @@ pub(crate) async fn start(
         binding,
         Duration::from_millis(timeout_ms),
         waiter,
-        tx,
+        (tx, remembered),
     ));
     Ok(Started {
         id,
@@ -304,7 +448,10 @@ async fn supervise(
     binding: CallBinding,
     timeout: Duration,
     mut waiter: oneshot::Receiver<Outcome>,
-    reply: oneshot::Sender<Outcome>,
+    (reply, remembered): (
+        oneshot::Sender<Outcome>,
+        Option<(String, idempotency::Record)>,
+    ),
 ) {
     let started = Instant::now();
     let mut won_timeout = false;
@@ -342,6 +489,12 @@ async fn supervise(
     };
     if announce {
         announce_outcome(&app, &binding, &outcome).await;
+    }
+    // A repeat of the request within 24 h answers with this outcome, even once the call itself
+    // left the broker's retention.
+    if let Some((key, mut record)) = remembered {
+        record.outcome = Some(outcome.clone());
+        idempotency::started(&app, &binding.conv.tenant, &key, &record).await;
     }
     let _ = reply.send(outcome);
 }
@@ -474,7 +627,7 @@ mod tests {
             binding.clone(),
             Duration::from_millis(300),
             lost,
-            reply,
+            (reply, None),
         ));
         let from = PageIdentity {
             conv,

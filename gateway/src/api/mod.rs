@@ -5,6 +5,7 @@ pub(crate) mod calls;
 pub use calls::announce_outcome;
 pub(crate) mod conversations;
 mod events;
+pub mod idempotency;
 pub mod inbound;
 mod webhooks;
 

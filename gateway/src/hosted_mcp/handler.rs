@@ -177,6 +177,7 @@ impl ServerHandler for HostedMcp {
             },
             rev: if kind == CallKind::Call { s.rev } else { None },
             timeout_ms,
+            idempotency: None,
         };
         let started = match calls::start(&self.app, &grant.tenant, conv, call, false).await {
             Ok(started) => started,

@@ -148,6 +148,7 @@ async fn describe(app: &AppState, grant: &McpGrant, tool: &str) -> Option<Option
         input: Value::Null,
         rev: None,
         timeout_ms: u64::try_from(timeout).ok(),
+        idempotency: None,
     };
     let started = calls::start(app, &grant.tenant, grant.conv(), request, false)
         .await

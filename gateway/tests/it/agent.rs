@@ -43,7 +43,7 @@ impl Agent {
         format!("/users/{user}/conversations/{conversation}")
     }
 
-    async fn read(res: reqwest::Response) -> Answer {
+    pub async fn read(res: reqwest::Response) -> Answer {
         let status = res.status().as_u16();
         let headers = res.headers().clone();
         let text = res.text().await.unwrap();

@@ -9,6 +9,7 @@ mod echo_inbound;
 mod faults;
 mod harness;
 mod hosted_mcp;
+mod idempotency;
 mod inbound;
 mod isolation;
 mod lifecycle;

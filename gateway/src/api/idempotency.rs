@@ -1,0 +1,263 @@
+//! `Idempotency-Key` on `POST …/calls`, `POST …/describe` and `POST …/llm-tools/invoke`: the
+//! first request with a key runs; a repeat within 24 h, on any node, with the same route,
+//! conversation and body (compared as canonical JSON) gets the same answer, waiting for the
+//! outcome like the first while the call is pending; the page never receives a second frame.
+//! The same key with another request is 422 `idempotency_mismatch`. Keys are per tenant.
+//!
+//! The key's record lives in the broker ([`toolmark_broker::Idempotency`]) for 24 h from the
+//! first request: first the request's fingerprint alone (the key is claimed), then the call it
+//! started (its id, page, deadline), then its outcome, written by the call's supervisor, so a
+//! repeat after the call itself left the broker's retention is still answered.
+
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use toolmark_broker::{Outcome, now_ms};
+
+use crate::problem::Problem;
+use crate::state::AppState;
+
+/// The request header.
+pub const HEADER: &str = "idempotency-key";
+/// How long a key is kept from its first request.
+pub const KEPT: Duration = Duration::from_secs(24 * 3600);
+/// How often a repeat looks for what the first request did.
+const POLL: Duration = Duration::from_millis(50);
+/// How long a repeat waits for the first request to start its call.
+const START_WAIT: Duration = Duration::from_secs(10);
+/// How long past the call's deadline a repeat waits for its outcome to be written.
+const OUTCOME_SLACK: Duration = Duration::from_secs(5);
+
+/// A key's record.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    /// The request's fingerprint ([`fingerprint`]).
+    pub f: String,
+    /// The call it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The call's page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// Whether the tool is marked untrusted.
+    #[serde(default)]
+    pub untrusted: bool,
+    /// The call's deadline (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// Its outcome, once it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+}
+
+/// The request's `Idempotency-Key`: none, or 1–255 visible ASCII characters.
+pub fn key_of(headers: &HeaderMap) -> Result<Option<String>, Problem> {
+    let mut values = headers.get_all(HEADER).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let bad = || Problem::bad_header("Idempotency-Key is 1 to 255 visible ASCII characters, once");
+    if values.next().is_some() {
+        return Err(bad());
+    }
+    let bytes = value.as_bytes();
+    if bytes.is_empty() || bytes.len() > 255 || !bytes.iter().all(|b| (0x21..=0x7e).contains(b)) {
+        return Err(bad());
+    }
+    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// What makes two requests the same: the route, the conversation, and the body as canonical
+/// JSON (object keys sorted, no insignificant white space).
+pub fn fingerprint(route: &str, user: &str, conversation: &str, body: &Value) -> String {
+    let mut canonical = String::new();
+    write_canonical(body, &mut canonical);
+    let digest = Sha256::new()
+        .chain_update(route)
+        .chain_update([0])
+        .chain_update(user)
+        .chain_update([0])
+        .chain_update(conversation)
+        .chain_update([0])
+        .chain_update(canonical)
+        .finalize();
+    hex::encode(digest)
+}
+
+/// `value` as JSON with every object's keys in order, whatever the map's own order.
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// What a key says of this request.
+#[derive(Debug)]
+pub enum Claimed {
+    /// This request is the first: run it.
+    First,
+    /// A repeat: answer as the first (its call is started; its outcome may not be known yet).
+    Repeat(Record),
+}
+
+/// Claims `key` for a request of `fingerprint`, or finds the first request's record (waiting
+/// for it to start its call, when it is still about to).
+pub async fn claim(
+    app: &AppState,
+    tenant: &str,
+    key: &str,
+    fingerprint: &str,
+) -> Result<Claimed, Problem> {
+    let fresh = Record {
+        f: fingerprint.to_owned(),
+        id: None,
+        client: None,
+        untrusted: false,
+        deadline_ms: None,
+        outcome: None,
+    };
+    let body = serde_json::to_string(&fresh).unwrap_or_default();
+    let waiting_since = Instant::now();
+    loop {
+        let Some(existing) = app
+            .broker
+            .claim_idempotency(tenant, key, &body, KEPT)
+            .await?
+        else {
+            return Ok(Claimed::First);
+        };
+        let record: Record = serde_json::from_str(&existing)
+            .map_err(|_| Problem::unavailable(Duration::from_secs(1)))?;
+        if record.f != fingerprint {
+            return Err(Problem::idempotency_mismatch());
+        }
+        if record.id.is_some() {
+            return Ok(Claimed::Repeat(record));
+        }
+        // The first request claimed the key and has not started its call yet (or failed, and
+        // gives the key back: then this request claims it on the next turn).
+        if waiting_since.elapsed() > START_WAIT {
+            return Err(Problem::unavailable(Duration::from_secs(1)));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Records the call the first request started.
+pub async fn started(app: &AppState, tenant: &str, key: &str, record: &Record) {
+    let body = serde_json::to_string(record).unwrap_or_default();
+    if let Err(e) = app.broker.update_idempotency(tenant, key, &body).await {
+        tracing::warn!(tenant, error = %e, "idempotency key not bound to its call; a repeat waits for it, then runs");
+    }
+}
+
+/// Gives the key back: the first request failed before it started a call.
+pub async fn release(app: &AppState, tenant: &str, key: &str) {
+    if let Err(e) = app.broker.release_idempotency(tenant, key).await {
+        tracing::warn!(tenant, error = %e, "idempotency key of a failed request not released; it expires in 24 h");
+    }
+}
+
+/// The outcome of a repeat's call: from the key's record once the first request's supervisor
+/// wrote it, else from the call itself once it ended, waiting until then (bounded by the call's
+/// deadline).
+pub async fn outcome(app: &AppState, tenant: &str, key: &str, record: Record) -> Outcome {
+    if let Some(o) = record.outcome {
+        return o;
+    }
+    let id = record.id.unwrap_or_default();
+    let deadline = record.deadline_ms.unwrap_or_else(now_ms);
+    let give_up = deadline + u64::try_from(OUTCOME_SLACK.as_millis()).unwrap_or(5000);
+    loop {
+        if let Ok(Some(stored)) = app.broker.idempotency(tenant, key).await
+            && let Ok(Record {
+                outcome: Some(o), ..
+            }) = serde_json::from_str::<Record>(&stored)
+        {
+            return o;
+        }
+        if let Ok(Some(call)) = app.broker.call(tenant, &id).await
+            && let Some(o) = call.outcome
+        {
+            return o;
+        }
+        if now_ms() > give_up {
+            return Outcome::Timeout;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_same_request_in_another_key_order_has_the_same_fingerprint() {
+        let a = json!({"tool": "todo.add", "input": {"b": [1, {"y": 2, "x": 1}], "a": "é"}});
+        let b: Value = serde_json::from_str(
+            r#"{ "input" : { "a":"é", "b":[1,{"x":1,"y":2}] }, "tool":"todo.add" }"#,
+        )
+        .unwrap();
+        assert_eq!(
+            fingerprint("calls", "u", "c", &a),
+            fingerprint("calls", "u", "c", &b)
+        );
+        assert_ne!(
+            fingerprint("calls", "u", "c", &a),
+            fingerprint("calls", "u", "c2", &a)
+        );
+        assert_ne!(
+            fingerprint("calls", "u", "c", &a),
+            fingerprint("describe", "u", "c", &a)
+        );
+        let mut other = a.clone();
+        other["input"]["a"] = json!("e");
+        assert_ne!(
+            fingerprint("calls", "u", "c", &a),
+            fingerprint("calls", "u", "c", &other)
+        );
+    }
+
+    #[test]
+    fn keys_are_one_to_255_visible_ascii_characters() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(HEADER, v.parse().unwrap());
+            key_of(&h)
+        };
+        assert_eq!(with("order-42").unwrap().as_deref(), Some("order-42"));
+        assert!(with(&"k".repeat(255)).unwrap().is_some());
+        assert!(with(&"k".repeat(256)).is_err());
+        assert!(with("has space").is_err());
+        assert!(key_of(&HeaderMap::new()).unwrap().is_none());
+    }
+}
