@@ -15,6 +15,7 @@ pub mod hosted_mcp;
 pub mod ids;
 pub mod inbound;
 pub mod metrics;
+pub mod openapi;
 pub mod ops;
 pub mod page;
 pub mod problem;
@@ -42,6 +43,7 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
+        .route("/v1/openapi.json", get(openapi::openapi_json))
         .route("/v1/tenants/{tenant}/page", get(page::upgrade))
         .route("/app/{key}", get(pusher::upgrade))
         .merge(api::router())

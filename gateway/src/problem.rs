@@ -8,6 +8,23 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use toolmark_broker::{BrokerError, PlaceError, RateLimited, TakeError};
 
+/// Every problem `code` the HTTP APIs answer, with its `title`: the one list the answers and
+/// the OpenAPI document are made from.
+pub const CODES: &[(&str, &str)] = &[
+    ("unauthorized", "Unauthorized"),
+    ("not_found", "Not found"),
+    ("method_not_allowed", "Method not allowed"),
+    ("no_page", "No page"),
+    ("invalid_request", "Invalid request"),
+    ("payload_too_large", "Payload too large"),
+    ("rate_limited", "Rate limited"),
+    ("unavailable", "Unavailable"),
+    ("conflict", "Conflict"),
+    ("static_tenant", "Conflict"),
+    ("precondition_failed", "Precondition failed"),
+    ("idempotency_mismatch", "Idempotency key mismatch"),
+];
+
 /// An API error, answered as `application/problem+json`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -27,6 +44,10 @@ pub struct Problem {
 
 impl Problem {
     fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+        debug_assert!(
+            CODES.iter().any(|(c, _)| *c == code),
+            "problem code {code} is not in CODES"
+        );
         Problem {
             status,
             code,
@@ -221,20 +242,10 @@ impl From<PlaceError> for Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let title = match self.code {
-            "unauthorized" => "Unauthorized",
-            "not_found" => "Not found",
-            "no_page" => "No page",
-            "invalid_request" => "Invalid request",
-            "payload_too_large" => "Payload too large",
-            "rate_limited" => "Rate limited",
-            "unavailable" => "Unavailable",
-            "method_not_allowed" => "Method not allowed",
-            "conflict" | "static_tenant" => "Conflict",
-            "precondition_failed" => "Precondition failed",
-            "idempotency_mismatch" => "Idempotency key mismatch",
-            _ => "Error",
-        };
+        let title = CODES
+            .iter()
+            .find(|(code, _)| *code == self.code)
+            .map_or("Error", |(_, title)| title);
         let mut body = json!({
             "type": format!("urn:toolmark:problem:{}", self.code),
             "title": title,

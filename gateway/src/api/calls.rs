@@ -8,7 +8,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use toolmark_broker::{
@@ -17,35 +17,112 @@ use toolmark_broker::{
 };
 use toolmark_proto::is_valid_tool_name;
 use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
+use utoipa::ToSchema;
 
 use super::{Authed, Body, check_ids, idempotency, parse_body, parse_value};
 use crate::problem::Problem;
 use crate::state::AppState;
 use crate::tenants::Tenant;
 
-#[derive(Debug, Deserialize)]
+/// `POST …/calls`'s body.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct CallBody {
+pub struct CallBody {
+    /// The page tool's full name, `^[A-Za-z0-9_.-]{1,128}$`.
     tool: String,
+    /// The tool's input (default `{}`).
     #[serde(default = "empty_object")]
+    #[schema(value_type = Object)]
     input: Value,
+    /// The manifest revision the call was made for (a page at another one refuses `stale`).
     rev: Option<u64>,
+    /// The deadline, 1 to the tenant's `max_call_timeout_ms` (default: the tenant's).
     timeout_ms: Option<u64>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `POST …/describe`'s body.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct DescribeBody {
+pub struct DescribeBody {
+    /// The page tool's full name.
     tool: String,
+    /// The deadline.
     timeout_ms: Option<u64>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `POST …/llm-tools/invoke`'s body: a tool use as the model produced it.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct InvokeBody {
+pub struct InvokeBody {
+    /// `page_call` or `page_describe`.
     name: String,
+    /// `{tool, input}` for `page_call`, `{tool}` for `page_describe`.
     #[serde(default = "empty_object")]
+    #[schema(value_type = Object)]
     input: Value,
+}
+
+/// The answer of a call or describe that ended.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CallAnswer {
+    /// The call id.
+    pub id: String,
+    /// The page it went to.
+    pub client_id: String,
+    /// The page's ToolResult, or `{"status": "timeout"}`.
+    #[schema(value_type = Object)]
+    pub outcome: Outcome,
+}
+
+/// The answer of a call started with `Prefer: respond-async`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Accepted {
+    /// The call id (`GET /calls/{id}` gives its state).
+    pub id: String,
+    /// The page it went to.
+    pub client_id: String,
+}
+
+/// The answer of `llm-tools/invoke`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Invoked {
+    /// The call id.
+    pub id: String,
+    /// The outcome.
+    #[schema(value_type = Object)]
+    pub outcome: Outcome,
+    /// What to hand back to the model (untrusted content wrapped).
+    #[schema(value_type = Object)]
+    pub content: Value,
+}
+
+/// A call as `GET /calls/{id}` shows it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CallView {
+    /// The call id.
+    pub id: String,
+    /// The user.
+    pub user: String,
+    /// The conversation.
+    pub conversation: String,
+    /// The page it went to.
+    pub client_id: String,
+    /// The tool.
+    pub tool: String,
+    /// `call` or `describe`.
+    #[schema(value_type = String)]
+    pub kind: CallKind,
+    /// `pending`, `answered` or `timed_out`.
+    pub state: &'static str,
+    /// The deadline, RFC 3339 with milliseconds.
+    pub deadline: String,
+    /// The outcome, once there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub outcome: Option<Outcome>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -106,6 +183,14 @@ fn check_tool(pointer: &str, tool: &str) -> Result<(), Problem> {
 }
 
 /// `POST /users/{u}/conversations/{c}/calls`
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/calls",
+    tag = "calls",
+    params(crate::openapi::TenantPath, crate::openapi::ConversationPath, CallHeaders),
+    request_body = CallBody,
+    responses((status = 200, description = "The call ended: its outcome", body = CallAnswer), (status = 202, description = "Started; the outcome comes later (GET /calls/{id}, call.result)", body = Accepted,
+        headers(("Location" = String, description = "/v1/tenants/{tenant}/calls/{id}"))),
+        crate::openapi::Problems),
+    security(("apiKey" = [])))]
 pub async fn call(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -149,6 +234,14 @@ pub async fn call(
 }
 
 /// `POST /users/{u}/conversations/{c}/describe`
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/describe",
+    tag = "calls",
+    params(crate::openapi::TenantPath, crate::openapi::ConversationPath, CallHeaders),
+    request_body = DescribeBody,
+    responses((status = 200, description = "The call ended: its outcome", body = CallAnswer), (status = 202, description = "Started; the outcome comes later (GET /calls/{id}, call.result)", body = Accepted,
+        headers(("Location" = String, description = "/v1/tenants/{tenant}/calls/{id}"))),
+        crate::openapi::Problems),
+    security(("apiKey" = [])))]
 pub async fn describe(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -203,10 +296,35 @@ async fn respond(
         return Ok(accepted(&tenant.id, &started.id, &started.client_id));
     }
     let outcome = started.outcome.await.unwrap_or(Outcome::Timeout);
-    Ok(
-        Json(json!({"id": started.id, "clientId": started.client_id, "outcome": outcome}))
-            .into_response(),
-    )
+    Ok(Json(CallAnswer {
+        id: started.id,
+        client_id: started.client_id,
+        outcome,
+    })
+    .into_response())
+}
+
+/// `Idempotency-Key` and `Prefer` of a call or describe.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+struct CallHeaders {
+    /// 1–255 visible ASCII characters: a repeat within 24 h gets the first answer.
+    #[param(rename = "Idempotency-Key")]
+    idempotency_key: Option<String>,
+    /// `respond-async`: answer 202 at once.
+    #[param(rename = "Prefer")]
+    prefer: Option<String>,
+}
+
+/// `Idempotency-Key` of an invoke.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+struct IdempotencyHeader {
+    /// 1–255 visible ASCII characters: a repeat within 24 h gets the first answer.
+    #[param(rename = "Idempotency-Key")]
+    idempotency_key: Option<String>,
 }
 
 /// 202 with where the outcome will be: `GET /calls/{id}`.
@@ -215,7 +333,10 @@ fn accepted(tenant: &str, id: &str, client_id: &str) -> Response {
     (
         StatusCode::ACCEPTED,
         [(axum::http::header::LOCATION, location)],
-        Json(json!({"id": id, "clientId": client_id})),
+        Json(Accepted {
+            id: id.to_owned(),
+            client_id: client_id.to_owned(),
+        }),
     )
         .into_response()
 }
@@ -267,11 +388,22 @@ async fn repeat_call(
         .map(|(k, _)| k.as_str())
         .unwrap_or_default();
     let outcome = idempotency::outcome(app, &tenant.id, key, record).await;
-    Json(json!({"id": id, "clientId": client_id, "outcome": outcome})).into_response()
+    Json(CallAnswer {
+        id,
+        client_id,
+        outcome,
+    })
+    .into_response()
 }
 
 /// `POST /users/{u}/conversations/{c}/llm-tools/invoke`: `page_call` / `page_describe` as the
 /// model produced them; `content` is what to hand back to the model.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/llm-tools/invoke",
+    tag = "llm-tools",
+    params(crate::openapi::TenantPath, crate::openapi::ConversationPath, IdempotencyHeader),
+    request_body = InvokeBody,
+    responses((status = 200, description = "The outcome and what to hand back to the model", body = Invoked), crate::openapi::Problems),
+    security(("apiKey" = [])))]
 pub async fn invoke(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -352,7 +484,12 @@ fn invoked(id: &str, untrusted: bool, outcome: &Outcome) -> Response {
         Outcome::Result(r) => model_content(r, untrusted),
         Outcome::Timeout => json!(outcome),
     };
-    Json(json!({"id": id, "outcome": outcome, "content": content})).into_response()
+    Json(Invoked {
+        id: id.to_owned(),
+        outcome: outcome.clone(),
+        content,
+    })
+    .into_response()
 }
 
 /// Binds and sends a call or describe (the tenant's rate, the conversation, the deadline) and
@@ -524,11 +661,15 @@ pub async fn announce_outcome(app: &AppState, binding: &CallBinding, outcome: &O
 }
 
 /// `GET /calls/{id}`
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/calls/{id}", tag = "calls",
+    params(crate::openapi::TenantPath, crate::openapi::CallPath),
+    responses((status = 200, description = "The call", body = CallView), crate::openapi::Problems),
+    security(("apiKey" = [])))]
 pub async fn get_call(
     State(app): State<AppState>,
     Authed(tenant): Authed,
     Path((_, id)): Path<(String, String)>,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Json<CallView>, Problem> {
     let record = app
         .broker
         .call(&tenant.id, &id)
@@ -538,6 +679,11 @@ pub async fn get_call(
 }
 
 /// `POST /calls/{id}/cancel`
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/calls/{id}/cancel", tag = "calls",
+    params(crate::openapi::TenantPath, crate::openapi::CallPath),
+    responses((status = 202, description = "The page is sent the protocol cancel"),
+        crate::openapi::Problems),
+    security(("apiKey" = [])))]
 pub async fn cancel(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -550,7 +696,7 @@ pub async fn cancel(
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
-fn call_json(r: &CallRecord) -> Value {
+fn call_json(r: &CallRecord) -> CallView {
     let b = &r.binding;
     let state = match r.state {
         CallState::Pending => "pending",
@@ -561,14 +707,17 @@ fn call_json(r: &CallRecord) -> Value {
         std::time::UNIX_EPOCH + Duration::from_millis(b.deadline_ms),
     )
     .to_string();
-    let mut v = json!({
-        "id": b.id, "user": b.conv.user, "conversation": b.conv.conversation, "clientId": b.client_id,
-        "tool": b.tool, "kind": b.kind, "state": state, "deadline": deadline,
-    });
-    if let Some(o) = &r.outcome {
-        v["outcome"] = json!(o);
+    CallView {
+        id: b.id.clone(),
+        user: b.conv.user.clone(),
+        conversation: b.conv.conversation.clone(),
+        client_id: b.client_id.clone(),
+        tool: b.tool.clone(),
+        kind: b.kind,
+        state,
+        deadline,
+        outcome: r.outcome.clone(),
     }
-    v
 }
 
 #[cfg(test)]

@@ -4,11 +4,12 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use toolmark_broker::ConvKey;
 use toolmark_proto::llm::{LlmFormat, tool_definitions};
+use utoipa::ToSchema;
 
 use super::{Authed, Body, check_ids, parse_body};
 use crate::problem::Problem;
@@ -19,31 +20,74 @@ use crate::tenants::{MCP_SCOPE, PageClaims};
 const DEFAULT_TOKEN_TTL: u64 = 3600;
 const MAX_TOKEN_TTL: u64 = 86_400;
 
+/// A conversation as the agent sees it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationView {
+    /// The user.
+    pub user: String,
+    /// The conversation.
+    pub conversation: String,
+    /// The page new calls go to, if any.
+    pub client_id: Option<String>,
+    /// Its manifest revision.
+    pub rev: Option<u64>,
+    /// Its tools (manifest entries: name, llmName, title, description, hints, mode).
+    #[schema(value_type = Vec<Object>)]
+    pub tools: Vec<toolmark_proto::ToolManifestSummary>,
+    /// Connected pages.
+    #[schema(value_type = Vec<Object>)]
+    pub pages: Vec<toolmark_broker::PageInfo>,
+}
+
 /// `GET /users/{u}/conversations/{c}`
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}",
+    tag = "conversations", params(crate::openapi::TenantPath, crate::openapi::ConversationPath),
+    responses((status = 200, description = "The conversation's current page, manifest and pages", body = ConversationView), crate::openapi::Problems),
+    security(("apiKey" = [])))]
 pub async fn state(
     State(app): State<AppState>,
     Authed(tenant): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
-) -> Result<Json<serde_json::Value>, Problem> {
+) -> Result<Json<ConversationView>, Problem> {
     check_ids(&user, &conversation)?;
     let conv = ConvKey::new(&tenant.id, &user, &conversation);
     let s = app.broker.conversation(&conv).await?;
-    Ok(Json(json!({
-        "user": user,
-        "conversation": conversation,
-        "clientId": s.client_id,
-        "rev": s.rev,
-        "tools": s.tools,
-        "pages": s.pages,
-    })))
+    Ok(Json(ConversationView {
+        user,
+        conversation,
+        client_id: s.client_id,
+        rev: s.rev,
+        tools: s.tools,
+        pages: s.pages,
+    }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct FormatQuery {
+    /// `anthropic` (default) or `openai`.
     format: Option<String>,
 }
 
+/// `page_call` and `page_describe` for the conversation's current page.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LlmTools {
+    /// The two tool definitions, in the chosen provider's shape.
+    #[schema(value_type = Vec<Object>)]
+    pub tools: Value,
+    /// The manifest revision they render.
+    pub rev: Option<u64>,
+    /// Their ETag (also in the `ETag` header; `If-None-Match` answers 304).
+    pub etag: String,
+}
+
 /// `GET /users/{u}/conversations/{c}/llm-tools?format=anthropic|openai`
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/llm-tools",
+    tag = "llm-tools", params(crate::openapi::TenantPath, crate::openapi::ConversationPath, FormatQuery),
+    responses((status = 200, description = "page_call and page_describe", body = LlmTools), (status = 304, description = "Unchanged since If-None-Match"),
+        crate::openapi::Problems),
+    security(("apiKey" = [])))]
 pub async fn llm_tools(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -76,22 +120,46 @@ pub async fn llm_tools(
     if matches {
         return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag_header)]).into_response());
     }
-    let body = json!({"tools": tools, "rev": s.rev, "etag": etag});
+    let body = LlmTools {
+        tools,
+        rev: s.rev,
+        etag,
+    };
     Ok(([(header::ETAG, etag_header)], Json(body)).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+/// `POST /tokens`'s body.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct TokenRequest {
+pub struct TokenRequest {
+    /// The user (`sub`).
     user: String,
+    /// The conversation (`cnv`).
     conversation: String,
+    /// Lifetime, 1–86400 s (default 3600).
     ttl_seconds: Option<u64>,
     /// `"mcp"` for the hosted MCP endpoint; absent (or `"page"`) for a page socket.
     scope: Option<String>,
 }
 
+/// A minted token.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Token {
+    /// The JWT.
+    pub token: String,
+    /// RFC 3339.
+    pub expires_at: String,
+    /// The page WebSocket URL (with the token), or the MCP endpoint for an MCP token.
+    pub url: String,
+}
+
 /// `POST /tokens`: a page token, or with `"scope": "mcp"` an MCP token, for a user and
 /// conversation (HS256 tenants).
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/tokens", tag = "tokens",
+    params(crate::openapi::TenantPath), request_body = TokenRequest,
+    responses((status = 201, description = "The minted token", body = Token), crate::openapi::Problems),
+    security(("apiKey" = [])))]
 pub async fn mint_token(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -150,7 +218,11 @@ pub async fn mint_token(
     .to_string();
     Ok((
         StatusCode::CREATED,
-        Json(json!({"token": token, "expiresAt": expires_at, "url": url})),
+        Json(Token {
+            token,
+            expires_at,
+            url,
+        }),
     )
         .into_response())
 }

@@ -16,10 +16,23 @@ use super::Authed;
 use crate::problem::Problem;
 use crate::state::AppState;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventQuery {
+    /// Only this user's events.
     user: Option<String>,
+    /// Only this conversation's events.
     conversation: Option<String>,
+}
+
+/// The `Last-Event-ID` header of a resumed stream.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+struct ResumeHeader {
+    /// The id of the last event received: the stream goes on after it.
+    #[param(rename = "Last-Event-ID")]
+    last_event_id: Option<String>,
 }
 
 fn to_sse(e: &Event) -> SseEvent {
@@ -30,6 +43,11 @@ fn to_sse(e: &Event) -> SseEvent {
 }
 
 /// The SSE handler.
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/events", tag = "events",
+    params(crate::openapi::TenantPath, EventQuery, ResumeHeader),
+    responses((status = 200, description = "Server-Sent Events: page.manifest, page.disconnected, call.result, call.timeout, confirmation.resolved (docs/events.md)", content_type = "text/event-stream"),
+        crate::openapi::Problems),
+    security(("apiKey" = [])))]
 pub async fn stream(
     State(app): State<AppState>,
     Authed(tenant): Authed,

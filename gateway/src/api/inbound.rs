@@ -17,6 +17,12 @@ use crate::state::AppState;
 use crate::tenants::Tenant;
 
 /// `POST /users/{u}/conversations/{c}/inbound`
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/inbound",
+    tag = "inbound",
+    params(crate::openapi::TenantPath, crate::openapi::ConversationPath),
+    request_body(content = Object, description = "One bridge protocol v1 page message (manifest, result, confirmed, changed), forwarded by the app's backend for a Laravel Echo page"),
+    responses((status = 202, description = "Accepted and applied"), crate::openapi::Problems),
+    security(("apiKey" = [])))]
 pub async fn inbound(
     State(app): State<AppState>,
     Authed(tenant): Authed,

@@ -4,10 +4,10 @@
 pub(crate) mod calls;
 pub use calls::announce_outcome;
 pub(crate) mod conversations;
-mod events;
+pub(crate) mod events;
 pub mod idempotency;
 pub mod inbound;
-mod webhooks;
+pub(crate) mod webhooks;
 
 use std::sync::Arc;
 

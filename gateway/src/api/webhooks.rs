@@ -5,22 +5,46 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use super::Authed;
 use crate::problem::Problem;
 use crate::state::AppState;
 
+/// The tenant's webhook dead letters.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct DeadLetters {
+    /// Oldest first: `{id, event, attempts, lastError, failedAt}`.
+    #[schema(value_type = Vec<Object>)]
+    pub failed: Vec<toolmark_broker::webhook::DeadLetter>,
+}
+
+/// The `{id}` of a dead letter.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct DeadLetterPath {
+    /// The dead letter's id.
+    id: String,
+}
+
 /// `GET /webhooks/failed`
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/webhooks/failed", tag = "webhooks",
+    params(crate::openapi::TenantPath),
+    responses((status = 200, description = "The dead letters", body = DeadLetters), crate::openapi::Problems),
+    security(("apiKey" = [])))]
 pub async fn failed(
     State(app): State<AppState>,
     Authed(tenant): Authed,
-) -> Result<Json<serde_json::Value>, Problem> {
+) -> Result<Json<DeadLetters>, Problem> {
     let failed = app.broker.webhook_failed(&tenant.id).await?;
-    Ok(Json(json!({ "failed": failed })))
+    Ok(Json(DeadLetters { failed }))
 }
 
 /// `POST /webhooks/failed/{id}/retry`
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/webhooks/failed/{id}/retry", tag = "webhooks",
+    params(crate::openapi::TenantPath, DeadLetterPath),
+    responses((status = 202, description = "Back in its conversation's queue"), crate::openapi::Problems),
+    security(("apiKey" = [])))]
 pub async fn retry(
     State(app): State<AppState>,
     Authed(tenant): Authed,

@@ -1,7 +1,7 @@
 //! The agent API as a backend uses it: calls, describes, errors as problem+json, llm-tools,
 //! invoke with untrusted content, async calls, cancel, and events with Last-Event-ID.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::{Agent, Gateway, ready_page, tool};
 
@@ -391,5 +391,68 @@ async fn events_resume_after_last_event_id() {
             .next_within(std::time::Duration::from_millis(300))
             .await
             .is_none()
+    );
+}
+
+#[tokio::test]
+async fn the_openapi_document_is_served_committed_and_lists_every_route_and_code() {
+    let gw = Gateway::start().await;
+    let r = gw
+        .http
+        .get(gw.url("/v1/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let served = r.text().await.unwrap();
+    let committed_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json");
+    if std::env::var_os("UPDATE_OPENAPI").is_some() {
+        std::fs::write(committed_path, &served).unwrap();
+    }
+    let committed = std::fs::read_to_string(committed_path).unwrap_or_default();
+    assert!(
+        served == committed,
+        "docs/openapi.json differs from GET /v1/openapi.json: run `UPDATE_OPENAPI=1 cargo test -p toolmark-gateway --test it openapi` and commit it"
+    );
+    let doc: Value = serde_json::from_str(&served).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths: Vec<&str> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for route in [
+        "/v1/tenants/{tenant}/tokens",
+        "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}",
+        "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/calls",
+        "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/describe",
+        "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/inbound",
+        "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/llm-tools",
+        "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/llm-tools/invoke",
+        "/v1/tenants/{tenant}/calls/{id}",
+        "/v1/tenants/{tenant}/calls/{id}/cancel",
+        "/v1/tenants/{tenant}/events",
+        "/v1/tenants/{tenant}/webhooks/failed",
+        "/v1/tenants/{tenant}/webhooks/failed/{id}/retry",
+        "/v1/tenants/{tenant}/mcp",
+        "/v1/openapi.json",
+    ] {
+        assert!(paths.contains(&route), "{route} is not in the document");
+    }
+    let codes = &doc["components"]["schemas"]["ProblemCode"]["enum"];
+    for (code, _) in toolmark_gateway::problem::CODES {
+        assert!(codes.as_array().unwrap().contains(&json!(code)), "{code}");
+    }
+    // An answer carries a listed code.
+    let a = gw
+        .acme()
+        .get("/calls/00000000-0000-4000-8000-000000000000")
+        .await;
+    assert!(
+        codes.as_array().unwrap().contains(&a.body["code"]),
+        "{}",
+        a.body
     );
 }
