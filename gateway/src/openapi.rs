@@ -18,6 +18,7 @@ use crate::problem::CODES;
 #[into_params(parameter_in = Path)]
 pub struct TenantPath {
     /// The tenant id, `^[a-z0-9][a-z0-9-]{0,62}$`.
+    #[param(pattern = "^[a-z0-9][a-z0-9-]{0,62}$")]
     #[allow(dead_code)]
     tenant: String,
 }
@@ -27,9 +28,11 @@ pub struct TenantPath {
 #[into_params(parameter_in = Path)]
 pub struct ConversationPath {
     /// The user id, `^[A-Za-z0-9_-]{1,128}$`.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,128}$")]
     #[allow(dead_code)]
     user: String,
     /// The conversation id, `^[A-Za-z0-9_-]{1,128}$`.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,128}$")]
     #[allow(dead_code)]
     conversation: String,
 }
@@ -129,6 +132,48 @@ impl IntoResponses for Problems {
 /// The agent API's bearer API key, and the hosted MCP endpoint's MCP token.
 struct Security;
 
+/// The links a client follows from a started call: its state, and its cancel.
+struct Links;
+
+impl Modify for Links {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::link::LinkBuilder;
+        let follow = |operation: &str, description: &str| {
+            LinkBuilder::new()
+                .operation_id(operation)
+                .parameter("tenant", "$request.path.tenant")
+                .parameter("id", "$response.body#/id")
+                .description(description)
+                .build()
+        };
+        for route in ["calls", "describe"] {
+            let path = format!(
+                "/v1/tenants/{{tenant}}/users/{{user}}/conversations/{{conversation}}/{route}"
+            );
+            let Some(post) = openapi
+                .paths
+                .paths
+                .get_mut(&path)
+                .and_then(|item| item.post.as_mut())
+            else {
+                continue;
+            };
+            for status in ["200", "202"] {
+                if let Some(RefOr::T(response)) = post.responses.responses.get_mut(status) {
+                    response.links.insert(
+                        "GetCall".into(),
+                        RefOr::T(follow("get_call", "The call's state and outcome")),
+                    );
+                    response.links.insert(
+                        "CancelCall".into(),
+                        RefOr::T(follow("cancel", "Cancels the call")),
+                    );
+                }
+            }
+        }
+    }
+}
+
 impl Modify for Security {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
@@ -182,7 +227,7 @@ impl Modify for Security {
         openapi_json,
     ),
     components(schemas(ProblemDoc)),
-    modifiers(&Security),
+    modifiers(&Security, &Links),
 )]
 struct ApiDoc;
 

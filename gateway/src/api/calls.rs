@@ -29,6 +29,7 @@ use crate::tenants::Tenant;
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CallBody {
     /// The page tool's full name, `^[A-Za-z0-9_.-]{1,128}$`.
+    #[schema(pattern = "^[A-Za-z0-9_.-]{1,128}$")]
     tool: String,
     /// The tool's input (default `{}`).
     #[serde(default = "empty_object")]
@@ -37,6 +38,7 @@ pub struct CallBody {
     /// The manifest revision the call was made for (a page at another one refuses `stale`).
     rev: Option<u64>,
     /// The deadline, 1 to the tenant's `max_call_timeout_ms` (default: the tenant's).
+    #[schema(minimum = 1, maximum = 600_000)]
     timeout_ms: Option<u64>,
 }
 
@@ -45,8 +47,10 @@ pub struct CallBody {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DescribeBody {
     /// The page tool's full name.
+    #[schema(pattern = "^[A-Za-z0-9_.-]{1,128}$")]
     tool: String,
-    /// The deadline.
+    /// The deadline, 1 to the tenant's `max_call_timeout_ms`.
+    #[schema(minimum = 1, maximum = 600_000)]
     timeout_ms: Option<u64>,
 }
 
@@ -55,6 +59,7 @@ pub struct DescribeBody {
 #[serde(deny_unknown_fields)]
 pub struct InvokeBody {
     /// `page_call` or `page_describe`.
+    #[schema(pattern = "^(page_call|page_describe)$")]
     name: String,
     /// `{tool, input}` for `page_call`, `{tool}` for `page_describe`.
     #[serde(default = "empty_object")]
@@ -171,6 +176,15 @@ fn wants_async(headers: &HeaderMap) -> bool {
         .any(|p| p.trim().eq_ignore_ascii_case("respond-async"))
 }
 
+/// A tool's input is a JSON object (`{}` when it takes none).
+fn check_object(pointer: &str, input: &Value) -> Result<(), Problem> {
+    if input.is_object() {
+        Ok(())
+    } else {
+        Err(Problem::invalid(pointer, "input is an object"))
+    }
+}
+
 fn check_tool(pointer: &str, tool: &str) -> Result<(), Problem> {
     if is_valid_tool_name(tool) {
         Ok(())
@@ -202,6 +216,7 @@ pub async fn call(
     let key = idempotency::key_of(&headers)?;
     let b: CallBody = parse_body(&tenant, &body)?;
     check_tool("/tool", &b.tool)?;
+    check_object("/input", &b.input)?;
     let mut req = Request {
         kind: CallKind::Call,
         tool: b.tool,
@@ -418,6 +433,7 @@ pub async fn invoke(
         PAGE_CALL => {
             let i: PageCallInput = parse_value("/input", b.input)?;
             check_tool("/input/tool", &i.tool)?;
+            check_object("/input/input", &i.input)?;
             Request {
                 kind: CallKind::Call,
                 tool: i.tool,

@@ -1,7 +1,7 @@
 //! Conversation state, LLM tool definitions and page-token minting.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -67,6 +67,7 @@ pub async fn state(
 #[into_params(parameter_in = Query)]
 pub struct FormatQuery {
     /// `anthropic` (default) or `openai`.
+    #[param(pattern = "^(anthropic|openai)$")]
     format: Option<String>,
 }
 
@@ -92,7 +93,7 @@ pub async fn llm_tools(
     State(app): State<AppState>,
     Authed(tenant): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
-    Query(q): Query<FormatQuery>,
+    super::QueryOf(q): super::QueryOf<FormatQuery>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     check_ids(&user, &conversation)?;
@@ -133,12 +134,16 @@ pub async fn llm_tools(
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TokenRequest {
     /// The user (`sub`).
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,128}$")]
     user: String,
     /// The conversation (`cnv`).
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,128}$")]
     conversation: String,
     /// Lifetime, 1–86400 s (default 3600).
+    #[schema(minimum = 1, maximum = 86_400)]
     ttl_seconds: Option<u64>,
     /// `"mcp"` for the hosted MCP endpoint; absent (or `"page"`) for a page socket.
+    #[schema(pattern = "^(page|mcp)$")]
     scope: Option<String>,
 }
 

@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures_util::stream::{self, Stream, StreamExt};
@@ -51,7 +51,7 @@ fn to_sse(e: &Event) -> SseEvent {
 pub async fn stream(
     State(app): State<AppState>,
     Authed(tenant): Authed,
-    Query(q): Query<EventQuery>,
+    super::QueryOf(q): super::QueryOf<EventQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, Problem> {
     let last_id = headers

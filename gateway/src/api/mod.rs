@@ -86,6 +86,21 @@ impl<S: Send + Sync> FromRequest<S> for Body {
     }
 }
 
+/// A query string, parsed strictly; a bad one is a problem+json 400 (pointer `""`, the
+/// parser's reason in `detail`), never the framework's plain-text rejection.
+#[derive(Debug)]
+pub struct QueryOf<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryOf<T> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Problem> {
+        axum::extract::Query::<T>::try_from_uri(&parts.uri)
+            .map(|q| QueryOf(q.0))
+            .map_err(|e| Problem::invalid("", format!("bad query string: {}", e.body_text())))
+    }
+}
+
 /// A request authenticated with one of the path tenant's API keys.
 #[derive(Debug, Clone)]
 pub struct Authed(pub Arc<Tenant>);
