@@ -5,9 +5,10 @@
 #   2. schemathesis fuzzing a dev-mode gateway (memory broker) with a page attached to
 #      dev/u1/c1 (gateway/tests/api/page.py): no 5xx, every answer (errors included) valid
 #      against the document with a listed problem code, and the stateful links (a call, then
-#      GET /calls/{id}, then its cancel) followed. Seeded, so a run is reproducible.
+#      GET /calls/{id}, then its cancel) followed; then the admin API on the admin listener.
+#      Seeded, so a run is reproducible.
 # The tools come from the package registry into a private venv (target/api-test/venv).
-# /events (an endless SSE stream) and /mcp (JSON-RPC, driven by real MCP clients in
+# /events and /admin/v1/events (endless SSE streams) and /mcp (JSON-RPC, driven by real MCP clients in
 # scripts/mcp-e2e.sh) are left out of the fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,5 +46,11 @@ grep -q 'page: attached' "$dev_work/page" || { echo "api-test: the page did not 
 echo "api-test: schemathesis against $dev_url with a page attached"
 (cd gateway/tests/api && "../../../$venv/bin/schemathesis" --config-file schemathesis.toml run \
   "$dev_url/v1/openapi.json" -H "Authorization: Bearer $dev_key" \
-  --exclude-path-regex '/mcp$|/events$' --checks all --exclude-checks positive_data_acceptance \
+  --exclude-path-regex '/mcp$|/events$|^/admin/' --checks all --exclude-checks positive_data_acceptance \
   --seed 20261201 --max-examples 60 --request-timeout 15 --no-color --report-dir "$dev_work/report")
+
+echo "api-test: schemathesis against the admin API at $dev_admin_url"
+(cd gateway/tests/api && "../../../$venv/bin/schemathesis" run \
+  "$dev_url/v1/openapi.json" --url "$dev_admin_url" -H "Authorization: Bearer $dev_admin_key" \
+  --include-path-regex '^/admin/v1/tenants' --checks all --exclude-checks positive_data_acceptance \
+  --seed 20261201 --max-examples 60 --request-timeout 15 --no-color --report-dir "$dev_work/report-admin")

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::extract::{FromRequestParts, Path, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -151,9 +151,9 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Body) -> Result<T, Problem> {
 
 /// Limits as the admin API takes them: camelCase (the config file's snake_case names also
 /// accepted), each optional (unset keeps the current or default value).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct LimitsBody {
+pub(crate) struct LimitsBody {
     #[serde(alias = "max_connections")]
     max_connections: Option<u64>,
     #[serde(alias = "max_pages_per_conversation")]
@@ -299,6 +299,15 @@ fn if_match(headers: &HeaderMap) -> Result<Option<u64>, Problem> {
 }
 
 impl AdminState {
+    /// A path id that cannot name a tenant names none (404), whatever else the request says.
+    fn known_id(id: &str) -> Result<(), Problem> {
+        if is_valid_tenant_id(id) {
+            Ok(())
+        } else {
+            Err(Problem::not_found("Tenant"))
+        }
+    }
+
     fn refuse_static(&self, id: &str) -> Result<(), Problem> {
         if self.0.loader.is_static(id) {
             Err(Problem::static_tenant())
@@ -437,9 +446,9 @@ fn new_webhook_secret(
     (StoredSecret { id, secret: sealed }, secret)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct CreateBody {
+pub(crate) struct CreateBody {
     id: String,
     allowed_origins: Vec<String>,
     token_public_key: Option<String>,
@@ -449,7 +458,14 @@ struct CreateBody {
     limits: Option<LimitsBody>,
 }
 
-async fn create(State(s): State<AdminState>, who: Admin, body: Body) -> Result<Response, Problem> {
+#[utoipa::path(post, path = "/admin/v1/tenants", tag = "admin", request_body = CreateBody,
+    responses((status = 201, description = "Created; its secrets are shown once", body = crate::admin_doc::CreatedTenant), crate::openapi::Problems),
+    security(("adminKey" = [])))]
+pub(crate) async fn create(
+    State(s): State<AdminState>,
+    who: Admin,
+    body: Body,
+) -> Result<Response, Problem> {
     let req: CreateBody = parse(&body)?;
     if !is_valid_tenant_id(&req.id) {
         return Err(Problem::invalid(
@@ -526,16 +542,23 @@ async fn create(State(s): State<AdminState>, who: Admin, body: Body) -> Result<R
     ))
 }
 
-#[derive(Debug, Deserialize)]
-struct ListQuery {
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListQuery {
+    /// 1–1000 (default 100).
+    #[param(pattern = "^[0-9]{1,4}$")]
     limit: Option<String>,
+    /// The `next` of the previous page.
     cursor: Option<String>,
 }
 
-async fn list(
+#[utoipa::path(get, path = "/admin/v1/tenants", tag = "admin", params(ListQuery),
+    responses((status = 200, description = "A page of tenants, by id", body = crate::admin_doc::TenantPage), crate::openapi::Problems),
+    security(("adminKey" = [])))]
+pub(crate) async fn list(
     State(s): State<AdminState>,
     _who: Admin,
-    Query(q): Query<ListQuery>,
+    crate::api::QueryOf(q): crate::api::QueryOf<ListQuery>,
 ) -> Result<Response, Problem> {
     let limit = match q.limit.as_deref() {
         None => 100,
@@ -577,7 +600,10 @@ async fn list(
     Ok(axum::Json(json!({"tenants": tenants, "next": next})).into_response())
 }
 
-async fn read(
+#[utoipa::path(get, path = "/admin/v1/tenants/{id}", tag = "admin", params(crate::admin_doc::TenantId),
+    responses((status = 200, description = "The tenant, with an ETag", body = crate::admin_doc::TenantView), crate::openapi::Problems),
+    security(("adminKey" = [])))]
+pub(crate) async fn read(
     State(s): State<AdminState>,
     _who: Admin,
     Path(id): Path<String>,
@@ -589,14 +615,24 @@ async fn read(
     Ok(with_etag(StatusCode::OK, stored_view(&t), version))
 }
 
-async fn patch(
+#[utoipa::path(patch, path = "/admin/v1/tenants/{id}", tag = "admin", params(crate::admin_doc::TenantId, crate::admin_doc::IfMatch),
+    request_body(content = Object, description = "A JSON Merge Patch of allowedOrigins, limits, webhookUrl", content_type = "application/merge-patch+json"),
+    responses((status = 200, description = "The tenant", body = crate::admin_doc::TenantView), crate::openapi::AdminProblems),
+    security(("adminKey" = [])))]
+pub(crate) async fn patch(
     State(s): State<AdminState>,
     who: Admin,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
-    let expected = if_match(&headers)?;
+    AdminState::known_id(&id)?;
+    if body.0.is_empty() {
+        return Err(Problem::invalid(
+            "",
+            "a JSON Merge Patch object is required",
+        ));
+    }
     let doc: Value = parse(&body)?;
     let Value::Object(fields) = doc else {
         return Err(Problem::invalid("", "a JSON Merge Patch object"));
@@ -609,6 +645,7 @@ async fn patch(
             ));
         }
     }
+    let expected = if_match(&headers)?;
     let (version, t, ()) = s
         .update(
             &who,
@@ -663,12 +700,16 @@ async fn patch(
     Ok(with_etag(StatusCode::OK, stored_view(&t), version))
 }
 
-async fn remove(
+#[utoipa::path(delete, path = "/admin/v1/tenants/{id}", tag = "admin", params(crate::admin_doc::TenantId, crate::admin_doc::IfMatch),
+    responses((status = 204, description = "Deleted: its pages closed with 4401 on every node"), crate::openapi::AdminProblems),
+    security(("adminKey" = [])))]
+pub(crate) async fn remove(
     State(s): State<AdminState>,
     who: Admin,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
+    AdminState::known_id(&id)?;
     s.refuse_static(&id)?;
     let expected = if_match(&headers)?;
     for _ in 0..8 {
@@ -695,13 +736,17 @@ async fn remove(
     Err(Problem::conflict("the tenant kept changing; try again"))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ApiKeyBody {
+pub(crate) struct ApiKeyBody {
     expires_at: Option<String>,
 }
 
-async fn add_api_key(
+#[utoipa::path(post, path = "/admin/v1/tenants/{id}/api-keys", tag = "admin", params(crate::admin_doc::TenantId),
+    request_body = ApiKeyBody,
+    responses((status = 201, description = "The new key, shown once", body = crate::admin_doc::CreatedApiKey), crate::openapi::Problems),
+    security(("adminKey" = [])))]
+pub(crate) async fn add_api_key(
     State(s): State<AdminState>,
     who: Admin,
     Path(id): Path<String>,
@@ -738,7 +783,11 @@ async fn add_api_key(
         .into_response())
 }
 
-async fn remove_api_key(
+#[utoipa::path(delete, path = "/admin/v1/tenants/{id}/api-keys/{key}", tag = "admin",
+    params(crate::admin_doc::TenantId, ("key" = String, Path, description = "The apiKeyId")),
+    responses((status = 204, description = "Removed"), crate::openapi::Problems),
+    security(("adminKey" = [])))]
+pub(crate) async fn remove_api_key(
     State(s): State<AdminState>,
     who: Admin,
     Path((id, key)): Path<(String, String)>,
@@ -756,13 +805,17 @@ async fn remove_api_key(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct TokenKeyBody {
+pub(crate) struct TokenKeyBody {
     public_key: Option<String>,
 }
 
-async fn add_token_key(
+#[utoipa::path(post, path = "/admin/v1/tenants/{id}/token-keys", tag = "admin", params(crate::admin_doc::TenantId),
+    request_body = TokenKeyBody,
+    responses((status = 201, description = "The new key (its HS256 secret shown once)", body = crate::admin_doc::CreatedTokenKey), crate::openapi::Problems),
+    security(("adminKey" = [])))]
+pub(crate) async fn add_token_key(
     State(s): State<AdminState>,
     who: Admin,
     Path(id): Path<String>,
@@ -785,7 +838,11 @@ async fn add_token_key(
     Ok((StatusCode::CREATED, axum::Json(out)).into_response())
 }
 
-async fn remove_token_key(
+#[utoipa::path(delete, path = "/admin/v1/tenants/{id}/token-keys/{kid}", tag = "admin",
+    params(crate::admin_doc::TenantId, ("kid" = String, Path, description = "The key's kid")),
+    responses((status = 204, description = "Removed: pages whose token it signed are closed with 4401"), crate::openapi::Problems),
+    security(("adminKey" = [])))]
+pub(crate) async fn remove_token_key(
     State(s): State<AdminState>,
     who: Admin,
     Path((id, kid)): Path<(String, String)>,
@@ -807,7 +864,10 @@ async fn remove_token_key(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn add_webhook_secret(
+#[utoipa::path(post, path = "/admin/v1/tenants/{id}/webhook-secrets", tag = "admin", params(crate::admin_doc::TenantId),
+    responses((status = 201, description = "The new secret, shown once", body = crate::admin_doc::CreatedWebhookSecret), crate::openapi::Problems),
+    security(("adminKey" = [])))]
+pub(crate) async fn add_webhook_secret(
     State(s): State<AdminState>,
     who: Admin,
     Path(id): Path<String>,
@@ -828,7 +888,11 @@ async fn add_webhook_secret(
         .into_response())
 }
 
-async fn remove_webhook_secret(
+#[utoipa::path(delete, path = "/admin/v1/tenants/{id}/webhook-secrets/{sid}", tag = "admin",
+    params(crate::admin_doc::TenantId, ("sid" = String, Path, description = "The webhookSecretId")),
+    responses((status = 204, description = "Removed"), crate::openapi::Problems),
+    security(("adminKey" = [])))]
+pub(crate) async fn remove_webhook_secret(
     State(s): State<AdminState>,
     who: Admin,
     Path((id, sid)): Path<(String, String)>,
@@ -850,13 +914,18 @@ async fn remove_webhook_secret(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct DisconnectBody {
+pub(crate) struct DisconnectBody {
     conversation: Option<String>,
 }
 
-async fn disconnect(
+#[utoipa::path(post, path = "/admin/v1/tenants/{id}/users/{user}/disconnect", tag = "admin",
+    params(crate::admin_doc::TenantId, ("user" = String, Path, description = "The user", pattern = "^[A-Za-z0-9_-]{1,128}$")),
+    request_body = DisconnectBody,
+    responses((status = 202, description = "The user's pages are being closed with 4401 everywhere"), crate::openapi::Problems),
+    security(("adminKey" = [])))]
+pub(crate) async fn disconnect(
     State(s): State<AdminState>,
     who: Admin,
     Path((id, user)): Path<(String, String)>,
@@ -898,7 +967,10 @@ const AUDIT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 /// `GET /admin/v1/events`: the audit log as Server-Sent Events (`tenant.created`,
 /// `tenant.updated`, `tenant.deleted`, `tenant.key_rotated`), from the oldest kept or after
 /// `Last-Event-ID`, then live. The log is the broker's, so every node streams the same.
-async fn events(
+#[utoipa::path(get, path = "/admin/v1/events", tag = "admin",
+    responses((status = 200, description = "Server-Sent Events of the audit log: tenant.created, tenant.updated, tenant.deleted, tenant.key_rotated", content_type = "text/event-stream"), crate::openapi::Problems),
+    security(("adminKey" = [])))]
+pub(crate) async fn events(
     State(s): State<AdminState>,
     _who: Admin,
     headers: HeaderMap,

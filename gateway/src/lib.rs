@@ -6,6 +6,7 @@
 //! [`run`] takes a bound listener and a stop future, so tests start real servers on port 0.
 
 pub mod admin;
+pub mod admin_doc;
 pub mod api;
 pub mod auth;
 pub mod catalog;

@@ -1,4 +1,4 @@
-//! The OpenAPI 3.1 document of the agent API, made from the handlers' own annotations and
+//! The OpenAPI 3.1 document of the agent API, the hosted MCP endpoint and the admin API, made from the handlers' own annotations and
 //! request and answer types (utoipa), served at `GET /v1/openapi.json` and committed as
 //! `docs/openapi.json` (a test keeps the two equal).
 
@@ -129,6 +129,31 @@ impl IntoResponses for Problems {
     }
 }
 
+/// The error answers of an admin change: [`Problems`], and 412 for a stale `If-Match`.
+#[derive(Debug)]
+pub struct AdminProblems;
+
+impl IntoResponses for AdminProblems {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::response::Response>> {
+        let mut all = Problems::responses();
+        let response = ResponseBuilder::new()
+            .description(
+                "If-Match names a version that is no longer current (`precondition_failed`)",
+            )
+            .content(
+                "application/problem+json",
+                ContentBuilder::new()
+                    .schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
+                        "Problem",
+                    ))))
+                    .build(),
+            )
+            .build();
+        all.insert("412".to_owned(), RefOr::T(response));
+        all
+    }
+}
+
 /// The agent API's bearer API key, and the hosted MCP endpoint's MCP token.
 struct Security;
 
@@ -187,6 +212,17 @@ impl Modify for Security {
             ),
         );
         components.add_security_scheme(
+            "adminKey",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An admin key; the admin API is served on its own listener (admin.listen), never the public one",
+                    ))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
             "mcpToken",
             SecurityScheme::Http(
                 HttpBuilder::new()
@@ -204,8 +240,8 @@ impl Modify for Security {
 #[derive(OpenApi)]
 #[openapi(
     info(
-        title = "Toolmark Gateway agent API",
-        description = "Calls into the tools of the page a user has open: docs/agent-api.md.",
+        title = "Toolmark Gateway API",
+        description = "The agent API (docs/agent-api.md), the hosted MCP endpoint (docs/hosted-mcp.md) and the admin API (docs/admin-api.md; on the admin listener only).",
         license(name = "Apache-2.0"),
     ),
     paths(
@@ -225,6 +261,19 @@ impl Modify for Security {
         mcp_get,
         mcp_delete,
         openapi_json,
+        crate::admin::create,
+        crate::admin::list,
+        crate::admin::read,
+        crate::admin::patch,
+        crate::admin::remove,
+        crate::admin::add_api_key,
+        crate::admin::remove_api_key,
+        crate::admin::add_token_key,
+        crate::admin::remove_token_key,
+        crate::admin::add_webhook_secret,
+        crate::admin::remove_webhook_secret,
+        crate::admin::disconnect,
+        crate::admin::events,
     ),
     components(schemas(ProblemDoc)),
     modifiers(&Security, &Links),

@@ -438,6 +438,16 @@ async fn the_openapi_document_is_served_committed_and_lists_every_route_and_code
         "/v1/tenants/{tenant}/webhooks/failed/{id}/retry",
         "/v1/tenants/{tenant}/mcp",
         "/v1/openapi.json",
+        "/admin/v1/tenants",
+        "/admin/v1/tenants/{id}",
+        "/admin/v1/tenants/{id}/api-keys",
+        "/admin/v1/tenants/{id}/api-keys/{key}",
+        "/admin/v1/tenants/{id}/token-keys",
+        "/admin/v1/tenants/{id}/token-keys/{kid}",
+        "/admin/v1/tenants/{id}/webhook-secrets",
+        "/admin/v1/tenants/{id}/webhook-secrets/{sid}",
+        "/admin/v1/tenants/{id}/users/{user}/disconnect",
+        "/admin/v1/events",
     ] {
         assert!(paths.contains(&route), "{route} is not in the document");
     }
