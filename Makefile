@@ -5,14 +5,14 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit api chart-test browser mcp-e2e pusher bench bench-compare admin-propagation scale-sim profile load-test soak fuzz clean
+.PHONY: run test deps lint unit api examples chart-test browser mcp-e2e pusher bench bench-compare admin-propagation scale-sim profile load-test soak fuzz clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
 	$(CARGO) run --release -p toolmark-gateway --bin toolmark-gateway
 
 ## test: install what the tests need, then lint and every test
-test: deps lint unit api chart-test browser mcp-e2e pusher
+test: deps lint unit api examples chart-test browser mcp-e2e pusher
 
 ## deps: install the system packages the tests use when they are missing (Debian)
 deps:
@@ -33,6 +33,10 @@ unit:
 ## api: the OpenAPI document validated as OpenAPI 3.1 (a validator from the package registry)
 api:
 	scripts/api-test.sh
+
+## examples: the integration kit in examples/ against a dev gateway (page tokens minted in Node, Python, PHP)
+examples:
+	scripts/examples-test.sh
 
 ## chart-test: lint, render and validate the Helm chart; --check-config on its rendered config; lint the Dockerfile
 chart-test:

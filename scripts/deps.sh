@@ -12,6 +12,7 @@ command -v python3 >/dev/null || need_apt+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v node >/dev/null || need_apt+=(nodejs)
 command -v npm >/dev/null || need_apt+=(npm)
+command -v php >/dev/null || need_apt+=(php-cli)
 
 apt_install() {
   if [ "$(id -u)" -ne 0 ]; then

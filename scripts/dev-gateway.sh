@@ -1,6 +1,6 @@
 # Sourced by the end-to-end scripts: starts the gateway in dev mode on a free loopback port and
 # reads what the tests need from its output. Sets dev_gw (pid), dev_url, dev_key, dev_pusher_key,
-# dev_pusher_secret, dev_admin_url and dev_admin_key; stop it with stop_dev_gateway (the
+# dev_pusher_secret, dev_token_secret, dev_admin_url and dev_admin_key; stop it with stop_dev_gateway (the
 # callers' EXIT traps do).
 
 start_dev_gateway() {
@@ -14,6 +14,7 @@ start_dev_gateway() {
   dev_url=$(sed -n 's/^toolmark-gateway listening on //p' "$dev_work/out")
   dev_admin_url=$(sed -n 's/^toolmark-gateway admin listening on //p' "$dev_work/out")
   dev_admin_key=$(grep -o 'tma_[0-9a-f]*' "$dev_work/err" | head -1)
+  dev_token_secret=$(sed -n 's/.*token secret \([^ ,]*\).*/\1/p' "$dev_work/err" | head -1)
   dev_key=$(grep -o 'tmk_dev_[0-9a-f]*' "$dev_work/err" | head -1)
   dev_pusher_key=$(sed -n 's/.*pusher key \([^ ,]*\).*/\1/p' "$dev_work/err" | head -1)
   dev_pusher_secret=$(sed -n 's/.*pusher secret \([^ ,]*\).*/\1/p' "$dev_work/err" | head -1)
