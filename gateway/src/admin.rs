@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 use toolmark_broker::catalog::{CatalogError, Expect};
 use toolmark_process::config::admin::{
-    StoredApiKey, StoredPusher, StoredSecret, StoredTokenKey, place, random_bytes,
+    StoredApiKey, StoredMcpOAuth, StoredPusher, StoredSecret, StoredTokenKey, place, random_bytes,
 };
 use toolmark_process::config::tenant::{
     check_limits, check_origin, check_webhook_url, is_valid_app_key,
@@ -224,6 +224,9 @@ fn validate(t: &StoredTenant) -> Result<(), Problem> {
     if let Some(u) = &t.webhook_url {
         check_webhook_url(u, "/webhookUrl").map_err(config_problem)?;
     }
+    if let Some(o) = &t.mcp_oauth {
+        o.parse().map_err(config_problem)?;
+    }
     Ok(())
 }
 
@@ -257,6 +260,7 @@ fn stored_view(t: &StoredTenant) -> Value {
         "apiKeys": t.api_keys.iter().map(|k| json!({"apiKeyId": k.id, "expiresAt": k.expires_ms.map(rfc3339)})).collect::<Vec<_>>(),
         "tokenKeys": t.token_keys.iter().map(|k| json!({"kid": k.kid, "kind": if k.secret.is_some() { "hs256" } else { "public_key" }})).collect::<Vec<_>>(),
         "webhookSecrets": t.webhook_secrets.iter().map(|s| json!({"webhookSecretId": s.id})).collect::<Vec<_>>(),
+        "mcpOAuth": t.mcp_oauth,
     })
 }
 
@@ -456,6 +460,10 @@ pub(crate) struct CreateBody {
     pusher: bool,
     webhook_url: Option<String>,
     limits: Option<LimitsBody>,
+    /// The tenant's own authorization server for the hosted MCP endpoint.
+    #[serde(rename = "mcpOAuth")]
+    #[schema(value_type = Option<Object>)]
+    mcp_oauth: Option<StoredMcpOAuth>,
 }
 
 #[utoipa::path(post, path = "/admin/v1/tenants", tag = "admin", request_body = CreateBody,
@@ -506,6 +514,7 @@ pub(crate) async fn create(
         pusher: pusher.as_ref().map(|(p, _, _)| p.clone()),
         webhook_secrets: webhook.iter().map(|(w, _)| w.clone()).collect(),
         revoked: Vec::new(),
+        mcp_oauth: req.mcp_oauth,
     };
     validate(&t)?;
     let body = serde_json::to_string(&t).unwrap_or_default();
@@ -638,10 +647,13 @@ pub(crate) async fn patch(
         return Err(Problem::invalid("", "a JSON Merge Patch object"));
     };
     for k in fields.keys() {
-        if !matches!(k.as_str(), "allowedOrigins" | "limits" | "webhookUrl") {
+        if !matches!(
+            k.as_str(),
+            "allowedOrigins" | "limits" | "webhookUrl" | "mcpOAuth"
+        ) {
             return Err(Problem::invalid(
                 format!("/{k}"),
-                "only allowedOrigins, limits and webhookUrl can be changed",
+                "only allowedOrigins, limits, webhookUrl and mcpOAuth can be changed",
             ));
         }
     }
@@ -692,6 +704,12 @@ pub(crate) async fn patch(
                         t.webhook_url = Some(u.clone());
                     }
                     Some(_) => return Err(Problem::invalid("/webhookUrl", "a URL or null")),
+                }
+                match fields.get("mcpOAuth") {
+                    None => {}
+                    Some(Value::Null) => t.mcp_oauth = None,
+                    // Replaced whole: its fields depend on each other (a JWK Set or a key).
+                    Some(v) => t.mcp_oauth = Some(crate::api::parse_value("/mcpOAuth", v.clone())?),
                 }
                 Ok(())
             },

@@ -59,6 +59,11 @@ pub struct TenantView {
     api_keys: Vec<ApiKeyView>,
     token_keys: Vec<TokenKeyView>,
     webhook_secrets: Option<Vec<WebhookSecretView>>,
+    /// The tenant's own authorization server for the hosted MCP endpoint (`issuer`, `jwksUrl`
+    /// or `publicKey`, `defaultConversation`), or null.
+    #[serde(rename = "mcpOAuth")]
+    #[schema(value_type = Option<Object>)]
+    mcp_oauth: Option<serde_json::Value>,
 }
 
 /// The secrets of a created tenant, shown once.

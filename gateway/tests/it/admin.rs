@@ -10,13 +10,13 @@ use serde_json::{Value, json};
 use crate::harness::*;
 
 /// Status, headers and JSON body of an admin answer.
-struct Reply {
-    status: u16,
-    etag: Option<String>,
-    body: Value,
+pub(crate) struct Reply {
+    pub status: u16,
+    pub etag: Option<String>,
+    pub body: Value,
 }
 
-async fn admin(gw: &Gateway, method: &str, path: &str, body: Option<Value>) -> Reply {
+pub(crate) async fn admin(gw: &Gateway, method: &str, path: &str, body: Option<Value>) -> Reply {
     admin_with(gw, method, path, body, Some(ADMIN_KEY), &[]).await
 }
 

@@ -856,3 +856,99 @@ async fn a_tenants_own_access_tokens_open_the_endpoint_when_issuer_and_audience_
     let minted = mcp_token(&gw, "u1", "c1").await;
     assert_eq!(exchange(&gw, &minted, None, initialize()).await.0, 200);
 }
+
+#[tokio::test]
+async fn a_tenant_created_at_run_time_takes_its_authorization_servers_tokens_on_every_node() {
+    use crate::admin::admin;
+    let nodes = Gateway::start_admin_nodes(2).await;
+    let (n1, n2) = (&nodes[0], &nodes[1]);
+    // A bad authorization server is refused with the field's pointer.
+    let bad = admin(
+        n1,
+        "POST",
+        "/admin/v1/tenants",
+        Some(json!({
+        "id": "oauthco", "allowedOrigins": [ACME_ORIGIN],
+        "mcpOAuth": {"issuer": ISSUER, "publicKey": "not a key"}})),
+    )
+    .await;
+    assert_eq!(
+        (bad.status, bad.body["pointer"].as_str()),
+        (400, Some("/mcpOAuth/publicKey")),
+        "{}",
+        bad.body
+    );
+    let created = admin(
+        n1,
+        "POST",
+        "/admin/v1/tenants",
+        Some(json!({
+        "id": "oauthco", "allowedOrigins": [ACME_ORIGIN],
+        "mcpOAuth": {"issuer": ISSUER, "publicKey": ED_PUB, "defaultConversation": "main"}})),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert_eq!(created.body["tenant"]["mcpOAuth"]["issuer"], json!(ISSUER));
+
+    // On node 2, an access token without cnv reaches the default conversation.
+    let resource = n2.url("/v1/tenants/oauthco/mcp");
+    let claims = json!({"iss": ISSUER, "aud": resource, "sub": "u1", "exp": now() + 600});
+    let token = access_token(jsonwebtoken::Algorithm::EdDSA, "any", &claims);
+    let post = |token: String| {
+        let (http, url) = (n2.http.clone(), resource.clone());
+        async move {
+            http.post(url)
+                .bearer_auth(token)
+                .header("accept", "application/json, text/event-stream")
+                .json(&initialize())
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let status = post(token.clone()).await.status();
+        if status == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node 2 never took the token: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let doc: Value = n2
+        .http
+        .get(n2.url("/.well-known/oauth-protected-resource/v1/tenants/oauthco/mcp"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(doc["authorization_servers"], json!([ISSUER]));
+
+    // Removed through node 1: node 2 refuses the token, pointing at no metadata.
+    let patched = admin(
+        n1,
+        "PATCH",
+        "/admin/v1/tenants/oauthco",
+        Some(json!({"mcpOAuth": null})),
+    )
+    .await;
+    assert_eq!(patched.status, 200, "{}", patched.body);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let r = post(token.clone()).await;
+        if r.status() == 401 {
+            assert_eq!(r.headers()["www-authenticate"], "Bearer realm=\"toolmark\"");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node 2 still takes the token"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -213,6 +213,48 @@ pub struct StoredTenant {
     /// Disconnected users, pruned once no token they cover can still be valid.
     #[serde(default)]
     pub revoked: Vec<Revocation>,
+    /// The tenant's own authorization server for the hosted MCP endpoint (public settings only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_oauth: Option<StoredMcpOAuth>,
+}
+
+/// A stored tenant's authorization server (`mcpOAuth` of the admin API).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StoredMcpOAuth {
+    /// The `iss` its access tokens carry.
+    pub issuer: String,
+    /// Where its JWK Set is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks_url: Option<String>,
+    /// Its one signing key (PEM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
+    /// The conversation of a token without `cnv`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_conversation: Option<String>,
+}
+
+impl StoredMcpOAuth {
+    /// Checks and loads it by the config file's rule; errors name `mcpOAuth/<field>`.
+    pub fn parse(&self) -> Result<Option<super::McpOAuth>, ConfigError> {
+        let pointer = |k: &str| {
+            let field = match k {
+                "mcp_issuer" => "issuer",
+                "mcp_jwks_url" => "jwksUrl",
+                "mcp_public_key" => "publicKey",
+                _ => "defaultConversation",
+            };
+            format!("/mcpOAuth/{field}")
+        };
+        super::McpOAuth::parse(
+            Some(self.issuer.as_str()),
+            self.jwks_url.as_deref(),
+            self.public_key.as_deref(),
+            self.default_conversation.as_deref(),
+            &pointer,
+        )
+    }
 }
 
 /// An API key of a stored tenant.
@@ -335,7 +377,10 @@ impl StoredTenant {
             webhook,
             limits: self.limits,
             revoked: self.revoked.clone(),
-            mcp_oauth: None,
+            mcp_oauth: match &self.mcp_oauth {
+                Some(o) => o.parse()?,
+                None => None,
+            },
         })
     }
 }

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-pub use admin::{AdminConfig, AdminSettings, Sealer, StoredTenant};
+pub use admin::{AdminConfig, AdminSettings, Sealer, StoredMcpOAuth, StoredTenant};
 pub use layers::Overrides;
 pub use settings::{BrokerSettings, McpSettings, ServerSettings, Settings, WorkerSettings};
 pub use tenant::{

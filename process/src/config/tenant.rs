@@ -85,68 +85,89 @@ impl OAuthKeys {
     }
 }
 
-/// `mcp_issuer`, `mcp_jwks_url`, `mcp_public_key`, `mcp_default_conversation`; errors name
-/// the key.
+/// `mcp_issuer`, `mcp_jwks_url`, `mcp_public_key`, `mcp_default_conversation` of a config
+/// tenant; errors name the key.
 fn parse_mcp_oauth(
     t: &TenantConfig,
     at: &impl Fn(&str) -> String,
 ) -> Result<Option<McpOAuth>, ConfigError> {
-    let keys = match (&t.mcp_issuer, &t.mcp_jwks_url, &t.mcp_public_key) {
-        (None, None, None) => {
-            if t.mcp_default_conversation.is_some() {
+    McpOAuth::parse(
+        t.mcp_issuer.as_deref(),
+        t.mcp_jwks_url.as_deref(),
+        t.mcp_public_key.as_deref(),
+        t.mcp_default_conversation.as_deref(),
+        &|k| at(k),
+    )
+}
+
+impl McpOAuth {
+    /// The rule for a tenant's authorization server, wherever it is set (the config file, the
+    /// admin API): `key` names each field in an error (`mcp_issuer`, `mcp_jwks_url`,
+    /// `mcp_public_key`, `mcp_default_conversation`).
+    pub fn parse(
+        issuer: Option<&str>,
+        jwks_url: Option<&str>,
+        public_key: Option<&str>,
+        default_conversation: Option<&str>,
+        key: &dyn Fn(&str) -> String,
+    ) -> Result<Option<McpOAuth>, ConfigError> {
+        let keys = match (issuer, jwks_url, public_key) {
+            (None, None, None) => {
+                if default_conversation.is_some() {
+                    return Err(ConfigError::new(
+                        key("mcp_default_conversation"),
+                        "needs mcp_issuer",
+                    ));
+                }
+                return Ok(None);
+            }
+            (None, _, _) => {
                 return Err(ConfigError::new(
-                    at("mcp_default_conversation"),
-                    "needs mcp_issuer",
+                    key("mcp_issuer"),
+                    "required with mcp_jwks_url or mcp_public_key",
                 ));
             }
-            return Ok(None);
+            (Some(_), None, None) => {
+                return Err(ConfigError::new(
+                    key("mcp_jwks_url"),
+                    "set mcp_jwks_url or mcp_public_key with mcp_issuer",
+                ));
+            }
+            (Some(_), Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    key("mcp_public_key"),
+                    "set mcp_jwks_url or mcp_public_key, not both",
+                ));
+            }
+            (Some(_), Some(url), None) => {
+                check_webhook_url(url, &key("mcp_jwks_url"))?;
+                OAuthKeys::Jwks(url.to_owned())
+            }
+            (Some(_), None, Some(pem)) => OAuthKeys::pem(pem).map_err(|_| {
+                ConfigError::new(
+                    key("mcp_public_key"),
+                    "not a PEM Ed25519, P-256 or RSA public key",
+                )
+            })?,
+        };
+        let issuer = issuer.unwrap_or_default().to_owned();
+        if issuer.is_empty() || url::Url::parse(&issuer).is_err() {
+            return Err(ConfigError::new(key("mcp_issuer"), "must be a URL"));
         }
-        (None, _, _) => {
+        if let Some(c) = default_conversation
+            && !is_valid_conversation(c)
+        {
             return Err(ConfigError::new(
-                at("mcp_issuer"),
-                "required with mcp_jwks_url or mcp_public_key",
+                key("mcp_default_conversation"),
+                "must match ^[A-Za-z0-9_-]{1,128}$",
             ));
         }
-        (Some(_), None, None) => {
-            return Err(ConfigError::new(
-                at("mcp_jwks_url"),
-                "set mcp_jwks_url or mcp_public_key with mcp_issuer",
-            ));
-        }
-        (Some(_), Some(_), Some(_)) => {
-            return Err(ConfigError::new(
-                at("mcp_public_key"),
-                "set mcp_jwks_url or mcp_public_key, not both",
-            ));
-        }
-        (Some(_), Some(url), None) => {
-            check_webhook_url(url, &at("mcp_jwks_url"))?;
-            OAuthKeys::Jwks(url.clone())
-        }
-        (Some(_), None, Some(pem)) => OAuthKeys::pem(pem).map_err(|_| {
-            ConfigError::new(
-                at("mcp_public_key"),
-                "not a PEM Ed25519, P-256 or RSA public key",
-            )
-        })?,
-    };
-    let issuer = t.mcp_issuer.clone().unwrap_or_default();
-    if issuer.is_empty() || url::Url::parse(&issuer).is_err() {
-        return Err(ConfigError::new(at("mcp_issuer"), "must be a URL"));
+        Ok(Some(McpOAuth {
+            issuer,
+            keys,
+            default_conversation: default_conversation.map(str::to_owned),
+        }))
     }
-    if let Some(c) = &t.mcp_default_conversation
-        && !is_valid_conversation(c)
-    {
-        return Err(ConfigError::new(
-            at("mcp_default_conversation"),
-            "must match ^[A-Za-z0-9_-]{1,128}$",
-        ));
-    }
-    Ok(Some(McpOAuth {
-        issuer,
-        keys,
-        default_conversation: t.mcp_default_conversation.clone(),
-    }))
 }
 
 /// A user or conversation id: `^[A-Za-z0-9_-]{1,128}$`.
