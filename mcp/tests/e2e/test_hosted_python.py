@@ -1,7 +1,8 @@
 """End to end with the Python MCP SDK against the gateway's hosted MCP endpoint
-(/v1/tenants/dev/mcp of a dev-mode gateway): a session revision (the initialize handshake) and
-the newest, stateless revision (server/discover, subscriptions/listen), with a simulated page
-on the gateway's page socket."""
+(/v1/tenants/dev/mcp): a session revision (the initialize handshake) and the newest, stateless
+revision (server/discover, subscriptions/listen), with a simulated page on a page socket. Run
+twice by scripts/mcp-e2e.sh: against a dev-mode gateway, and against two gateways on one Redis
+with the page on the first (PAGE_BASE_URL) and the client on the second (BASE_URL)."""
 
 import json
 import os
@@ -19,6 +20,11 @@ from sim_page import SimPage, tool
 
 BASE = os.environ.get("BASE_URL", "")
 KEY = os.environ.get("DEV_KEY", "")
+# Where the page connects: another node than the MCP client's when set (two gateways on one
+# Redis), else the same gateway.
+PAGE_BASE = os.environ.get("PAGE_BASE_URL", "") or BASE
+# The page's Origin: one of the tenant's allowed_origins (a dev gateway allows its own).
+PAGE_ORIGIN = os.environ.get("PAGE_ORIGIN", "") or PAGE_BASE
 WAIT = 10
 TOOLS = [tool("todo.add"), tool("todo.list", {"readOnly": True, "untrustedContent": True})]
 
@@ -37,6 +43,13 @@ def minted(user, conversation, scope=None):
     if scope:
         body["scope"] = scope
     return post("/tokens", body)
+
+
+def page_url(user, conversation):
+    """A page socket URL for the user and conversation, on PAGE_BASE."""
+    url = minted(user, conversation)["url"]
+    ws_base = BASE.replace("http", "ws", 1)
+    return PAGE_BASE.replace("http", "ws", 1) + url[len(ws_base):]
 
 
 def client(token, url=None, **kw):
@@ -63,7 +76,7 @@ def test_a_session_client_lists_calls_cancels_and_hears_list_changed():
             assert c.protocol_version < "2026-07-28", c.protocol_version
             # No page open: nothing listed.
             assert names(await c.list_tools()) == []
-            page = await SimPage.open(minted("u-py", "c-session")["url"], BASE, TOOLS)
+            page = await SimPage.open(page_url("u-py", "c-session"), PAGE_ORIGIN, TOOLS)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(page.serve)
                 with anyio.fail_after(WAIT):
@@ -114,7 +127,7 @@ def test_a_stateless_client_hears_list_changed_on_its_subscription():
             assert c.protocol_version == "2026-07-28", c.protocol_version
             assert names(await c.list_tools()) == []
             async with c.listen(tools_list_changed=True) as subscription:
-                page = await SimPage.open(minted("u-py", "c-stateless")["url"], BASE, [tool("todo.add")])
+                page = await SimPage.open(page_url("u-py", "c-stateless"), PAGE_ORIGIN, [tool("todo.add")])
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(page.serve)
                     with anyio.fail_after(WAIT):
