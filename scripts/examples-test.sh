@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The integration kit in examples/, run against a dev-mode gateway: a page token minted by the
 # Node, Python and PHP examples (examples/tokens/) opens a page socket and its page becomes the
-# conversation's current page (examples/tokens/check_page.py).
+# conversation's current page (examples/tokens/check_page.py); the agent loop
+# (examples/agent-loop/) runs with a scripted model against a simulated page.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,4 +39,7 @@ for lang in node python php; do
     failed=1
   fi
 done
+
+echo "examples-test: the agent loop (examples/agent-loop) with a scripted model, both tool-use shapes"
+(cd examples/agent-loop && "../../$venv/bin/python" test_agent.py "$dev_url" "$dev_key" dev) || failed=1
 exit "$failed"

@@ -185,6 +185,13 @@ pub async fn authenticate(
                 if owner.as_ref() != Some(&grant.owner()) {
                     return unknown_session();
                 }
+                // The session's initialize is kept as long as its owner: a node that holds the
+                // session in memory serves it without reading it, and another node may have
+                // to restore it from there later.
+                let _ = app
+                    .broker
+                    .session(&super::sessions::state_key(id), idle)
+                    .await;
             }
             Ok(None) => return unknown_session(),
             Err(e) => return Problem::from(e).into_response(),
