@@ -57,6 +57,18 @@ pub fn page_listing(tools: &[PageTool]) -> Vec<Tool> {
     listed
 }
 
+/// What a server listing page tools accepts of a `subscriptions/listen` filter: the
+/// `tools_list_changed` notifications, and nothing else.
+pub fn accepted_filter(
+    requested: &rmcp::model::SubscriptionFilter,
+) -> Option<rmcp::model::SubscriptionFilter> {
+    (requested.tools_list_changed == Some(true)).then(|| {
+        let mut accepted = rmcp::model::SubscriptionFilter::new();
+        accepted.tools_list_changed = Some(true);
+        accepted
+    })
+}
+
 /// `page_call` and `page_describe` as MCP tools, exactly as `llm-tools` defines them (proto's
 /// LLM rendering: the manifest rendered into `page_call`'s description). For clients that want
 /// two stable tools rather than one per page tool.

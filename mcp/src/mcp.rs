@@ -126,11 +126,7 @@ impl ServerHandler for McpServer {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        (requested.tools_list_changed == Some(true)).then(|| {
-            let mut accepted = SubscriptionFilter::new();
-            accepted.tools_list_changed = Some(true);
-            accepted
-        })
+        toolmark_mcp_tools::listing::accepted_filter(requested)
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {

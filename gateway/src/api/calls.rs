@@ -217,7 +217,7 @@ pub async fn call(
     let b: CallBody = parse_body(&tenant, &body)?;
     check_tool("/tool", &b.tool)?;
     check_object("/input", &b.input)?;
-    let mut req = Request {
+    let req = Request {
         kind: CallKind::Call,
         tool: b.tool,
         input: b.input,
@@ -226,26 +226,8 @@ pub async fn call(
         idempotency: None,
     };
     let respond_async = wants_async(&headers);
-    if let Some(record) = once(
-        &app,
-        &tenant,
-        key,
-        ("calls", &user, &conversation),
-        &body,
-        &mut req,
-    )
-    .await?
-    {
-        return Ok(repeat_call(&app, &tenant, &req, record, respond_async).await);
-    }
-    respond(
-        &app,
-        &tenant,
-        ConvKey::new(&tenant.id, &user, &conversation),
-        req,
-        respond_async,
-    )
-    .await
+    let route = ("calls", user.as_str(), conversation.as_str());
+    respond_once(&app, &tenant, key, route, &body, req, respond_async).await
 }
 
 /// `POST /users/{u}/conversations/{c}/describe`
@@ -268,7 +250,7 @@ pub async fn describe(
     let key = idempotency::key_of(&headers)?;
     let b: DescribeBody = parse_body(&tenant, &body)?;
     check_tool("/tool", &b.tool)?;
-    let mut req = Request {
+    let req = Request {
         kind: CallKind::Describe,
         tool: b.tool,
         input: Value::Null,
@@ -277,26 +259,8 @@ pub async fn describe(
         idempotency: None,
     };
     let respond_async = wants_async(&headers);
-    if let Some(record) = once(
-        &app,
-        &tenant,
-        key,
-        ("describe", &user, &conversation),
-        &body,
-        &mut req,
-    )
-    .await?
-    {
-        return Ok(repeat_call(&app, &tenant, &req, record, respond_async).await);
-    }
-    respond(
-        &app,
-        &tenant,
-        ConvKey::new(&tenant.id, &user, &conversation),
-        req,
-        respond_async,
-    )
-    .await
+    let route = ("describe", user.as_str(), conversation.as_str());
+    respond_once(&app, &tenant, key, route, &body, req, respond_async).await
 }
 
 async fn respond(
@@ -381,6 +345,25 @@ async fn once(
             Ok(Some(record))
         }
     }
+}
+
+/// Starts a call or describe and answers it, once per `Idempotency-Key` (a repeat gets the
+/// first request's answer).
+async fn respond_once(
+    app: &AppState,
+    tenant: &Tenant,
+    key: Option<String>,
+    (route, user, conversation): (&str, &str, &str),
+    body: &Body,
+    mut req: Request,
+    respond_async: bool,
+) -> Result<Response, Problem> {
+    let at = (route, user, conversation);
+    if let Some(record) = once(app, tenant, key, at, body, &mut req).await? {
+        return Ok(repeat_call(app, tenant, &req, record, respond_async).await);
+    }
+    let conv = ConvKey::new(&tenant.id, user, conversation);
+    respond(app, tenant, conv, req, respond_async).await
 }
 
 /// The answer to a repeat of a call or describe: the first request's call, 202 when this
