@@ -8,7 +8,6 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use toolmark_broker::{
@@ -17,155 +16,21 @@ use toolmark_broker::{
 };
 use toolmark_proto::is_valid_tool_name;
 use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
-use utoipa::ToSchema;
 
 use super::{Authed, Body, check_ids, idempotency, parse_body, parse_value};
 use crate::problem::Problem;
 use crate::state::AppState;
 use crate::tenants::Tenant;
 
-/// `POST …/calls`'s body.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct CallBody {
-    /// The page tool's full name, `^[A-Za-z0-9_.-]{1,128}$`.
-    #[schema(pattern = "^[A-Za-z0-9_.-]{1,128}$")]
-    tool: String,
-    /// The tool's input (default `{}`).
-    #[serde(default = "empty_object")]
-    #[schema(value_type = Object)]
-    input: Value,
-    /// The manifest revision the call was made for (a page at another one refuses `stale`).
-    rev: Option<u64>,
-    /// The deadline, 1 to the tenant's `max_call_timeout_ms` (default: the tenant's).
-    #[schema(minimum = 1, maximum = 600_000)]
-    timeout_ms: Option<u64>,
-}
+mod bodies;
+mod run;
 
-/// `POST …/describe`'s body.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct DescribeBody {
-    /// The page tool's full name.
-    #[schema(pattern = "^[A-Za-z0-9_.-]{1,128}$")]
-    tool: String,
-    /// The deadline, 1 to the tenant's `max_call_timeout_ms`.
-    #[schema(minimum = 1, maximum = 600_000)]
-    timeout_ms: Option<u64>,
-}
-
-/// `POST …/llm-tools/invoke`'s body: a tool use as the model produced it.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct InvokeBody {
-    /// `page_call` or `page_describe`.
-    #[schema(pattern = "^(page_call|page_describe)$")]
-    name: String,
-    /// `{tool, input}` for `page_call`, `{tool}` for `page_describe`.
-    #[serde(default = "empty_object")]
-    #[schema(value_type = Object)]
-    input: Value,
-}
-
-/// The answer of a call or describe that ended.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CallAnswer {
-    /// The call id.
-    pub id: String,
-    /// The page it went to.
-    pub client_id: String,
-    /// The page's ToolResult, or `{"status": "timeout"}`.
-    #[schema(value_type = Object)]
-    pub outcome: Outcome,
-}
-
-/// The answer of a call started with `Prefer: respond-async`.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Accepted {
-    /// The call id (`GET /calls/{id}` gives its state).
-    pub id: String,
-    /// The page it went to.
-    pub client_id: String,
-}
-
-/// The answer of `llm-tools/invoke`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Invoked {
-    /// The call id.
-    pub id: String,
-    /// The outcome.
-    #[schema(value_type = Object)]
-    pub outcome: Outcome,
-    /// What to hand back to the model (untrusted content wrapped).
-    #[schema(value_type = Object)]
-    pub content: Value,
-}
-
-/// A call as `GET /calls/{id}` shows it.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CallView {
-    /// The call id.
-    pub id: String,
-    /// The user.
-    pub user: String,
-    /// The conversation.
-    pub conversation: String,
-    /// The page it went to.
-    pub client_id: String,
-    /// The tool.
-    pub tool: String,
-    /// `call` or `describe`.
-    #[schema(value_type = String)]
-    pub kind: CallKind,
-    /// `pending`, `answered` or `timed_out`.
-    pub state: &'static str,
-    /// The deadline, RFC 3339 with milliseconds.
-    pub deadline: String,
-    /// The outcome, once there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub outcome: Option<Outcome>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PageCallInput {
-    tool: String,
-    #[serde(default = "empty_object")]
-    input: Value,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PageDescribeInput {
-    tool: String,
-}
-
-fn empty_object() -> Value {
-    json!({})
-}
-
-/// A request to start on the page.
-pub(crate) struct Request {
-    pub kind: CallKind,
-    pub tool: String,
-    pub input: Value,
-    pub rev: Option<u64>,
-    pub timeout_ms: Option<u64>,
-    /// The request's `Idempotency-Key` and fingerprint, when it claimed one.
-    pub idempotency: Option<(String, String)>,
-}
-
-/// A call that was bound and sent.
-pub(crate) struct Started {
-    pub id: String,
-    pub client_id: String,
-    pub untrusted: bool,
-    pub outcome: oneshot::Receiver<Outcome>,
-}
+pub use bodies::{Accepted, CallAnswer, CallBody, CallView, DescribeBody, InvokeBody, Invoked};
+use bodies::{CallHeaders, IdempotencyHeader, PageCallInput, PageDescribeInput};
+pub use run::announce_outcome;
+#[cfg(test)]
+use run::supervise;
+pub(crate) use run::{Request, start};
 
 fn wants_async(headers: &HeaderMap) -> bool {
     headers
@@ -281,29 +146,6 @@ async fn respond(
         outcome,
     })
     .into_response())
-}
-
-/// `Idempotency-Key` and `Prefer` of a call or describe.
-#[derive(Debug, utoipa::IntoParams)]
-#[into_params(parameter_in = Header)]
-#[allow(dead_code)]
-struct CallHeaders {
-    /// 1–255 visible ASCII characters: a repeat within 24 h gets the first answer.
-    #[param(rename = "Idempotency-Key")]
-    idempotency_key: Option<String>,
-    /// `respond-async`: answer 202 at once.
-    #[param(rename = "Prefer")]
-    prefer: Option<String>,
-}
-
-/// `Idempotency-Key` of an invoke.
-#[derive(Debug, utoipa::IntoParams)]
-#[into_params(parameter_in = Header)]
-#[allow(dead_code)]
-struct IdempotencyHeader {
-    /// 1–255 visible ASCII characters: a repeat within 24 h gets the first answer.
-    #[param(rename = "Idempotency-Key")]
-    idempotency_key: Option<String>,
 }
 
 /// 202 with where the outcome will be: `GET /calls/{id}`.
@@ -489,174 +331,6 @@ fn invoked(id: &str, untrusted: bool, outcome: &Outcome) -> Response {
         content,
     })
     .into_response()
-}
-
-/// Binds and sends a call or describe (the tenant's rate, the conversation, the deadline) and
-/// supervises it; the agent API and the hosted MCP endpoint both start calls here.
-pub(crate) async fn start(
-    app: &AppState,
-    tenant: &Tenant,
-    conv: ConvKey,
-    req: Request,
-    respond_async: bool,
-) -> Result<Started, Problem> {
-    if app.is_draining() {
-        return Err(Problem::unavailable(Duration::from_secs(1)));
-    }
-    let limits = &tenant.limits;
-    let timeout_ms = req.timeout_ms.unwrap_or(limits.default_call_timeout_ms);
-    if timeout_ms == 0 || timeout_ms > limits.max_call_timeout_ms {
-        if let Some((key, _)) = &req.idempotency {
-            idempotency::release(app, &tenant.id, key).await;
-        }
-        return Err(Problem::invalid(
-            "/timeoutMs",
-            format!("timeoutMs is between 1 and {}", limits.max_call_timeout_ms),
-        ));
-    }
-    // The rate, the conversation read and the bind, in the broker's order (one Redis round
-    // trip when the conversation's current page is the one this node last saw).
-    let deadline_ms = now_ms() + timeout_ms;
-    let placed = app
-        .broker
-        .place_call(CallRequest {
-            id: partition::new_call_id(&conv),
-            conv,
-            kind: req.kind,
-            tool: req.tool,
-            input: req.input,
-            rev: req.rev,
-            deadline_ms,
-            respond_async,
-            calls_per_second: limits.calls_per_second,
-        })
-        .await;
-    let Placed { binding, waiter } = match placed {
-        Ok(p) => p,
-        Err(e) => {
-            if let Some((key, _)) = &req.idempotency {
-                idempotency::release(app, &tenant.id, key).await;
-            }
-            return Err(e.into());
-        }
-    };
-    // The key now names this call: a repeat answers from it from here on.
-    let remembered = match req.idempotency {
-        Some((key, f)) => {
-            let record = idempotency::Record {
-                f,
-                id: Some(binding.id.clone()),
-                client: Some(binding.client_id.clone()),
-                untrusted: binding.untrusted,
-                deadline_ms: Some(deadline_ms),
-                outcome: None,
-            };
-            idempotency::started(app, &tenant.id, &key, &record).await;
-            Some((key, record))
-        }
-        None => None,
-    };
-    let (id, client_id, untrusted) = (
-        binding.id.clone(),
-        binding.client_id.clone(),
-        binding.untrusted,
-    );
-    let (tx, rx) = oneshot::channel();
-    app.life.spawn(supervise(
-        app.clone(),
-        binding,
-        Duration::from_millis(timeout_ms),
-        waiter,
-        (tx, remembered),
-    ));
-    Ok(Started {
-        id,
-        client_id,
-        untrusted,
-        outcome: rx,
-    })
-}
-
-/// Waits for the call's outcome or its deadline, whichever comes first; the broker's atomic
-/// check-and-mark decides the winner. Emits `call.timeout`, and `call.result` for async calls.
-async fn supervise(
-    app: AppState,
-    binding: CallBinding,
-    timeout: Duration,
-    mut waiter: oneshot::Receiver<Outcome>,
-    (reply, remembered): (
-        oneshot::Sender<Outcome>,
-        Option<(String, idempotency::Record)>,
-    ),
-) {
-    let started = Instant::now();
-    let mut won_timeout = false;
-    let outcome = tokio::select! {
-        o = &mut waiter => o.unwrap_or(Outcome::Timeout),
-        () = tokio::time::sleep(timeout) => {
-            match app.broker.time_out(&binding.conv, &binding.id).await {
-                Ok(won) => won_timeout = won.is_some(),
-                Err(e) => tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded; the deadline sweep will retry"),
-            }
-            // The timeout won, or the result won a moment before it: the waiter gets the
-            // winner. Should its message never come (a pub/sub message lost while the
-            // subscriber reconnected), the stored outcome decides, not a guess.
-            match tokio::time::timeout(OUTCOME_WAIT, waiter).await {
-                Ok(Ok(o)) => o,
-                _ => stored_outcome(&app, &binding).await,
-            }
-        }
-    };
-    let kind = match binding.kind {
-        CallKind::Call => "call",
-        CallKind::Describe => "describe",
-    };
-    let status = match &outcome {
-        Outcome::Result(r) => r.status(),
-        Outcome::Timeout => "timeout",
-    };
-    app.metrics
-        .call_finished(kind, status, started.elapsed().as_secs_f64());
-    tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
-    // A timeout is announced by whoever won it (this node, or another node's deadline sweep).
-    let announce = match outcome {
-        Outcome::Timeout => won_timeout,
-        Outcome::Result(_) => binding.respond_async,
-    };
-    if announce {
-        announce_outcome(&app, &binding, &outcome).await;
-    }
-    // A repeat of the request within 24 h answers with this outcome, even once the call itself
-    // left the broker's retention.
-    if let Some((key, mut record)) = remembered {
-        record.outcome = Some(outcome.clone());
-        idempotency::started(&app, &binding.conv.tenant, &key, &record).await;
-    }
-    let _ = reply.send(outcome);
-}
-
-/// How long past the deadline the supervisor waits for the outcome message before it reads
-/// the stored outcome instead.
-const OUTCOME_WAIT: Duration = Duration::from_secs(2);
-
-/// The call's outcome as the broker stored it (a timeout when it has none, or is unreachable).
-async fn stored_outcome(app: &AppState, binding: &CallBinding) -> Outcome {
-    match app.broker.call(&binding.conv.tenant, &binding.id).await {
-        Ok(Some(CallRecord {
-            outcome: Some(o), ..
-        })) => {
-            tracing::warn!(call_id = %binding.id, "outcome message never arrived: answered from the stored outcome");
-            o
-        }
-        _ => Outcome::Timeout,
-    }
-}
-
-/// Emits `call.timeout` for a timed-out call and `call.result` for an async call.
-pub async fn announce_outcome(app: &AppState, binding: &CallBinding, outcome: &Outcome) {
-    for (kind, data) in toolmark_broker::outcome_events(binding, outcome) {
-        app.emit(kind, &binding.conv, data).await;
-    }
 }
 
 /// `GET /calls/{id}`

@@ -1,0 +1,191 @@
+//! Starting a call or describe on the page (the rate, the conversation, the binding, the
+//! deadline) and supervising it to its outcome.
+
+use super::*;
+
+/// A request to start on the page.
+pub(crate) struct Request {
+    pub kind: CallKind,
+    pub tool: String,
+    pub input: Value,
+    pub rev: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    /// The request's `Idempotency-Key` and fingerprint, when it claimed one.
+    pub idempotency: Option<(String, String)>,
+}
+
+/// A call that was bound and sent.
+pub(crate) struct Started {
+    pub id: String,
+    pub client_id: String,
+    pub untrusted: bool,
+    pub outcome: oneshot::Receiver<Outcome>,
+}
+
+/// Binds and sends a call or describe (the tenant's rate, the conversation, the deadline) and
+/// supervises it; the agent API and the hosted MCP endpoint both start calls here.
+pub(crate) async fn start(
+    app: &AppState,
+    tenant: &Tenant,
+    conv: ConvKey,
+    req: Request,
+    respond_async: bool,
+) -> Result<Started, Problem> {
+    if app.is_draining() {
+        return Err(Problem::unavailable(Duration::from_secs(1)));
+    }
+    let limits = &tenant.limits;
+    let timeout_ms = req.timeout_ms.unwrap_or(limits.default_call_timeout_ms);
+    if timeout_ms == 0 || timeout_ms > limits.max_call_timeout_ms {
+        if let Some((key, _)) = &req.idempotency {
+            idempotency::release(app, &tenant.id, key).await;
+        }
+        return Err(Problem::invalid(
+            "/timeoutMs",
+            format!("timeoutMs is between 1 and {}", limits.max_call_timeout_ms),
+        ));
+    }
+    // The rate, the conversation read and the bind, in the broker's order (one Redis round
+    // trip when the conversation's current page is the one this node last saw).
+    let deadline_ms = now_ms() + timeout_ms;
+    let placed = app
+        .broker
+        .place_call(CallRequest {
+            id: partition::new_call_id(&conv),
+            conv,
+            kind: req.kind,
+            tool: req.tool,
+            input: req.input,
+            rev: req.rev,
+            deadline_ms,
+            respond_async,
+            calls_per_second: limits.calls_per_second,
+        })
+        .await;
+    let Placed { binding, waiter } = match placed {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some((key, _)) = &req.idempotency {
+                idempotency::release(app, &tenant.id, key).await;
+            }
+            return Err(e.into());
+        }
+    };
+    // The key now names this call: a repeat answers from it from here on.
+    let remembered = match req.idempotency {
+        Some((key, f)) => {
+            let record = idempotency::Record {
+                f,
+                id: Some(binding.id.clone()),
+                client: Some(binding.client_id.clone()),
+                untrusted: binding.untrusted,
+                deadline_ms: Some(deadline_ms),
+                outcome: None,
+            };
+            idempotency::started(app, &tenant.id, &key, &record).await;
+            Some((key, record))
+        }
+        None => None,
+    };
+    let (id, client_id, untrusted) = (
+        binding.id.clone(),
+        binding.client_id.clone(),
+        binding.untrusted,
+    );
+    let (tx, rx) = oneshot::channel();
+    app.life.spawn(supervise(
+        app.clone(),
+        binding,
+        Duration::from_millis(timeout_ms),
+        waiter,
+        (tx, remembered),
+    ));
+    Ok(Started {
+        id,
+        client_id,
+        untrusted,
+        outcome: rx,
+    })
+}
+
+/// Waits for the call's outcome or its deadline, whichever comes first; the broker's atomic
+/// check-and-mark decides the winner. Emits `call.timeout`, and `call.result` for async calls.
+pub(super) async fn supervise(
+    app: AppState,
+    binding: CallBinding,
+    timeout: Duration,
+    mut waiter: oneshot::Receiver<Outcome>,
+    (reply, remembered): (
+        oneshot::Sender<Outcome>,
+        Option<(String, idempotency::Record)>,
+    ),
+) {
+    let started = Instant::now();
+    let mut won_timeout = false;
+    let outcome = tokio::select! {
+        o = &mut waiter => o.unwrap_or(Outcome::Timeout),
+        () = tokio::time::sleep(timeout) => {
+            match app.broker.time_out(&binding.conv, &binding.id).await {
+                Ok(won) => won_timeout = won.is_some(),
+                Err(e) => tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded; the deadline sweep will retry"),
+            }
+            // The timeout won, or the result won a moment before it: the waiter gets the
+            // winner. Should its message never come (a pub/sub message lost while the
+            // subscriber reconnected), the stored outcome decides, not a guess.
+            match tokio::time::timeout(OUTCOME_WAIT, waiter).await {
+                Ok(Ok(o)) => o,
+                _ => stored_outcome(&app, &binding).await,
+            }
+        }
+    };
+    let kind = match binding.kind {
+        CallKind::Call => "call",
+        CallKind::Describe => "describe",
+    };
+    let status = match &outcome {
+        Outcome::Result(r) => r.status(),
+        Outcome::Timeout => "timeout",
+    };
+    app.metrics
+        .call_finished(kind, status, started.elapsed().as_secs_f64());
+    tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
+    // A timeout is announced by whoever won it (this node, or another node's deadline sweep).
+    let announce = match outcome {
+        Outcome::Timeout => won_timeout,
+        Outcome::Result(_) => binding.respond_async,
+    };
+    if announce {
+        announce_outcome(&app, &binding, &outcome).await;
+    }
+    // A repeat of the request within 24 h answers with this outcome, even once the call itself
+    // left the broker's retention.
+    if let Some((key, mut record)) = remembered {
+        record.outcome = Some(outcome.clone());
+        idempotency::started(&app, &binding.conv.tenant, &key, &record).await;
+    }
+    let _ = reply.send(outcome);
+}
+
+/// How long past the deadline the supervisor waits for the outcome message before it reads
+/// the stored outcome instead.
+const OUTCOME_WAIT: Duration = Duration::from_secs(2);
+
+/// The call's outcome as the broker stored it (a timeout when it has none, or is unreachable).
+async fn stored_outcome(app: &AppState, binding: &CallBinding) -> Outcome {
+    match app.broker.call(&binding.conv.tenant, &binding.id).await {
+        Ok(Some(CallRecord {
+            outcome: Some(o), ..
+        })) => {
+            tracing::warn!(call_id = %binding.id, "outcome message never arrived: answered from the stored outcome");
+            o
+        }
+        _ => Outcome::Timeout,
+    }
+}
+
+/// Emits `call.timeout` for a timed-out call and `call.result` for an async call.
+pub async fn announce_outcome(app: &AppState, binding: &CallBinding, outcome: &Outcome) {
+    for (kind, data) in toolmark_broker::outcome_events(binding, outcome) {
+        app.emit(kind, &binding.conv, data).await;
+    }
+}
