@@ -57,6 +57,18 @@ pub fn page_listing(tools: &[PageTool]) -> Vec<Tool> {
     listed
 }
 
+/// What a server of page tools announces: tools, with `list_changed`, under its own name,
+/// version and instructions.
+pub fn server_config(name: &str, version: &str, instructions: &str) -> rmcp::model::ServerConfig {
+    let capabilities = rmcp::model::ServerCapabilities::builder()
+        .enable_tools()
+        .enable_tool_list_changed()
+        .build();
+    rmcp::model::ServerConfig::new(capabilities)
+        .with_server_info(rmcp::model::Implementation::new(name, version))
+        .with_instructions(instructions)
+}
+
 /// What a server listing page tools accepts of a `subscriptions/listen` filter: the
 /// `tools_list_changed` notifications, and nothing else.
 pub fn accepted_filter(

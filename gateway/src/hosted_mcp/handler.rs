@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Extensions, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    CallToolRequestParams, CallToolResponse, Extensions, ListToolsResult, PaginatedRequestParams,
+    ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -106,16 +106,11 @@ fn internal(p: &Problem) -> ErrorData {
 
 impl ServerHandler for HostedMcp {
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder()
-            .enable_tools()
-            .enable_tool_list_changed()
-            .build();
-        ServerConfig::new(capabilities)
-            .with_server_info(Implementation::new(
-                "toolmark-gateway",
-                env!("CARGO_PKG_VERSION"),
-            ))
-            .with_instructions(INSTRUCTIONS)
+        toolmark_mcp_tools::listing::server_config(
+            "toolmark-gateway",
+            env!("CARGO_PKG_VERSION"),
+            INSTRUCTIONS,
+        )
     }
 
     async fn list_tools(
