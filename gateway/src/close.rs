@@ -18,6 +18,18 @@ pub const TRY_AGAIN_LATER: u16 = 1013;
 /// Internal error (e.g. the broker is unreachable at admission).
 pub const INTERNAL: u16 = 1011;
 
+/// Every code above: the close-code table of `docs/operations.md` lists exactly these.
+pub const ALL: [u16; 8] = [
+    UNAUTHORIZED,
+    FORBIDDEN_ORIGIN,
+    LIMIT,
+    POLICY,
+    TOO_BIG,
+    GOING_AWAY,
+    TRY_AGAIN_LATER,
+    INTERNAL,
+];
+
 /// After the peer's close frame: sends the close frame the WebSocket library queued in answer
 /// (RFC 6455 section 5.5.1) before the socket is dropped, waiting at most a second.
 pub async fn answer_peer_close(socket: &mut axum::extract::ws::WebSocket) {

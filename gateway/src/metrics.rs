@@ -5,7 +5,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use toolmark_worker::jobs::metrics::Catalogued;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ReasonLabel {
@@ -31,7 +31,7 @@ pub(crate) struct TypeLabel {
 /// Every metric the gateway exports.
 #[derive(Debug)]
 pub struct Metrics {
-    registry: Registry,
+    registry: Catalogued,
     /// Open page sockets.
     pub connections: Gauge,
     /// Page sockets refused or closed, by close code.
@@ -60,7 +60,7 @@ impl Default for Metrics {
 impl Metrics {
     /// Creates and registers every metric; label values known up front start at 0.
     pub fn new() -> Self {
-        let mut registry = Registry::default();
+        let mut registry = Catalogued::default();
         let connections = Gauge::default();
         let closes = Family::<CodeLabel, Counter>::default();
         let calls = Family::<CallLabels, Counter>::default();
@@ -172,13 +172,19 @@ impl Metrics {
         self.events.get_or_create(&TypeLabel { r#type: kind }).inc();
     }
 
-    /// The Prometheus text exposition.
+    /// Every family this process may expose, as `(name, type)`: the gateway's, then the jobs'.
+    pub fn families(&self) -> Vec<(&'static str, &'static str)> {
+        let mut out = self.registry.families().to_vec();
+        out.extend_from_slice(toolmark_worker::jobs::JobMetrics::default().families());
+        out
+    }
+
     /// The OpenMetrics text of the gateway's metrics, then those of the jobs it runs.
     pub fn render(&self, jobs: Option<&toolmark_worker::jobs::JobMetrics>) -> String {
         use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = encode_registry(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, self.registry.registry());
         if let Some(jobs) = jobs {
             jobs.encode_into(&mut out);
         }

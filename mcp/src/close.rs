@@ -17,6 +17,17 @@ pub const GOING_AWAY: u16 = 1001;
 /// A frame larger than [`MAX_FRAME_BYTES`]. The page reconnects.
 pub const TOO_BIG: u16 = 1009;
 
+/// Every code above: the close-code table of `docs/desktop-mcp.md` lists exactly these.
+pub const ALL: [u16; 7] = [
+    INVALID_PAIRING_FRAME,
+    REFUSED,
+    NO_PAIRING_FRAME,
+    SUPERSEDED,
+    BUSY,
+    GOING_AWAY,
+    TOO_BIG,
+];
+
 /// The first frame must arrive within this.
 pub const FIRST_FRAME_DEADLINE: Duration = Duration::from_millis(3000);
 /// The first frame is at most this many bytes.

@@ -1,13 +1,60 @@
-//! What the binaries' `main` functions share: argument errors as one line and exit code 2,
+//! What the binaries' `main` functions share: their command lines ([`GatewayArgs`],
+//! [`WorkerArgs`]; here so the docs check can read them), argument errors as one line and exit code 2,
 //! configuration loaded with its errors as exit code 2, and the runtime with telemetry around
 //! it (initialized before, flushed after).
 
 use std::fmt::Display;
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::Parser;
+
 use crate::config::{Overrides, Settings};
+
+/// The command line of `toolmark-gateway`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "toolmark-gateway",
+    version,
+    about = "Toolmark Gateway: the hosted server side of the Toolmark bridge protocol v1."
+)]
+pub struct GatewayArgs {
+    /// TOML configuration file; without it the gateway starts in dev mode.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Listen address (overrides server.listen).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Redis URL (sets broker.kind = "redis" and broker.url).
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
+    /// This node's id (overrides server.node_id).
+    #[arg(long = "node-id", value_name = "ID")]
+    pub node_id: Option<String>,
+    /// Admin API listen address (overrides admin.listen).
+    #[arg(long = "admin-listen", value_name = "ADDR")]
+    pub admin_listen: Option<String>,
+    /// Validate the configuration and exit (0 when valid, 2 when not).
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+/// The command line of `toolmark-worker`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "toolmark-worker",
+    version,
+    about = "Toolmark Gateway background jobs: deadline sweeps, confirmation expiry and webhook delivery."
+)]
+pub struct WorkerArgs {
+    /// The gateway's TOML configuration file.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Redis URL (sets broker.kind = "redis" and broker.url).
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
+}
 
 /// Prints `binary: message` on stderr and returns `code`.
 pub fn fail(binary: &str, code: u8, message: impl Display) -> ExitCode {

@@ -20,6 +20,16 @@ pub mod code {
     pub const RECONNECT: u16 = 4200;
     /// No activity within the activity timeout (connection closed).
     pub const NO_ACTIVITY: u16 = 4201;
+
+    /// Every code above: `docs/laravel.md` and `docs/operations.md` list exactly these.
+    pub const ALL: [u16; 6] = [
+        UNKNOWN_APP,
+        UNSUPPORTED_PROTOCOL,
+        UNAUTHORIZED,
+        OVER_CAPACITY,
+        RECONNECT,
+        NO_ACTIVITY,
+    ];
 }
 
 /// The only protocol version served.

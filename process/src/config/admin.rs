@@ -19,7 +19,7 @@ use super::{ConfigError, TenantLimits};
 use crate::signing::SigningKey;
 
 /// `[admin]` as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     /// Its own listener, never the public one (default `127.0.0.1:8081`).

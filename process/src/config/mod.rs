@@ -14,7 +14,8 @@ mod tests;
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 pub use admin::{AdminConfig, AdminSettings, Sealer, StoredMcpOAuth, StoredTenant};
 pub use layers::Overrides;
@@ -23,6 +24,13 @@ pub use tenant::{
     ApiKey, McpOAuth, OAuthKeys, PusherApp, Revocation, TenantSettings, TenantSource, TokenKey,
     WebhookTarget, is_valid_tenant_id,
 };
+
+/// The JSON Schema (draft 2020-12) of the configuration file, from the types above: every key,
+/// its type, its default and its doc comment, unknown keys refused. Committed as
+/// `docs/config.schema.json` for editors that check TOML against a schema.
+pub fn json_schema() -> serde_json::Value {
+    schemars::schema_for!(Config).to_value()
+}
 
 /// A configuration error: the key and why it is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,7 +53,7 @@ impl ConfigError {
 }
 
 /// The whole configuration.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Listener, TLS and drain.
@@ -74,7 +82,7 @@ pub struct Config {
 }
 
 /// `[server]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// Address to listen on.
@@ -120,7 +128,7 @@ impl Default for ServerConfig {
 }
 
 /// `[worker]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkerConfig {
     /// Where the worker serves `/healthz` and `/metrics`.
@@ -151,7 +159,7 @@ impl Default for WorkerConfig {
 }
 
 /// `[mcp]`: the hosted MCP endpoint.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct McpConfig {
     /// A session (MCP revisions before 2026-07-28) unused this long is forgotten on every node;
@@ -174,7 +182,7 @@ impl Default for McpConfig {
 }
 
 /// `[broker]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerConfig {
     /// `memory` or `redis`.
@@ -202,7 +210,7 @@ impl Default for BrokerConfig {
 }
 
 /// Which broker backs the gateway.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BrokerKind {
     /// One process, state in memory.
@@ -213,7 +221,7 @@ pub enum BrokerKind {
 }
 
 /// One `[[tenants]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TenantConfig {
     /// `^[a-z0-9][a-z0-9-]{0,62}$`
@@ -254,7 +262,7 @@ pub struct TenantConfig {
 }
 
 /// A Pusher key and secret pair.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PusherKey {
     /// App key.
@@ -264,7 +272,7 @@ pub struct PusherKey {
 }
 
 /// `[tenants.limits]`
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TenantLimits {
     /// Page sockets, cluster-wide.

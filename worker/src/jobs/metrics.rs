@@ -6,7 +6,42 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::{Metric, Registry};
+
+/// A registry that also remembers the families registered in it, with their types: the text
+/// exposition leaves out a labelled family until its first sample, and the docs check
+/// (`testkit/tests/docs.rs`) needs every one.
+#[derive(Debug, Default)]
+pub struct Catalogued {
+    registry: Registry,
+    families: Vec<(&'static str, &'static str)>,
+}
+
+impl Catalogued {
+    /// Registers `metric` as `name`.
+    pub fn register<M: Metric + TypedMetric>(&mut self, name: &'static str, help: &str, metric: M) {
+        let kind = match M::TYPE {
+            MetricType::Counter => "counter",
+            MetricType::Gauge => "gauge",
+            MetricType::Histogram => "histogram",
+            MetricType::Info => "info",
+            MetricType::Unknown => "unknown",
+        };
+        self.families.push((name, kind));
+        self.registry.register(name, help, metric);
+    }
+
+    /// The families registered, as `(name, type)`.
+    pub fn families(&self) -> &[(&'static str, &'static str)] {
+        &self.families
+    }
+
+    /// The registry, for encoding.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct TenantLabel {
@@ -34,7 +69,7 @@ pub(crate) struct FailureLabels {
 /// Webhook and sweep metrics.
 #[derive(Debug)]
 pub struct JobMetrics {
-    registry: Registry,
+    registry: Catalogued,
     /// Conversations with events waiting for a retry, per tenant.
     pub(crate) queue_depth: Family<TenantLabel, Gauge>,
     /// Delivery attempts.
@@ -58,7 +93,7 @@ pub struct JobMetrics {
 impl Default for JobMetrics {
     fn default() -> Self {
         let mut m = JobMetrics {
-            registry: Registry::default(),
+            registry: Catalogued::default(),
             queue_depth: Family::default(),
             attempts: Family::default(),
             delivered: Family::default(),
@@ -125,13 +160,18 @@ impl JobMetrics {
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = prometheus_client::encoding::text::encode(&mut out, self.registry.registry());
         out
     }
 
     /// Appends the metrics without the closing `# EOF`, for a process exposing them beside its
     /// own.
     pub fn encode_into(&self, out: &mut String) {
-        let _ = prometheus_client::encoding::text::encode_registry(out, &self.registry);
+        let _ = prometheus_client::encoding::text::encode_registry(out, self.registry.registry());
+    }
+
+    /// Every family these metrics register, as `(name, type)`.
+    pub fn families(&self) -> &[(&'static str, &'static str)] {
+        self.registry.families()
     }
 }
