@@ -167,6 +167,13 @@ pub trait Pages: Send + Sync {
     /// Counts a new page socket against the tenant's and the conversation's limits.
     async fn admit_page(&self, conv: &ConvKey, limits: &AdmitLimits) -> Result<(), AdmitError>;
 
+    /// Counts a socket of `tenant` that belongs to no conversation (a Pusher connection without
+    /// a subscription) against `max_connections` alone.
+    async fn admit_socket(&self, tenant: &str, max_connections: u64) -> Result<(), AdmitError>;
+
+    /// Releases a socket admitted by [`Pages::admit_socket`].
+    async fn release_socket(&self, tenant: &str) -> Result<(), BrokerError>;
+
     /// Records that a socket of `conv` is the page load `client_id`.
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError>;
 

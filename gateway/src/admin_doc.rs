@@ -55,6 +55,8 @@ pub struct TenantView {
     allowed_origins: Vec<String>,
     limits: LimitsView,
     webhook_url: Option<String>,
+    /// Webhooks may go to loopback, private and link-local addresses (stored tenants only).
+    webhook_allow_private: Option<bool>,
     pusher_key: Option<String>,
     api_keys: Vec<ApiKeyView>,
     token_keys: Vec<TokenKeyView>,

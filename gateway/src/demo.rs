@@ -1,11 +1,14 @@
 //! The demo served in dev mode: an app page with a small page-side bridge and an agent console.
 //! `/demo/session` hands the page a token and the console the dev API key; it exists only in
-//! dev mode, which listens on loopback only.
+//! dev mode, which listens on loopback only, and answers only a request whose `Host` is a
+//! loopback name or address and that comes from the demo's own origin: a page of another site
+//! that rebinds its name to 127.0.0.1 (DNS rebinding) sends its own name as `Host`, and a
+//! cross-site fetch says so in `Origin` and `Sec-Fetch-Site`.
 
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
@@ -59,6 +62,7 @@ pub fn dev_tenant(addr: SocketAddr) -> Result<DevTenant, ConfigError> {
         pusher_old_keys: Vec::new(),
         webhook_url: None,
         webhook_secret: None,
+        webhook_allow_private: false,
         mcp_issuer: None,
         mcp_jwks_url: None,
         mcp_public_key: None,
@@ -160,10 +164,49 @@ struct SessionQuery {
     conversation: Option<String>,
 }
 
-async fn session(State(app): State<AppState>, Query(q): Query<SessionQuery>) -> Response {
+/// Whether `host` (a `Host` header: name or address, optional port) is loopback.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Why a `/demo/session` request is refused, if it is: a `Host` that is not loopback, or a
+/// request from another origin.
+fn refuse_session(headers: &HeaderMap) -> Option<&'static str> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let Some(host) = text("host").filter(|h| is_loopback_host(h)) else {
+        return Some("the demo session answers only a loopback Host");
+    };
+    if let Some(origin) = text("origin")
+        && origin != format!("http://{host}")
+    {
+        return Some("the demo session answers only its own origin");
+    }
+    if let Some(site) = text("sec-fetch-site")
+        && !matches!(site, "same-origin" | "none")
+    {
+        return Some("the demo session answers only its own origin");
+    }
+    None
+}
+
+async fn session(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<SessionQuery>,
+) -> Response {
     let (Some(dev), Some(tenant)) = (app.dev.as_ref(), app.tenants.get(DEV_TENANT)) else {
         return StatusCode::NOT_FOUND.into_response();
     };
+    if let Some(why) = refuse_session(&headers) {
+        return crate::problem::Problem::forbidden(why).into_response();
+    }
     let user = q.user.unwrap_or_else(|| "demo".into());
     let conversation = q.conversation.unwrap_or_else(|| "c1".into());
     if !crate::ids::is_valid_id(&user) || !crate::ids::is_valid_id(&conversation) {

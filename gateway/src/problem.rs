@@ -12,6 +12,7 @@ use toolmark_broker::{BrokerError, PlaceError, RateLimited, TakeError};
 /// the OpenAPI document are made from.
 pub const CODES: &[(&str, &str)] = &[
     ("unauthorized", "Unauthorized"),
+    ("forbidden", "Forbidden"),
     ("not_found", "Not found"),
     ("method_not_allowed", "Method not allowed"),
     ("no_page", "No page"),
@@ -79,6 +80,11 @@ impl Problem {
             "unauthorized",
             "A valid admin key is required.",
         )
+    }
+
+    /// 403: the request is well formed and authenticated, but not allowed from where it came.
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", detail)
     }
 
     /// 405: the route exists, the method does not.

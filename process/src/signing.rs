@@ -23,10 +23,19 @@ impl std::fmt::Debug for SigningKey {
 }
 
 impl SigningKey {
-    /// From `whsec_<base64>` (the prefix is optional).
+    /// The fewest bytes of key a webhook secret may have (after `whsec_` and base64).
+    pub const MIN_BYTES: usize = 16;
+
+    /// From `whsec_<base64>` (the prefix is optional), at least [`Self::MIN_BYTES`] of key.
     pub fn parse(secret: &str) -> Result<Self, crate::config::tenant::KeyError> {
         let b64 = secret.strip_prefix("whsec_").unwrap_or(secret);
-        Ok(SigningKey(STANDARD.decode(b64)?))
+        let key = STANDARD.decode(b64)?;
+        if key.len() < Self::MIN_BYTES {
+            return Err(crate::config::tenant::KeyError::TooShort {
+                min: Self::MIN_BYTES,
+            });
+        }
+        Ok(SigningKey(key))
     }
 
     /// The `webhook-signature` header value.
@@ -54,5 +63,11 @@ mod tests {
         // The reference vector of the Standard Webhooks specification.
         assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
         assert!(SigningKey::parse("whsec_***").is_err());
+        // No key, or less than 16 bytes of it (15 here), is refused.
+        for short in ["whsec_", "", "whsec_MDEyMzQ1Njc4OWFiY2Rl"] {
+            let e = SigningKey::parse(short).expect_err(short);
+            assert_eq!(e.to_string(), "must be at least 16 bytes", "{short}");
+        }
+        assert!(SigningKey::parse("whsec_MDEyMzQ1Njc4OWFiY2RlZg==").is_ok());
     }
 }

@@ -23,6 +23,23 @@ impl Pages for MemoryBroker {
         Ok(())
     }
 
+    async fn admit_socket(&self, tenant: &str, max_connections: u64) -> Result<(), AdmitError> {
+        let mut st = lock(&self.state);
+        let n = st.tenant_sockets.entry(tenant.to_owned()).or_default();
+        if *n >= max_connections {
+            return Err(AdmitError::TenantConnections);
+        }
+        *n += 1;
+        Ok(())
+    }
+
+    async fn release_socket(&self, tenant: &str) -> Result<(), BrokerError> {
+        if let Some(n) = lock(&self.state).tenant_sockets.get_mut(tenant) {
+            *n = n.saturating_sub(1);
+        }
+        Ok(())
+    }
+
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
         let mut st = lock(&self.state);
         let c = st.convs.entry(conv.clone()).or_default();

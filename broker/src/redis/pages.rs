@@ -72,6 +72,61 @@ impl Pages for RedisBroker {
         Ok(())
     }
 
+    async fn admit_socket(&self, tenant: &str, max_connections: u64) -> Result<(), AdmitError> {
+        let ttl = millis(self.opts.retention.conversations).to_string();
+        let tenant_key = self.keys.tenant_sockets(tenant);
+        let t = self
+            .script(
+                &self.scripts.count_up,
+                vec![tenant_key.clone()],
+                vec![self.node.clone(), ttl],
+            )
+            .await;
+        let undo = || async {
+            let _ = self
+                .script(
+                    &self.scripts.count_down,
+                    vec![tenant_key.clone()],
+                    vec![self.node.clone()],
+                )
+                .await;
+        };
+        let t = match t {
+            Ok(t) => pairs(t),
+            Err(e) => {
+                undo().await;
+                return Err(AdmitError::Broker(e));
+            }
+        };
+        if u64::try_from(self.live_total(&t)).unwrap_or(0) > max_connections {
+            undo().await;
+            return Err(AdmitError::TenantConnections);
+        }
+        *lock(&self.tenant_sockets)
+            .entry(tenant.to_owned())
+            .or_default() += 1;
+        let node_keys = self.keys.node_keys(&self.node);
+        let _: Result<i64, _> = self.client.sadd(&node_keys, tenant_key.as_str()).await;
+        let _: Result<i64, _> = self
+            .client
+            .pexpire(&node_keys, millis(Duration::from_secs(86_400)), None)
+            .await;
+        Ok(())
+    }
+
+    async fn release_socket(&self, tenant: &str) -> Result<(), BrokerError> {
+        if let Some(n) = lock(&self.tenant_sockets).get_mut(tenant) {
+            *n = n.saturating_sub(1);
+        }
+        self.script(
+            &self.scripts.count_down,
+            vec![self.keys.tenant_sockets(tenant)],
+            vec![self.node.clone()],
+        )
+        .await
+        .map(|_| ())
+    }
+
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
         let known = {
             let mut held = lock(&self.held);

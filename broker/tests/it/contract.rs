@@ -480,3 +480,48 @@ async fn idempotency_keys_are_claimed_once_and_expire_from_their_claim(backend: 
     );
 }
 contract!(idempotency_keys_are_claimed_once_and_expire_from_their_claim);
+
+/// A socket without a conversation (a Pusher connection before it subscribes) counts against
+/// the tenant's connections on every node, with the page sockets, until it is released.
+async fn sockets_without_a_conversation_share_the_tenants_connection_limit(backend: Backend) {
+    let mut nodes = Nodes::new(backend, short());
+    let (n1, _) = nodes.node("n1").await;
+    let (n2, _) = nodes.node("n2").await;
+    let limits = toolmark_broker::AdmitLimits {
+        max_connections: 2,
+        max_pages_per_conversation: 50,
+    };
+    n1.admit_socket("t", 2).await.unwrap();
+    let c = ConvKey::new("t", "u1", "c1");
+    n2.admit_page(&c, &limits).await.unwrap();
+    // Once n2 counts n1 among the live nodes, the two sockets fill the limit.
+    eventually(Duration::from_secs(10), "n2 counts n1's socket", || async {
+        match n2.admit_socket("t", 2).await {
+            Err(toolmark_broker::AdmitError::TenantConnections) => Some(()),
+            Ok(()) => {
+                n2.release_socket("t").await.unwrap();
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    })
+    .await;
+    // And a page socket anywhere is refused too.
+    let other = ConvKey::new("t", "u2", "c2");
+    eventually(Duration::from_secs(10), "n1 counts n2's page", || async {
+        match n1.admit_page(&other, &limits).await {
+            Err(toolmark_broker::AdmitError::TenantConnections) => Some(()),
+            Ok(()) => {
+                n1.release_page(&other, None).await.unwrap();
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    })
+    .await;
+    // Another tenant has its own count.
+    n1.admit_socket("r", 2).await.unwrap();
+    n1.release_socket("t").await.unwrap();
+    n2.admit_socket("t", 2).await.unwrap();
+}
+contract!(sockets_without_a_conversation_share_the_tenants_connection_limit);

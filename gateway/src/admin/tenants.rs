@@ -11,6 +11,9 @@ pub(crate) struct CreateBody {
     #[serde(default)]
     pusher: bool,
     webhook_url: Option<String>,
+    /// Deliver webhooks to loopback, private and link-local addresses too (default false).
+    #[serde(default)]
+    webhook_allow_private: bool,
     limits: Option<LimitsBody>,
     /// The tenant's own authorization server for the hosted MCP endpoint.
     #[serde(rename = "mcpOAuth")]
@@ -61,6 +64,7 @@ pub(crate) async fn create(
         allowed_origins: req.allowed_origins,
         limits: req.limits.unwrap_or_default().onto(TenantLimits::default()),
         webhook_url: req.webhook_url,
+        webhook_allow_private: req.webhook_allow_private,
         api_keys: vec![api_key.clone()],
         token_keys: vec![token_key.clone()],
         pusher: pusher.as_ref().map(|(p, _, _)| p.clone()),
@@ -177,7 +181,7 @@ pub(crate) async fn read(
 }
 
 #[utoipa::path(patch, path = "/admin/v1/tenants/{id}", tag = "admin", params(crate::admin_doc::TenantId, crate::admin_doc::IfMatch),
-    request_body(content = Object, description = "A JSON Merge Patch of allowedOrigins, limits, webhookUrl", content_type = "application/merge-patch+json"),
+    request_body(content = Object, description = "A JSON Merge Patch of allowedOrigins, limits, webhookUrl, webhookAllowPrivate", content_type = "application/merge-patch+json"),
     responses((status = 200, description = "The tenant", body = crate::admin_doc::TenantView), crate::openapi::AdminProblems),
     security(("adminKey" = [])))]
 pub(crate) async fn patch(
@@ -201,11 +205,11 @@ pub(crate) async fn patch(
     for k in fields.keys() {
         if !matches!(
             k.as_str(),
-            "allowedOrigins" | "limits" | "webhookUrl" | "mcpOAuth"
+            "allowedOrigins" | "limits" | "webhookUrl" | "webhookAllowPrivate" | "mcpOAuth"
         ) {
             return Err(Problem::invalid(
                 format!("/{k}"),
-                "only allowedOrigins, limits, webhookUrl and mcpOAuth can be changed",
+                "only allowedOrigins, limits, webhookUrl, webhookAllowPrivate and mcpOAuth can be changed",
             ));
         }
     }
@@ -256,6 +260,17 @@ pub(crate) async fn patch(
                         t.webhook_url = Some(u.clone());
                     }
                     Some(_) => return Err(Problem::invalid("/webhookUrl", "a URL or null")),
+                }
+                match fields.get("webhookAllowPrivate") {
+                    None => {}
+                    Some(Value::Null) => t.webhook_allow_private = false,
+                    Some(Value::Bool(b)) => t.webhook_allow_private = *b,
+                    Some(_) => {
+                        return Err(Problem::invalid(
+                            "/webhookAllowPrivate",
+                            "a boolean or null",
+                        ));
+                    }
                 }
                 match fields.get("mcpOAuth") {
                     None => {}

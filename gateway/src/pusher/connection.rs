@@ -25,6 +25,9 @@ use crate::tenants::Tenant;
 /// Subscriptions one connection may hold.
 const MAX_SUBSCRIPTIONS: usize = 32;
 const ACTIVITY: Duration = Duration::from_secs(ACTIVITY_TIMEOUT_SECS);
+/// A connection without a subscription for this long is closed (4201): the app key is public,
+/// so an unsubscribed socket is anyone's.
+pub(crate) const SUBSCRIBE_WINDOW: Duration = Duration::from_secs(30);
 const LINGER: Duration = Duration::from_secs(2);
 
 /// Frames of one subscription: `(channel, registry slot, frame)`; `None` once its queue was
@@ -49,6 +52,10 @@ struct Connection {
     rate: DefaultDirectRateLimiter,
     subs: HashMap<Arc<str>, Session>,
     frames: SelectAll<Frames>,
+    /// Whether the connection holds its own slot of the tenant's `max_connections`: from the
+    /// upgrade until its first subscription, and again whenever it has none (a subscription
+    /// counts as a socket of its conversation).
+    slot: bool,
 }
 
 enum Flow {
@@ -64,16 +71,31 @@ pub(super) async fn serve(
     mut socket: WebSocket,
     key: String,
     proto: Option<String>,
+    origin: Option<String>,
 ) {
     let tenant = app.tenants.by_pusher_key(&key);
-    let refusal = match (&tenant, proto.as_deref()) {
+    let mut refusal = match (&tenant, proto.as_deref()) {
         _ if app.is_draining() => Some((code::OVER_CAPACITY, "draining")),
         (None, _) => Some((code::UNKNOWN_APP, "App key not in use")),
         (Some(_), p) if p != Some(protocol::PROTOCOL) => {
             Some((code::UNSUPPORTED_PROTOCOL, "Unsupported protocol version"))
         }
+        (Some(t), _) if !t.origin_allowed(origin.as_deref()) => {
+            Some((code::UNAUTHORIZED, "Origin not allowed"))
+        }
         _ => None,
     };
+    if let (Some(t), None) = (&tenant, refusal) {
+        // Counted from the upgrade, before anything is read from the socket.
+        refusal = match app
+            .broker
+            .admit_socket(&t.id, t.limits.max_connections)
+            .await
+        {
+            Ok(()) => None,
+            Err(e) => Some((code::OVER_CAPACITY, crate::session::refusal_reason(&e))),
+        };
+    }
     let (Some(tenant), None) = (tenant, refusal) else {
         let (c, why) = refusal.unwrap_or((code::UNKNOWN_APP, "App key not in use"));
         app.metrics.closed(c);
@@ -95,6 +117,7 @@ pub(super) async fn serve(
         socket_id: super::new_socket_id(),
         subs: HashMap::new(),
         frames: SelectAll::new(),
+        slot: true,
     };
     let span = tracing::info_span!(parent: None, "pusher", tenant = %conn.tenant.id, socket_id = %conn.socket_id);
     async move {
@@ -128,9 +151,15 @@ impl Connection {
         tick.tick().await;
         let mut last_seen = Instant::now();
         let shutdown = self.app.life.stopping().clone();
+        let unsubscribed = tokio::time::sleep(SUBSCRIBE_WINDOW);
+        tokio::pin!(unsubscribed);
+        let mut was_empty = true;
         loop {
             let flow = tokio::select! {
                 () = shutdown.cancelled() => Flow::Close(code::RECONNECT, "draining"),
+                () = &mut unsubscribed, if self.subs.is_empty() => {
+                    Flow::Close(code::NO_ACTIVITY, "no subscription")
+                }
                 Some((channel, slot, frame)) = self.frames.next(), if !self.frames.is_empty() => {
                     match (self.subs.get(&channel), frame) {
                         (Some(s), Delivery::Frame(f)) if s.slot == slot => Flow::Send(protocol::message(&channel, &f)),
@@ -182,6 +211,14 @@ impl Connection {
                 }
                 Flow::Gone => return,
             }
+            // The window starts again whenever the last subscription ends.
+            let empty = self.subs.is_empty();
+            if empty && !was_empty {
+                unsubscribed
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + SUBSCRIBE_WINDOW);
+            }
+            was_empty = empty;
         }
     }
 
@@ -200,6 +237,9 @@ impl Connection {
             Some(ClientEvent::Unsubscribe { channel }) => {
                 if let Some(s) = self.subs.remove(channel.as_str()) {
                     s.close(&self.app).await;
+                    if self.subs.is_empty() && !self.take_slot().await {
+                        return Flow::Close(code::OVER_CAPACITY, "tenant connection limit");
+                    }
                 }
                 Flow::Continue
             }
@@ -244,7 +284,8 @@ impl Connection {
             return refuse(&self.app, code::OVER_CAPACITY, "Too many subscriptions");
         }
         let conv = ConvKey::new(&self.tenant.id, user, conversation);
-        // An Echo page coming back gets the calls it may have missed.
+        // The first subscription takes over the connection's own slot.
+        self.give_slot().await;
         let grant = crate::tenants::Grant {
             kid: None,
             iat_ms: Some(toolmark_broker::now_ms()),
@@ -254,6 +295,10 @@ impl Connection {
                 Ok(s) => s,
                 Err(e) => {
                     let why = crate::session::refusal_reason(&e);
+                    if self.subs.is_empty() && !self.take_slot().await {
+                        self.app.metrics.closed(code::OVER_CAPACITY);
+                        return Flow::Close(code::OVER_CAPACITY, why);
+                    }
                     return refuse(&self.app, code::OVER_CAPACITY, why);
                 }
             };
@@ -266,7 +311,30 @@ impl Connection {
         Flow::Send(protocol::subscribed(&channel))
     }
 
-    async fn finish(self) {
+    /// Takes the connection's own slot back (it has no subscription left); false when the
+    /// tenant is at its limit.
+    async fn take_slot(&mut self) -> bool {
+        let t = &self.tenant;
+        self.slot = self
+            .app
+            .broker
+            .admit_socket(&t.id, t.limits.max_connections)
+            .await
+            .is_ok();
+        self.slot
+    }
+
+    /// Gives the connection's own slot up (a subscription is about to count instead).
+    async fn give_slot(&mut self) {
+        if std::mem::take(&mut self.slot)
+            && let Err(e) = self.app.broker.release_socket(&self.tenant.id).await
+        {
+            tracing::warn!(error = %e, "connection release not recorded");
+        }
+    }
+
+    async fn finish(mut self) {
+        self.give_slot().await;
         for (_, s) in self.subs {
             s.close(&self.app).await;
         }

@@ -10,6 +10,7 @@ pub mod signature;
 
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
@@ -26,20 +27,26 @@ pub struct ConnectQuery {
     protocol: Option<String>,
 }
 
-/// `GET /app/{key}`: refusals (unknown key, protocol, draining) happen after the upgrade, as a
+/// `GET /app/{key}`: refusals (unknown key, protocol, an `Origin` not among the tenant's
+/// `allowed_origins`, the tenant's connection limit, draining) happen after the upgrade, as a
 /// `pusher:error` followed by a close with the same code.
 pub async fn upgrade(
     State(app): State<AppState>,
     Path(key): Path<String>,
     Query(q): Query<ConnectQuery>,
+    headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
+    let origin = headers
+        .get("origin")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     ws.read_buffer_size(1024)
         .write_buffer_size(0)
         .max_message_size(MAX_CLIENT_FRAME)
         .max_frame_size(MAX_CLIENT_FRAME)
         .on_upgrade(move |socket| async move {
             let _open = app.life.hold();
-            connection::serve(app, socket, key, q.protocol).await;
+            connection::serve(app, socket, key, q.protocol, origin).await;
         })
 }

@@ -120,6 +120,49 @@ async fn dev_mode_serves_the_demo_and_sigterm_exits_zero() {
         .await
         .unwrap();
     assert_eq!(session["tenant"], "dev");
+    // The dev API key is for the demo's own pages only: a rebound name (the attacker's own
+    // Host), a cross-site fetch (Origin, Sec-Fetch-Site) get a 403 and no key.
+    let url = format!("http://{addr}/demo/session");
+    let port = addr.rsplit_once(':').map(|(_, p)| p.to_owned()).unwrap();
+    let refused = [
+        vec![("host", "attacker.example".to_owned())],
+        vec![("host", format!("attacker.example:{port}"))],
+        vec![("host", format!("10.0.0.1:{port}"))],
+        vec![("origin", "https://attacker.example".to_owned())],
+        vec![("sec-fetch-site", "cross-site".to_owned())],
+        vec![("sec-fetch-site", "same-site".to_owned())],
+    ];
+    for headers in refused {
+        let mut req = http.get(&url);
+        for (k, v) in &headers {
+            req = req.header(*k, v);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 403, "{headers:?}");
+        let body = r.text().await.unwrap();
+        assert!(
+            body.contains("\"forbidden\"") && !body.contains("tmk_dev_"),
+            "{body}"
+        );
+    }
+    // The demo's own fetches: same origin, by either loopback name.
+    for (host, origin) in [
+        (addr.to_string(), format!("http://{addr}")),
+        (
+            format!("localhost:{port}"),
+            format!("http://localhost:{port}"),
+        ),
+    ] {
+        let r = http
+            .get(&url)
+            .header("host", &host)
+            .header("origin", &origin)
+            .header("sec-fetch-site", "same-origin")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{host}");
+    }
     sigterm(&child);
     assert_eq!(wait_exit(&mut child).await, 0);
 }

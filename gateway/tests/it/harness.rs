@@ -123,12 +123,17 @@ pusher_secret = "{ACME_PUSHER_SECRET}"
 /// The admin key of the test gateways that serve the admin API.
 pub const ADMIN_KEY: &str = "admin-key-0123456789abcdef";
 
-/// An `[admin]` section with [`ADMIN_KEY`] and a fixed sealing key (nodes sharing a broker
-/// must share it).
+/// An admin key shorter than the 16 characters the admin API asks for, listed (by its hash)
+/// in [`admin_section`] like a good one: it must still be refused.
+pub const SHORT_ADMIN_KEY: &str = "short-admin-key";
+
+/// An `[admin]` section with [`ADMIN_KEY`] (and [`SHORT_ADMIN_KEY`]) and a fixed sealing key
+/// (nodes sharing a broker must share it).
 pub fn admin_section() -> String {
     format!(
-        "[admin]\napi_keys = [\"{}\"]\nencryption_key = \"base64:{}\"\n",
+        "[admin]\napi_keys = [\"{}\", \"{}\"]\nencryption_key = \"base64:{}\"\n",
         hash(ADMIN_KEY),
+        hash(SHORT_ADMIN_KEY),
         base64::engine::general_purpose::STANDARD.encode([7u8; 32])
     )
 }

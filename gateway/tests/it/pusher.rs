@@ -14,8 +14,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::harness::{
-    ACME_PUSHER_KEY, ACME_PUSHER_SECRET, Agent, GLOBEX_PUSHER_KEY, GLOBEX_PUSHER_SECRET, Gateway,
-    WAIT, tool,
+    ACME_ORIGIN, ACME_PUSHER_KEY, ACME_PUSHER_SECRET, Agent, GLOBEX_ORIGIN, GLOBEX_PUSHER_KEY,
+    GLOBEX_PUSHER_SECRET, Gateway, WAIT, tool,
 };
 
 pub(crate) fn tools() -> Value {
@@ -105,13 +105,50 @@ impl Echo {
     }
 }
 
+/// A Pusher connection from the page origin its tenant allows (globex's for its key, acme's
+/// for any other), as a browser's would be.
 pub(crate) async fn raw(
     addr: SocketAddr,
     key: &str,
     protocol: &str,
 ) -> WebSocketStream<MaybeTlsStream<TcpStream>> {
+    let origin = if key == GLOBEX_PUSHER_KEY {
+        GLOBEX_ORIGIN
+    } else {
+        ACME_ORIGIN
+    };
+    raw_from(addr, key, protocol, Some(origin)).await
+}
+
+/// A Pusher connection with this `Origin` (or none).
+pub(crate) async fn raw_from(
+    addr: SocketAddr,
+    key: &str,
+    protocol: &str,
+    origin: Option<&str>,
+) -> WebSocketStream<MaybeTlsStream<TcpStream>> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
     let url = format!("ws://{addr}/app/{key}?protocol={protocol}&client=js&version=8.6.0");
-    tokio_tungstenite::connect_async(url).await.unwrap().0
+    let mut req = url.into_client_request().unwrap();
+    if let Some(o) = origin {
+        req.headers_mut().insert("origin", o.parse().unwrap());
+    }
+    tokio_tungstenite::connect_async(req).await.unwrap().0
+}
+
+/// The `pusher:error` a refused connection gets first, then the close code it ends with.
+async fn refusal(ws: &mut WebSocketStream<MaybeTlsStream<TcpStream>>) -> (u64, u16) {
+    let ev = next_event(ws).await.expect("an error first");
+    assert_eq!(ev["event"], "pusher:error", "{ev}");
+    let code = ev["data"]["code"].as_u64().expect("a code");
+    let close = loop {
+        match tokio::time::timeout(WAIT, ws.next()).await.unwrap() {
+            Some(Ok(Message::Close(Some(f)))) => break u16::from(f.code),
+            Some(Ok(_)) => {}
+            other => panic!("expected a close, got {other:?}"),
+        }
+    };
+    (code, close)
 }
 
 /// The next Pusher event (WebSocket pings skipped); `None` when the socket closed.
@@ -327,4 +364,95 @@ async fn subscriptions_count_against_the_page_limits_and_drain_closes_with_4200(
         }
     };
     assert_eq!(close, 4200);
+}
+
+#[tokio::test]
+async fn an_echo_socket_from_an_origin_the_tenant_does_not_allow_is_refused() {
+    let gw = Gateway::start().await;
+    for origin in [
+        Some("https://attacker.example"),
+        Some(GLOBEX_ORIGIN),
+        Some("null"),
+        None,
+    ] {
+        let mut ws = raw_from(gw.addr, ACME_PUSHER_KEY, "7", origin).await;
+        assert_eq!(refusal(&mut ws).await, (4009, 4009), "{origin:?}");
+    }
+    // The tenant's own origin is served.
+    Echo::connect(gw.addr, ACME_PUSHER_KEY)
+        .await
+        .subscribe(&channel("u1", "c1"))
+        .await;
+}
+
+#[tokio::test]
+async fn echo_sockets_count_against_the_connection_limit_from_the_upgrade() {
+    let gw = Gateway::start_with("[tenants.limits]\nmax_connections = 2\n").await;
+    // Two sockets that never subscribe hold both places (the app key is public: anyone can
+    // open them)...
+    let first = Echo::connect(gw.addr, ACME_PUSHER_KEY).await;
+    let mut second = Echo::connect(gw.addr, ACME_PUSHER_KEY).await;
+    let mut third = raw(gw.addr, ACME_PUSHER_KEY, "7").await;
+    assert_eq!(refusal(&mut third).await, (4100, 4100));
+    // ... against page WebSockets as well.
+    let token = crate::harness::hs256(
+        crate::harness::ACME_SECRET,
+        &crate::harness::claims("acme", "u9", "c9"),
+    );
+    let page = gw.connect("acme", &token, Some(ACME_ORIGIN)).await;
+    assert_eq!(
+        page.err(),
+        Some(4429),
+        "a page socket over the limit is refused"
+    );
+    // A subscription takes over its connection's place rather than adding one.
+    second.subscribe(&channel("u1", "c1")).await;
+    let mut third = raw(gw.addr, ACME_PUSHER_KEY, "7").await;
+    assert_eq!(refusal(&mut third).await, (4100, 4100));
+    // A socket that leaves gives its place back.
+    drop(first);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut ws = raw(gw.addr, ACME_PUSHER_KEY, "7").await;
+        let ev = next_event(&mut ws).await.expect("an event");
+        if ev["event"] == "pusher:connection_established" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the place never came back: {ev}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_echo_socket_that_never_subscribes_is_closed_after_30_s() {
+    let gw = Gateway::start().await;
+    let mut idle = Echo::connect(gw.addr, ACME_PUSHER_KEY).await;
+    let opened = tokio::time::Instant::now();
+    // It answers the protocol's pings, so only the subscribe window can close it.
+    let close = loop {
+        match tokio::time::timeout(Duration::from_secs(45), idle.ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => {
+                let ev: Value = serde_json::from_str(t.as_str()).unwrap();
+                if ev["event"] == "pusher:ping" {
+                    idle.send(json!({"event": "pusher:pong", "data": {}})).await;
+                }
+            }
+            Ok(Some(Ok(Message::Close(Some(f))))) => break u16::from(f.code),
+            Ok(Some(Ok(_))) => {}
+            other => panic!("expected the close within 45 s, got {other:?}"),
+        }
+    };
+    assert_eq!(close, 4201);
+    assert!(
+        opened.elapsed() >= Duration::from_secs(29),
+        "closed after {:?}, before the window",
+        opened.elapsed()
+    );
+    // A socket that subscribed is not closed by it.
+    let mut busy = Echo::connect(gw.addr, ACME_PUSHER_KEY).await;
+    busy.subscribe(&channel("u1", "c1")).await;
+    let _ = &mut busy;
 }

@@ -49,7 +49,10 @@ async fn a_memory_gateway_delivers_signed_webhooks_and_retries_failures() {
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     // Memory broker whatever the suite's mode: with Redis, toolmark-worker delivers instead.
-    let tenant = format!("webhook_url = \"{hook}\"\nwebhook_secret = \"{SECRET}\"");
+    // The receiver is on loopback, which a tenant must allow.
+    let tenant = format!(
+        "webhook_url = \"{hook}\"\nwebhook_secret = \"{SECRET}\"\nwebhook_allow_private = true"
+    );
     let text = format!(
         "[worker]\nwebhook_backoff_base_ms = 100\nwebhook_backoff_max_ms = 200\n{}",
         config_with("", &tenant)

@@ -14,6 +14,16 @@ const TENANT = process.env.TENANT ?? 'dev';
 assert.ok(BASE_URL && API_KEY && PUSHER_KEY && PUSHER_SECRET, 'BASE_URL, API_KEY, PUSHER_KEY and PUSHER_SECRET are required');
 const base = new URL(BASE_URL);
 const clients = [];
+
+// A browser sends its page's Origin with the WebSocket handshake, and the gateway checks it
+// against the tenant's allowed_origins; in Node, pusher-js's socket sends none unless told.
+// The dev tenant allows the gateway's own origin, where the demo is served.
+const NodeSocket = Pusher.Runtime.getWebSocketAPI();
+let origin = base.origin;
+Pusher.Runtime.getWebSocketAPI = () =>
+  function OriginSocket(url) {
+    return new NodeSocket(url, [], origin === null ? {} : { headers: { Origin: origin } });
+  };
 after(() => clients.forEach((c) => c.disconnect()));
 
 /** What Laravel's /broadcasting/auth returns for a private channel. */
@@ -138,4 +148,24 @@ test('an unknown app key is refused for good', async () => {
   assert.ok(!states.includes('connected'), JSON.stringify(states));
   const last = states.lastIndexOf('connecting');
   assert.ok(last < states.indexOf('disconnected'), `no reconnection after the refusal: ${JSON.stringify(states)}`);
+});
+
+test('a page of an origin the tenant does not allow is refused for good', async () => {
+  // Sockets opened while this test runs carry the other origin (tests of a file run in turn).
+  origin = 'https://attacker.example';
+  try {
+    const client = echo();
+    const states = [];
+    client.connection.bind('state_change', ({ current }) => states.push(current));
+    const code = await within(5000, 'the refusal', new Promise((resolve) => {
+      client.connection.bind('error', (e) => {
+        const c = e?.error?.data?.code ?? e?.data?.code;
+        if (c !== undefined) resolve(c);
+      });
+    }));
+    assert.equal(code, 4009, 'pusher:error 4009: the origin is not allowed');
+    assert.ok(!states.includes('connected'), JSON.stringify(states));
+  } finally {
+    origin = base.origin;
+  }
 });

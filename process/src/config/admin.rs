@@ -198,6 +198,9 @@ pub struct StoredTenant {
     /// Where events are delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook_url: Option<String>,
+    /// Special-use receiver addresses allowed (`webhookAllowPrivate`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub webhook_allow_private: bool,
     /// API keys (hashed).
     #[serde(default)]
     pub api_keys: Vec<StoredApiKey>,
@@ -365,6 +368,7 @@ impl StoredTenant {
             .map(|url| WebhookTarget {
                 url: url.clone(),
                 keys,
+                allow_private: self.webhook_allow_private,
             });
         Ok(TenantSettings {
             id: self.id.clone(),

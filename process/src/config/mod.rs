@@ -247,6 +247,10 @@ pub struct TenantConfig {
     pub webhook_url: Option<String>,
     /// Standard Webhooks secret.
     pub webhook_secret: Option<String>,
+    /// Deliver webhooks to loopback, private, link-local and other special-use addresses too
+    /// (refused by default: a receiver there is inside the operator's network).
+    #[serde(default)]
+    pub webhook_allow_private: bool,
     /// The hosted MCP endpoint also accepts OAuth 2.1 access tokens of this issuer (the
     /// tenant's own authorization server); needs `mcp_jwks_url` or `mcp_public_key`.
     pub mcp_issuer: Option<String>,

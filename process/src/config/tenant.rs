@@ -310,6 +310,8 @@ pub struct WebhookTarget {
     /// Standard Webhooks signing keys: each delivery carries one signature per key, so a
     /// receiver may rotate its secret without a failed delivery.
     pub keys: Vec<SigningKey>,
+    /// Special-use addresses (loopback, private, link-local, …) allowed as the receiver's.
+    pub allow_private: bool,
 }
 
 impl WebhookTarget {
@@ -461,6 +463,7 @@ fn parse_webhook(
     Ok(Some(WebhookTarget {
         url: u.clone(),
         keys: vec![key],
+        allow_private: t.webhook_allow_private,
     }))
 }
 

@@ -265,3 +265,36 @@ fn the_mcp_section_and_a_tenants_authorization_server_are_checked_key_by_key() {
         assert_eq!(with(&extra).unwrap_err().key, key, "{extra}");
     }
 }
+
+#[test]
+fn every_kind_of_secret_has_a_minimum_length_and_the_error_names_its_key() {
+    // Token secret: 32 bytes.
+    let e = load(
+        &BASE.replace(
+            "0123456789abcdef0123456789abcdef",
+            "0123456789abcdef0123456789abcde",
+        ),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "tenants[0].token_secret");
+    assert!(e.reason.contains("at least 32 bytes"), "{e}");
+    // Pusher secret: 16 bytes.
+    let pusher =
+        |secret: &str| format!("{BASE}pusher_key = \"acme-key\"\npusher_secret = \"{secret}\"\n");
+    assert!(load(&pusher("0123456789abcdef"), &[]).is_ok());
+    let e = load(&pusher("0123456789abcde"), &[]).unwrap_err();
+    assert_eq!(e.key, "tenants[0].pusher_secret");
+    // Webhook secret: 16 bytes of key after `whsec_` and base64 (an empty one included).
+    let webhook = |secret: &str| {
+        format!(
+            "{BASE}webhook_url = \"https://hooks.acme.example/t\"\nwebhook_secret = \"{secret}\"\n"
+        )
+    };
+    assert!(load(&webhook("whsec_MDEyMzQ1Njc4OWFiY2RlZg=="), &[]).is_ok());
+    for short in ["whsec_", "whsec_MDEyMzQ1Njc4OWFiY2Rl"] {
+        let e = load(&webhook(short), &[]).unwrap_err();
+        assert_eq!(e.key, "tenants[0].webhook_secret", "{short}");
+        assert!(e.reason.contains("at least 16 bytes"), "{e}");
+    }
+}

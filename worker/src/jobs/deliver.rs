@@ -18,6 +18,7 @@ use toolmark_process::catalog::{Change, Follower};
 
 use toolmark_process::config::{Settings, WebhookTarget, WorkerConfig};
 
+use super::egress::{Clients, REFUSED_ADDRESS, is_refusal};
 use super::metrics::{FailureLabels, JobMetrics, TenantLabel};
 
 /// The webhook deliveries of every tenant that has a webhook: the config file's, and those of
@@ -25,7 +26,7 @@ use super::metrics::{FailureLabels, JobMetrics, TenantLabel};
 /// next attempt) and deleted.
 pub struct Deliveries {
     queue: Arc<dyn WebhookQueue>,
-    http: reqwest::Client,
+    http: Clients,
     consumer: String,
     settings: WorkerConfig,
     metrics: Arc<JobMetrics>,
@@ -58,8 +59,7 @@ impl Deliveries {
         metrics: Arc<JobMetrics>,
         follower: Option<Arc<Follower>>,
     ) -> Result<Deliveries, reqwest::Error> {
-        toolmark_process::tls::install_crypto();
-        let http = reqwest::Client::builder().build()?;
+        let http = Clients::new()?;
         let statics = settings
             .tenants
             .iter()
@@ -186,7 +186,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// One tenant's delivery loops.
 struct Deliverer {
     broker: Arc<dyn WebhookQueue>,
-    http: reqwest::Client,
+    http: Clients,
     tenant: String,
     /// Where and how to deliver; swapped when the admin API changes the tenant.
     target: Mutex<Arc<WebhookTarget>>,
@@ -210,7 +210,9 @@ struct Failed(String);
 
 /// Why one attempt failed: the label of `toolmark_webhook_failures_total{status}`.
 fn failure_label(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
+    if is_refusal(e) {
+        REFUSED_ADDRESS.into()
+    } else if e.is_timeout() {
         "timeout".into()
     } else if let Some(s) = e.status() {
         s.as_u16().to_string()
@@ -232,8 +234,14 @@ impl Deliverer {
         let target = Arc::clone(&lock(&self.target));
         let sig = target.sign(&p.id, ts, &p.body);
         self.metrics.attempts.get_or_create(&self.labels()).inc();
-        let res = self
-            .http
+        let http = match self.http.for_url(&target.url, target.allow_private) {
+            Ok(http) => http,
+            Err(e) => {
+                tracing::warn!(tenant = %self.tenant, error = %e, "webhook not sent");
+                return Err(self.failed(REFUSED_ADDRESS.to_owned()));
+            }
+        };
+        let res = http
             .post(&target.url)
             .timeout(Duration::from_millis(self.settings.webhook_timeout_ms))
             .header("content-type", "application/json")
@@ -242,9 +250,10 @@ impl Deliverer {
             .header("webhook-signature", sig)
             .body(p.body.clone())
             .send()
-            .await
-            .and_then(reqwest::Response::error_for_status);
+            .await;
         match res {
+            // Not followed (the client has no redirect policy): a 3xx fails like a 4xx or 5xx.
+            Ok(r) if !r.status().is_success() => Err(self.failed(r.status().as_u16().to_string())),
             Ok(_) => {
                 self.metrics.delivered.get_or_create(&self.labels()).inc();
                 if let Some(emitted) = p.id.split('-').next().and_then(|ms| ms.parse::<u64>().ok())
@@ -258,17 +267,24 @@ impl Deliverer {
                 Ok(())
             }
             Err(e) => {
-                let status = failure_label(&e);
-                self.metrics
-                    .failures
-                    .get_or_create(&FailureLabels {
-                        tenant: self.tenant.clone(),
-                        status: status.clone(),
-                    })
-                    .inc();
-                Err(Failed(status))
+                if is_refusal(&e) {
+                    tracing::warn!(tenant = %self.tenant, error = %e, "webhook not sent");
+                }
+                Err(self.failed(failure_label(&e)))
             }
         }
+    }
+
+    /// Counts a failed attempt under `status`.
+    fn failed(&self, status: String) -> Failed {
+        self.metrics
+            .failures
+            .get_or_create(&FailureLabels {
+                tenant: self.tenant.clone(),
+                status: status.clone(),
+            })
+            .inc();
+        Failed(status)
     }
 
     /// Delay before attempt `attempts + 1`: base × 2^attempts, at most the maximum, ±50 %.

@@ -11,6 +11,7 @@
 //! the same [`Jobs`] in its own process, and a Redis gateway does when `server.run_jobs` is set.
 
 mod deliver;
+pub mod egress;
 pub mod metrics;
 mod sweep;
 

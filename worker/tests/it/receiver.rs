@@ -14,6 +14,8 @@ pub enum Mode {
     Ok = 0,
     Fail = 1,
     Hang = 2,
+    /// 307 to `/elsewhere` on the same receiver, which counts what reaches it.
+    Redirect = 3,
 }
 
 /// One request as received.
@@ -31,6 +33,7 @@ struct Shared {
     mode: AtomicU8,
     script: Mutex<Vec<Mode>>,
     seen: Mutex<Vec<Delivery>>,
+    followed: std::sync::atomic::AtomicUsize,
 }
 
 /// The receiver's handle.
@@ -45,13 +48,22 @@ impl Receiver {
         let shared = Arc::new(Shared::default());
         shared.mode.store(mode as u8, Ordering::SeqCst);
         let s = shared.clone();
-        let app = axum::Router::new().route(
-            "/hook",
-            axum::routing::post(move |headers: HeaderMap, body: Bytes| {
-                let s = s.clone();
-                async move { handle(&s, &headers, &body).await }
-            }),
-        );
+        let f = shared.clone();
+        let app = axum::Router::new()
+            .route(
+                "/hook",
+                axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+                    let s = s.clone();
+                    async move { handle(&s, &headers, &body).await }
+                }),
+            )
+            .route(
+                "/elsewhere",
+                axum::routing::post(move || {
+                    f.followed.fetch_add(1, Ordering::SeqCst);
+                    async { StatusCode::OK }
+                }),
+            );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -71,6 +83,11 @@ impl Receiver {
         self.shared.seen.lock().unwrap().clone()
     }
 
+    /// Requests that followed a redirect to `/elsewhere`.
+    pub fn followed(&self) -> usize {
+        self.shared.followed.load(Ordering::SeqCst)
+    }
+
     /// Requests answered 2xx.
     pub fn delivered(&self) -> Vec<Delivery> {
         self.seen()
@@ -80,7 +97,7 @@ impl Receiver {
     }
 }
 
-async fn handle(s: &Shared, headers: &HeaderMap, body: &Bytes) -> StatusCode {
+async fn handle(s: &Shared, headers: &HeaderMap, body: &Bytes) -> (StatusCode, HeaderMap) {
     let mode = s
         .script
         .lock()
@@ -89,6 +106,7 @@ async fn handle(s: &Shared, headers: &HeaderMap, body: &Bytes) -> StatusCode {
         .unwrap_or(match s.mode.load(Ordering::SeqCst) {
             0 => Mode::Ok,
             1 => Mode::Fail,
+            3 => Mode::Redirect,
             _ => Mode::Hang,
         });
     let h = |k: &str| {
@@ -102,6 +120,7 @@ async fn handle(s: &Shared, headers: &HeaderMap, body: &Bytes) -> StatusCode {
         Mode::Ok => 200,
         Mode::Fail => 500,
         Mode::Hang => 0,
+        Mode::Redirect => 307,
     };
     // Recorded on arrival: a request that hangs counts as an attempt too.
     s.seen.lock().unwrap().push(Delivery {
@@ -114,5 +133,12 @@ async fn handle(s: &Shared, headers: &HeaderMap, body: &Bytes) -> StatusCode {
     if mode == Mode::Hang {
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
-    StatusCode::from_u16(answered).unwrap_or(StatusCode::OK)
+    let mut out = HeaderMap::new();
+    if mode == Mode::Redirect {
+        out.insert("location", "/elsewhere".parse().unwrap());
+    }
+    (
+        StatusCode::from_u16(answered).unwrap_or(StatusCode::OK),
+        out,
+    )
 }

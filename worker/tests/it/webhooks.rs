@@ -22,7 +22,19 @@ impl PageSink for NoPages {
     fn deliver(&self, _: &ConvKey, _: &str, _: Arc<str>) {}
 }
 
+/// A worker and tenant `acme` whose webhook is `hook`; the test receivers are on loopback, so
+/// the tenant allows private addresses.
 fn config_text(redis: &str, prefix: &str, hook: &str, worker: &str) -> String {
+    config_text_with(redis, prefix, hook, worker, true)
+}
+
+fn config_text_with(
+    redis: &str,
+    prefix: &str,
+    hook: &str,
+    worker: &str,
+    allow_private: bool,
+) -> String {
     format!(
         r#"
 [broker]
@@ -40,6 +52,7 @@ api_keys = []
 token_secret = "acme-secret-0123456789abcdef0123456789"
 webhook_url = "{hook}"
 webhook_secret = "{SECRET}"
+webhook_allow_private = {allow_private}
 "#
     )
 }
@@ -364,4 +377,83 @@ async fn confirmations_of_a_page_gone_from_every_node_expire_once() {
         broker.submit_confirmed(&from, "k1").await.is_err(),
         "a late confirmed is rejected"
     );
+}
+
+/// Emits one event and waits for it to become a dead letter; its `lastError`.
+async fn dead_letter_of_one_event(redis: &RedisProc, prefix: &str) -> String {
+    let broker = emitter(&redis.url(), prefix).await;
+    let conv = ConvKey::new("acme", "u1", "c1");
+    let event = broker
+        .emit("acme", EventType::CallTimeout, &conv, json!({"id": "x"}))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let f = broker.webhook_failed("acme").await.unwrap();
+        if let Some(f) = f.first() {
+            assert_eq!(f.event_id, event.id);
+            return f.last_error.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the event never became a dead letter"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+const FAIL_FAST: &str = "webhook_timeout_ms = 1000\nwebhook_backoff_base_ms = 100\nwebhook_backoff_max_ms = 200\nwebhook_max_age_secs = 1\nwebhook_claim_after_ms = 2000";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_is_a_failed_attempt_and_is_never_followed() {
+    let redis = RedisProc::start(&[]);
+    // A 307 keeps the method, the body and the signature: followed, it would carry a signed
+    // event wherever the receiver points (here another route of the same receiver).
+    let hook = Receiver::start(Mode::Redirect).await;
+    let _stop = spawn_worker(&config_text(&redis.url(), "w6", &hook.url, FAIL_FAST));
+    let last_error = dead_letter_of_one_event(&redis, "w6").await;
+    assert_eq!(last_error, "307", "a 3xx is a failed attempt");
+    assert!(
+        hook.seen().len() >= 2,
+        "retried like any failure: {:?}",
+        hook.seen()
+    );
+    assert_eq!(hook.followed(), 0, "the redirect was never followed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_to_loopback_are_refused_by_address_and_by_name_unless_the_tenant_allows_them() {
+    let redis = RedisProc::start(&[]);
+    let hook = Receiver::start(Mode::Ok).await;
+    // By address (an IP literal) and by a name that resolves to loopback: the address
+    // checked is the one that would be connected to.
+    let by_name = hook.url.replace("127.0.0.1", "localhost");
+    for (prefix, url) in [("w7", hook.url.clone()), ("w8", by_name)] {
+        let stop = spawn_worker(&config_text_with(
+            &redis.url(),
+            prefix,
+            &url,
+            FAIL_FAST,
+            false,
+        ));
+        let last_error = dead_letter_of_one_event(&redis, prefix).await;
+        assert_eq!(last_error, "refused_address", "{url}");
+        assert!(
+            hook.seen().is_empty(),
+            "nothing reached the receiver through {url}"
+        );
+        drop(stop);
+    }
+    // Allowed: delivered.
+    let _stop = spawn_worker(&config_text(&redis.url(), "w9", &hook.url, FAIL_FAST));
+    let broker = emitter(&redis.url(), "w9").await;
+    let conv = ConvKey::new("acme", "u1", "c1");
+    broker
+        .emit("acme", EventType::CallTimeout, &conv, json!({"id": "y"}))
+        .await
+        .unwrap();
+    wait_for("the allowed delivery", Duration::from_secs(15), || {
+        !hook.delivered().is_empty()
+    })
+    .await;
 }
