@@ -18,10 +18,12 @@ test: deps lint unit api examples chart-test browser mcp-e2e pusher
 deps:
 	@scripts/deps.sh
 
-## lint: formatting and clippy, warnings are errors
+## lint: formatting and clippy, warnings are errors; then cargo-deny on licenses, duplicate
+## versions and sources (deny.toml; advisories are not checked, docs/security.md)
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	CARGO="$(CARGO)" scripts/deny.sh
 
 ## unit: every Rust test of the workspace (unit, integration, property), then the gateway's
 ## suite again on a Redis and on a six-node Redis Cluster started by the tests themselves

@@ -6,6 +6,7 @@
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod jwt;
 pub mod lifecycle;
 pub mod signal;
 pub mod signing;

@@ -144,6 +144,7 @@ fn find(set: &JwkSet, kid: Option<&str>) -> Option<DecodingKey> {
         None if set.keys.len() == 1 => set.keys.first()?,
         None => return None,
     };
+    toolmark_process::jwt::install();
     DecodingKey::from_jwk(jwk).ok()
 }
 

@@ -84,6 +84,7 @@ where
 
 /// A page token of `tenant` signed with `secret`, naming `kid`.
 fn token(tenant: &str, user: &str, conv: &str, secret: &str, kid: Option<&str>) -> String {
+    toolmark_process::jwt::install();
     let mut h = Header::new(Algorithm::HS256);
     h.kid = kid.map(str::to_owned);
     jsonwebtoken::encode(

@@ -386,6 +386,7 @@ pub fn claims(tenant: &str, user: &str, conversation: &str) -> Value {
 }
 
 pub fn hs256(secret: &str, claims: &Value) -> String {
+    toolmark_process::jwt::install();
     jsonwebtoken::encode(
         &Header::new(Algorithm::HS256),
         claims,
@@ -395,6 +396,7 @@ pub fn hs256(secret: &str, claims: &Value) -> String {
 }
 
 pub fn eddsa(claims: &Value) -> String {
+    toolmark_process::jwt::install();
     jsonwebtoken::encode(
         &Header::new(Algorithm::EdDSA),
         claims,
@@ -404,6 +406,7 @@ pub fn eddsa(claims: &Value) -> String {
 }
 
 pub fn es256(claims: &Value) -> String {
+    toolmark_process::jwt::install();
     jsonwebtoken::encode(
         &Header::new(Algorithm::ES256),
         claims,

@@ -717,6 +717,7 @@ fn jwk_ec(kid: &str) -> Value {
 /// An access token of the test authorization server.
 fn access_token(alg: jsonwebtoken::Algorithm, kid: &str, claims: &Value) -> String {
     use jsonwebtoken::{EncodingKey, Header};
+    toolmark_process::jwt::install();
     let mut header = Header::new(alg);
     header.kid = Some(kid.to_owned());
     let key = match alg {

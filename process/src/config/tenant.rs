@@ -72,6 +72,7 @@ impl OAuthKeys {
     /// A PEM public key: Ed25519 → EdDSA, P-256 → ES256, RSA → RS256.
     pub fn pem(pem: &str) -> Result<OAuthKeys, KeyError> {
         use jsonwebtoken::Algorithm;
+        crate::jwt::install();
         if let Ok(key) = DecodingKey::from_ed_pem(pem.as_bytes()) {
             return Ok(OAuthKeys::Pem(key, Algorithm::EdDSA));
         }
@@ -272,6 +273,7 @@ pub enum KeyError {
 impl TokenKey {
     /// HS256 with a shared secret of at least 32 bytes.
     pub fn hs256(secret: &str) -> Result<TokenKey, KeyError> {
+        crate::jwt::install();
         if secret.len() < 32 {
             return Err(KeyError::TooShort { min: 32 });
         }
@@ -283,6 +285,7 @@ impl TokenKey {
 
     /// A PEM public key: Ed25519 → EdDSA, P-256 → ES256.
     pub fn public_pem(pem: &str) -> Result<TokenKey, KeyError> {
+        crate::jwt::install();
         if let Ok(key) = DecodingKey::from_ed_pem(pem.as_bytes()) {
             return Ok(TokenKey::EdDsa(key));
         }
