@@ -92,10 +92,16 @@ profile:
 soak:
 	CARGO="$(CARGO)" load-tests/soak.sh
 
-## fuzz: the cargo-fuzz target on inbound decoding, for FUZZ_SECONDS (stable toolchain)
+## fuzz: every cargo-fuzz target for FUZZ_SECONDS each (stable toolchain, RUSTC_BOOTSTRAP):
+## the page frame decoder (proto/fuzz), then the Pusher client frame, the /inbound body, the
+## MCP pairing frame, the config file and the agent API bodies (fuzz/)
+FUZZ_TARGETS ?= pusher_frame inbound_body pairing_frame config_file api_bodies
 fuzz:
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	cd proto/fuzz && mkdir -p corpus/decode && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run decode corpus/decode seeds/decode -- -max_total_time=$(FUZZ_SECONDS) -max_len=65536
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  mkdir -p corpus/$$t && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t corpus/$$t seeds/$$t -- -max_total_time=$(FUZZ_SECONDS) -max_len=65536 || exit 1; \
+	done
 
 clean:
 	$(CARGO) clean

@@ -67,7 +67,8 @@ pub async fn accept(
     inbound::dispatch(app, conv, message).await.map_err(problem)
 }
 
-fn problem(refused: Refused) -> Problem {
+/// The answer to a refused page message (public for the fuzz targets).
+pub fn problem(refused: Refused) -> Problem {
     let reason = refused.reason();
     match refused {
         Refused::Decode(DecodeError::TooLarge { limit, .. }) => {
