@@ -927,3 +927,50 @@ fn every_close_code_the_docs_name_is_sent_and_each_table_lists_exactly_the_codes
     }
     report("close codes", &problems);
 }
+
+// ---------------------------------------------------------------- tests named by the security map
+
+#[test]
+fn every_test_the_security_map_names_exists() {
+    let named = Regex::new(r"^[a-z][a-z0-9_]*(::[a-z][a-z0-9_]*)+$").expect("regex");
+    let mut functions = BTreeSet::new();
+    let def = Regex::new(r"\b(?:fn|mod) ([a-z][a-z0-9_]*)").expect("regex");
+    for dir in [
+        "proto",
+        "broker",
+        "process",
+        "worker",
+        "gateway",
+        "mcp",
+        "mcp-tools",
+        "testkit",
+        "load-tests/loadgen",
+        "fuzz",
+    ] {
+        for (file, text) in sources(dir, &[".rs"]) {
+            if file.contains("/target/") {
+                continue;
+            }
+            functions.extend(def.captures_iter(&text).map(|c| c[1].to_owned()));
+        }
+    }
+    let security = doc("docs/security.md");
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for (n, line) in security.lines() {
+        for t in backticked(line) {
+            if !named.is_match(t) {
+                continue;
+            }
+            checked += 1;
+            let name = t.rsplit("::").next().unwrap_or(t);
+            if !functions.contains(name) {
+                problems.push(format!(
+                    "docs/security.md:{n}: `{t}` names no function or module of the code"
+                ));
+            }
+        }
+    }
+    assert!(checked > 40, "too few test names found: {checked}");
+    report("tests named by docs/security.md", &problems);
+}
