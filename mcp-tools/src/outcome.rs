@@ -14,7 +14,7 @@ pub const UNTRUSTED_PREFIX: &str = "[untrusted page content]";
 /// The failure of calls pending when their page reloaded.
 pub const RELOADED: &str = "The page reloaded before the result arrived; the outcome is unknown.";
 /// The failure of calls pending when another page paired with a new code.
-pub const TAKEN_OVER: &str = "Another page took over the MCP connection before the result arrived";
+pub const TAKEN_OVER: &str = "Another page took over the MCP connection before the result arrived.";
 
 /// The failure of a hosted MCP call while no page of the conversation is open.
 pub const NO_PAGE: &str = "No page of this conversation is open; ask the user to open the app.";
@@ -101,6 +101,21 @@ mod tests {
         );
         assert_eq!(out["_meta"], json!({"toolmark/untrustedContent": true}));
         assert_eq!(out["isError"], json!(false));
+    }
+
+    #[test]
+    fn lost_call_messages_are_the_seeds_sentences() {
+        assert_eq!(
+            RELOADED,
+            "The page reloaded before the result arrived; the outcome is unknown."
+        );
+        assert_eq!(
+            TAKEN_OVER,
+            "Another page took over the MCP connection before the result arrived."
+        );
+        let out = serde_json::to_value(call_result(CallEnd::Lost(TAKEN_OVER), false)).unwrap();
+        assert_eq!(out["content"][0]["text"], json!(TAKEN_OVER));
+        assert_eq!(out["structuredContent"]["message"], json!(TAKEN_OVER));
     }
 
     #[test]

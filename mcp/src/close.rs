@@ -14,7 +14,7 @@ pub const SUPERSEDED: u16 = 4409;
 pub const BUSY: u16 = 4429;
 /// The CLI is shutting down. The page keeps its token and reconnects.
 pub const GOING_AWAY: u16 = 1001;
-/// A frame larger than [`MAX_FRAME_BYTES`]. The page reconnects.
+/// A frame larger than [`MAX_FRAME_BYTES`] once paired. The page reconnects.
 pub const TOO_BIG: u16 = 1009;
 
 /// Every code above: the close-code table of `docs/desktop-mcp.md` lists exactly these.
@@ -30,11 +30,11 @@ pub const ALL: [u16; 7] = [
 
 /// The first frame must arrive within this.
 pub const FIRST_FRAME_DEADLINE: Duration = Duration::from_millis(3000);
-/// The first frame is at most this many bytes.
+/// The first frame is at most this many bytes, judged on its header before it is read.
 pub const MAX_FIRST_FRAME_BYTES: usize = 1024;
 /// After a 4401, new handshakes are refused with 4429 for this long.
 pub const REFUSAL_PAUSE: Duration = Duration::from_millis(250);
-/// Any frame larger than this closes the socket with 1009.
+/// Once paired, any frame larger than this closes the socket with 1009.
 pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
 
 /// The reason text sent with a close code (short, never secret).

@@ -3,14 +3,15 @@
 //! and the MCP tool list announced to the client. One `std::sync::Mutex` guards it; no section
 //! awaits while holding it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use rmcp::model::Tool;
 use serde_json::Value;
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -22,26 +23,19 @@ use toolmark_proto::{
 
 use crate::close::SUPERSEDED;
 use crate::listing::{MAX_TOOLS, PageTool, page_listing, unpaired};
+use crate::outbox::Outbox;
 use crate::outcome::{CallEnd, RELOADED, TAKEN_OVER};
 
 /// A page that comes back within this long with the same tools causes no list change.
 pub const RELOAD_GRACE: Duration = Duration::from_millis(2000);
 /// How long the CLI waits for each `describe` answer while learning a manifest's schemas.
 pub const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a manifest's listing waits for its `describe` answers. Tools still unanswered then
+/// are listed with the fallback schema, and relisted when their answer comes (within
+/// [`DESCRIBE_TIMEOUT`]).
+pub const LISTING_WAIT: Duration = Duration::from_millis(2000);
 /// Messages kept for a page that is reconnecting (oldest dropped first).
 const MAX_WAITING: usize = 1024;
-/// Outbound frames queued per socket.
-pub const SOCKET_QUEUE: usize = 1024;
-
-/// What the link asks a page socket's task to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outbound {
-    /// Send this text frame.
-    Text(String),
-    /// Close with this code and end.
-    Close(u16),
-}
-
 /// How a socket got the pairing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Attach {
@@ -62,7 +56,7 @@ pub enum CallError {
 #[derive(Debug)]
 struct Socket {
     generation: u64,
-    tx: mpsc::Sender<Outbound>,
+    outbox: Outbox,
     /// The clientId of this socket's first protocol frame; frames of any other are dropped.
     bound: Option<String>,
 }
@@ -72,6 +66,9 @@ struct PageTools {
     client_id: String,
     rev: u64,
     tools: Vec<PageTool>,
+    /// Tools listed before their `describe` answered: their schema is not known yet, so a
+    /// later manifest describes them again rather than reuse the fallback.
+    describing: HashSet<String>,
 }
 
 #[derive(Debug)]
@@ -153,10 +150,10 @@ impl Link {
 
     /// A socket completed pairing: it supersedes any earlier socket (4409) and gets the link.
     /// Returns its generation, which the socket's later calls name.
-    pub fn attach(&self, tx: mpsc::Sender<Outbound>, how: Attach) -> u64 {
+    pub fn attach(&self, outbox: Outbox, how: Attach) -> u64 {
         let mut state = self.lock();
-        if let Some(old) = state.socket.take() {
-            let _ = old.tx.try_send(Outbound::Close(SUPERSEDED));
+        if let Some(mut old) = state.socket.take() {
+            old.outbox.close(SUPERSEDED);
         }
         if how == Attach::Pair {
             fail_all(&mut state, TAKEN_OVER);
@@ -168,7 +165,7 @@ impl Link {
         state.next_generation += 1;
         state.socket = Some(Socket {
             generation,
-            tx,
+            outbox,
             bound: None,
         });
         state.disconnected_at = None;
@@ -265,6 +262,9 @@ impl Link {
         }
     }
 
+    /// Learns the schemas of a manifest's tools and installs them: at once when every describe
+    /// answers within [`LISTING_WAIT`], else then with the unanswered ones on the fallback
+    /// schema, each updated as its answer comes.
     fn spawn_describes(
         &self,
         seq: u64,
@@ -280,39 +280,90 @@ impl Link {
             let mut summaries = summaries;
             summaries.sort_by(|a, b| a.llm_name.cmp(&b.llm_name));
             summaries.truncate(MAX_TOOLS);
-            let learn = summaries.into_iter().map(|summary| {
+            let mut tools = Vec::with_capacity(summaries.len());
+            let mut describing = HashSet::new();
+            let mut learning = FuturesUnordered::new();
+            for (index, summary) in summaries.into_iter().enumerate() {
                 let cached = known
                     .get(&summary.name)
                     .filter(|(s, _)| *s == summary)
                     .map(|(_, schema)| schema.clone());
-                let link = &link;
-                let client_id = &client_id;
-                async move {
-                    let input_schema = match cached {
-                        Some(schema) => schema,
-                        None => link.describe(client_id, &summary.name).await,
-                    };
-                    PageTool {
-                        summary,
-                        input_schema,
+                let input_schema = match cached {
+                    Some(schema) => schema,
+                    None => {
+                        describing.insert(summary.name.clone());
+                        let (link, client_id, name) = (&link, &client_id, summary.name.clone());
+                        learning
+                            .push(async move { (index, link.describe(client_id, &name).await) });
+                        None
+                    }
+                };
+                tools.push(PageTool {
+                    summary,
+                    input_schema,
+                });
+            }
+            let listing_wait = tokio::time::sleep(LISTING_WAIT);
+            tokio::pin!(listing_wait);
+            while !describing.is_empty() {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = &mut listing_wait => break,
+                    Some((index, schema)) = learning.next() => {
+                        describing.remove(&tools[index].summary.name);
+                        tools[index].input_schema = schema;
                     }
                 }
-            });
-            let tools = tokio::select! {
-                () = shutdown.cancelled() => return,
-                tools = join_all(learn) => tools,
-            };
-            let mut state = link.lock();
-            if state.manifest_seq == seq && state.page.as_deref() == Some(client_id.as_str()) {
-                state.tools = Some(PageTools {
-                    client_id,
+            }
+            link.install(
+                seq,
+                PageTools {
+                    client_id: client_id.clone(),
                     rev,
                     tools,
-                });
-                link.relist(&mut state);
-                link.ready.notify_waiters();
+                    describing,
+                },
+            );
+            // Answers after the listing's wait update it; each describe ends by its timeout.
+            loop {
+                let (index, schema) = tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    learned = learning.next() => match learned {
+                        Some(learned) => learned,
+                        None => return,
+                    },
+                };
+                link.learned(seq, &client_id, index, schema);
             }
         });
+    }
+
+    /// Installs a manifest's tools, unless a newer manifest or page load came meanwhile.
+    fn install(&self, seq: u64, tools: PageTools) {
+        let mut state = self.lock();
+        if state.manifest_seq == seq && state.page.as_deref() == Some(tools.client_id.as_str()) {
+            state.tools = Some(tools);
+            self.relist(&mut state);
+            self.ready.notify_waiters();
+        }
+    }
+
+    /// A describe answered after its manifest's tools were installed: the tool at `index` gets
+    /// its schema, unless a newer manifest or page load came meanwhile.
+    fn learned(&self, seq: u64, client_id: &str, index: usize, schema: Option<Value>) {
+        let mut state = self.lock();
+        if state.manifest_seq != seq || state.page.as_deref() != Some(client_id) {
+            return;
+        }
+        let Some(tools) = state.tools.as_mut().filter(|t| t.client_id == client_id) else {
+            return;
+        };
+        let Some(tool) = tools.tools.get_mut(index) else {
+            return;
+        };
+        tools.describing.remove(&tool.summary.name);
+        tool.input_schema = schema;
+        self.relist(&mut state);
     }
 
     /// Asks the page for a tool's full entry; its input schema, or `None` when it would not say.
@@ -461,8 +512,8 @@ impl Link {
 
     /// Closes the paired socket with `code` (shutdown).
     pub fn close(&self, code: u16) {
-        if let Some(socket) = self.lock().socket.as_ref() {
-            let _ = socket.tx.try_send(Outbound::Close(code));
+        if let Some(socket) = self.lock().socket.as_mut() {
+            socket.outbox.close(code);
         }
     }
 }
@@ -474,10 +525,10 @@ fn deliver(state: &mut State, client_id: &str, message: AgentMessage) {
         && socket.bound.as_deref().is_none_or(|b| b == client_id)
         && state.page.as_deref().is_none_or(|p| p == client_id)
     {
-        match socket.tx.try_send(Outbound::Text(message.to_json())) {
-            Ok(()) => return,
-            Err(_) => tracing::warn!("page socket queue full; message kept for later"),
+        if socket.outbox.send(message.to_json()) {
+            return;
         }
+        tracing::warn!("page socket queue full; message kept for later");
     }
     if state.waiting.len() == MAX_WAITING {
         state.waiting.pop_front();
@@ -509,7 +560,11 @@ fn known_schemas(
         .tools
         .iter()
         .filter(|t| t.client_id == client_id)
-        .flat_map(|t| t.tools.iter())
+        .flat_map(|t| {
+            t.tools
+                .iter()
+                .filter(|tool| !t.describing.contains(&tool.summary.name))
+        })
         .map(|t| {
             (
                 t.summary.name.clone(),

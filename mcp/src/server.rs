@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::oneshot::error::TryRecvError;
+use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
@@ -16,11 +17,13 @@ use tokio_util::task::TaskTracker;
 use toolmark_proto::{Limits, decode_to_agent};
 
 use crate::close::{
-    self, BUSY, FIRST_FRAME_DEADLINE, GOING_AWAY, INVALID_PAIRING_FRAME, MAX_FRAME_BYTES,
-    NO_PAIRING_FRAME, REFUSED, TOO_BIG,
+    self, BUSY, FIRST_FRAME_DEADLINE, GOING_AWAY, INVALID_PAIRING_FRAME, MAX_FIRST_FRAME_BYTES,
+    MAX_FRAME_BYTES, NO_PAIRING_FRAME, REFUSED, TOO_BIG,
 };
 use crate::handshake::{Gate, PairingFrame, paired_frame, parse_first_frame};
-use crate::link::{Attach, Link, Outbound, SOCKET_QUEUE};
+use crate::link::{Attach, Link};
+use crate::opening::{Opening, read_opening};
+use crate::outbox::{self, Outbound};
 use crate::pairing::Pairing;
 use crate::upgrade;
 
@@ -82,20 +85,36 @@ impl PairingServer {
                 return;
             }
         };
-        let config = WebSocketConfig::default()
-            .max_message_size(Some(MAX_FRAME_BYTES))
-            .max_frame_size(Some(MAX_FRAME_BYTES));
-        let mut ws =
-            WebSocketStream::from_partially_read(stream, leftover, Role::Server, Some(config))
-                .await;
         let Some(pass) = self.gate.enter() else {
-            return close_with(&mut ws, BUSY).await;
+            return refuse(stream, leftover, BUSY).await;
         };
-        let first = tokio::select! {
-            () = shutdown.cancelled() => return close_with(&mut ws, GOING_AWAY).await,
-            first = tokio::time::timeout(FIRST_FRAME_DEADLINE, first_frame(&mut ws)) => first,
+        // The first message is judged on its frame headers before the WebSocket layer, whose
+        // limit is the paired socket's 4 MiB, buffers any of it (a tokio-tungstenite stream's
+        // limits are fixed when it is made).
+        let deadline = Instant::now() + FIRST_FRAME_DEADLINE;
+        let mut opening = leftover;
+        let judged = tokio::select! {
+            () = shutdown.cancelled() => return refuse(stream, opening, GOING_AWAY).await,
+            judged = tokio::time::timeout_at(deadline, read_opening(&mut stream, &mut opening)) => judged,
         };
         // Each refusal releases the gate before its closing handshake.
+        match judged {
+            Err(_) => {
+                drop(pass);
+                return refuse(stream, opening, NO_PAIRING_FRAME).await;
+            }
+            Ok(Opening::Gone) => return,
+            Ok(Opening::TooBig) => {
+                drop(pass);
+                return refuse(stream, opening, INVALID_PAIRING_FRAME).await;
+            }
+            Ok(Opening::Ready) => {}
+        }
+        let mut ws = websocket(stream, opening, MAX_FRAME_BYTES).await;
+        let first = tokio::select! {
+            () = shutdown.cancelled() => return close_with(&mut ws, GOING_AWAY).await,
+            first = tokio::time::timeout_at(deadline, first_frame(&mut ws)) => first,
+        };
         let frame = match first {
             Err(_) => {
                 drop(pass);
@@ -126,6 +145,10 @@ impl PairingServer {
                 return close_with(&mut ws, REFUSED).await;
             }
         };
+        // The handshake is over once its verdict is in: the next one may begin while `paired`
+        // is on its way (a page that resumes and another that connects right after it must not
+        // meet a 4429).
+        drop(pass);
         if ws
             .send(Message::text(paired_frame(&token.encode())))
             .await
@@ -133,11 +156,10 @@ impl PairingServer {
         {
             return;
         }
-        drop(pass);
-        let (tx, rx) = mpsc::channel(SOCKET_QUEUE);
-        let generation = self.link.attach(tx, how);
+        let (outbox, outbound) = outbox::outbox();
+        let generation = self.link.attach(outbox, how);
         tracing::info!(%peer, generation, ?how, "page paired");
-        relay(ws, rx, &self.link, generation, shutdown).await;
+        relay(ws, outbound, &self.link, generation, shutdown).await;
         self.link.detach(generation);
     }
 }
@@ -148,7 +170,23 @@ enum First {
     Gone,
 }
 
-/// The first data frame: text within the size limit, or the close code it earns.
+/// A WebSocket over `stream`, `read` already taken from it, with frames and messages capped at
+/// `max_bytes`.
+async fn websocket(stream: TcpStream, read: Vec<u8>, max_bytes: usize) -> Ws {
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(max_bytes))
+        .max_frame_size(Some(max_bytes));
+    WebSocketStream::from_partially_read(stream, read, Role::Server, Some(config)).await
+}
+
+/// Closes a socket that did not pair with `code`. Its WebSocket keeps the first frame's limit,
+/// so the closing handshake buffers no oversized frame either.
+async fn refuse(stream: TcpStream, read: Vec<u8>, code: u16) {
+    let mut ws = websocket(stream, read, MAX_FIRST_FRAME_BYTES).await;
+    close_with(&mut ws, code).await;
+}
+
+/// The first data frame (already judged within the size limit), or the close code it earns.
 async fn first_frame(ws: &mut Ws) -> First {
     loop {
         match ws.next().await {
@@ -160,33 +198,57 @@ async fn first_frame(ws: &mut Ws) -> First {
             Some(Ok(Message::Text(text))) => return First::Text(text.as_str().to_owned()),
             Some(Ok(Message::Binary(_))) => return First::Close(INVALID_PAIRING_FRAME),
             Some(Ok(_)) => continue,
-            Some(Err(WsError::Capacity(_))) => return First::Close(TOO_BIG),
+            Some(Err(WsError::Capacity(_))) => return First::Close(INVALID_PAIRING_FRAME),
             Some(Err(_)) => return First::Gone,
         }
     }
 }
 
 /// The paired socket's loop: page frames in (validated, then handed to the link), link frames
-/// out, until the page leaves, the link closes the socket, or shutdown (1001).
+/// out, until the page leaves, the link closes the socket, or shutdown (1001). A close from the
+/// link comes first, even while a send waits on a page that does not read: what is still queued
+/// is dropped and the close frame follows what the socket already took.
 async fn relay(
     mut ws: Ws,
-    mut rx: mpsc::Receiver<Outbound>,
+    outbound: Outbound,
     link: &Link,
     generation: u64,
     shutdown: CancellationToken,
 ) {
+    let Outbound {
+        mut frames,
+        mut close,
+    } = outbound;
     let limits = Limits::with_max_bytes(MAX_FRAME_BYTES);
     loop {
+        // Checked first on every turn; the select below stays fair between reading and sending.
+        match close.try_recv() {
+            Ok(code) => return close_with(&mut ws, code).await,
+            Err(TryRecvError::Closed) => return close_with(&mut ws, GOING_AWAY).await,
+            Err(TryRecvError::Empty) => {}
+        }
         tokio::select! {
+            code = &mut close => return close_with(&mut ws, code.unwrap_or(GOING_AWAY)).await,
             () = shutdown.cancelled() => return close_with(&mut ws, GOING_AWAY).await,
-            out = rx.recv() => match out {
-                Some(Outbound::Text(text)) => {
-                    if ws.send(Message::text(text)).await.is_err() {
+            out = frames.recv() => match out {
+                Some(text) => {
+                    let sent = tokio::select! {
+                        biased;
+                        code = &mut close => {
+                            return close_with(&mut ws, code.unwrap_or(GOING_AWAY)).await;
+                        }
+                        () = shutdown.cancelled() => return close_with(&mut ws, GOING_AWAY).await,
+                        sent = ws.send(Message::text(text)) => sent,
+                    };
+                    if sent.is_err() {
                         return;
                     }
                 }
-                Some(Outbound::Close(code)) => return close_with(&mut ws, code).await,
-                None => return close_with(&mut ws, GOING_AWAY).await,
+                // The link let go of the socket: with the code it closed it with, if any.
+                None => {
+                    let code = close.try_recv().unwrap_or(GOING_AWAY);
+                    return close_with(&mut ws, code).await;
+                }
             },
             inbound = ws.next() => match inbound {
                 None => return,

@@ -14,7 +14,7 @@ import { WAIT_MS, eventually, startMcp } from './mcp-client.mjs';
 
 const BASE_URL = (process.env.BASE_URL ?? '').replace(/\/+$/, '');
 const TEST_TIMEOUT_MS = 90000;
-const TAKEN_OVER = 'Another page took over the MCP connection before the result arrived';
+const TAKEN_OVER = 'Another page took over the MCP connection before the result arrived.';
 
 let browser;
 let mcp;

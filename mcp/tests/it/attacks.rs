@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::{Cli, Ending, ORIGIN, SimPage, WsPage, tool, uuid_v4, wait_for_tools};
+use crate::harness::{Cli, Ending, ORIGIN, SimPage, WAIT, WsPage, tool, uuid_v4, wait_for_tools};
 
 #[tokio::test]
 async fn wrong_host_and_origins_are_refused_with_403() {
@@ -144,6 +144,32 @@ async fn bad_first_frames_get_4400() {
 }
 
 #[tokio::test]
+async fn oversized_first_frames_get_4400_not_1009() {
+    let cli = Cli::spawn(&[]).await;
+    for size in [2 * 1024, 100 * 1024, 5 * 1024 * 1024] {
+        let mut ws = WsPage::connect(cli.port).await;
+        let frame = json!({"type": "pair", "code": "x".repeat(size)}).to_string();
+        ws.send_text(frame).await;
+        assert_eq!(ws.closed().await, Ending::Closed(4400), "{size} bytes");
+    }
+}
+
+#[tokio::test]
+async fn an_oversized_first_frame_is_refused_on_its_header() {
+    let cli = Cli::spawn(&[]).await;
+    let mut ws = WsPage::connect(cli.port).await;
+    // The header of a masked 100 KiB text frame and a few bytes of it; the rest never comes.
+    let mut raw = vec![0x81, 0x80 | 127];
+    raw.extend_from_slice(&(100u64 * 1024).to_be_bytes());
+    raw.extend_from_slice(&[1, 2, 3, 4]);
+    raw.extend_from_slice(b"{\"type\"");
+    ws.ws.get_mut().write_all(&raw).await.unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(ws.closed().await, Ending::Closed(4400));
+    assert!(started.elapsed() < Duration::from_millis(2000));
+}
+
+#[tokio::test]
 async fn a_silent_socket_gets_4408_after_3000_ms() {
     let cli = Cli::spawn(&[]).await;
     let started = std::time::Instant::now();
@@ -160,6 +186,10 @@ async fn a_silent_socket_gets_4408_after_3000_ms() {
 async fn frames_for_another_client_id_are_dropped() {
     let mut cli = Cli::start(&[]).await;
     let page = cli.paired_page(vec![tool("todo.add", json!({}))]).await;
+    // The pairing's own list change comes first (a `tools/list` may answer before it).
+    cli.notification("notifications/tools/list_changed", WAIT)
+        .await
+        .expect("the pairing's list change");
     wait_for_tools(&mut cli, &["todo__add"]).await;
     cli.drain_notifications();
     // Another page load's manifest on this socket changes nothing.
@@ -189,6 +219,29 @@ async fn frames_over_4_mib_close_with_1009() {
     assert_eq!(ws.closed().await, Ending::Closed(1009));
     let _ = SimPage::attach;
     let _ = cli.tools().await;
+}
+
+#[tokio::test]
+async fn frames_up_to_4_mib_pass_after_pairing() {
+    let mut cli = Cli::start(&[]).await;
+    let mut page = cli.paired_page(vec![tool("todo.add", json!({}))]).await;
+    wait_for_tools(&mut cli, &["todo__add"]).await;
+    let (_, rx) = cli
+        .send_request("tools/call", json!({"name": "todo__add", "arguments": {}}))
+        .await;
+    let call = page.next_call().await;
+    let big = "y".repeat(3 * 1024 * 1024);
+    page.answer(&call["id"], json!({"status": "ok", "data": big}));
+    let response = tokio::time::timeout(WAIT, rx)
+        .await
+        .expect("response in time")
+        .unwrap();
+    assert_eq!(
+        response["result"]["structuredContent"]["data"]
+            .as_str()
+            .map(str::len),
+        Some(big.len())
+    );
 }
 
 #[tokio::test]

@@ -171,7 +171,7 @@ async fn pending_calls_fail_when_another_page_takes_over_and_the_old_page_is_ign
     let out = response(rx).await["result"].clone();
     assert_eq!(
         out["content"][0]["text"],
-        "Another page took over the MCP connection before the result arrived"
+        "Another page took over the MCP connection before the result arrived."
     );
     // Whatever the superseded page still sends is dropped.
     page.answer(&call["id"], json!({"status": "ok", "data": "late"}));

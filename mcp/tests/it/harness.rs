@@ -10,7 +10,8 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio_tungstenite::MaybeTlsStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
@@ -45,6 +46,11 @@ impl Lines {
         })
         .await
         .unwrap_or_else(|_| panic!("no line #{n} as expected; stderr: {:?}", self.all()))
+    }
+
+    /// Whether a line matching `pred` was written yet.
+    pub fn any(&self, pred: impl Fn(&str) -> bool) -> bool {
+        self.lines.lock().unwrap().iter().any(|l| pred(l))
     }
 
     /// Every pairing code printed so far, in order.
@@ -92,9 +98,24 @@ impl Cli {
         cli
     }
 
+    /// As [`Cli::start`], with `RUST_LOG` set to `filter` (log lines on stderr).
+    pub async fn start_logging(extra: &[&str], filter: &str) -> Cli {
+        let mut cli = Cli::spawn_with(extra, Some(filter)).await;
+        cli.initialize().await;
+        cli
+    }
+
     /// Starts the binary on a free port without any MCP traffic.
     pub async fn spawn(extra: &[&str]) -> Cli {
-        let mut child = Command::new(binary())
+        Cli::spawn_with(extra, None).await
+    }
+
+    async fn spawn_with(extra: &[&str], rust_log: Option<&str>) -> Cli {
+        let mut command = Command::new(binary());
+        if let Some(filter) = rust_log {
+            command.env("RUST_LOG", filter);
+        }
+        let mut child = command
             .args(["--allow-origin", ORIGIN, "--port", "0"])
             .args(extra)
             .stdin(Stdio::piped())
@@ -276,6 +297,26 @@ pub enum Ending {
     Dropped,
 }
 
+/// The upgrade request of a page on `port`, with this Host and Origin.
+fn upgrade_request(
+    port: u16,
+    host: &str,
+    origin: Option<&str>,
+) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+    let mut request = format!("ws://127.0.0.1:{port}/")
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("Host", HeaderValue::from_str(host).unwrap());
+    if let Some(origin) = origin {
+        request
+            .headers_mut()
+            .insert("Origin", HeaderValue::from_str(origin).unwrap());
+    }
+    request
+}
+
 /// A raw page socket.
 pub struct WsPage {
     pub ws: Socket,
@@ -288,20 +329,22 @@ impl WsPage {
             .expect("upgrade")
     }
 
+    /// Connects over a socket whose receive buffer is `bytes` (the kernel may round it up): a
+    /// page that stops reading then backs the CLI up after a few frames.
+    pub async fn connect_with_receive_buffer(port: u16, bytes: u32) -> WsPage {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(bytes).unwrap();
+        let stream = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
+        let request = upgrade_request(port, &format!("127.0.0.1:{port}"), Some(ORIGIN));
+        let (ws, _) = tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(stream))
+            .await
+            .expect("upgrade");
+        WsPage { ws }
+    }
+
     /// Connects with this Host and Origin; `Err(status)` when the upgrade is refused.
     pub async fn connect_with(port: u16, host: &str, origin: Option<&str>) -> Result<WsPage, u16> {
-        let mut request = format!("ws://127.0.0.1:{port}/")
-            .into_client_request()
-            .unwrap();
-        request
-            .headers_mut()
-            .insert("Host", HeaderValue::from_str(host).unwrap());
-        if let Some(origin) = origin {
-            request
-                .headers_mut()
-                .insert("Origin", HeaderValue::from_str(origin).unwrap());
-        }
-        match tokio_tungstenite::connect_async(request).await {
+        match tokio_tungstenite::connect_async(upgrade_request(port, host, origin)).await {
             Ok((ws, _)) => Ok(WsPage { ws }),
             Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
                 Err(response.status().as_u16())
@@ -381,6 +424,8 @@ pub struct SimPage {
     pub calls: mpsc::UnboundedReceiver<Value>,
     pub cancels: mpsc::UnboundedReceiver<Value>,
     out: mpsc::UnboundedSender<Message>,
+    /// While true the page reads nothing (a stalled tab): the CLI's frames back up.
+    paused: watch::Sender<bool>,
     pub ending: Arc<Mutex<Option<Ending>>>,
     ended: Arc<Notify>,
 }
@@ -411,6 +456,7 @@ impl SimPage {
         let (calls_tx, calls) = mpsc::unbounded_channel();
         let (cancels_tx, cancels) = mpsc::unbounded_channel();
         let (out, mut out_rx) = mpsc::unbounded_channel::<Message>();
+        let (paused, mut paused_rx) = watch::channel(false);
         let ending = Arc::new(Mutex::new(None));
         let ended = Arc::new(Notify::new());
         let (mut sink, mut stream) = page.ws.split();
@@ -425,7 +471,8 @@ impl SimPage {
                         Some(m) => { let _ = sink.send(m).await; }
                         None => return,
                     },
-                    frame = stream.next() => {
+                    changed = paused_rx.changed() => if changed.is_err() { return },
+                    frame = stream.next(), if !*paused_rx.borrow() => {
                         let text = match frame {
                             Some(Ok(Message::Text(t))) => t,
                             Some(Ok(Message::Close(f))) => {
@@ -467,6 +514,7 @@ impl SimPage {
             calls,
             cancels,
             out,
+            paused,
             ending,
             ended,
         }
@@ -508,6 +556,16 @@ impl SimPage {
         })
         .await
         .expect("socket ended in time")
+    }
+
+    /// Stops reading the socket until [`SimPage::resume_reading`].
+    pub fn stop_reading(&self) {
+        self.paused.send_replace(true);
+    }
+
+    /// Reads the socket again, from where it stopped.
+    pub fn resume_reading(&self) {
+        self.paused.send_replace(false);
     }
 
     /// Closes the socket (a reload or a tab closing).
