@@ -31,10 +31,12 @@ from manifests import (
     KUBE_VERSIONS,
     by_kind,
     check_alerts,
+    check_dashboards,
     check_gateway_deployment,
     check_references,
     component,
     known_metrics,
+    runbook_anchors,
     validate_schemas,
 )
 from podenv import check_config, check_worker_environment
@@ -75,6 +77,7 @@ def main() -> int:
     print(f"chart-test: rendering with {helm.name}; Kubernetes schemas {', '.join(KUBE_VERSIONS)}")
     fixtures = [d for d in yaml.safe_load_all((tests / "fixtures/existing-secrets.yaml").read_text()) if d]
     metrics = known_metrics(repo)
+    anchors = runbook_anchors(repo)
     report = Report()
 
     values_files = sorted((chart / "ci").glob("*-values.yaml"))
@@ -102,7 +105,8 @@ def main() -> int:
             f"{tag}: gateway Deployment (drain, probes, rollout, security)", check_gateway_deployment, docs, values
         )
         report.check(f"{tag}: references between objects", check_references, docs, fixtures)
-        report.check(f"{tag}: alert expressions", check_alerts, docs, metrics)
+        report.check(f"{tag}: alert expressions and runbooks", check_alerts, docs, metrics, anchors)
+        report.check(f"{tag}: dashboard queries", check_dashboards, docs, metrics)
         report.check(f"{tag}: worker shares the gateway's config and secrets", check_worker_environment, docs)
         verdict = report.check(
             f"{tag}: toolmark-gateway --check-config on the rendered config", check_config, docs, fixtures, args.gateway

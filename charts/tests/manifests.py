@@ -235,19 +235,56 @@ def known_metrics(repo: Path) -> set[str]:
     return names
 
 
-def check_alerts(docs, metrics: set[str]) -> None:
+def runbook_anchors(repo: Path) -> set[str]:
+    """The anchors of docs/operations.md's headings, as a Markdown renderer makes them."""
+    anchors = set()
+    for line in (repo / "docs/operations.md").read_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^a-z0-9 -]", "", title).replace(" ", "-"))
+    return anchors
+
+
+def check_expression(where: str, expr: str, metrics: set[str], problems: list[str]) -> None:
+    try:
+        promql_parser.parse(expr)
+    except Exception as e:  # the parser raises its own exception types
+        problems.append(f"{where}: {e}")
+        return
+    for name in re.findall(r"\b([a-z_][a-z0-9_]*)\s*\{", expr):
+        if name not in metrics and name not in {"by", "without", "on", "ignoring"}:
+            problems.append(f"{where}: unknown series {name}")
+
+
+def check_alerts(docs, metrics: set[str], anchors: set[str]) -> None:
+    """Every alert parses, names only series that exist, and links a runbook that exists."""
     problems = []
     for rule_doc in by_kind(docs, "PrometheusRule"):
         for group in rule_doc["spec"]["groups"]:
             for rule in group["rules"]:
-                expr = str(rule["expr"])
-                try:
-                    promql_parser.parse(expr)
-                except Exception as e:  # the parser raises its own exception types
-                    problems.append(f"{rule.get('alert')}: {e}")
-                    continue
-                for name in re.findall(r"\b([a-z_][a-z0-9_]*)\s*\{", expr):
-                    if name not in metrics and name not in {"by", "without", "on", "ignoring"}:
-                        problems.append(f"{rule.get('alert')}: unknown series {name}")
+                alert = rule.get("alert")
+                check_expression(alert, str(rule["expr"]), metrics, problems)
+                url = rule.get("annotations", {}).get("runbook_url", "")
+                page, _, anchor = url.partition("#")
+                if not page.endswith("docs/operations.md") or anchor not in anchors:
+                    problems.append(f"{alert}: runbook_url {url!r} is not a section of docs/operations.md")
+    if problems:
+        raise Failure("; ".join(problems))
+
+
+def check_dashboards(docs, metrics: set[str]) -> None:
+    """Every panel query of a shipped Grafana dashboard parses and names only series that exist."""
+    problems = []
+    maps = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-dashboard")]
+    for m in maps:
+        for key, text in m["data"].items():
+            board = json.loads(text)
+            targets = [t for p in board["panels"] for t in p.get("targets", [])]
+            if not targets:
+                problems.append(f"{key}: no panel queries")
+            for t in targets:
+                # Grafana's variables, as Grafana substitutes them.
+                expr = t["expr"].replace("$__rate_interval", "5m").replace("$job", ".*")
+                check_expression(f"{key} {t['refId']}", expr, metrics, problems)
     if problems:
         raise Failure("; ".join(problems))
