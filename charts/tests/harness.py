@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-RELEASE = "tm"
+# Helm allows dots in a release name; the chart must still make valid object names and node ids.
+RELEASE = "tm.eu-west-1"
 NAMESPACE = "toolmark"
 
 

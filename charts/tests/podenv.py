@@ -11,8 +11,15 @@ from pathlib import Path
 from harness import Failure
 from manifests import by_kind, component, configmap_values, one, secret_values
 
-# A pod name as a Deployment makes them, for fieldRef metadata.name.
-POD_NAME = "tm-toolmark-gateway-6d5f7c9b8d-x7k2p"
+# The pod-template hash and the random suffix Kubernetes adds to a Deployment's pod names.
+POD_SUFFIX = ("6d5f7c9b8d", "x7k2p")
+
+
+def pod_name(deployment: str) -> str:
+    """A pod name as a Deployment makes them (for fieldRef metadata.name): its ReplicaSet is
+    `<deployment>-<hash>`, whose pods take `generateName`, cut to 58 characters, plus 5."""
+    generate_name = f"{deployment}-{POD_SUFFIX[0]}-"[:58]
+    return generate_name + POD_SUFFIX[1]
 
 
 def expand(value: str, env: dict[str, str]) -> str:
@@ -26,7 +33,7 @@ def expand(value: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\$\([A-Za-z_][A-Za-z0-9_]*\)|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", sub, value)
 
 
-def pod_environment(container: dict, secrets: dict, configmaps: dict) -> dict[str, str]:
+def pod_environment(container: dict, secrets: dict, configmaps: dict, pod: str) -> dict[str, str]:
     env: dict[str, str] = {}
     for item in container.get("env", []):
         if "value" in item:
@@ -36,7 +43,7 @@ def pod_environment(container: dict, secrets: dict, configmaps: dict) -> dict[st
         if "fieldRef" in src:
             if src["fieldRef"]["fieldPath"] != "metadata.name":
                 raise Failure(f"env {item['name']}: fieldRef {src['fieldRef']['fieldPath']} not emulated")
-            env[item["name"]] = POD_NAME
+            env[item["name"]] = pod
         elif "secretKeyRef" in src or "configMapKeyRef" in src:
             ref = src.get("secretKeyRef") or src["configMapKeyRef"]
             store = secrets if "secretKeyRef" in src else configmaps
@@ -84,7 +91,7 @@ def check_config(docs, fixtures, gateway: Path, name: str = "gateway") -> str:
             if any(a.startswith(mp + "/") for mp in mounts):
                 a = root + a
             args.append(a)
-        env = pod_environment(c, secrets, configmaps)
+        env = pod_environment(c, secrets, configmaps, pod_name(dep["metadata"]["name"]))
         # Paths into mounted volumes (e.g. SSL_CERT_FILE) point into the emulated mounts too.
         for k, v in env.items():
             if any(v.startswith(mp + "/") for mp in mounts):
@@ -104,6 +111,9 @@ def check_worker_environment(docs) -> None:
     gw = one([d for d in by_kind(docs, "Deployment") if component(d) == "gateway"], "gateway Deployment")
     g = gw["spec"]["template"]["spec"]["containers"][0]
     w = workers[0]["spec"]["template"]["spec"]["containers"][0]
+    # Ready only while Redis answers (/healthz says the process lives, nothing more).
+    if w["readinessProbe"]["httpGet"]["path"] != "/readyz":
+        raise Failure("the worker's readiness probe must be /readyz")
     # The Redis URL, its password, the admin keys and every tenant secret; extraEnv is each
     # component's own.
     prefixes = ("TOOLMARK_TENANTS__", "TOOLMARK_BROKER__", "TOOLMARK_REDIS_PASSWORD", "TOOLMARK_ADMIN__")

@@ -59,6 +59,10 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
         .layer(DefaultBodyLimit::max(
             toolmark_process::config::MAX_FRAME_BYTES,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            ops::count_request,
+        ))
         .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(ops::request_span))
         .with_state(app)
 }

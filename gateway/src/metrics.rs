@@ -28,12 +28,72 @@ pub(crate) struct TypeLabel {
     pub r#type: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TransportLabel {
+    pub transport: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct HttpLabels {
+    pub route: &'static str,
+    pub method: &'static str,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RouteLabel {
+    pub route: &'static str,
+}
+
+/// A route template as a `&'static str` label: routes are a fixed set, each kept once.
+fn intern(route: &str) -> &'static str {
+    static ROUTES: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> =
+        std::sync::OnceLock::new();
+    let mut routes = ROUTES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(r) = routes.get(route) {
+        return r;
+    }
+    let r: &'static str = Box::leak(route.to_owned().into_boxed_str());
+    routes.insert(r);
+    r
+}
+
+fn method_label(m: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *m {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+type RouteHistograms = Family<RouteLabel, Histogram, fn() -> Histogram>;
+
+fn request_histogram() -> Histogram {
+    Histogram::new([
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0,
+        600.0,
+    ])
+}
+
 /// Every metric the gateway exports.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Catalogued,
-    /// Open page sockets.
-    pub connections: Gauge,
+    /// Open page sockets, by transport.
+    pub(crate) connections: Family<TransportLabel, Gauge>,
+    /// HTTP requests answered, by route template, method and status.
+    pub(crate) http_requests: Family<HttpLabels, Counter>,
+    /// HTTP request durations (to the response head), by route template.
+    pub(crate) http_duration: RouteHistograms,
     /// Page sockets refused or closed, by close code.
     pub(crate) closes: Family<CodeLabel, Counter>,
     /// Agent calls and describes by outcome status.
@@ -61,7 +121,9 @@ impl Metrics {
     /// Creates and registers every metric; label values known up front start at 0.
     pub fn new() -> Self {
         let mut registry = Catalogued::default();
-        let connections = Gauge::default();
+        let connections = Family::<TransportLabel, Gauge>::default();
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        let http_duration: RouteHistograms = Family::new_with_constructor(request_histogram);
         let closes = Family::<CodeLabel, Counter>::default();
         let calls = Family::<CallLabels, Counter>::default();
         let call_latency = Histogram::new([
@@ -72,10 +134,21 @@ impl Metrics {
         let inbound_rejected = Family::<ReasonLabel, Counter>::default();
         let events = Family::<TypeLabel, Counter>::default();
         let events_held_for_webhooks = Counter::default();
+        toolmark_worker::jobs::metrics::register_build_info(&mut registry);
         registry.register(
             "toolmark_page_connections",
-            "Open page WebSockets",
+            "Open page sockets, by transport (websocket: page WebSockets; echo: Laravel Echo subscriptions)",
             connections.clone(),
+        );
+        registry.register(
+            "toolmark_http_requests",
+            "HTTP requests answered, by route template, method and status",
+            http_requests.clone(),
+        );
+        registry.register(
+            "toolmark_http_request_duration_seconds",
+            "HTTP request to response head, by route template",
+            http_duration.clone(),
         );
         registry.register(
             "toolmark_page_closes",
@@ -124,12 +197,17 @@ impl Metrics {
                 let _ = calls.get_or_create(&CallLabels { kind, outcome });
             }
         }
+        for transport in ["websocket", "echo"] {
+            let _ = connections.get_or_create(&TransportLabel { transport });
+        }
         for r in toolmark_proto::RejectReason::ALL {
             let _ = inbound_rejected.get_or_create(&ReasonLabel { reason: r.as_str() });
         }
         Metrics {
             registry,
             connections,
+            http_requests,
+            http_duration,
             closes,
             calls,
             call_latency,
@@ -138,6 +216,34 @@ impl Metrics {
             events,
             events_held_for_webhooks,
         }
+    }
+
+    /// The gauge of open sockets of `transport` (`websocket`, `echo`).
+    pub fn sockets(&self, transport: &'static str) -> Gauge {
+        self.connections
+            .get_or_create(&TransportLabel { transport })
+            .clone()
+    }
+
+    /// Counts an answered HTTP request of `route` (a template; `None` for no route).
+    pub fn http_request(
+        &self,
+        route: Option<&str>,
+        method: &axum::http::Method,
+        status: u16,
+        seconds: f64,
+    ) {
+        let route = route.map_or("unmatched", intern);
+        self.http_requests
+            .get_or_create(&HttpLabels {
+                route,
+                method: method_label(method),
+                status,
+            })
+            .inc();
+        self.http_duration
+            .get_or_create(&RouteLabel { route })
+            .observe(seconds);
     }
 
     /// Counts a dropped page frame.

@@ -35,6 +35,29 @@ pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
 }
 
 /// The span of one HTTP request, child of the caller's `traceparent` when it sent one.
+/// Counts every answered request in `toolmark_http_requests_total` and its duration (to the
+/// response head) in `toolmark_http_request_duration_seconds`, by route template.
+pub async fn count_request(
+    axum::extract::State(app): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let started = std::time::Instant::now();
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let method = req.method().clone();
+    let res = next.run(req).await;
+    app.metrics.http_request(
+        route.as_deref(),
+        &method,
+        res.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    res
+}
+
 pub fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
     let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path());

@@ -23,6 +23,16 @@ pub enum Transport {
     Echo,
 }
 
+impl Transport {
+    /// The `transport` label of `toolmark_page_connections`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Transport::WebSocket => "websocket",
+            Transport::Echo => "echo",
+        }
+    }
+}
+
 /// An admitted page session.
 #[derive(Debug)]
 pub struct Session {
@@ -63,7 +73,7 @@ impl Session {
             max_pages_per_conversation: tenant.limits.max_pages_per_conversation,
         };
         app.broker.admit_page(&conv, &limits).await?;
-        app.metrics.connections.inc();
+        app.metrics.sockets(transport.label()).inc();
         let (slot, outbox) = app.registry.join(&conv, grant.clone());
         // A revocation applied while this page was being admitted did not see its slot: check
         // against the tenant as it is now.
@@ -97,7 +107,7 @@ impl Session {
     pub async fn close(self, app: &AppState) {
         self.outbox.close();
         app.registry.leave(&self.conv, self.slot);
-        app.metrics.connections.dec();
+        app.metrics.sockets(self.transport.label()).dec();
         match app
             .broker
             .release_page(&self.conv, self.client_id.as_deref())

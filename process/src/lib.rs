@@ -4,6 +4,12 @@
 //! the small pieces of a binary's `main`.
 
 pub mod catalog;
+
+/// The version of these binaries (the workspace's).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The commit they were built from (`TOOLMARK_REVISION` at build time, else git's, else
+/// `unknown`).
+pub const REVISION: &str = env!("TOOLMARK_BUILD_REVISION");
 pub mod cli;
 pub mod config;
 pub mod jwt;

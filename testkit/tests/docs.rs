@@ -394,6 +394,16 @@ fn code_env() -> BTreeMap<String, String> {
             }
         }
     }
+    // Build scripts read the build's environment (`TOOLMARK_REVISION`).
+    for dir in PRODUCT_SOURCES {
+        let script = root().join(dir).with_file_name("build.rs");
+        if let Ok(text) = std::fs::read_to_string(&script) {
+            for c in reads.captures_iter(&text) {
+                out.entry(c[1].to_owned())
+                    .or_insert_with(|| script.display().to_string());
+            }
+        }
+    }
     let set = Regex::new(r"(?m)^\s*- name: ([A-Z][A-Z0-9_]+)\s*$").expect("regex");
     for (file, text) in sources("charts/toolmark/templates", &[".yaml", ".tpl"]) {
         for c in set.captures_iter(&text) {

@@ -68,7 +68,7 @@ pub async fn run(
     };
     let broker = RedisBroker::connect(url, id.clone(), Arc::new(NoPages), opts).await?;
     let shared: SharedBroker = broker.clone();
-    let metrics = Arc::new(JobMetrics::default());
+    let metrics = Arc::new(JobMetrics::for_worker());
     let jobs = Jobs::new(
         shared.clone(),
         broker.clone(),

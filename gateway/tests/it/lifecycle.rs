@@ -168,10 +168,25 @@ async fn ops_endpoints_answer() {
             .status(),
         200
     );
+    let nowhere = gw.http.get(gw.url("/nowhere")).send().await.unwrap();
+    assert_eq!(nowhere.status(), 404);
     let _page = ready_page(&gw, "acme", "u1", "c1", json!([])).await;
     let text = gw.metrics().await;
+    let build = format!(
+        "toolmark_build_info{{version=\"{}\",revision=\"{}\"}} 1",
+        toolmark_process::VERSION,
+        toolmark_process::REVISION
+    );
     for name in [
-        "toolmark_page_connections 1",
+        build.as_str(),
+        "toolmark_page_connections{transport=\"websocket\"} 1",
+        "toolmark_page_connections{transport=\"echo\"} 0",
+        // By route template (never the path), method and status; no route is `unmatched`.
+        "toolmark_http_requests_total{route=\"/healthz\",method=\"GET\",status=\"200\"} 1",
+        "toolmark_http_requests_total{route=\"/readyz\",method=\"GET\",status=\"200\"} 1",
+        "toolmark_http_requests_total{route=\"unmatched\",method=\"GET\",status=\"404\"} 1",
+        "toolmark_http_requests_total{route=\"/v1/tenants/{tenant}/page\",method=\"GET\",status=\"101\"} 1",
+        "toolmark_http_request_duration_seconds_count{route=\"/healthz\"} 1",
         "toolmark_calls_total",
         "toolmark_call_duration_seconds_bucket",
         "toolmark_results_rejected_total{reason=\"late\"} 0",

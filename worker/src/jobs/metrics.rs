@@ -44,6 +44,27 @@ impl Catalogued {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    revision: &'static str,
+}
+
+/// Registers `toolmark_build_info{version,revision}` (always 1): which build a process runs.
+pub fn register_build_info(registry: &mut Catalogued) {
+    let info = Family::<BuildLabels, Gauge>::default();
+    info.get_or_create(&BuildLabels {
+        version: toolmark_process::VERSION,
+        revision: toolmark_process::REVISION,
+    })
+    .set(1);
+    registry.register(
+        "toolmark_build_info",
+        "The version and the commit of this process's build (always 1)",
+        info,
+    );
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct TenantLabel {
     pub tenant: String,
 }
@@ -157,6 +178,14 @@ impl Default for JobMetrics {
 }
 
 impl JobMetrics {
+    /// The jobs' metrics of a `toolmark-worker`, which exposes them alone: with
+    /// `toolmark_build_info` (a gateway running the jobs has its own).
+    pub fn for_worker() -> Self {
+        let mut m = Self::default();
+        register_build_info(&mut m.registry);
+        m
+    }
+
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
