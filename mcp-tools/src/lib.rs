@@ -6,5 +6,7 @@
 pub mod listing;
 pub mod outcome;
 
-pub use listing::{PageTool, mcp_tool, page_call_tools, page_listing, untrusted_meta};
+pub use listing::{
+    LISTING_WAIT, PageTool, mcp_tool, page_call_tools, page_listing, untrusted_meta,
+};
 pub use outcome::{CallEnd, call_result};

@@ -2,10 +2,16 @@
 //! untrusted-content marks of seed 003.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 use toolmark_proto::ToolManifestSummary;
+
+/// How long a listing waits for the `describe` answers of a manifest's tools. Tools still
+/// unanswered then are listed with the fallback schema (`{"type":"object"}`); the answer, when
+/// it comes, is used from then on. One silent tool never holds the listing longer.
+pub const LISTING_WAIT: Duration = Duration::from_millis(2000);
 
 /// Appended to the description of tools declared `untrustedContent`.
 pub const UNTRUSTED_SUFFIX: &str =

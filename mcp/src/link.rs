@@ -30,10 +30,10 @@ use crate::outcome::{CallEnd, RELOADED, TAKEN_OVER};
 pub const RELOAD_GRACE: Duration = Duration::from_millis(2000);
 /// How long the CLI waits for each `describe` answer while learning a manifest's schemas.
 pub const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a manifest's listing waits for its `describe` answers. Tools still unanswered then
-/// are listed with the fallback schema, and relisted when their answer comes (within
-/// [`DESCRIBE_TIMEOUT`]).
-pub const LISTING_WAIT: Duration = Duration::from_millis(2000);
+/// How long a manifest's listing waits for its `describe` answers (shared with the hosted
+/// endpoint). Tools still unanswered then are listed with the fallback schema, and relisted
+/// when their answer comes (within [`DESCRIBE_TIMEOUT`]).
+pub use toolmark_mcp_tools::LISTING_WAIT;
 /// Messages kept for a page that is reconnecting (oldest dropped first).
 const MAX_WAITING: usize = 1024;
 /// How a socket got the pairing.

@@ -4,7 +4,7 @@
 //! them.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -12,7 +12,7 @@ use rmcp::model::Tool;
 use serde_json::Value;
 use toolmark_broker::{CallKind, ConversationState, Outcome};
 use toolmark_mcp_tools::listing::MAX_TOOLS;
-use toolmark_mcp_tools::{PageTool, page_listing};
+use toolmark_mcp_tools::{LISTING_WAIT, PageTool, page_listing};
 use toolmark_proto::{ToolManifest, ToolManifestSummary, ToolResult};
 
 use super::McpGrant;
@@ -20,7 +20,8 @@ use crate::api::calls::{self, Request};
 use crate::problem::Problem;
 use crate::state::AppState;
 
-/// How long a listing waits for each `describe` answer (the desktop CLI's wait too).
+/// How long a `describe` may take (the desktop CLI's too); a listing waits for it at most
+/// [`LISTING_WAIT`].
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// At most this many schemas are kept on one node; past it the cache starts again empty.
@@ -87,7 +88,7 @@ pub fn footprint(s: &ConversationState) -> Option<Vec<ToolManifestSummary>> {
 /// The MCP listing of the conversation's open page; empty when none is open.
 pub async fn listing(
     app: &AppState,
-    schemas: &Schemas,
+    schemas: &Arc<Schemas>,
     grant: &McpGrant,
 ) -> Result<Vec<Tool>, Problem> {
     let s = app.broker.conversation(&grant.conv()).await?;
@@ -96,25 +97,35 @@ pub async fn listing(
     };
     let mut summaries = s.tools;
     summaries.sort_by(|a, b| a.llm_name.cmp(&b.llm_name));
-    // Only the first MAX_TOOLS by llmName can be listed: describe those, all at once.
+    // Only the first MAX_TOOLS by llmName can be listed: describe those, all at once. Each
+    // describe runs on its own and keeps its answer for the next listing; this one waits at
+    // most LISTING_WAIT, then lists a tool still unanswered with the fallback schema.
     summaries.truncate(MAX_TOOLS);
+    let deadline = tokio::time::Instant::now() + LISTING_WAIT;
     let learn = summaries.into_iter().map(|summary| {
-        let client_id = &client_id;
+        let key = (
+            grant.tenant.id.clone(),
+            client_id.clone(),
+            summary.name.clone(),
+        );
+        let cached = schemas.get(&key, &summary);
+        let learning = cached.is_none().then(|| {
+            let (app, schemas, grant) = (app.clone(), Arc::clone(schemas), grant.clone());
+            let summary = summary.clone();
+            tokio::spawn(async move {
+                let schema = describe(&app, &grant, &summary.name).await?;
+                schemas.put(key, summary, schema.clone());
+                Some(schema)
+            })
+        });
         async move {
-            let key = (
-                grant.tenant.id.clone(),
-                client_id.clone(),
-                summary.name.clone(),
-            );
-            let input_schema = match schemas.get(&key, &summary) {
-                Some(schema) => schema,
-                None => match describe(app, grant, &summary.name).await {
-                    Some(schema) => {
-                        schemas.put(key, summary.clone(), schema.clone());
-                        schema
-                    }
-                    None => None,
+            let input_schema = match (cached, learning) {
+                (Some(schema), _) => schema,
+                (None, Some(task)) => match tokio::time::timeout_at(deadline, task).await {
+                    Ok(Ok(Some(schema))) => schema,
+                    _ => None,
                 },
+                (None, None) => None,
             };
             PageTool {
                 summary,

@@ -953,3 +953,73 @@ async fn a_tenant_created_at_run_time_takes_its_authorization_servers_tokens_on_
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn a_silent_describe_holds_the_listing_only_briefly_and_its_late_answer_is_used() {
+    let gw = Gateway::start().await;
+    let tools = json!([tool("todo.add", json!({})), tool("todo.slow", json!({}))]);
+    let mut page = ready_page(&gw, "acme", "u1", "c-slow", tools).await;
+    // The page answers todo.add's describe at once and todo.slow's only when told to.
+    let (release_tx, mut release) = mpsc::unbounded_channel::<()>();
+    tokio::spawn(async move {
+        let mut held = None;
+        loop {
+            tokio::select! {
+                frame = page.try_recv(Duration::from_secs(3600)) => {
+                    let Some(frame) = frame else { return };
+                    if frame["type"] != "describe" {
+                        continue;
+                    }
+                    let id = frame["id"].as_str().unwrap_or_default().to_owned();
+                    match frame["tool"].as_str() {
+                        Some("todo.slow") => held = Some(id),
+                        Some(name) => {
+                            let data = described(name);
+                            page.answer(&id, json!({"status": "ok", "data": data})).await;
+                        }
+                        None => {}
+                    }
+                }
+                Some(()) = release.recv() => {
+                    if let Some(id) = held.take() {
+                        let data = described("todo.slow");
+                        page.answer(&id, json!({"status": "ok", "data": data})).await;
+                    }
+                }
+            }
+        }
+    });
+    let token = mcp_token(&gw, "u1", "c-slow").await;
+    let (service, _) = client(&gw, &token, None).await;
+    let schema = |tools: &[Value], name: &str| {
+        tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["inputSchema"].clone())
+            .unwrap_or_else(|| panic!("{name} listed: {tools:?}"))
+    };
+    // Listed well before the 10 s describe timeout, the silent tool on the fallback schema.
+    let first = tokio::time::timeout(Duration::from_secs(6), listed(&service))
+        .await
+        .expect("the listing does not wait for the silent tool's describe timeout");
+    assert_eq!(
+        schema(&first, "todo__add"),
+        described("todo.add")["inputSchema"]
+    );
+    assert_eq!(schema(&first, "todo__slow"), json!({"type": "object"}));
+    // Its answer, once it comes, is what later listings show.
+    release_tx.send(()).unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let now = listed(&service).await;
+        if schema(&now, "todo__slow") == described("todo.slow")["inputSchema"] {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the late answer was not used: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    service.cancel().await.unwrap();
+}
