@@ -27,6 +27,7 @@ import yaml
 
 from harness import Failure, HelmBinary, HelmSdk, RenderError, Report, documents, load_values
 from image import check_dockerfile
+import values_doc
 from manifests import (
     KUBE_VERSIONS,
     by_kind,
@@ -129,6 +130,12 @@ def main() -> int:
         report.check(f"refused: {bad.name}", check_refused, helm, bad)
 
     hadolint = args.hadolint or shutil.which("hadolint")
+    def readme_current() -> None:
+        problem = values_doc.check(chart)
+        if problem:
+            raise Failure(problem)
+
+    report.check("chart README: the table of every value is values.yaml's", readme_current)
     warnings = report.check("Dockerfile and .dockerignore", check_dockerfile, repo, hadolint)
     for w in warnings or []:
         print(f"WARN {w}")
