@@ -136,7 +136,7 @@ TOML when they parse: api_keys is a TOML array, pusher_old_keys an array of inli
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ . | quote }}
 {{- end }}
-{{- if eq .Values.broker.kind "redis" }}
+{{- if eq (include "toolmark.brokerKind" .) "redis" }}
 {{- if .Values.redis.url.existingSecret }}
 - name: TOOLMARK_BROKER__URL
   valueFrom:
@@ -155,16 +155,16 @@ TOML when they parse: api_keys is a TOML array, pusher_old_keys an array of inli
   value: {{ include "toolmark.redisUrl" . | quote }}
 {{- end }}
 {{- end }}
-{{- if .Values.admin.enabled }}
+{{- if include "toolmark.adminEnabled" . }}
 - name: TOOLMARK_ADMIN__API_KEYS
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.admin.existingSecret }}
+      name: {{ include "toolmark.adminSecretName" . }}
       key: api_keys
 - name: TOOLMARK_ADMIN__ENCRYPTION_KEY
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.admin.existingSecret }}
+      name: {{ include "toolmark.adminSecretName" . }}
       key: encryption_key
 {{- end }}
 {{- $secret := include "toolmark.tenantSecretName" . -}}
@@ -248,14 +248,11 @@ what to do. Included by the gateway Deployment, so every install and template ru
 */}}
 {{- define "toolmark.validate" -}}
 {{- $v := .Values -}}
-{{- if and $v.admin.enabled (not $v.admin.existingSecret) -}}
-{{- fail "admin.existingSecret: name the Secret holding the admin API's keys api_keys (a TOML list of \"sha256:<hex>\" hashes) and encryption_key (base64:<32 bytes>), docs/admin-api.md" -}}
-{{- end -}}
-{{- if and (not $v.tenants) (not $v.admin.enabled) -}}
+{{- if and (not $v.tenants) (not (include "toolmark.adminEnabled" .)) -}}
 {{- fail "tenants: list at least one tenant, or set admin.enabled to create them at run time" -}}
 {{- end -}}
-{{- if eq $v.broker.kind "memory" -}}
-{{- if or $v.gateway.autoscaling.enabled (gt (int $v.gateway.replicas) 1) -}}
+{{- if eq (include "toolmark.brokerKind" .) "memory" -}}
+{{- if or $v.gateway.autoscaling.enabled (gt (int (include "toolmark.gatewayReplicas" .)) 1) -}}
 {{- fail "broker.kind: memory keeps state in one process: set gateway.replicas to 1 and gateway.autoscaling.enabled to false, or use broker.kind: redis" -}}
 {{- end -}}
 {{- else if not $v.redis.url.existingSecret -}}
@@ -328,4 +325,45 @@ what to do. Included by the gateway Deployment, so every install and template ru
 {{- if not $v.image.repository -}}
 {{- fail "image.repository: set it to where you pushed the image built from the repository's Dockerfile (docs/deploy.md, step 1)" -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The broker: broker.kind, or when it is empty, redis as soon as anything of a Redis is given
+(a host, nodes, a URL, a password, TLS, another mode: then what is missing is refused), and
+memory otherwise (one replica, no worker: what an install with the chart's defaults runs).
+*/}}
+{{- define "toolmark.brokerKind" -}}
+{{- if .Values.broker.kind -}}
+{{- .Values.broker.kind -}}
+{{- else if or .Values.redis.host .Values.redis.nodes .Values.redis.url.existingSecret .Values.redis.existingSecret .Values.redis.password .Values.redis.username .Values.redis.tls (ne .Values.redis.mode "standalone") -}}
+redis
+{{- else -}}
+memory
+{{- end -}}
+{{- end -}}
+
+{{/* gateway.replicas, or when it is null: 1 with the memory broker, 2 with Redis. */}}
+{{- define "toolmark.gatewayReplicas" -}}
+{{- if kindIs "invalid" .Values.gateway.replicas -}}
+{{- if eq (include "toolmark.brokerKind" .) "memory" }}1{{ else }}2{{ end -}}
+{{- else -}}
+{{- int64 .Values.gateway.replicas -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when the admin API runs: admin.enabled, or when it is null, when no tenant is listed
+(tenants are then created at run time). Empty otherwise.
+*/}}
+{{- define "toolmark.adminEnabled" -}}
+{{- if kindIs "bool" .Values.admin.enabled -}}
+{{- if .Values.admin.enabled }}true{{ end -}}
+{{- else if not .Values.tenants -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret of the admin API's keys: admin.existingSecret, or the one the chart makes. */}}
+{{- define "toolmark.adminSecretName" -}}
+{{- default (printf "%s-admin" (include "toolmark.fullname" .)) .Values.admin.existingSecret -}}
 {{- end -}}
