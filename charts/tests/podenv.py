@@ -86,6 +86,17 @@ def check_config(docs, fixtures, gateway: Path, name: str = "gateway") -> str:
             elif "emptyDir" not in vol:
                 raise Failure(f"volume {m['name']}: only configMap, secret and emptyDir are emulated")
             mounts.append(m["mountPath"])
+        # Paths into mounted volumes inside the rendered config (server.tls_cert) point into
+        # the emulated mounts too.
+        for m in c.get("volumeMounts", []):
+            vol = volumes[m["name"]]
+            if "configMap" in vol:
+                for key in configmaps[vol["configMap"]["name"]]:
+                    f = Path(root + m["mountPath"]) / key
+                    # One pass, longest mount first (the emulated root itself may start with one).
+                    alternatives = "|".join(re.escape(mp) for mp in sorted(mounts, key=len, reverse=True))
+                    text = re.sub(f'"({alternatives})/', lambda hit: f'"{root}{hit.group(1)}/', f.read_text())
+                    f.write_text(text)
         args = []
         for a in c.get("args", []):
             if any(a.startswith(mp + "/") for mp in mounts):
