@@ -18,13 +18,15 @@ ARG RUST_VERSION
 # agree). Naming it keeps rustup from fetching the file's rustfmt and clippy, which a build
 # does not use.
 ENV RUSTUP_TOOLCHAIN=${RUST_VERSION}
+# The commit the binaries report in toolmark_build_info (the context has no .git).
+ARG REVISION=unknown
 WORKDIR /src
 COPY . .
 # Cache mounts keep the crate registry and incremental artifacts between builds; the binaries
 # are copied out of the cached target directory within the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
-    cargo build --release --locked -p toolmark-gateway -p toolmark-worker -p toolmark-mcp \
+    TOOLMARK_REVISION="${REVISION}" cargo build --release --locked -p toolmark-gateway -p toolmark-worker -p toolmark-mcp \
  && mkdir -p /out \
  && cp target/release/toolmark-gateway target/release/toolmark-worker target/release/toolmark-mcp /out/
 
@@ -39,8 +41,14 @@ RUN apt-get update \
  && useradd --system --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home \
       --shell /usr/sbin/nologin toolmark
 COPY --from=build /out/ /usr/local/bin/
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG SOURCE=unknown
 LABEL org.opencontainers.image.title="toolmark" \
       org.opencontainers.image.description="Toolmark Gateway, worker and desktop MCP CLI" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0"
 # Numeric, so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 65532:65532

@@ -5,14 +5,14 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit api examples chart-test browser mcp-e2e pusher bench bench-compare admin-propagation scale-sim profile load-test soak fuzz clean
+.PHONY: run test deps lint unit api examples chart-test image-test image browser mcp-e2e pusher bench bench-compare admin-propagation scale-sim profile load-test soak fuzz clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
 	$(CARGO) run --release -p toolmark-gateway --bin toolmark-gateway
 
 ## test: install what the tests need, then lint and every test
-test: deps lint unit api examples chart-test browser mcp-e2e pusher
+test: deps lint unit api examples chart-test image-test browser mcp-e2e pusher
 
 ## deps: install the system packages the tests use when they are missing (Debian)
 deps:
@@ -43,6 +43,16 @@ examples:
 ## chart-test: lint, render and validate the Helm chart; --check-config on its rendered config; lint the Dockerfile
 chart-test:
 	CARGO="$(CARGO)" scripts/chart-test.sh
+
+## image-test: the runtime image built with buildah (daemonless) from the debug binaries, and
+## what runs in it: --version, --help, --check-config on the chart's rendered config, /healthz
+image-test:
+	CARGO="$(CARGO)" scripts/image-test.sh
+
+## image: the same image from release binaries, written to target/toolmark-image.tar (OCI)
+image:
+	$(CARGO) build --release --locked -p toolmark-gateway -p toolmark-worker -p toolmark-mcp
+	BIN_DIR=target/release KEEP_IMAGE=target/toolmark-image.tar CARGO="$(CARGO)" scripts/image-test.sh
 
 ## browser: the demo page end to end in headless Chromium
 browser:

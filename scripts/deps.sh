@@ -13,6 +13,7 @@ python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v node >/dev/null || need_apt+=(nodejs)
 command -v npm >/dev/null || need_apt+=(npm)
 command -v php >/dev/null || need_apt+=(php-cli)
+command -v buildah >/dev/null || need_apt+=(buildah)
 
 apt_install() {
   if [ "$(id -u)" -ne 0 ]; then

@@ -58,8 +58,11 @@ def pod_environment(container: dict, secrets: dict, configmaps: dict, pod: str) 
     return env
 
 
-def check_config(docs, fixtures, gateway: Path, name: str = "gateway") -> str:
+def check_config(docs, fixtures, gateway: Path, name: str = "gateway", runner=None) -> str:
     """Runs the gateway's validation on the config file and environment of container `name`.
+
+    `runner(argv, env, root)` runs it elsewhere (inside the image: charts/tests/image_check.py);
+    `argv` starts with the arguments after the binary, `root` is the emulated mounts' directory.
 
     The worker loads the same file with the same loader (toolmark_gateway::config), so the
     gateway's --check-config with the worker's environment is the worker's own check."""
@@ -107,9 +110,12 @@ def check_config(docs, fixtures, gateway: Path, name: str = "gateway") -> str:
         for k, v in env.items():
             if any(v.startswith(mp + "/") for mp in mounts):
                 env[k] = root + v
-        p = subprocess.run(
-            [str(gateway), *args, "--check-config"], env=env, capture_output=True, text=True, check=False
-        )
+        if runner is None:
+            p = subprocess.run(
+                [str(gateway), *args, "--check-config"], env=env, capture_output=True, text=True, check=False
+            )
+        else:
+            p = runner([*args, "--check-config"], env, root)
         if p.returncode != 0:
             raise Failure(f"toolmark-gateway --check-config exited {p.returncode}: {p.stderr.strip()}")
         return p.stderr.strip()
