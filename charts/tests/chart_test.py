@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from harness import Failure, HelmBinary, HelmSdk, RenderError, Report, documents, load_values
+from compose_check import check_compose
 from image import check_dockerfile
 import values_doc
 from manifests import (
@@ -136,6 +137,9 @@ def main() -> int:
             raise Failure(problem)
 
     report.check("chart README: the table of every value is values.yaml's", readme_current)
+    verdict = report.check("docker-compose.yml: each toolmark service passes --check-config", check_compose, repo, args.gateway)
+    if verdict:
+        print(f"     {verdict}")
     warnings = report.check("Dockerfile and .dockerignore", check_dockerfile, repo, hadolint)
     for w in warnings or []:
         print(f"WARN {w}")
