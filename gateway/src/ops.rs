@@ -35,8 +35,17 @@ pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
 }
 
 /// The span of one HTTP request, child of the caller's `traceparent` when it sent one.
+/// The tenant a request path names, when its route template has a `{tenant}` segment.
+fn tenant_of<'a>(route: &str, path: &'a str) -> Option<&'a str> {
+    let at = route.split('/').position(|s| s == "{tenant}")?;
+    path.split('/').nth(at).filter(|t| !t.is_empty())
+}
+
 /// Counts every answered request in `toolmark_http_requests_total` and its duration (to the
-/// response head) in `toolmark_http_request_duration_seconds`, by route template.
+/// response head) in `toolmark_http_request_duration_seconds`, by route template, and writes
+/// its access log line (target `toolmark_gateway::access`, level info: the route, the method,
+/// the status, the duration and the tenant; `RUST_LOG=info,toolmark_gateway::access=off`
+/// turns the lines off).
 pub async fn count_request(
     axum::extract::State(app): axum::extract::State<AppState>,
     req: axum::extract::Request,
@@ -48,12 +57,23 @@ pub async fn count_request(
         .get::<axum::extract::MatchedPath>()
         .map(|p| p.as_str().to_owned());
     let method = req.method().clone();
+    let tenant = route
+        .as_deref()
+        .and_then(|r| tenant_of(r, req.uri().path()))
+        .map(str::to_owned);
     let res = next.run(req).await;
-    app.metrics.http_request(
-        route.as_deref(),
-        &method,
-        res.status().as_u16(),
-        started.elapsed().as_secs_f64(),
+    let seconds = started.elapsed().as_secs_f64();
+    let status = res.status().as_u16();
+    app.metrics
+        .http_request(route.as_deref(), &method, status, seconds);
+    tracing::info!(
+        target: "toolmark_gateway::access",
+        route = route.as_deref().unwrap_or("unmatched"),
+        method = %method,
+        status,
+        duration_ms = seconds * 1000.0,
+        tenant = tenant.as_deref().unwrap_or(""),
+        "request"
     );
     res
 }
@@ -66,4 +86,22 @@ pub fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
     });
     let _ = span.set_parent(parent);
     span
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tenant_of;
+
+    #[test]
+    fn the_tenant_is_the_path_segment_its_template_names() {
+        assert_eq!(
+            tenant_of(
+                "/v1/tenants/{tenant}/calls/{id}",
+                "/v1/tenants/acme/calls/c1"
+            ),
+            Some("acme")
+        );
+        assert_eq!(tenant_of("/healthz", "/healthz"), None);
+        assert_eq!(tenant_of("/v1/tenants/{tenant}/page", "/v1/tenants/"), None);
+    }
 }

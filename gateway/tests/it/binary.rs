@@ -274,3 +274,63 @@ async fn each_page_logs_under_its_own_span_and_no_other() {
         );
     }
 }
+
+#[tokio::test]
+async fn every_request_has_an_access_log_line_at_info_with_route_status_duration_and_tenant() {
+    let config = temp_config(&config_toml(""));
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "--config",
+        config.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .env("TOOLMARK_LOG_FORMAT", "json")
+    .env_remove("RUST_LOG")
+    .stderr(Stdio::piped());
+    let (mut child, addr) = toolmark_testkit::process::start_listening(cmd);
+    // Lines are read as they come, on a thread of their own.
+    let stderr = child.stderr.take().unwrap();
+    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let http = crate::harness::http_client();
+    let id = uuid::Uuid::new_v4();
+    let r = http
+        .get(format!("http://{addr}/v1/tenants/acme/calls/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let line = tokio::time::timeout(crate::harness::WAIT, async {
+        loop {
+            let v = lines.recv().await.expect("the gateway logs");
+            if v["target"] == "toolmark_gateway::access" {
+                return v;
+            }
+        }
+    })
+    .await
+    .expect("an access line at the default level");
+    assert_eq!(line["level"], "INFO", "{line}");
+    let fields = &line["fields"];
+    assert_eq!(fields["route"], "/v1/tenants/{tenant}/calls/{id}", "{line}");
+    assert_eq!(fields["method"], "GET", "{line}");
+    assert_eq!(fields["status"], 401, "{line}");
+    assert_eq!(fields["tenant"], "acme", "{line}");
+    assert!(
+        fields["duration_ms"].as_f64().is_some_and(|d| d >= 0.0),
+        "{line}"
+    );
+    // The route is the template: the call id is not in the line's fields (the request span
+    // carries the path).
+    assert!(!fields.to_string().contains(&id.to_string()), "{line}");
+    sigterm(&child);
+    assert_eq!(wait_exit(&mut child).await, 0);
+    std::fs::remove_file(config).unwrap();
+}
