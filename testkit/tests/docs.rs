@@ -984,3 +984,26 @@ fn every_test_the_security_map_names_exists() {
     assert!(checked > 40, "too few test names found: {checked}");
     report("tests named by docs/security.md", &problems);
 }
+
+// ---------------------------------------------------------------- versions
+
+#[test]
+fn the_chart_and_the_changelog_follow_the_workspace_version() {
+    let version = toolmark_process::VERSION;
+    let chart =
+        std::fs::read_to_string(root().join("charts/toolmark/Chart.yaml")).expect("Chart.yaml");
+    let field = |name: &str| {
+        chart
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().trim_matches('"').to_owned())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("appVersion"), version, "Chart.yaml appVersion");
+    assert_eq!(field("version"), version, "Chart.yaml version");
+    let changelog = std::fs::read_to_string(root().join("CHANGELOG.md")).expect("CHANGELOG.md");
+    assert!(
+        changelog.contains(&format!("\n## [{version}]")),
+        "CHANGELOG.md has no section for {version}"
+    );
+}
