@@ -7,110 +7,48 @@ use crate::prelude::*;
 #[async_trait]
 impl Pages for RedisBroker {
     async fn admit_page(&self, conv: &ConvKey, limits: &AdmitLimits) -> Result<(), AdmitError> {
-        let ttl = millis(self.opts.retention.conversations).to_string();
         let socks = self.keys.sockets(conv);
         let tenant_key = self.keys.tenant_sockets(&conv.tenant);
-        let (c, t) = tokio::join!(
-            self.script(
-                &self.scripts.count_up,
-                vec![socks.clone()],
-                vec![self.node.clone(), ttl.clone()]
-            ),
-            self.script(
-                &self.scripts.count_up,
-                vec![tenant_key.clone()],
-                vec![self.node.clone(), ttl]
-            ),
-        );
+        let (c, t) = tokio::join!(self.count_up(&socks), self.count_up(&tenant_key));
         let undo = || async {
-            let _ = self
-                .script(
-                    &self.scripts.count_down,
-                    vec![socks.clone()],
-                    vec![self.node.clone()],
-                )
-                .await;
-            let _ = self
-                .script(
-                    &self.scripts.count_down,
-                    vec![tenant_key.clone()],
-                    vec![self.node.clone()],
-                )
-                .await;
+            let _ = tokio::join!(self.count_down(&socks), self.count_down(&tenant_key));
         };
         let (c, t) = match (c, t) {
-            (Ok(c), Ok(t)) => (pairs(c), pairs(t)),
+            (Ok(c), Ok(t)) => (c, t),
             (Err(e), _) | (_, Err(e)) => {
                 undo().await;
                 return Err(AdmitError::Broker(e));
             }
         };
-        let conv_total = self.live_total(&c);
-        let tenant_total = self.live_total(&t);
-        if u64::try_from(tenant_total).unwrap_or(0) > limits.max_connections {
+        if u64::try_from(self.live_total(&t)).unwrap_or(0) > limits.max_connections {
             undo().await;
             return Err(AdmitError::TenantConnections);
         }
-        if conv_total > i64::from(limits.max_pages_per_conversation) {
+        if self.live_total(&c) > i64::from(limits.max_pages_per_conversation) {
             undo().await;
             return Err(AdmitError::ConversationPages);
         }
         lock(&self.held).entry(conv.clone()).or_default().sockets += 1;
-        *lock(&self.tenant_sockets)
-            .entry(conv.tenant.clone())
-            .or_default() += 1;
         // `drained` stays: a reader that does not count this node yet still sees the grace.
-        let node_keys = self.keys.node_keys(&self.node);
-        let _: Result<i64, _> = self
-            .client
-            .sadd(&node_keys, vec![socks.as_str(), tenant_key.as_str()])
-            .await;
-        let _: Result<i64, _> = self
-            .client
-            .pexpire(&node_keys, millis(Duration::from_secs(86_400)), None)
+        self.counted_for_tenant(&conv.tenant, &[&socks, &tenant_key])
             .await;
         Ok(())
     }
 
     async fn admit_socket(&self, tenant: &str, max_connections: u64) -> Result<(), AdmitError> {
-        let ttl = millis(self.opts.retention.conversations).to_string();
         let tenant_key = self.keys.tenant_sockets(tenant);
-        let t = self
-            .script(
-                &self.scripts.count_up,
-                vec![tenant_key.clone()],
-                vec![self.node.clone(), ttl],
-            )
-            .await;
-        let undo = || async {
-            let _ = self
-                .script(
-                    &self.scripts.count_down,
-                    vec![tenant_key.clone()],
-                    vec![self.node.clone()],
-                )
-                .await;
-        };
-        let t = match t {
-            Ok(t) => pairs(t),
+        let t = match self.count_up(&tenant_key).await {
+            Ok(t) => t,
             Err(e) => {
-                undo().await;
+                let _ = self.count_down(&tenant_key).await;
                 return Err(AdmitError::Broker(e));
             }
         };
         if u64::try_from(self.live_total(&t)).unwrap_or(0) > max_connections {
-            undo().await;
+            let _ = self.count_down(&tenant_key).await;
             return Err(AdmitError::TenantConnections);
         }
-        *lock(&self.tenant_sockets)
-            .entry(tenant.to_owned())
-            .or_default() += 1;
-        let node_keys = self.keys.node_keys(&self.node);
-        let _: Result<i64, _> = self.client.sadd(&node_keys, tenant_key.as_str()).await;
-        let _: Result<i64, _> = self
-            .client
-            .pexpire(&node_keys, millis(Duration::from_secs(86_400)), None)
-            .await;
+        self.counted_for_tenant(tenant, &[&tenant_key]).await;
         Ok(())
     }
 
@@ -118,13 +56,7 @@ impl Pages for RedisBroker {
         if let Some(n) = lock(&self.tenant_sockets).get_mut(tenant) {
             *n = n.saturating_sub(1);
         }
-        self.script(
-            &self.scripts.count_down,
-            vec![self.keys.tenant_sockets(tenant)],
-            vec![self.node.clone()],
-        )
-        .await
-        .map(|_| ())
+        self.count_down(&self.keys.tenant_sockets(tenant)).await
     }
 
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
@@ -198,17 +130,14 @@ impl Pages for RedisBroker {
         if let Some(n) = lock(&self.tenant_sockets).get_mut(&conv.tenant) {
             *n = n.saturating_sub(1);
         }
+        let tenant_key = self.keys.tenant_sockets(&conv.tenant);
         let (c, _) = tokio::join!(
             self.script(
                 &self.scripts.count_down,
                 vec![self.keys.sockets(conv)],
                 self.count_fields(client_id)
             ),
-            self.script(
-                &self.scripts.count_down,
-                vec![self.keys.tenant_sockets(&conv.tenant)],
-                vec![self.node.clone()]
-            ),
+            self.count_down(&tenant_key),
         );
         let fields = pairs(c?);
         let live = self.live_nodes();
@@ -330,5 +259,44 @@ impl RedisBroker {
                 .map(|since| now_ms().saturating_sub(since)),
         };
         Ok((state, seq.clone()))
+    }
+}
+
+impl RedisBroker {
+    /// Counts one more socket of this node in the count hash `key`; every node's counts.
+    async fn count_up(&self, key: &str) -> Result<Vec<(String, i64)>, BrokerError> {
+        let ttl = millis(self.opts.retention.conversations).to_string();
+        self.script(
+            &self.scripts.count_up,
+            vec![key.to_owned()],
+            vec![self.node.clone(), ttl],
+        )
+        .await
+        .map(pairs)
+    }
+
+    /// Counts one socket of this node less in the count hash `key`.
+    async fn count_down(&self, key: &str) -> Result<(), BrokerError> {
+        self.script(
+            &self.scripts.count_down,
+            vec![key.to_owned()],
+            vec![self.node.clone()],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// After an admission of a socket of `tenant`: this node's count of the tenant's sockets
+    /// (written again after Redis lost its data) and the count hashes it holds fields in.
+    async fn counted_for_tenant(&self, tenant: &str, keys: &[&str]) {
+        *lock(&self.tenant_sockets)
+            .entry(tenant.to_owned())
+            .or_default() += 1;
+        let node_keys = self.keys.node_keys(&self.node);
+        let _: Result<i64, _> = self.client.sadd(&node_keys, keys.to_vec()).await;
+        let _: Result<i64, _> = self
+            .client
+            .pexpire(&node_keys, millis(Duration::from_secs(86_400)), None)
+            .await;
     }
 }

@@ -71,6 +71,32 @@ fn start(args: &[&str], envs: &[(&str, &str)]) -> (Child, String) {
     (child, addr.to_string())
 }
 
+/// Starts the binary on a test config with `envs` (and no inherited `RUST_LOG`), its stderr
+/// piped: the config's path (to remove), the child, its address and its stderr.
+fn start_logging(
+    envs: &[(&str, &str)],
+) -> (
+    std::path::PathBuf,
+    Child,
+    std::net::SocketAddr,
+    std::process::ChildStderr,
+) {
+    let config = temp_config(&config_toml(""));
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "--config",
+        config.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .env_remove("RUST_LOG")
+    .envs(envs.iter().copied())
+    .stderr(Stdio::piped());
+    let (mut child, addr) = toolmark_testkit::process::start_listening(cmd);
+    let stderr = child.stderr.take().unwrap();
+    (config, child, addr, stderr)
+}
+
 fn sigterm(child: &Child) {
     let ok = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -226,18 +252,8 @@ async fn spans_are_exported_over_otlp_with_the_callers_trace_id() {
 
 #[tokio::test]
 async fn each_page_logs_under_its_own_span_and_no_other() {
-    let config = temp_config(&config_toml(""));
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "--config",
-        config.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-    ])
-    .env("RUST_LOG", "toolmark_gateway=debug")
-    .stderr(Stdio::piped());
-    let (mut child, addr) = toolmark_testkit::process::start_listening(cmd);
-    let stderr = child.stderr.take().unwrap();
+    let (config, mut child, addr, stderr) =
+        start_logging(&[("RUST_LOG", "toolmark_gateway=debug")]);
     let log = std::thread::spawn(move || {
         BufReader::new(stderr)
             .lines()
@@ -277,20 +293,9 @@ async fn each_page_logs_under_its_own_span_and_no_other() {
 
 #[tokio::test]
 async fn every_request_has_an_access_log_line_at_info_with_route_status_duration_and_tenant() {
-    let config = temp_config(&config_toml(""));
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "--config",
-        config.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-    ])
-    .env("TOOLMARK_LOG_FORMAT", "json")
-    .env_remove("RUST_LOG")
-    .stderr(Stdio::piped());
-    let (mut child, addr) = toolmark_testkit::process::start_listening(cmd);
+    // The default level: RUST_LOG unset.
+    let (config, mut child, addr, stderr) = start_logging(&[("TOOLMARK_LOG_FORMAT", "json")]);
     // Lines are read as they come, on a thread of their own.
-    let stderr = child.stderr.take().unwrap();
     let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
