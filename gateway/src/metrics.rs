@@ -5,7 +5,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use toolmark_worker::jobs::metrics::Catalogued;
+use toolmark_worker::jobs::metrics::{Catalogued, RedisScripts};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ReasonLabel {
@@ -94,6 +94,8 @@ pub struct Metrics {
     pub(crate) http_requests: Family<HttpLabels, Counter>,
     /// HTTP request durations (to the response head), by route template.
     pub(crate) http_duration: RouteHistograms,
+    /// Redis script round trips, by script.
+    redis_scripts: RedisScripts,
     /// Page sockets refused or closed, by close code.
     pub(crate) closes: Family<CodeLabel, Counter>,
     /// Agent calls and describes by outcome status.
@@ -150,6 +152,7 @@ impl Metrics {
             "HTTP request to response head, by route template",
             http_duration.clone(),
         );
+        let redis_scripts = RedisScripts::register(&mut registry);
         registry.register(
             "toolmark_page_closes",
             "Page WebSockets closed by the gateway, by close code",
@@ -208,6 +211,7 @@ impl Metrics {
             connections,
             http_requests,
             http_duration,
+            redis_scripts,
             closes,
             calls,
             call_latency,
@@ -244,6 +248,11 @@ impl Metrics {
         self.http_duration
             .get_or_create(&RouteLabel { route })
             .observe(seconds);
+    }
+
+    /// Records one Redis script's round trip.
+    pub fn redis_script(&self, script: &'static str, seconds: f64) {
+        self.redis_scripts.observe(script, seconds);
     }
 
     /// Counts a dropped page frame.

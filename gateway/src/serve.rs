@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 use toolmark_broker::SharedBroker;
 use toolmark_broker::catalog::Catalog;
 use toolmark_broker::memory::MemoryBroker;
-use toolmark_broker::redis::{ConnectError, RedisBroker, RedisOptions};
+use toolmark_broker::redis::{CommandObserver, ConnectError, RedisBroker, RedisOptions};
 use toolmark_broker::webhook::WebhookQueue;
 use toolmark_process::Lifecycle;
 use toolmark_process::config::{BrokerSettings, Settings};
@@ -154,7 +154,8 @@ async fn serve_until_stopped(
         .clone()
         .unwrap_or_else(|| format!("node-{}", crate::demo::random_hex(6)));
     let registry = Arc::new(Registry::default());
-    let (broker, queue, catalog) = connect(&settings, &node_id, &registry).await?;
+    let metrics = Arc::new(Metrics::new());
+    let (broker, queue, catalog) = connect(&settings, &node_id, &registry, &metrics).await?;
     let job_metrics = match queue {
         Some(queue) => {
             let metrics = Arc::new(JobMetrics::default());
@@ -199,7 +200,7 @@ async fn serve_until_stopped(
         tenants,
         Arc::clone(&broker),
         registry,
-        Arc::new(Metrics::new()),
+        metrics,
         life.clone(),
         dev,
         job_metrics,
@@ -269,6 +270,7 @@ async fn connect(
     settings: &Settings,
     node_id: &str,
     registry: &Arc<Registry>,
+    metrics: &Arc<Metrics>,
 ) -> Result<
     (
         SharedBroker,
@@ -284,8 +286,12 @@ async fn connect(
             (memory.clone(), Some(memory.clone()), memory)
         }
         BrokerSettings::Redis { url, prefix } => {
+            let observed = Arc::clone(metrics);
             let opts = RedisOptions {
                 prefix: prefix.clone(),
+                observe: CommandObserver::new(move |script, took| {
+                    observed.redis_script(script, took.as_secs_f64());
+                }),
                 ..RedisOptions::default()
             };
             let redis = RedisBroker::connect(url, node_id, registry.clone(), opts).await?;

@@ -62,13 +62,19 @@ pub async fn run(
         "worker-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..12]
     );
+    let metrics = Arc::new(JobMetrics::for_worker());
+    let scripts = metrics.redis_scripts.clone();
     let opts = RedisOptions {
         prefix: prefix.clone(),
+        observe: toolmark_broker::redis::CommandObserver::new(move |script, took| {
+            if let Some(s) = &scripts {
+                s.observe(script, took.as_secs_f64());
+            }
+        }),
         ..RedisOptions::default()
     };
     let broker = RedisBroker::connect(url, id.clone(), Arc::new(NoPages), opts).await?;
     let shared: SharedBroker = broker.clone();
-    let metrics = Arc::new(JobMetrics::for_worker());
     let jobs = Jobs::new(
         shared.clone(),
         broker.clone(),

@@ -64,6 +64,35 @@ pub struct RedisOptions {
     pub heartbeat: Duration,
     /// Prefix of every key and channel.
     pub prefix: String,
+    /// Told how long each script's round trip took (the processes' latency metric).
+    pub observe: CommandObserver,
+}
+
+/// Receives the name of each script the broker ran and the time its round trip took.
+#[derive(Clone, Default)]
+pub struct CommandObserver(Option<Arc<dyn Fn(&'static str, Duration) + Send + Sync>>);
+
+impl CommandObserver {
+    /// An observer calling `f`.
+    pub fn new(f: impl Fn(&'static str, Duration) + Send + Sync + 'static) -> Self {
+        CommandObserver(Some(Arc::new(f)))
+    }
+
+    fn observe(&self, script: &'static str, took: Duration) {
+        if let Some(f) = &self.0 {
+            f(script, took);
+        }
+    }
+}
+
+impl std::fmt::Debug for CommandObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "CommandObserver(set)"
+        } else {
+            "CommandObserver(none)"
+        })
+    }
 }
 
 impl Default for RedisOptions {
@@ -73,6 +102,7 @@ impl Default for RedisOptions {
             retention: Retention::default(),
             heartbeat: Duration::from_secs(2),
             prefix: "tm".into(),
+            observe: CommandObserver::default(),
         }
     }
 }
@@ -303,10 +333,15 @@ impl RedisBroker {
         if !self.client.is_connected() {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
-        script
+        let started = std::time::Instant::now();
+        let answer = script
             .evalsha_with_reload(&self.client, keys, args)
             .await
-            .map_err(|e| unavailable(&e))
+            .map_err(|e| unavailable(&e));
+        self.opts
+            .observe
+            .observe(self.scripts.name_of(script), started.elapsed());
+        answer
     }
 
     fn live_nodes(&self) -> Arc<HashSet<String>> {

@@ -534,3 +534,35 @@ impl Default for Scripts {
         }
     }
 }
+
+impl Scripts {
+    /// The name of one of these scripts (the `script` label of its latency).
+    pub fn name_of(&self, script: &Script) -> &'static str {
+        let named: [(&Script, &'static str); 20] = [
+            (&self.catalog_put, "catalog_put"),
+            (&self.catalog_remove, "catalog_remove"),
+            (&self.bind, "bind"),
+            (&self.place, "place"),
+            (&self.result, "result"),
+            (&self.timeout, "timeout"),
+            (&self.cancel, "cancel"),
+            (&self.confirm, "confirm"),
+            (&self.put_manifest, "put_manifest"),
+            (&self.conv_read, "conv_read"),
+            (&self.count_up, "count_up"),
+            (&self.count_down, "count_down"),
+            (&self.gcra, "gcra"),
+            (&self.emit, "emit"),
+            (&self.expire_confirm, "expire_confirm"),
+            (&self.pending, "pending"),
+            (&self.read_call, "read_call"),
+            (&self.refresh, "refresh"),
+            (&self.drained, "drained"),
+            (&self.release, "release"),
+        ];
+        named
+            .iter()
+            .find(|(s, _)| std::ptr::eq(*s, script))
+            .map_or("other", |(_, n)| n)
+    }
+}

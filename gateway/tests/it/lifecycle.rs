@@ -194,6 +194,11 @@ async fn ops_endpoints_answer() {
     ] {
         assert!(text.contains(name), "{name} missing from\n{text}");
     }
+    // On Redis, every script's round trip is measured: the page's admission counted it.
+    if toolmark_testkit::redis::mode() != toolmark_testkit::redis::Mode::Memory {
+        let admitted = "toolmark_redis_script_duration_seconds_count{script=\"count_up\"}";
+        assert!(text.contains(admitted), "{admitted} missing from\n{text}");
+    }
 }
 
 #[tokio::test]

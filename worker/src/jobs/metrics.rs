@@ -65,6 +65,44 @@ pub fn register_build_info(registry: &mut Catalogued) {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScriptLabel {
+    script: &'static str,
+}
+
+/// `toolmark_redis_script_duration_seconds{script}`: the round trip of each Redis script a
+/// process's broker runs, fed by the broker's `CommandObserver`.
+#[derive(Debug, Clone)]
+pub struct RedisScripts(Family<ScriptLabel, Histogram, fn() -> Histogram>);
+
+impl RedisScripts {
+    /// Registers the family in `registry`.
+    pub fn register(registry: &mut Catalogued) -> Self {
+        fn buckets() -> Histogram {
+            Histogram::new([
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+                2.0,
+            ])
+        }
+        let family = Family::<ScriptLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+            buckets as fn() -> Histogram,
+        );
+        registry.register(
+            "toolmark_redis_script_duration_seconds",
+            "Round trip of each Redis script the broker runs (calls, results, presence, rates, events), by script",
+            family.clone(),
+        );
+        RedisScripts(family)
+    }
+
+    /// Records one round trip.
+    pub fn observe(&self, script: &'static str, seconds: f64) {
+        self.0
+            .get_or_create(&ScriptLabel { script })
+            .observe(seconds);
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct TenantLabel {
     pub tenant: String,
 }
@@ -109,6 +147,8 @@ pub struct JobMetrics {
     pub confirmations_expired: Counter,
     /// Events the sweeps emitted, by type.
     pub(crate) events: Family<EventLabel, Counter>,
+    /// The worker's Redis script latencies (`for_worker` only: a gateway has its own).
+    pub redis_scripts: Option<RedisScripts>,
 }
 
 impl Default for JobMetrics {
@@ -126,6 +166,7 @@ impl Default for JobMetrics {
             swept: Counter::default(),
             confirmations_expired: Counter::default(),
             events: Family::default(),
+            redis_scripts: None,
         };
         let r = &mut m.registry;
         r.register(
@@ -183,6 +224,7 @@ impl JobMetrics {
     pub fn for_worker() -> Self {
         let mut m = Self::default();
         register_build_info(&mut m.registry);
+        m.redis_scripts = Some(RedisScripts::register(&mut m.registry));
         m
     }
 
