@@ -14,6 +14,8 @@ command -v node >/dev/null || need_apt+=(nodejs)
 command -v npm >/dev/null || need_apt+=(npm)
 command -v php >/dev/null || need_apt+=(php-cli)
 command -v buildah >/dev/null || need_apt+=(buildah)
+command -v curl >/dev/null || need_apt+=(curl)
+command -v strip >/dev/null || need_apt+=(binutils)
 
 apt_install() {
   if [ "$(id -u)" -ne 0 ]; then
