@@ -403,6 +403,17 @@ async fn exchange(
     (status, session, messages)
 }
 
+/// A raw `initialize` POST with `token` to the endpoint at `url`, answer unread.
+async fn post_initialize(http: &reqwest::Client, url: &str, token: &str) -> reqwest::Response {
+    http.post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .json(&initialize())
+        .send()
+        .await
+        .unwrap()
+}
+
 fn initialize() -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
@@ -522,15 +533,7 @@ async fn only_an_mcp_token_of_the_tenant_opens_the_endpoint() {
     let url = gw.url("/v1/tenants/acme/mcp");
     let post = |token: String, url: String| {
         let http = gw.http.clone();
-        async move {
-            http.post(url)
-                .bearer_auth(token)
-                .header("accept", "application/json, text/event-stream")
-                .json(&initialize())
-                .send()
-                .await
-                .unwrap()
-        }
+        async move { post_initialize(&http, &url, &token).await }
     };
     // A page token (no scope), an expired MCP token, another tenant's MCP token, garbage.
     let page_token = hs256(ACME_SECRET, &claims("acme", "u1", "c1"));
@@ -796,15 +799,7 @@ async fn a_tenants_own_access_tokens_open_the_endpoint_when_issuer_and_audience_
     ] {
         let (status, _, _) = exchange(&gw, &token, None, initialize()).await;
         assert_eq!(status, 401);
-        let r = gw
-            .http
-            .post(&resource)
-            .bearer_auth(&token)
-            .header("accept", "application/json, text/event-stream")
-            .json(&initialize())
-            .send()
-            .await
-            .unwrap();
+        let r = post_initialize(&gw.http, &resource, &token).await;
         assert_eq!(
             r.headers()["www-authenticate"].to_str().unwrap(),
             format!("Bearer resource_metadata=\"{metadata}\"")
@@ -895,21 +890,9 @@ async fn a_tenant_created_at_run_time_takes_its_authorization_servers_tokens_on_
     let resource = n2.url("/v1/tenants/oauthco/mcp");
     let claims = json!({"iss": ISSUER, "aud": resource, "sub": "u1", "exp": now() + 600});
     let token = access_token(jsonwebtoken::Algorithm::EdDSA, "any", &claims);
-    let post = |token: String| {
-        let (http, url) = (n2.http.clone(), resource.clone());
-        async move {
-            http.post(url)
-                .bearer_auth(token)
-                .header("accept", "application/json, text/event-stream")
-                .json(&initialize())
-                .send()
-                .await
-                .unwrap()
-        }
-    };
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let status = post(token.clone()).await.status();
+        let status = post_initialize(&n2.http, &resource, &token).await.status();
         if status == 200 {
             break;
         }
@@ -941,7 +924,7 @@ async fn a_tenant_created_at_run_time_takes_its_authorization_servers_tokens_on_
     assert_eq!(patched.status, 200, "{}", patched.body);
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let r = post(token.clone()).await;
+        let r = post_initialize(&n2.http, &resource, &token).await;
         if r.status() == 401 {
             assert_eq!(r.headers()["www-authenticate"], "Bearer realm=\"toolmark\"");
             break;
