@@ -45,14 +45,20 @@ pub(crate) struct RouteLabel {
     pub route: &'static str,
 }
 
-/// A route template as a `&'static str` label: routes are a fixed set, each kept once.
-fn intern(route: &str) -> &'static str {
-    static ROUTES: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> =
-        std::sync::OnceLock::new();
-    let mut routes = ROUTES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+/// A route template as a `&'static str` label: routes are a fixed set, each kept once. Every
+/// request looks its route up under a read lock; only a route's first request writes.
+pub fn intern(route: &str) -> &'static str {
+    use std::sync::{OnceLock, PoisonError, RwLock};
+    static ROUTES: OnceLock<RwLock<std::collections::HashSet<&'static str>>> = OnceLock::new();
+    let routes = ROUTES.get_or_init(Default::default);
+    if let Some(r) = routes
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(route)
+    {
+        return r;
+    }
+    let mut routes = routes.write().unwrap_or_else(PoisonError::into_inner);
     if let Some(r) = routes.get(route) {
         return r;
     }
@@ -229,15 +235,15 @@ impl Metrics {
             .clone()
     }
 
-    /// Counts an answered HTTP request of `route` (a template; `None` for no route).
+    /// Counts an answered HTTP request of `route` (an [`intern`]ed template, `unmatched` for
+    /// no route).
     pub fn http_request(
         &self,
-        route: Option<&str>,
+        route: &'static str,
         method: &axum::http::Method,
         status: u16,
         seconds: f64,
     ) {
-        let route = route.map_or("unmatched", intern);
         self.http_requests
             .get_or_create(&HttpLabels {
                 route,

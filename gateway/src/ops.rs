@@ -55,24 +55,21 @@ pub async fn count_request(
     let route = req
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .map(|p| p.as_str().to_owned());
+        .map_or("unmatched", |p| crate::metrics::intern(p.as_str()));
     let method = req.method().clone();
-    let tenant = route
-        .as_deref()
-        .and_then(|r| tenant_of(r, req.uri().path()))
-        .map(str::to_owned);
+    // Reference-counted: the path is read for the tenant only once the answer is out.
+    let uri = req.uri().clone();
     let res = next.run(req).await;
     let seconds = started.elapsed().as_secs_f64();
     let status = res.status().as_u16();
-    app.metrics
-        .http_request(route.as_deref(), &method, status, seconds);
+    app.metrics.http_request(route, &method, status, seconds);
     tracing::info!(
         target: "toolmark_gateway::access",
-        route = route.as_deref().unwrap_or("unmatched"),
+        route,
         method = %method,
         status,
         duration_ms = seconds * 1000.0,
-        tenant = tenant.as_deref().unwrap_or(""),
+        tenant = tenant_of(route, uri.path()).unwrap_or(""),
         "request"
     );
     res
