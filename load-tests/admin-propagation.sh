@@ -30,7 +30,7 @@ TOML
 admin_urls=()
 for n in 1 2 3; do
     log="$lt_work/admin-node-$n.log"
-    RUST_LOG="${GATEWAY_LOG:-warn}" "$lt_gateway_bin" --config "$lt_work/gateway.toml" \
+    RUST_LOG="${GATEWAY_LOG:-info}" "$lt_gateway_bin" --config "$lt_work/gateway.toml" \
         --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --node-id "node-$n" >"$log" 2>&1 &
     lt_pids+=($!)
     line=""

@@ -2,7 +2,7 @@
 # `make bench` (load part): regenerates the gateway figures of docs/benchmarks.md on this
 # machine, each stage against fresh release processes on loopback:
 #   idle   RSS per idle page at IDLE_PAGES (default "10000 19000") on one node (memory broker),
-#          and the gateway's CPU per idle page per second over 20 s (its pings included); the
+#          and the gateway's CPU per idle page per second over 60 s (its pings included); the
 #          pages are spread over two load-generator processes (open files are capped per
 #          process)
 #   calls  call round trip on one node at SWEEP rates (default "1000 2000 … 10000 12000"),

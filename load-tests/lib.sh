@@ -117,7 +117,7 @@ TOML
 # lt_node_pid.
 lt_start_node() {
     local log="$lt_work/node-$1.log" line="" _
-    RUST_LOG="${GATEWAY_LOG:-warn}" "$lt_gateway_bin" --config "$lt_work/gateway.toml" --listen 127.0.0.1:0 --node-id "node-$1" >"$log" 2>&1 &
+    RUST_LOG="${GATEWAY_LOG:-info}" "$lt_gateway_bin" --config "$lt_work/gateway.toml" --listen 127.0.0.1:0 --node-id "node-$1" >"$log" 2>&1 &
     lt_node_pid=$!
     lt_pids+=("$lt_node_pid")
     for _ in $(seq 100); do

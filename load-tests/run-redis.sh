@@ -69,7 +69,7 @@ TOML
 
 start_node() {
     local log="$work/node-$1.log" line=""
-    RUST_LOG=warn "$gateway_bin" --config "$work/gateway.toml" --listen 127.0.0.1:0 --node-id "node-$1" >"$log" 2>&1 &
+    RUST_LOG="${GATEWAY_LOG:-info}" "$gateway_bin" --config "$work/gateway.toml" --listen 127.0.0.1:0 --node-id "node-$1" >"$log" 2>&1 &
     pids+=($!)
     for _ in $(seq 100); do
         line="$(grep -m1 -o 'listening on http://[0-9.:]*' "$log" || true)"

@@ -74,7 +74,7 @@ EOF
 # Starts a fresh gateway on an ephemeral loopback port; sets gateway_pid and gateway_url.
 start_gateway() {
     local log="$work/gateway-$1.log" line="" _
-    RUST_LOG=warn "$gateway_bin" --config "$work/gateway.toml" --listen 127.0.0.1:0 >"$log" 2>&1 &
+    RUST_LOG="${GATEWAY_LOG:-info}" "$gateway_bin" --config "$work/gateway.toml" --listen 127.0.0.1:0 >"$log" 2>&1 &
     gateway_pid=$!
     for _ in $(seq 100); do
         line="$(grep -m1 -o 'listening on http://[0-9.:]*' "$log" || true)"

@@ -33,6 +33,10 @@ const MAX_STRIKES: usize = 20;
 const STRIKE_WINDOW: Duration = Duration::from_secs(60);
 /// Ping interval; a socket silent for three intervals is dropped.
 const PING_EVERY: Duration = Duration::from_secs(30);
+/// Every socket's pings fall on a grid of this step, shared by the process: the pings due
+/// within one step go out in one wakeup of the runtime, where pings spread evenly would each
+/// wake a thread (at 19,000 pages, 633 wakeups a second become 10).
+const PING_GRID: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Deserialize)]
 pub struct TokenQuery {
@@ -57,11 +61,66 @@ pub async fn upgrade(
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| async move {
             let _open = app.life.hold();
-            match authenticate(&app, &tenant_id, q.token.as_deref(), origin.as_deref()) {
-                Err((code, reason)) => refuse(&app, socket, code, reason).await,
-                Ok((tenant, conv, grant)) => serve(app, socket, tenant, conv, grant).await,
-            }
+            // The page's state lives in one box and the task holds only the loop: an idle
+            // page's task is a few hundred bytes instead of the whole of admission and close.
+            let Some(mut admitted) =
+                Box::pin(admit(app, &tenant_id, q.token, origin, socket)).await
+            else {
+                return;
+            };
+            let Admitted { page, socket } = &mut *admitted;
+            let outbound = Arc::clone(&page.session.outbox);
+            let end = page.run(socket, outbound).await;
+            Box::pin(finish(admitted, end)).await;
         })
+}
+
+/// An admitted page socket: its session and its WebSocket.
+struct Admitted {
+    page: PageSocket,
+    socket: WebSocket,
+}
+
+/// Authenticates and admits the page; a refused page gets its close code here and `None`.
+async fn admit(
+    app: AppState,
+    tenant_id: &str,
+    token: Option<String>,
+    origin: Option<String>,
+    socket: WebSocket,
+) -> Option<Box<Admitted>> {
+    let (tenant, conv, grant) =
+        match authenticate(&app, tenant_id, token.as_deref(), origin.as_deref()) {
+            Ok(found) => found,
+            Err((code, reason)) => {
+                refuse(&app, socket, code, reason).await;
+                return None;
+            }
+        };
+    let session = match Session::open(&app, &tenant, conv, Transport::WebSocket, grant).await {
+        Ok(s) => s,
+        Err(e) => {
+            let code = match e {
+                AdmitError::Broker(_) => close::INTERNAL,
+                AdmitError::TenantConnections | AdmitError::ConversationPages => close::LIMIT,
+            };
+            refuse(&app, socket, code, refusal_reason(&e)).await;
+            return None;
+        }
+    };
+    let per_second =
+        NonZeroU32::new(tenant.limits.page_messages_per_second).unwrap_or(NonZeroU32::MIN);
+    let page = PageSocket {
+        app,
+        limits: Limits::with_max_bytes(tenant.limits.max_message_bytes),
+        rate: RateLimiter::direct(
+            Quota::per_second(per_second)
+                .allow_burst(per_second.saturating_mul(NonZeroU32::MIN.saturating_add(1))),
+        ),
+        session,
+        strikes: VecDeque::new(),
+    };
+    Some(Box::new(Admitted { page, socket }))
 }
 
 fn authenticate(
@@ -99,52 +158,32 @@ async fn refuse(app: &AppState, mut socket: WebSocket, code: u16, reason: &'stat
         .await;
 }
 
-async fn serve(app: AppState, socket: WebSocket, tenant: Arc<Tenant>, conv: ConvKey, grant: Grant) {
-    let session = match Session::open(&app, &tenant, conv, Transport::WebSocket, grant).await {
-        Ok(s) => s,
-        Err(e) => {
-            let code = match e {
-                AdmitError::Broker(_) => close::INTERNAL,
-                AdmitError::TenantConnections | AdmitError::ConversationPages => close::LIMIT,
-            };
-            return refuse(&app, socket, code, refusal_reason(&e)).await;
-        }
-    };
-    let per_second =
-        NonZeroU32::new(tenant.limits.page_messages_per_second).unwrap_or(NonZeroU32::MIN);
-    // A root span of its own: a page's log lines name that page and no other connection.
-    let span = tracing::info_span!(parent: None, "page", tenant = %session.conv.tenant, user = %session.conv.user, conversation = %session.conv.conversation, socket = session.slot);
-    let mut page = PageSocket {
-        app,
-        limits: Limits::with_max_bytes(tenant.limits.max_message_bytes),
-        rate: RateLimiter::direct(
-            Quota::per_second(per_second)
-                .allow_burst(per_second.saturating_mul(NonZeroU32::MIN.saturating_add(1))),
-        ),
-        session,
-        strikes: VecDeque::new(),
-    };
+/// The end of a page session: the drain's record, the release and its events, then the
+/// linger after our close frame.
+async fn finish(admitted: Box<Admitted>, end: End) {
+    let span = admitted.page.span();
+    let Admitted {
+        page: PageSocket { app, session, .. },
+        mut socket,
+    } = *admitted;
     async move {
-        let mut socket = socket;
-        let outbound = Arc::clone(&page.session.outbox);
-        let end = page.run(&mut socket, outbound).await;
         let code = match end {
             End::Gone => None,
             End::Closed(code) => Some(code),
         };
         if code == Some(close::GOING_AWAY)
-            && let Err(e) = page.app.broker.mark_drained(&page.session.conv).await
+            && let Err(e) = app.broker.mark_drained(&session.conv).await
         {
             tracing::debug!(error = %e, "drain not recorded");
         }
         tracing::debug!(
             ?code,
-            client_id = page.session.client_id.as_deref().unwrap_or(""),
+            client_id = session.client_id.as_deref().unwrap_or(""),
             "page socket ended"
         );
-        // The release and its events first: a page that does not answer our close frame must not
-        // hold them up (a drain's grace could end while it lingers).
-        page.session.close(&page.app).await;
+        // The release and its events first: a page that does not answer our close frame must
+        // not hold them up (a drain's grace could end while it lingers).
+        session.close(&app).await;
         if code.is_some() {
             linger(&mut socket).await;
         }
@@ -176,9 +215,20 @@ enum Flow {
 }
 
 impl PageSocket {
+    /// The span of this page's log lines: a root of its own, naming this page and no other
+    /// connection. Made for each frame and for the close rather than held for the socket's
+    /// life, so that an idle page keeps no span (about 0.5 KiB at the default log level).
+    fn span(&self) -> tracing::Span {
+        let conv = &self.session.conv;
+        tracing::info_span!(parent: None, "page", tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, socket = self.session.slot)
+    }
+
     async fn run(&mut self, socket: &mut WebSocket, outbound: Arc<crate::registry::Outbox>) -> End {
-        let mut ping = tokio::time::interval(PING_EVERY);
-        ping.tick().await;
+        let mut ping =
+            tokio::time::interval_at(first_ping(ping_epoch(), Instant::now()).into(), PING_EVERY);
+        // A late tick (a busy runtime) is skipped, not made up in a burst, and the socket
+        // stays on the grid.
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut last_seen = Instant::now();
         let shutdown = self.app.life.stopping().clone();
         loop {
@@ -215,11 +265,14 @@ impl PageSocket {
                     match incoming {
                         None => return End::Gone,
                         Some(Ok(Message::Close(_))) => {
-                            close::answer_peer_close(socket).await;
+                            Box::pin(close::answer_peer_close(socket)).await;
                             return End::Gone;
                         }
                         // Boxed: the message path is large and idle sockets should not carry it.
-                        Some(Ok(Message::Text(text))) => Box::pin(self.on_text(text.as_str())).await,
+                        Some(Ok(Message::Text(text))) => {
+                            let span = self.span();
+                            Box::pin(self.on_text(text.as_str()).instrument(span)).await
+                        }
                         Some(Ok(Message::Binary(_))) => {
                             self.app.metrics.inbound_rejected("binary");
                             self.strike()
@@ -303,6 +356,20 @@ impl PageSocket {
     }
 }
 
+/// The instant the ping grid counts from: the first socket's.
+fn ping_epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// A socket opened at `now` first pings on the first grid point at least [`PING_EVERY`] later.
+fn first_ping(epoch: Instant, now: Instant) -> Instant {
+    let due = (now + PING_EVERY).saturating_duration_since(epoch);
+    let step = PING_GRID.as_millis();
+    let on_grid = due.as_millis().div_ceil(step) * step;
+    epoch + Duration::from_millis(u64::try_from(on_grid).unwrap_or(u64::MAX))
+}
+
 /// How long the socket that holds a clientId has to answer a ping before a new socket claiming
 /// the same clientId takes it over.
 const CLAIM_PROBE: Duration = Duration::from_secs(2);
@@ -335,4 +402,33 @@ const LINGER: Duration = Duration::from_secs(2);
 fn is_capacity_error(e: &axum::Error) -> bool {
     let text = e.to_string();
     text.contains("Space limit exceeded") || text.contains("too long") || text.contains("Capacity")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_ping_falls_on_the_grid_one_interval_or_a_little_more_after_the_open() {
+        let epoch = Instant::now();
+        for offset_ms in [0, 1, 99, 100, 101, 12_345, 86_400_007] {
+            let now = epoch + Duration::from_millis(offset_ms);
+            let first = first_ping(epoch, now);
+            let since_epoch = first.duration_since(epoch).as_millis();
+            assert_eq!(
+                since_epoch % PING_GRID.as_millis(),
+                0,
+                "{offset_ms} ms: off the grid"
+            );
+            assert!(first >= now + PING_EVERY, "{offset_ms} ms: pinged early");
+            assert!(
+                first < now + PING_EVERY + PING_GRID,
+                "{offset_ms} ms: pinged late"
+            );
+        }
+        // Sockets opened within one grid step ping together.
+        let a = first_ping(epoch, epoch + Duration::from_millis(201));
+        let b = first_ping(epoch, epoch + Duration::from_millis(299));
+        assert_eq!(a, b);
+    }
 }

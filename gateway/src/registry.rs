@@ -195,7 +195,8 @@ impl Registry {
         let socket_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.shard(conv)
             .entry(conv.clone())
-            .or_default()
+            // Most conversations hold one socket: room for one, not the four a first push makes.
+            .or_insert_with(|| Vec::with_capacity(1))
             .push(Slot {
                 socket_id,
                 client_id: None,

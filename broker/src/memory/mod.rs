@@ -10,7 +10,7 @@ mod pages;
 mod sessions;
 mod webhooks;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use litemap::LiteMap;
 use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
 use toolmark_proto::{AgentMessage, Cancel, Manifest, ToolResult};
@@ -55,11 +56,14 @@ type Confirms = HashMap<String, HashMap<ConvKey, ConfirmEntry>>;
 #[derive(Default)]
 struct Conv {
     current: Option<String>,
-    /// Latest manifest of each page, with the order in which it arrived.
-    manifests: HashMap<String, (u64, Manifest)>,
+    /// Latest manifest of each page, with the order in which it arrived. A conversation
+    /// holds one page or a few, so a sorted vector (sized on first use for one) rather than a
+    /// hash table, which allocates room for four.
+    manifests: LiteMap<String, (u64, Manifest)>,
     next_seq: u64,
     sockets: u32,
-    pages: BTreeMap<String, u32>,
+    /// Identified sockets of each page load (a sorted vector, as `manifests`).
+    pages: LiteMap<String, u32>,
     idle_since: Option<Instant>,
     /// When a draining node closed this conversation's sockets.
     drained_at: Option<Instant>,
@@ -325,9 +329,18 @@ impl MemoryBroker {
 fn presence(c: &Conv) -> Presence {
     let identified: u32 = c.pages.values().sum();
     Presence {
-        identified: c.pages.clone(),
+        identified: c.pages.iter().map(|(id, n)| (id.clone(), *n)).collect(),
         unidentified: c.sockets.saturating_sub(identified),
     }
+}
+
+/// Inserts into a small per-conversation map, allocating room for exactly one entry when it
+/// is empty (a vector's first push makes room for four).
+fn insert_small<V>(map: &mut LiteMap<String, V>, key: String, value: V) {
+    if map.is_empty() {
+        *map = LiteMap::with_capacity(1);
+    }
+    map.insert(key, value);
 }
 
 /// D23's choice of the page new calls go to ([`model::current_page`]).

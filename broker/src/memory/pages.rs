@@ -43,7 +43,10 @@ impl Pages for MemoryBroker {
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
         let mut st = lock(&self.state);
         let c = st.convs.entry(conv.clone()).or_default();
-        *c.pages.entry(client_id.to_owned()).or_default() += 1;
+        match c.pages.get_mut(client_id) {
+            Some(n) => *n += 1,
+            None => super::insert_small(&mut c.pages, client_id.to_owned(), 1),
+        }
         c.left.remove(client_id);
         Ok(())
     }
@@ -79,8 +82,11 @@ impl Pages for MemoryBroker {
         let mut st = lock(&self.state);
         let c = st.convs.entry(conv.clone()).or_default();
         c.next_seq += 1;
-        c.manifests
-            .insert(manifest.client_id.clone(), (c.next_seq, manifest.clone()));
+        super::insert_small(
+            &mut c.manifests,
+            manifest.client_id.clone(),
+            (c.next_seq, manifest.clone()),
+        );
         c.current = Some(manifest.client_id.clone());
         Ok(())
     }

@@ -77,8 +77,9 @@ pub struct IdleArgs {
     #[arg(long, default_value_t = 0)]
     pub hold_secs: u64,
     /// How long the gateway's CPU time is measured while the pages stay idle (its pings to
-    /// them included), after the memory reading.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    /// them included), after the memory reading. The default is two of the gateway's 30 s ping
+    /// intervals, so that every page's pings fall in the window equally often.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub cpu_secs: u64,
     /// The gateway's process id, whose VmRSS is read from /proc.
     #[arg(long)]
