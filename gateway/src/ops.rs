@@ -34,7 +34,6 @@ pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
     )
 }
 
-/// The span of one HTTP request, child of the caller's `traceparent` when it sent one.
 /// The tenant a request path names, when its route template has a `{tenant}` segment.
 fn tenant_of<'a>(route: &str, path: &'a str) -> Option<&'a str> {
     let at = route.split('/').position(|s| s == "{tenant}")?;
@@ -75,6 +74,7 @@ pub async fn count_request(
     res
 }
 
+/// The span of one HTTP request, child of the caller's `traceparent` when it sent one.
 pub fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
     let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path());
