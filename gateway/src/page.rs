@@ -365,9 +365,9 @@ fn ping_epoch() -> Instant {
 /// A socket opened at `now` first pings on the first grid point at least [`PING_EVERY`] later.
 fn first_ping(epoch: Instant, now: Instant) -> Instant {
     let due = (now + PING_EVERY).saturating_duration_since(epoch);
-    let step = PING_GRID.as_millis();
-    let on_grid = due.as_millis().div_ceil(step) * step;
-    epoch + Duration::from_millis(u64::try_from(on_grid).unwrap_or(u64::MAX))
+    let step = PING_GRID.as_nanos();
+    let on_grid = due.as_nanos().div_ceil(step) * step;
+    epoch + Duration::from_nanos(u64::try_from(on_grid).unwrap_or(u64::MAX))
 }
 
 /// How long the socket that holds a clientId has to answer a ping before a new socket claiming
@@ -411,19 +411,19 @@ mod tests {
     #[test]
     fn the_first_ping_falls_on_the_grid_one_interval_or_a_little_more_after_the_open() {
         let epoch = Instant::now();
-        for offset_ms in [0, 1, 99, 100, 101, 12_345, 86_400_007] {
-            let now = epoch + Duration::from_millis(offset_ms);
+        for offset_us in [0, 1, 99_999, 100_000, 100_500, 12_345_678, 86_400_007_001] {
+            let now = epoch + Duration::from_micros(offset_us);
             let first = first_ping(epoch, now);
-            let since_epoch = first.duration_since(epoch).as_millis();
+            let since_epoch = first.duration_since(epoch).as_nanos();
             assert_eq!(
-                since_epoch % PING_GRID.as_millis(),
+                since_epoch % PING_GRID.as_nanos(),
                 0,
-                "{offset_ms} ms: off the grid"
+                "{offset_us} µs: off the grid"
             );
-            assert!(first >= now + PING_EVERY, "{offset_ms} ms: pinged early");
+            assert!(first >= now + PING_EVERY, "{offset_us} µs: pinged early");
             assert!(
                 first < now + PING_EVERY + PING_GRID,
-                "{offset_ms} ms: pinged late"
+                "{offset_us} µs: pinged late"
             );
         }
         // Sockets opened within one grid step ping together.
