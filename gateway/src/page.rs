@@ -61,8 +61,8 @@ pub async fn upgrade(
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| async move {
             let _open = app.life.hold();
-            // The page's state lives in one box and the task holds only the loop: an idle
-            // page's task is a few hundred bytes instead of the whole of admission and close.
+            // The page's state lives in one box and the task holds only the loop's state, not
+            // room for admission and close as well (docs/architecture.md, memory per idle page).
             let Some(mut admitted) =
                 Box::pin(admit(app, &tenant_id, q.token, origin, socket)).await
             else {
