@@ -91,8 +91,12 @@ pub fn load_settings(
     overrides: &Overrides,
 ) -> Result<Settings, ExitCode> {
     crate::tls::install_crypto();
-    Settings::from_file(path, std::env::vars(), overrides)
-        .map_err(|e| fail(binary, 2, format_args!("config: {e}")))
+    let settings = Settings::from_file(path, std::env::vars(), overrides)
+        .map_err(|e| fail(binary, 2, format_args!("config: {e}")))?;
+    // The trace export's transport is read from the environment, as every OpenTelemetry SDK
+    // does; a value it cannot honour is a configuration error like any other.
+    crate::telemetry::Protocol::from_env().map_err(|e| fail(binary, 2, e))?;
+    Ok(settings)
 }
 
 /// The readiness line of the contract, `<binary> listening on http://ADDR`: the binary's one

@@ -1,11 +1,23 @@
 //! Logs and traces. Logs go through `tracing` to stderr: `RUST_LOG` filters (default `info`),
 //! `TOOLMARK_LOG_FORMAT=json` prints one JSON object per line. When
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are also exported over OTLP (HTTP/protobuf) and
-//! W3C `traceparent` headers of agent requests become the parents of their spans.
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are also exported over OTLP and W3C `traceparent`
+//! headers of agent requests become the parents of their spans. `OTEL_EXPORTER_OTLP_PROTOCOL`
+//! picks the transport: `http/protobuf` (the default, port 4318) or `grpc` (port 4317).
+//!
+//! The SDK's batch processor exports from a thread of its own, outside any async runtime. The
+//! HTTP transport brings its own (a blocking client); the gRPC transport needs a tokio reactor
+//! for its HTTP/2 connection, so it gets a one-thread runtime of its own ([`OnRuntime`]), kept
+//! apart from the node's runtime so that exporting never competes with serving and is still
+//! there while the node's runtime drains.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -15,6 +27,8 @@ use tracing_subscriber::{EnvFilter, Layer};
 pub struct Telemetry {
     service: &'static str,
     provider: Option<SdkTracerProvider>,
+    /// The gRPC transport's runtime: dropped after the provider has flushed.
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Telemetry {
@@ -25,6 +39,39 @@ impl Telemetry {
         {
             eprintln!("{}: trace export shutdown: {e}", self.service);
         }
+        drop(self.runtime);
+    }
+}
+
+/// The environment variable that picks the OTLP transport.
+pub const PROTOCOL_VAR: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+
+/// The OTLP transport spans are exported over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// `http/protobuf`: protobuf bodies POSTed to `<endpoint>/v1/traces` (the default).
+    HttpProtobuf,
+    /// `grpc`: the `TraceService/Export` call over HTTP/2.
+    Grpc,
+}
+
+impl Protocol {
+    /// The transport a value of [`PROTOCOL_VAR`] names; unset means `http/protobuf`, as the
+    /// OpenTelemetry specification says. `http/json` is not spoken.
+    pub fn parse(value: Option<&str>) -> Result<Self, String> {
+        match value.map(str::trim) {
+            None | Some("") | Some("http/protobuf") => Ok(Self::HttpProtobuf),
+            Some("grpc") => Ok(Self::Grpc),
+            Some(other) => Err(format!(
+                "{PROTOCOL_VAR}: {other:?} is not a supported protocol (grpc or http/protobuf)"
+            )),
+        }
+    }
+
+    /// The transport the process environment names.
+    pub fn from_env() -> Result<Self, String> {
+        let value = std::env::var(PROTOCOL_VAR).ok();
+        Self::parse(value.as_deref())
     }
 }
 
@@ -43,28 +90,16 @@ pub fn init(service: &'static str) -> Telemetry {
     } else {
         fmt.boxed()
     };
-    let provider = std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").and_then(|_| {
-        match opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .build()
-        {
-            Ok(exporter) => {
-                let resource = opentelemetry_sdk::Resource::builder()
-                    .with_service_name(service)
-                    .build();
-                Some(
-                    SdkTracerProvider::builder()
-                        .with_batch_exporter(exporter)
-                        .with_resource(resource)
-                        .build(),
-                )
-            }
+    let (provider, runtime) = match std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT") {
+        None => (None, None),
+        Some(_) => match exporter(service) {
+            Ok((provider, runtime)) => (Some(provider), runtime),
             Err(e) => {
                 eprintln!("{service}: OTLP exporter not started: {e}");
-                None
+                (None, None)
             }
-        }
-    });
+        },
+    };
     let otel = provider
         .as_ref()
         .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service)));
@@ -74,5 +109,91 @@ pub fn init(service: &'static str) -> Telemetry {
         .with(fmt)
         .with(otel)
         .try_init();
-    Telemetry { service, provider }
+    Telemetry {
+        service,
+        provider,
+        runtime,
+    }
+}
+
+/// The tracer provider for the configured transport, and the runtime the gRPC one runs on.
+fn exporter(
+    service: &'static str,
+) -> Result<(SdkTracerProvider, Option<tokio::runtime::Runtime>), String> {
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name(service)
+        .build();
+    let provider = SdkTracerProvider::builder().with_resource(resource);
+    match Protocol::from_env()? {
+        Protocol::HttpProtobuf => {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .build()
+                .map_err(|e| e.to_string())?;
+            Ok((provider.with_batch_exporter(exporter).build(), None))
+        }
+        Protocol::Grpc => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("otlp-grpc")
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the export runtime: {e}"))?;
+            // The channel is made, and connects, on the export runtime.
+            let exporter = {
+                let _on = runtime.enter();
+                opentelemetry_otlp::SpanExporter::builder()
+                    .with_tonic()
+                    .with_protocol(opentelemetry_otlp::Protocol::Grpc)
+                    .build()
+                    .map_err(|e| e.to_string())?
+            };
+            let exporter = OnRuntime {
+                inner: Arc::new(exporter),
+                runtime: runtime.handle().clone(),
+            };
+            Ok((
+                provider.with_batch_exporter(exporter).build(),
+                Some(runtime),
+            ))
+        }
+    }
+}
+
+/// A span exporter whose exports run on a tokio runtime, whatever thread asks for them.
+#[derive(Debug)]
+struct OnRuntime<E> {
+    inner: Arc<E>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl<E: SpanExporter + 'static> SpanExporter for OnRuntime<E> {
+    fn export(
+        &self,
+        batch: Vec<SpanData>,
+    ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        let inner = self.inner.clone();
+        let task = self.runtime.spawn(async move { inner.export(batch).await });
+        async move {
+            task.await
+                .unwrap_or_else(|e| Err(OTelSdkError::InternalFailure(e.to_string())))
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _on = self.runtime.enter();
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        let _on = self.runtime.enter();
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        // Called while the provider is built, before any export holds a clone.
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.set_resource(resource);
+        }
+    }
 }

@@ -136,6 +136,10 @@ TOML when they parse: api_keys is a TOML array, pusher_old_keys an array of inli
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ . | quote }}
 {{- end }}
+{{- with .Values.config.otlpProtocol }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ . | quote }}
+{{- end }}
 {{- if eq (include "toolmark.brokerKind" .) "redis" }}
 {{- if .Values.redis.url.existingSecret }}
 - name: TOOLMARK_BROKER__URL

@@ -1,5 +1,5 @@
 //! The `toolmark-gateway` binary as an operator runs it: flags, exit codes, the listening line,
-//! SIGTERM, and OTLP trace export with the caller's trace context.
+//! SIGTERM, and OTLP trace export (HTTP and gRPC) with the caller's trace context.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -7,6 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 
 use crate::harness::config_toml;
 
@@ -248,6 +254,112 @@ async fn spans_are_exported_over_otlp_with_the_callers_trace_id() {
             .any(|b| b.windows(raw_id.len()).any(|w| w == raw_id.as_slice())),
         "no exported span carries the caller's trace id"
     );
+}
+
+/// A real OTLP/gRPC collector: the `TraceService` of the OpenTelemetry protocol's own
+/// definitions, served by tonic over HTTP/2; records each request's trace ids.
+#[derive(Clone, Default)]
+struct GrpcCollector(Arc<Mutex<Vec<Vec<u8>>>>);
+
+#[tonic::async_trait]
+impl TraceService for GrpcCollector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let ids = request
+            .into_inner()
+            .resource_spans
+            .into_iter()
+            .flat_map(|r| r.scope_spans)
+            .flat_map(|s| s.spans)
+            .map(|span| span.trace_id);
+        self.0.lock().unwrap().extend(ids);
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+#[tokio::test]
+async fn spans_are_exported_over_otlp_grpc_when_the_protocol_says_grpc() {
+    let collector = GrpcCollector::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector_addr = listener.local_addr().unwrap();
+    let server = tonic::transport::Server::builder()
+        .add_service(TraceServiceServer::new(collector.clone()))
+        .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
+    tokio::spawn(server);
+
+    let config = temp_config(&config_toml(""));
+    let endpoint = format!("http://{collector_addr}");
+    let (mut child, addr) = start(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let trace_id = "0af7651916cd43dd8448eb211c80319c";
+    let raw_id = hex::decode(trace_id).unwrap();
+    let http = crate::harness::http_client();
+    let res = http
+        .get(format!(
+            "http://{addr}/v1/tenants/acme/users/u1/conversations/c1"
+        ))
+        .bearer_auth(crate::harness::ACME_KEY)
+        .header("traceparent", format!("00-{trace_id}-b7ad6b7169203331-01"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    // Exported while the node runs (the batch is due after 100 ms), not only at its shutdown.
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        while !collector.0.lock().unwrap().contains(&raw_id) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        seen.is_ok(),
+        "no span with the caller's trace id reached the gRPC collector: {:?}",
+        collector.0.lock().unwrap()
+    );
+    sigterm(&child);
+    assert_eq!(wait_exit(&mut child).await, 0);
+    std::fs::remove_file(config).unwrap();
+}
+
+#[test]
+fn an_otlp_protocol_the_gateway_does_not_speak_is_a_config_error_naming_the_variable() {
+    let good = temp_config(&config_toml(""));
+    for bad in ["http/json", "grpcs", "HTTP"] {
+        let out = Command::new(BIN)
+            .args(["--config", good.to_str().unwrap(), "--check-config"])
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", bad)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.trim()
+                .starts_with("toolmark-gateway: OTEL_EXPORTER_OTLP_PROTOCOL: "),
+            "{bad}: {err}"
+        );
+    }
+    for fine in ["grpc", "http/protobuf"] {
+        let out = Command::new(BIN)
+            .args(["--config", good.to_str().unwrap(), "--check-config"])
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", fine)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{fine}");
+    }
+    std::fs::remove_file(good).unwrap();
 }
 
 #[tokio::test]
