@@ -17,6 +17,13 @@
 #          node 1 drained (drain timeout STORM_DRAIN_TIMEOUT_MS, 10000): time until every page
 #          is back on node 2, how every call ended, and how many page releases and events the
 #          draining node failed to record in Redis (its log's warnings)
+#   reference  the same client against another Pusher-protocol server already running at
+#          REFERENCE_URL (app REFERENCE_APP_ID, key REFERENCE_KEY, secret REFERENCE_SECRET; see
+#          docs/benchmarks.md for the server and its configuration), in one run with one node
+#          of ours: our call round trip against its one-way publish→deliver at REFERENCE_RATE
+#          (2000/s) over 1000 pages or channels for REFERENCE_SECS (20), then HANDSHAKE_PAGES
+#          sockets at HANDSHAKE_CONCURRENCY against its /app/<key>, our Laravel Echo socket
+#          (same Pusher client) and our page socket; not in the default stages
 # Stages: BENCH_STAGES (default "idle calls cross handshakes storm"). Output: one JSON line per run in
 # $OUT/report.jsonl (OUT default docs/img/bench), and the chart docs/img/latency-vs-rate.svg.
 # Refuses to start while a compiler, test run or browser is busy unless BENCH_ANYWAY=1.
@@ -34,6 +41,8 @@ sweep="${SWEEP:-1000 2000 4000 6000 8000 10000 12000}"
 sweep_secs="${SWEEP_SECS:-10}"
 cross_rate="${CROSS_RATE:-1000}"
 cross_secs="${CROSS_SECS:-20}"
+reference_rate="${REFERENCE_RATE:-2000}"
+reference_secs="${REFERENCE_SECS:-20}"
 storm_pages="${STORM_PAGES:-10000}"
 storm_rate="${STORM_RATE:-200}"
 out="${OUT:-$root/docs/img/bench}"
@@ -218,6 +227,39 @@ PY
         res="$(python3 -c 'import json,sys; l=json.loads(sys.argv[1]); l["draining_node_unrecorded"]=int(sys.argv[2]); print(json.dumps(l))' "$res" "${lost:-0}")"
         echo "$res"
         record storm "$res"
+        stop_all
+        ;;
+    reference)
+        for v in REFERENCE_URL REFERENCE_APP_ID REFERENCE_KEY REFERENCE_SECRET; do
+            [[ -n "${!v:-}" ]] || { echo "bench.sh: the reference stage needs $v: start a Pusher-protocol server first (docs/benchmarks.md, \"Against another server\")" >&2; exit 2; }
+        done
+        echo_key="bench-echo-$(lt_random_hex 4)"
+        LT_TENANT_EXTRA="$(printf 'pusher_key = "%s"\npusher_secret = "%s"' "$echo_key" "$(lt_random_hex 16)")" \
+            lt_write_config memory
+        lt_start_node reference
+        ref() { TOOLMARK_BENCH_PUSHER_SECRET="$REFERENCE_SECRET" "$lt_loadgen_bin" "$@"; }
+        quiet_machine
+        echo "== reference: our calls at $reference_rate/s on one node" >&2
+        res="$(loadgen calls --url "$lt_node_url" --pages 1000 --rate "$reference_rate" --duration-secs "$reference_secs" | sed -n 1p)"
+        echo "$res"; record reference-calls "$res"
+        quiet_machine
+        echo "== reference: its publish→deliver at $reference_rate/s" >&2
+        res="$(ref pusher-publish --url "$REFERENCE_URL" --key "$REFERENCE_KEY" --app-id "$REFERENCE_APP_ID" \
+            --channels 1000 --rate "$reference_rate" --duration-secs "$reference_secs" | sed -n 1p)"
+        echo "$res"; record reference-publish "$res"
+        quiet_machine
+        echo "== reference: handshakes, $handshake_pages sockets, $handshake_concurrency at a time" >&2
+        res="$(ref pusher-handshakes --url "$REFERENCE_URL" --key "$REFERENCE_KEY" \
+            --connections "$handshake_pages" --concurrency "$handshake_concurrency" | sed -n 1p)"
+        echo "$res"; record reference-handshakes "$res"
+        quiet_machine
+        res="$(ref pusher-handshakes --url "$lt_node_url" --key "$echo_key" --origin "$lt_origin" \
+            --connections "$handshake_pages" --concurrency "$handshake_concurrency" | sed -n 1p)"
+        echo "$res"; record reference-echo-handshakes "$res"
+        quiet_machine
+        res="$(loadgen handshakes --url "$lt_node_url" --pages "$handshake_pages" \
+            --concurrency "$handshake_concurrency" | sed -n 1p)"
+        echo "$res"; record reference-page-handshakes "$res"
         stop_all
         ;;
     *) echo "bench.sh: unknown stage $stage" >&2; exit 2 ;;

@@ -81,7 +81,8 @@ lt_start_cluster() {
 }
 
 # Writes $lt_work/gateway.toml: tenant "bench" with limits that never refuse the load, on the
-# broker $1 ("memory", "redis" on lt_redis_port, or "cluster" on lt_cluster_url).
+# broker $1 ("memory", "redis" on lt_redis_port, or "cluster" on lt_cluster_url); the lines of
+# $LT_TENANT_EXTRA, when set, go into the tenant's table.
 lt_write_config() {
     local key_hash broker
     key_hash="$(printf %s "$lt_api_key" | sha256sum | cut -d' ' -f1)"
@@ -104,6 +105,7 @@ id = "bench"
 api_keys = ["sha256:$key_hash"]
 token_secret = "$lt_token_secret"
 allowed_origins = ["$lt_origin"]
+${LT_TENANT_EXTRA:-}
 
 [tenants.limits]
 max_connections = 200000

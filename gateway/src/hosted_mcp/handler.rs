@@ -185,7 +185,7 @@ impl ServerHandler for HostedMcp {
             Err(p) => return Err(internal(&p)),
         };
         let outcome = tokio::select! {
-            o = started.outcome => o.unwrap_or(Outcome::Timeout),
+            o = started.outcome => o,
             () = context.ct.cancelled() => {
                 // The client gave up (`notifications/cancelled`): the page gets the protocol
                 // `cancel`; the client expects no answer.

@@ -165,10 +165,10 @@ async fn describe(app: &AppState, grant: &McpGrant, tool: &str) -> Option<Option
         .await
         .ok()?;
     match started.outcome.await {
-        Ok(Outcome::Result(ToolResult::Ok { data: Some(data) })) => {
+        Outcome::Result(ToolResult::Ok { data: Some(data) }) => {
             Some(ToolManifest::from_value(data).ok().map(|m| m.input_schema))
         }
-        Ok(Outcome::Result(_)) => Some(None),
-        _ => None,
+        Outcome::Result(_) => Some(None),
+        Outcome::Timeout => None,
     }
 }

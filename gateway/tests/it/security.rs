@@ -126,6 +126,45 @@ async fn a_late_result_is_rejected_after_the_timeout_and_the_page_gets_a_cancel(
 }
 
 #[tokio::test]
+async fn a_call_whose_agent_hung_up_still_times_out_and_the_page_gets_its_cancel() {
+    // The call's supervision runs inside the agent's request: when the request goes away,
+    // the deadline must still be kept.
+    let gw = Gateway::start().await;
+    let mut p1 = ready_page(&gw, "acme", "u1", "c1", todo()).await;
+    let mut events = gw.acme().events("?user=u1&conversation=c1", None).await;
+    let pending = gw.acme().call_later(
+        "u1",
+        "c1",
+        json!({"tool": "todo.add", "input": {}, "timeoutMs": 400}),
+    );
+    let frame = p1.recv().await;
+    let id = frame["id"].as_str().unwrap().to_owned();
+    // The agent hangs up: its request, and its connection, are gone before the deadline.
+    pending.abort();
+    let Err(hung_up) = pending.await else {
+        panic!("the call was answered before its agent hung up")
+    };
+    assert!(hung_up.is_cancelled());
+    let cancel = p1.recv().await;
+    assert_eq!(
+        cancel,
+        json!({"protocol": 1, "type": "cancel", "clientId": p1.client_id, "id": id})
+    );
+    let ev = events.next_of("call.timeout").await;
+    assert_eq!(ev.data["data"]["id"], id.as_str());
+    let record = gw.acme().get(&format!("/calls/{id}")).await;
+    assert_eq!(record.body["state"], "timed_out");
+    assert_eq!(record.body["outcome"], json!({"status": "timeout"}));
+    // The supervision itself ended it (the deadline sweep, a second or more later, would
+    // also have sent the cancel, but never counts the call).
+    gw.wait_metric(
+        "toolmark_calls_total{kind=\"call\",outcome=\"timeout\"}",
+        1.0,
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn confirmations_are_single_use_and_bound_to_their_page() {
     let gw = Gateway::start().await;
     let mut p1 = ready_page(&gw, "acme", "u1", "c1", todo()).await;

@@ -30,16 +30,18 @@ pub struct Agent {
     target: Arc<Target>,
 }
 
+/// The HTTP client every scenario's backend side uses: plain HTTP/1.1 with Nagle off and no
+/// proxy. reqwest may be built with rustls and no default provider (feature unification with
+/// the gateway): ring is installed first; the load generator itself speaks plain HTTP.
+pub fn client_builder() -> reqwest::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Client::builder().no_proxy().http1_only().tcp_nodelay(true)
+}
+
 impl Agent {
     /// An agent with `api_key` calling the pages `0..pages` of `target`.
     pub fn new(target: Arc<Target>, api_key: &str, pages: usize) -> Result<Self, LoadError> {
-        // reqwest may be built with rustls and no default provider (feature unification with
-        // the gateway): install ring first; the load generator itself speaks plain HTTP.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = Client::builder()
-            .no_proxy()
-            .http1_only()
-            .tcp_nodelay(true)
+        let client = client_builder()
             .pool_max_idle_per_host(POOL_PER_HOST)
             .pool_idle_timeout(Duration::from_secs(90))
             .timeout(REQUEST_TIMEOUT)

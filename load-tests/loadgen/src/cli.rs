@@ -29,6 +29,12 @@ pub enum Scenario {
     Soak(SoakArgs),
     /// Connect many pages at once (a reconnect storm) and time each one's set-up.
     Handshakes(HandshakeArgs),
+    /// Another Pusher-protocol server (a reference for `handshakes`): connect many sockets at
+    /// once and time each one's upgrade and `pusher:connection_established`.
+    PusherHandshakes(PusherHandshakeArgs),
+    /// Another Pusher-protocol server (a reference for `calls`): events published through its
+    /// HTTP API at a fixed rate, each timed from its due instant to its subscriber.
+    PusherPublish(PusherPublishArgs),
     /// Draw an SVG of latency against call rate from `calls` JSON lines.
     Chart(ChartArgs),
     /// (Internal) one process's share of an `idle --processes N` fleet.
@@ -102,6 +108,63 @@ pub struct HandshakeArgs {
     /// Set-ups in flight at once.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
     pub concurrency: u32,
+}
+
+/// The Pusher-protocol server under test and the app the run speaks as.
+#[derive(Debug, Clone, Args)]
+pub struct PusherServer {
+    /// The server's base URL: its HTTP API, and `ws://` on the same host for sockets.
+    #[arg(long, default_value = "http://127.0.0.1:6001")]
+    pub url: String,
+    /// The app's key: sockets connect to `/app/<key>`.
+    #[arg(long)]
+    pub key: String,
+    /// `Origin` header of every socket.
+    #[arg(long, default_value = "http://loadgen.test")]
+    pub origin: String,
+    /// Sockets are spread over the source addresses 127.0.0.1 ..= 127.0.0.N (loopback only).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u8).range(1..=254))]
+    pub source_addrs: u8,
+}
+
+/// `pusher-handshakes`
+#[derive(Debug, Clone, Args)]
+pub struct PusherHandshakeArgs {
+    /// The server.
+    #[command(flatten)]
+    pub server: PusherServer,
+    /// Sockets to connect; all stay open until the last is connected.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub connections: u32,
+    /// Set-ups in flight at once.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrency: u32,
+}
+
+/// `pusher-publish`
+#[derive(Debug, Clone, Args)]
+pub struct PusherPublishArgs {
+    /// The server.
+    #[command(flatten)]
+    pub server: PusherServer,
+    /// The app's id: events are POSTed to `/apps/<id>/events`.
+    #[arg(long)]
+    pub app_id: String,
+    /// The app's secret, which signs every publish request.
+    #[arg(long, env = "TOOLMARK_BENCH_PUSHER_SECRET", hide_env_values = true)]
+    pub secret: String,
+    /// Subscriber sockets, one public channel each; events go round-robin over them.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub channels: u32,
+    /// Events published per second, on a uniform schedule (open loop).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate: u32,
+    /// How long events are published.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub duration_secs: u64,
+    /// Publish requests in flight at most; one due at the bound is skipped and counted.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_in_flight: u32,
 }
 
 /// `hold` (internal): pages `first .. first + count`, held until standard input closes.

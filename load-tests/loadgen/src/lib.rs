@@ -13,6 +13,7 @@ pub mod handshakes;
 pub mod idle;
 pub mod latency;
 pub mod page;
+pub mod pusher;
 pub mod report;
 pub mod rss;
 pub mod soak;
@@ -33,6 +34,8 @@ pub async fn run(cli: Cli) -> Result<(), LoadError> {
         Scenario::Storm(args) => storm::run(args).await,
         Scenario::Soak(args) => soak::run(args).await,
         Scenario::Handshakes(args) => handshakes::run(args).await,
+        Scenario::PusherHandshakes(args) => pusher::handshakes(args).await,
+        Scenario::PusherPublish(args) => pusher::publish(args).await,
         Scenario::Chart(args) => chart::run(&args),
         Scenario::Hold(args) => spread::hold(args).await,
     }

@@ -67,7 +67,7 @@ pub struct PageSpec {
 pub(crate) type Socket = WebSocketStream<TcpStream>;
 
 /// Small buffers: thousands of pages share this process, and their frames are small.
-fn ws_config() -> WebSocketConfig {
+pub(crate) fn ws_config() -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(4 * 1024)
         .write_buffer_size(0)

@@ -104,11 +104,9 @@ async fn resolve_nodes(args: &SoakArgs) -> Result<[Arc<Target>; 2], LoadError> {
     Ok(nodes)
 }
 
-/// The agent's HTTP client (with the TLS provider installed first).
+/// The agent's HTTP client.
 fn http_client() -> Result<reqwest::Client, LoadError> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .no_proxy()
+    crate::agent::client_builder()
         .timeout(Duration::from_secs(60))
         .build()
         .map_err(|e| LoadError::Local(format!("HTTP client: {e}")))

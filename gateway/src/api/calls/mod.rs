@@ -139,7 +139,7 @@ async fn respond(
     if respond_async {
         return Ok(accepted(&tenant.id, &started.id, &started.client_id));
     }
-    let outcome = started.outcome.await.unwrap_or(Outcome::Timeout);
+    let outcome = started.outcome.await;
     Ok(Json(CallAnswer {
         id: started.id,
         client_id: started.client_id,
@@ -315,7 +315,7 @@ pub async fn invoke(
         false,
     )
     .await?;
-    let outcome = started.outcome.await.unwrap_or(Outcome::Timeout);
+    let outcome = started.outcome.await;
     Ok(invoked(&started.id, started.untrusted, &outcome))
 }
 
@@ -443,13 +443,12 @@ mod tests {
         // a channel nobody ever sends on.
         drop(app.broker.send_call(binding.clone(), frame).await.unwrap());
         let (_never_sent, lost) = oneshot::channel();
-        let (reply, outcome) = oneshot::channel();
-        app.life.spawn(supervise(
+        let outcome = app.life.spawn(supervise(
             app.clone(),
             binding.clone(),
             Duration::from_millis(300),
             lost,
-            (reply, None),
+            None,
         ));
         let from = PageIdentity {
             conv,

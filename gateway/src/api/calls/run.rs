@@ -19,7 +19,47 @@ pub(crate) struct Started {
     pub id: String,
     pub client_id: String,
     pub untrusted: bool,
-    pub outcome: oneshot::Receiver<Outcome>,
+    pub outcome: Supervision,
+}
+
+/// A call's supervision ([`supervise`]), awaited for its outcome. It runs inside the task that
+/// awaits it, so that the page's answer wakes the agent's request directly rather than through
+/// a task of its own (one task hop, and its thread wake-up, less per call). Dropped before the
+/// end (a `202`, an agent that went away, an MCP cancellation), it goes on in a task of its own,
+/// so that the deadline, the events and the idempotency record are kept whatever the request
+/// does.
+pub(crate) struct Supervision {
+    run: Option<std::pin::Pin<Box<dyn Future<Output = Outcome> + Send>>>,
+    life: toolmark_process::Lifecycle,
+}
+
+impl Future for Supervision {
+    type Output = Outcome;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Outcome> {
+        let Some(run) = self.run.as_mut() else {
+            // Polled after its end: nothing is left to supervise.
+            return std::task::Poll::Ready(Outcome::Timeout);
+        };
+        let outcome = std::task::ready!(run.as_mut().poll(cx));
+        self.run = None;
+        std::task::Poll::Ready(outcome)
+    }
+}
+
+impl Drop for Supervision {
+    fn drop(&mut self) {
+        if let Some(run) = self.run.take()
+            && tokio::runtime::Handle::try_current().is_ok()
+        {
+            self.life.spawn(async move {
+                run.await;
+            });
+        }
+    }
 }
 
 /// Binds and sends a call or describe (the tenant's rate, the conversation, the deadline) and
@@ -92,19 +132,21 @@ pub(crate) async fn start(
         binding.client_id.clone(),
         binding.untrusted,
     );
-    let (tx, rx) = oneshot::channel();
-    app.life.spawn(supervise(
+    let run = supervise(
         app.clone(),
         binding,
         Duration::from_millis(timeout_ms),
         waiter,
-        (tx, remembered),
-    ));
+        remembered,
+    );
     Ok(Started {
         id,
         client_id,
         untrusted,
-        outcome: rx,
+        outcome: Supervision {
+            run: Some(Box::pin(run)),
+            life: app.life.clone(),
+        },
     })
 }
 
@@ -115,11 +157,8 @@ pub(super) async fn supervise(
     binding: CallBinding,
     timeout: Duration,
     mut waiter: oneshot::Receiver<Outcome>,
-    (reply, remembered): (
-        oneshot::Sender<Outcome>,
-        Option<(String, idempotency::Record)>,
-    ),
-) {
+    remembered: Option<(String, idempotency::Record)>,
+) -> Outcome {
     let started = Instant::now();
     let mut won_timeout = false;
     let outcome = tokio::select! {
@@ -163,7 +202,7 @@ pub(super) async fn supervise(
         record.outcome = Some(outcome.clone());
         idempotency::started(&app, &binding.conv.tenant, &key, &record).await;
     }
-    let _ = reply.send(outcome);
+    outcome
 }
 
 /// How long past the deadline the supervisor waits for the outcome message before it reads
