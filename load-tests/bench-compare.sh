@@ -61,8 +61,9 @@ def figures(path):
         r = json.loads(line)
         stage = r.get("stage")
         if stage in ("calls", "cross") and "rate" in r and "redis_commands_per_call" not in r:
-            for k in ("p50_us", "p99_us"):
-                f[f"{stage} {r['rate']}/s {k}"] = r[k]
+            for k in ("p50_us", "p99_us", "gateway_cpu_us_per_call", "gateway_context_switches_per_call"):
+                if k in r:
+                    f[f"{stage} {r['rate']}/s {k}"] = r[k]
             top = f"{stage} highest rate with p99 < 20 ms"
             if r["p99_us"] < 20_000 and r.get("errors", 0) == 0:
                 f[top] = max(f.get(top) or 0, r["rate"])

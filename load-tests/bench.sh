@@ -104,13 +104,14 @@ stop_all() {
     lt_pids=()
 }
 
-# The rate sweep against pages on $1 with agent calls through $2; lines go to $3.
+# The rate sweep against pages on $1 with agent calls through $2; lines go to $3; the gateway
+# pid $4, when given, adds its CPU and context switches per call.
 sweep_rates() {
     local r res p99 errors
     : >"$3"
     for r in $sweep; do
         quiet_machine
-        res="$(loadgen calls --url "$1" --agent-url "$2" --pages 1000 --rate "$r" --duration-secs "$sweep_secs" 2>"$lt_work/sweep.err" | sed -n 1p)" || true
+        res="$(loadgen calls --url "$1" --agent-url "$2" --pages 1000 --rate "$r" --duration-secs "$sweep_secs" ${4:+--gateway-pid "$4"} 2>"$lt_work/sweep.err" | sed -n 1p)" || true
         if [[ -z "$res" ]]; then
             echo "bench.sh: rate $r/s failed:" >&2; tail -3 "$lt_work/sweep.err" >&2; break
         fi
@@ -140,7 +141,7 @@ for stage in $stages; do
         lt_write_config memory
         lt_start_node single
         echo "== calls on one node: $sweep" >&2
-        sweep_rates "$lt_node_url" "$lt_node_url" "$out/single-node.jsonl"
+        sweep_rates "$lt_node_url" "$lt_node_url" "$out/single-node.jsonl" "$lt_node_pid"
         while read -r l; do record calls "$l"; done <"$out/single-node.jsonl"
         stop_all
         ;;
@@ -240,7 +241,7 @@ PY
         ref() { TOOLMARK_BENCH_PUSHER_SECRET="$REFERENCE_SECRET" "$lt_loadgen_bin" "$@"; }
         quiet_machine
         echo "== reference: our calls at $reference_rate/s on one node" >&2
-        res="$(loadgen calls --url "$lt_node_url" --pages 1000 --rate "$reference_rate" --duration-secs "$reference_secs" | sed -n 1p)"
+        res="$(loadgen calls --url "$lt_node_url" --pages 1000 --rate "$reference_rate" --duration-secs "$reference_secs" --gateway-pid "$lt_node_pid" | sed -n 1p)"
         echo "$res"; record reference-calls "$res"
         quiet_machine
         echo "== reference: its publish→deliver at $reference_rate/s" >&2

@@ -202,7 +202,8 @@ pub struct CallsArgs {
     /// Calls in flight at most; a call due while the bound is reached is skipped and counted.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_in_flight: u32,
-    /// The gateway's process id: when given, its VmRSS after the run is reported.
+    /// The gateway's process id: when given, its VmRSS after the run is reported, and its CPU
+    /// time and threads' context switches per call over the run.
     #[arg(long)]
     pub gateway_pid: Option<u32>,
     /// Agent calls go to this gateway node instead of `--url` (pages stay on `--url`): the

@@ -1,5 +1,6 @@
-//! Resident memory of a process, read from `/proc/{pid}/status`, and the CPU time it used, from
-//! `/proc/{pid}/stat` (Linux).
+//! Resident memory of a process, read from `/proc/{pid}/status`, the CPU time it used, from
+//! `/proc/{pid}/stat`, and its threads' context switches, from `/proc/{pid}/task/*/status`
+//! (Linux).
 
 use crate::error::LoadError;
 
@@ -32,6 +33,35 @@ const USER_HZ: u64 = 100;
 /// CPU time process `pid` has used so far (user and system, all threads), in microseconds.
 pub fn cpu_us(pid: u32) -> Result<u64, LoadError> {
     read_proc(pid, "stat", parse_cpu_ticks, "unreadable stat line").map(|t| t * 1_000_000 / USER_HZ)
+}
+
+/// Context switches, voluntary and not, of every thread process `pid` has now (a thread that
+/// ended takes its count with it).
+pub fn context_switches(pid: u32) -> Result<u64, LoadError> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| LoadError::Rss {
+        pid,
+        reason: e.to_string(),
+    })?;
+    let mut total = 0;
+    for task in tasks.flatten() {
+        // A thread may end between the listing and the read: it counts for nothing.
+        if let Ok(text) = std::fs::read_to_string(task.path().join("status")) {
+            total += parse_switches(&text);
+        }
+    }
+    Ok(total)
+}
+
+/// `voluntary_ctxt_switches` plus `nonvoluntary_ctxt_switches` of a status file.
+fn parse_switches(status: &str) -> u64 {
+    status
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+        })
+        .filter_map(|v| v.trim().parse::<u64>().ok())
+        .sum()
 }
 
 /// `utime + stime` (fields 14 and 15) of a stat line; the name in parentheses may hold spaces.
@@ -74,6 +104,15 @@ mod tests {
             x = x.wrapping_mul(31).wrapping_add(1);
             assert!(start.elapsed().as_secs() < 10, "no CPU time counted {x}");
         }
+    }
+
+    #[test]
+    fn counts_both_kinds_of_context_switch() {
+        let status = "Name:\tgw\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n";
+        assert_eq!(parse_switches(status), 127);
+        assert_eq!(parse_switches("Name:\tgw\n"), 0);
+        // Our own threads have switched at least once by now (this test's thread was started).
+        assert!(context_switches(std::process::id()).unwrap() > 0);
     }
 
     #[test]
