@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_otlp::tonic_types::transport::ClientTlsConfig;
+use opentelemetry_otlp::{WithExportConfig as _, WithTonicConfig as _};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
@@ -139,14 +140,20 @@ fn exporter(
                 .enable_all()
                 .build()
                 .map_err(|e| format!("cannot start the export runtime: {e}"))?;
+            let mut builder = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_protocol(opentelemetry_otlp::Protocol::Grpc);
+            // tonic trusts no root unless told: an https endpoint is verified against the
+            // system's roots (or `SSL_CERT_FILE`), as the HTTP transport's client does.
+            if std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+                .is_ok_and(|e| e.trim().to_ascii_lowercase().starts_with("https://"))
+            {
+                builder = builder.with_tls_config(ClientTlsConfig::new().with_native_roots());
+            }
             // The channel is made, and connects, on the export runtime.
             let exporter = {
                 let _on = runtime.enter();
-                opentelemetry_otlp::SpanExporter::builder()
-                    .with_tonic()
-                    .with_protocol(opentelemetry_otlp::Protocol::Grpc)
-                    .build()
-                    .map_err(|e| e.to_string())?
+                builder.build().map_err(|e| e.to_string())?
             };
             let exporter = OnRuntime {
                 inner: Arc::new(exporter),

@@ -334,6 +334,69 @@ async fn spans_are_exported_over_otlp_grpc_when_the_protocol_says_grpc() {
     std::fs::remove_file(config).unwrap();
 }
 
+#[tokio::test]
+async fn spans_reach_a_grpc_collector_over_tls_verified_against_the_system_roots() {
+    // The collector serves TLS with the test certificate for `localhost`; the gateway trusts
+    // it only through SSL_CERT_FILE, the system roots' override.
+    let keys = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/keys");
+    let identity = tonic::transport::Identity::from_pem(
+        std::fs::read(format!("{keys}/tls.crt")).unwrap(),
+        std::fs::read(format!("{keys}/tls.key")).unwrap(),
+    );
+    let collector = GrpcCollector::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tonic::transport::Server::builder()
+        .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+        .unwrap()
+        .add_service(TraceServiceServer::new(collector.clone()))
+        .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
+    tokio::spawn(server);
+
+    let config = temp_config(&config_toml(""));
+    let endpoint = format!("https://localhost:{port}");
+    let ca = format!("{keys}/ca.crt");
+    let (mut child, addr) = start(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("SSL_CERT_FILE", &ca),
+        ],
+    );
+    let trace_id = "5b8efff798038103d269b633813fc60c";
+    let raw_id = hex::decode(trace_id).unwrap();
+    let res = crate::harness::http_client()
+        .get(format!(
+            "http://{addr}/v1/tenants/acme/users/u1/conversations/c1"
+        ))
+        .bearer_auth(crate::harness::ACME_KEY)
+        .header("traceparent", format!("00-{trace_id}-eee19b7ec3c1b174-01"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        while !collector.0.lock().unwrap().contains(&raw_id) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        seen.is_ok(),
+        "no span with the caller's trace id reached the collector over TLS"
+    );
+    sigterm(&child);
+    assert_eq!(wait_exit(&mut child).await, 0);
+    std::fs::remove_file(config).unwrap();
+}
+
 #[test]
 fn an_otlp_protocol_the_gateway_does_not_speak_is_a_config_error_naming_the_variable() {
     let good = temp_config(&config_toml(""));
