@@ -199,6 +199,51 @@ async fn dev_mode_serves_the_demo_and_sigterm_exits_zero() {
     assert_eq!(wait_exit(&mut child).await, 0);
 }
 
+/// Starts the binary with the OTLP settings `otel` (and a batch due after 100 ms), sends one
+/// agent request carrying `trace_id` in its `traceparent`, and waits up to 10 s, while the node
+/// still runs, for `arrived(trace_id as bytes)`; then stops the node (exit 0). Whether the
+/// span arrived.
+async fn one_traced_request(
+    otel: &[(&str, &str)],
+    trace_id: &str,
+    arrived: impl Fn(&[u8]) -> bool,
+) -> bool {
+    let config = temp_config(&config_toml(""));
+    let mut envs = otel.to_vec();
+    envs.push(("OTEL_BSP_SCHEDULE_DELAY", "100"));
+    let (mut child, addr) = start(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &envs,
+    );
+    let res = crate::harness::http_client()
+        .get(format!(
+            "http://{addr}/v1/tenants/acme/users/u1/conversations/c1"
+        ))
+        .bearer_auth(crate::harness::ACME_KEY)
+        .header("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let raw_id = hex::decode(trace_id).unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        while !arrived(&raw_id) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .is_ok();
+    sigterm(&child);
+    assert_eq!(wait_exit(&mut child).await, 0);
+    std::fs::remove_file(config).unwrap();
+    seen
+}
+
 #[tokio::test]
 async fn spans_are_exported_over_otlp_with_the_callers_trace_id() {
     // A minimal OTLP/HTTP collector: records every body POSTed to /v1/traces.
@@ -218,40 +263,21 @@ async fn spans_are_exported_over_otlp_with_the_callers_trace_id() {
     let collector_addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, collector).await });
 
-    let config = temp_config(&config_toml(""));
     let endpoint = format!("http://{collector_addr}");
-    let (mut child, addr) = start(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-        ],
-    );
-    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let res = crate::harness::http_client()
-        .get(format!(
-            "http://{addr}/v1/tenants/acme/users/u1/conversations/c1"
-        ))
-        .bearer_auth(crate::harness::ACME_KEY)
-        .header("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    sigterm(&child);
-    assert_eq!(wait_exit(&mut child).await, 0);
-    std::fs::remove_file(config).unwrap();
-    let raw_id = hex::decode(trace_id).unwrap();
-    let got = bodies.lock().unwrap().clone();
-    assert!(!got.is_empty(), "no OTLP export arrived");
+    let arrived = |id: &[u8]| {
+        bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|b| b.windows(id.len()).any(|w| w == id))
+    };
     assert!(
-        got.iter()
-            .any(|b| b.windows(raw_id.len()).any(|w| w == raw_id.as_slice())),
+        one_traced_request(
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)],
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            arrived,
+        )
+        .await,
         "no exported span carries the caller's trace id"
     );
 }
@@ -279,59 +305,46 @@ impl TraceService for GrpcCollector {
     }
 }
 
+impl GrpcCollector {
+    /// Serves on an ephemeral port, with TLS when given an identity; the port.
+    async fn serve(&self, tls: Option<tonic::transport::Identity>) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(identity) = tls {
+            builder = builder
+                .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+                .unwrap();
+        }
+        let server = builder
+            .add_service(TraceServiceServer::new(self.clone()))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
+        tokio::spawn(server);
+        port
+    }
+
+    fn holds(&self, trace_id: &[u8]) -> bool {
+        self.0.lock().unwrap().iter().any(|id| id == trace_id)
+    }
+}
+
 #[tokio::test]
 async fn spans_are_exported_over_otlp_grpc_when_the_protocol_says_grpc() {
     let collector = GrpcCollector::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let collector_addr = listener.local_addr().unwrap();
-    let server = tonic::transport::Server::builder()
-        .add_service(TraceServiceServer::new(collector.clone()))
-        .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
-    tokio::spawn(server);
-
-    let config = temp_config(&config_toml(""));
-    let endpoint = format!("http://{collector_addr}");
-    let (mut child, addr) = start(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-        ],
-    );
-    let trace_id = "0af7651916cd43dd8448eb211c80319c";
-    let raw_id = hex::decode(trace_id).unwrap();
-    let http = crate::harness::http_client();
-    let res = http
-        .get(format!(
-            "http://{addr}/v1/tenants/acme/users/u1/conversations/c1"
-        ))
-        .bearer_auth(crate::harness::ACME_KEY)
-        .header("traceparent", format!("00-{trace_id}-b7ad6b7169203331-01"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    // Exported while the node runs (the batch is due after 100 ms), not only at its shutdown.
-    let seen = tokio::time::timeout(Duration::from_secs(10), async {
-        while !collector.0.lock().unwrap().contains(&raw_id) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let port = collector.serve(None).await;
+    let endpoint = format!("http://127.0.0.1:{port}");
     assert!(
-        seen.is_ok(),
-        "no span with the caller's trace id reached the gRPC collector: {:?}",
-        collector.0.lock().unwrap()
+        one_traced_request(
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ],
+            "0af7651916cd43dd8448eb211c80319c",
+            |id| collector.holds(id),
+        )
+        .await,
+        "no span with the caller's trace id reached the gRPC collector"
     );
-    sigterm(&child);
-    assert_eq!(wait_exit(&mut child).await, 0);
-    std::fs::remove_file(config).unwrap();
 }
 
 #[tokio::test]
@@ -344,57 +357,22 @@ async fn spans_reach_a_grpc_collector_over_tls_verified_against_the_system_roots
         std::fs::read(format!("{keys}/tls.key")).unwrap(),
     );
     let collector = GrpcCollector::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let server = tonic::transport::Server::builder()
-        .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
-        .unwrap()
-        .add_service(TraceServiceServer::new(collector.clone()))
-        .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
-    tokio::spawn(server);
-
-    let config = temp_config(&config_toml(""));
+    let port = collector.serve(Some(identity)).await;
     let endpoint = format!("https://localhost:{port}");
     let ca = format!("{keys}/ca.crt");
-    let (mut child, addr) = start(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-            ("SSL_CERT_FILE", &ca),
-        ],
-    );
-    let trace_id = "5b8efff798038103d269b633813fc60c";
-    let raw_id = hex::decode(trace_id).unwrap();
-    let res = crate::harness::http_client()
-        .get(format!(
-            "http://{addr}/v1/tenants/acme/users/u1/conversations/c1"
-        ))
-        .bearer_auth(crate::harness::ACME_KEY)
-        .header("traceparent", format!("00-{trace_id}-eee19b7ec3c1b174-01"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    let seen = tokio::time::timeout(Duration::from_secs(10), async {
-        while !collector.0.lock().unwrap().contains(&raw_id) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
     assert!(
-        seen.is_ok(),
+        one_traced_request(
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                ("SSL_CERT_FILE", &ca),
+            ],
+            "5b8efff798038103d269b633813fc60c",
+            |id| collector.holds(id),
+        )
+        .await,
         "no span with the caller's trace id reached the collector over TLS"
     );
-    sigterm(&child);
-    assert_eq!(wait_exit(&mut child).await, 0);
-    std::fs::remove_file(config).unwrap();
 }
 
 #[test]

@@ -22,7 +22,44 @@ use crate::token::Minter;
 /// A set-up this slow waited for a retransmitted SYN.
 const RETRANSMIT_SIGNATURE: Duration = Duration::from_millis(900);
 /// Longest wait for one set-up.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The set-up times of a run: their histogram in µs, the set-ups that failed, and those past
+/// [`RETRANSMIT_SIGNATURE`].
+pub(crate) struct Setups {
+    pub hist: Histogram<u64>,
+    pub failed: u64,
+    pub slow: u64,
+}
+
+impl Setups {
+    pub fn new() -> Result<Self, LoadError> {
+        Ok(Self {
+            hist: histogram()?,
+            failed: 0,
+            slow: 0,
+        })
+    }
+
+    /// A set-up that took `took`.
+    pub fn record(&mut self, took: Duration) {
+        self.hist.saturating_record(micros(took));
+        if took > RETRANSMIT_SIGNATURE {
+            self.slow += 1;
+        }
+    }
+}
+
+/// A histogram of µs from 1 µs to an hour, three significant digits.
+pub(crate) fn histogram() -> Result<Histogram<u64>, LoadError> {
+    Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
+        .map_err(|e| LoadError::Local(format!("histogram: {e}")))
+}
+
+/// `d` in whole µs, at least 1 (the histogram's lowest value).
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
+}
 
 /// Runs the scenario and prints its JSON line and summary.
 pub async fn run(args: HandshakeArgs) -> Result<(), LoadError> {
@@ -51,23 +88,22 @@ pub async fn run(args: HandshakeArgs) -> Result<(), LoadError> {
         .collect()
         .await;
     let elapsed = started.elapsed();
-    let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
-        .map_err(|e| LoadError::Local(format!("histogram: {e}")))?;
-    let (mut failed, mut slow) = (0u64, 0u64);
+    let mut setups = Setups::new()?;
     let mut open = Vec::new();
     for (took, r) in results {
         match r {
             Ok(Ok(ws)) => {
-                let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-                h.saturating_record(us.max(1));
-                if took > RETRANSMIT_SIGNATURE {
-                    slow += 1;
-                }
+                setups.record(took);
                 open.push(ws);
             }
-            _ => failed += 1,
+            _ => setups.failed += 1,
         }
     }
+    let Setups {
+        hist: h,
+        failed,
+        slow,
+    } = setups;
     let line = json!({
         "pages": args.pages,
         "concurrency": args.concurrency,

@@ -33,14 +33,12 @@ use tokio_util::task::TaskTracker;
 use crate::cli::{PusherHandshakeArgs, PusherPublishArgs, PusherServer};
 use crate::driver::{self, Plan};
 use crate::error::LoadError;
+use crate::handshakes::{SETUP_TIMEOUT, Setups, histogram, micros};
 use crate::latency::Recorder;
 use crate::page::Socket;
 use crate::report;
+use crate::target::Resolved;
 
-/// A set-up this slow waited for a retransmitted SYN (as in `handshakes`).
-const RETRANSMIT_SIGNATURE: Duration = Duration::from_millis(900);
-/// Longest wait for one set-up, or for a subscription's confirmation.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long events still in flight may take to arrive after the last was published.
 const DRAIN: Duration = Duration::from_secs(5);
 /// Subscriber sockets set up at once.
@@ -57,33 +55,15 @@ struct Server {
 
 impl Server {
     async fn resolve(s: &PusherServer) -> Result<Self, LoadError> {
-        let bad = |reason: &str| LoadError::Args(format!("--url {}: {reason}", s.url));
-        let url = reqwest::Url::parse(&s.url).map_err(|e| bad(&e.to_string()))?;
-        if url.scheme() != "http" {
-            return Err(bad("only http:// servers are supported"));
-        }
-        let host = url.host_str().ok_or_else(|| bad("no host"))?.to_owned();
-        let port = url.port_or_known_default().ok_or_else(|| bad("no port"))?;
-        let addr = tokio::net::lookup_host((host.as_str(), port))
-            .await
-            .map_err(|e| bad(&e.to_string()))?
-            .find(SocketAddr::is_ipv4)
-            .ok_or_else(|| bad("no IPv4 address"))?;
-        let sources = if addr.ip().is_loopback() {
-            (1..=s.source_addrs)
-                .map(|k| std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, k)))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let resolved = Resolved::from_url(&s.url, s.source_addrs).await?;
         Ok(Self {
-            addr,
+            addr: resolved.addr,
             ws_url: format!(
-                "ws://{host}:{port}/app/{}?protocol=7&client=toolmark-loadgen&version=1",
-                s.key
+                "ws://{}/app/{}?protocol=7&client=toolmark-loadgen&version=1",
+                resolved.authority, s.key
             ),
             origin: s.origin.clone(),
-            sources,
+            sources: resolved.sources,
         })
     }
 
@@ -142,15 +122,6 @@ async fn until_event(ws: &mut Socket, event: &str) -> Result<serde_json::Value, 
     Err("connection ended".into())
 }
 
-fn histogram() -> Result<Histogram<u64>, LoadError> {
-    Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
-        .map_err(|e| LoadError::Local(format!("histogram: {e}")))
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
-}
-
 /// `pusher-handshakes`: runs the scenario and prints its JSON line and summary.
 pub async fn handshakes(args: PusherHandshakeArgs) -> Result<(), LoadError> {
     let server = Arc::new(Server::resolve(&args.server).await?);
@@ -173,22 +144,23 @@ pub async fn handshakes(args: PusherHandshakeArgs) -> Result<(), LoadError> {
         .collect()
         .await;
     let elapsed = started.elapsed();
-    let (mut upgrade, mut established) = (histogram()?, histogram()?);
-    let (mut failed, mut slow) = (0u64, 0u64);
+    let (mut setups, mut established) = (Setups::new()?, histogram()?);
     let mut open = Vec::new();
     for r in results {
         match r {
             Ok(Ok((ws, upgraded, ready))) => {
-                upgrade.saturating_record(micros(upgraded));
+                setups.record(upgraded);
                 established.saturating_record(micros(ready));
-                if upgraded > RETRANSMIT_SIGNATURE {
-                    slow += 1;
-                }
                 open.push(ws);
             }
-            _ => failed += 1,
+            _ => setups.failed += 1,
         }
     }
+    let Setups {
+        hist: upgrade,
+        failed,
+        slow,
+    } = setups;
     let line = json!({
         "connections": args.connections,
         "concurrency": args.concurrency,

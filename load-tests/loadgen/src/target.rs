@@ -28,29 +28,58 @@ pub struct Target {
     pub user_prefix: String,
 }
 
-impl Target {
-    /// Resolves `--url` and derives the page URL and the source addresses.
-    pub async fn resolve(common: &Common) -> Result<Self, LoadError> {
-        let bad = |reason: &str| LoadError::Args(format!("--url {}: {reason}", common.url));
-        let url = Url::parse(&common.url).map_err(|e| bad(&e.to_string()))?;
-        if url.scheme() != "http" {
-            return Err(bad("only http:// gateways are supported"));
+/// A server's `http://` URL resolved: `host:port`, its IPv4 address, and the source addresses
+/// sockets to it are spread over.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// `host:port` as the URL gave it.
+    pub authority: String,
+    /// The address sockets connect to.
+    pub addr: SocketAddr,
+    /// 127.0.0.1 ..= 127.0.0.N for a loopback server; empty otherwise (the system picks).
+    pub sources: Vec<IpAddr>,
+}
+
+impl Resolved {
+    /// Resolves `--url` (`http://` only), with `source_addrs` source addresses on loopback.
+    pub async fn from_url(url: &str, source_addrs: u8) -> Result<Self, LoadError> {
+        let bad = |reason: &str| LoadError::Args(format!("--url {url}: {reason}"));
+        let parsed = Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+        if parsed.scheme() != "http" {
+            return Err(bad("only http:// servers are supported"));
         }
-        let host = url.host_str().ok_or_else(|| bad("no host"))?.to_owned();
-        let port = url.port_or_known_default().ok_or_else(|| bad("no port"))?;
+        let host = parsed.host_str().ok_or_else(|| bad("no host"))?.to_owned();
+        let port = parsed
+            .port_or_known_default()
+            .ok_or_else(|| bad("no port"))?;
         let addr = tokio::net::lookup_host((host.as_str(), port))
             .await
             .map_err(|e| bad(&e.to_string()))?
             .find(SocketAddr::is_ipv4)
             .ok_or_else(|| bad("no IPv4 address"))?;
-        let authority = format!("{host}:{port}");
         let sources = if addr.ip().is_loopback() {
-            (1..=common.source_addrs)
+            (1..=source_addrs)
                 .map(|k| IpAddr::V4(Ipv4Addr::new(127, 0, 0, k)))
                 .collect()
         } else {
             Vec::new()
         };
+        Ok(Self {
+            authority: format!("{host}:{port}"),
+            addr,
+            sources,
+        })
+    }
+}
+
+impl Target {
+    /// Resolves `--url` and derives the page URL and the source addresses.
+    pub async fn resolve(common: &Common) -> Result<Self, LoadError> {
+        let Resolved {
+            authority,
+            addr,
+            sources,
+        } = Resolved::from_url(&common.url, common.source_addrs).await?;
         Ok(Target {
             http_base: format!("http://{authority}"),
             page_url: format!("ws://{authority}/v1/tenants/{}/page", common.tenant),
