@@ -177,7 +177,6 @@ fn print(
     cost: Option<(f64, f64)>,
     answered: u64,
 ) -> Result<(), LoadError> {
-    let c = &s.corrected;
     let mut line = json!({
         "rate": args.rate,
         "duration_secs": args.duration_secs,
@@ -186,15 +185,9 @@ fn print(
         "ok": s.ok,
         "errors": s.errors,
         "skipped": d.skipped,
-        "p50_us": c.p50,
-        "p90_us": c.p90,
-        "p99_us": c.p99,
-        "p999_us": c.p999,
-        "max_us": c.max,
-        "service_p50_us": s.service.p50,
-        "service_p99_us": s.service.p99,
         "answered_by_pages": answered,
     });
+    s.latency_fields(&mut line);
     if let Some(kib) = rss {
         line["gateway_rss_kib"] = json!(kib);
     }
@@ -204,22 +197,15 @@ fn print(
         line["gateway_cpu_us_per_call"] = json!((cpu * 10.0).round() / 10.0);
         line["gateway_context_switches_per_call"] = json!((switches * 100.0).round() / 100.0);
     }
-    let ms = |us: u64| us as f64 / 1000.0;
     let achieved = d.sent as f64 / d.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
     let mut human = format!(
-        "calls: {} sent at {achieved:.0}/s (target {}/s), {} ok, {} errors, {} skipped; round trip p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms (service time p50 {:.3} ms, p99 {:.3} ms)",
+        "calls: {} sent at {achieved:.0}/s (target {}/s), {} ok, {} errors, {} skipped; {}",
         d.sent,
         args.rate,
         s.ok,
         s.errors,
         d.skipped,
-        ms(c.p50),
-        ms(c.p90),
-        ms(c.p99),
-        ms(c.p999),
-        ms(c.max),
-        ms(s.service.p50),
-        ms(s.service.p99),
+        s.latency_text("round trip", "service time"),
     );
     if !s.reasons.is_empty() {
         let reasons: Vec<String> = s.reasons.iter().map(|(r, n)| format!("{r} ×{n}")).collect();

@@ -14,6 +14,7 @@ use serde_json::json;
 use crate::cli::HandshakeArgs;
 use crate::error::LoadError;
 use crate::fleet::conversation;
+use crate::latency::{histogram, micros};
 use crate::page::{self, PageSpec};
 use crate::report;
 use crate::target::Target;
@@ -33,12 +34,12 @@ pub(crate) struct Setups {
 }
 
 impl Setups {
-    pub fn new() -> Result<Self, LoadError> {
-        Ok(Self {
-            hist: histogram()?,
+    pub fn new() -> Self {
+        Self {
+            hist: histogram(),
             failed: 0,
             slow: 0,
-        })
+        }
     }
 
     /// A set-up that took `took`.
@@ -48,17 +49,6 @@ impl Setups {
             self.slow += 1;
         }
     }
-}
-
-/// A histogram of µs from 1 µs to an hour, three significant digits.
-pub(crate) fn histogram() -> Result<Histogram<u64>, LoadError> {
-    Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
-        .map_err(|e| LoadError::Local(format!("histogram: {e}")))
-}
-
-/// `d` in whole µs, at least 1 (the histogram's lowest value).
-pub(crate) fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
 }
 
 /// Runs the scenario and prints its JSON line and summary.
@@ -88,7 +78,7 @@ pub async fn run(args: HandshakeArgs) -> Result<(), LoadError> {
         .collect()
         .await;
     let elapsed = started.elapsed();
-    let mut setups = Setups::new()?;
+    let mut setups = Setups::new();
     let mut open = Vec::new();
     for (took, r) in results {
         match r {

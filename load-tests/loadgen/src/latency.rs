@@ -54,10 +54,14 @@ pub struct Summary {
     pub service: Percentiles,
 }
 
+/// A histogram of µs from 1 µs to one hour, three significant digits.
+pub(crate) fn histogram() -> Histogram<u64> {
+    // Constant bounds that HdrHistogram accepts.
+    Histogram::new_with_bounds(1, HIGHEST_US, 3).expect("valid bounds")
+}
+
 impl Default for Recorder {
     fn default() -> Self {
-        // Constant bounds that HdrHistogram accepts: 1 µs to one hour, 3 significant digits.
-        let histogram = || Histogram::new_with_bounds(1, HIGHEST_US, 3).expect("valid bounds");
         Recorder {
             inner: Mutex::new(Inner {
                 corrected: histogram(),
@@ -68,10 +72,46 @@ impl Default for Recorder {
     }
 }
 
-fn micros(d: Duration) -> u64 {
+/// `d` in whole µs, within the histograms' bounds.
+pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros())
         .unwrap_or(u64::MAX)
         .clamp(1, HIGHEST_US)
+}
+
+impl Summary {
+    /// The latency fields of a JSON line: `p50_us` … `max_us` of the schedule-corrected latency,
+    /// `service_p50_us` and `service_p99_us`.
+    pub fn latency_fields(&self, line: &mut serde_json::Value) {
+        let c = &self.corrected;
+        for (k, v) in [
+            ("p50_us", c.p50),
+            ("p90_us", c.p90),
+            ("p99_us", c.p99),
+            ("p999_us", c.p999),
+            ("max_us", c.max),
+            ("service_p50_us", self.service.p50),
+            ("service_p99_us", self.service.p99),
+        ] {
+            line[k] = serde_json::json!(v);
+        }
+    }
+
+    /// The same for people, in ms: `<corrected> p50 …, max … (<service> p50 …, p99 …)`.
+    pub fn latency_text(&self, corrected: &str, service: &str) -> String {
+        let ms = |us: u64| us as f64 / 1000.0;
+        let c = &self.corrected;
+        format!(
+            "{corrected} p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms ({service} p50 {:.3} ms, p99 {:.3} ms)",
+            ms(c.p50),
+            ms(c.p90),
+            ms(c.p99),
+            ms(c.p999),
+            ms(c.max),
+            ms(self.service.p50),
+            ms(self.service.p99),
+        )
+    }
 }
 
 impl Recorder {

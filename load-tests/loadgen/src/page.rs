@@ -4,7 +4,7 @@
 //! breaks, reconnects there with the same token and clientId and without resending its
 //! manifest, as the bridge does.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,7 +67,7 @@ pub struct PageSpec {
 pub(crate) type Socket = WebSocketStream<TcpStream>;
 
 /// Small buffers: thousands of pages share this process, and their frames are small.
-pub(crate) fn ws_config() -> WebSocketConfig {
+fn ws_config() -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(4 * 1024)
         .write_buffer_size(0)
@@ -170,24 +170,41 @@ fn jitter_for(spec: &PageSpec, max: Duration) -> Duration {
 }
 
 pub(crate) async fn connect(target: &Target, spec: &PageSpec) -> Result<Socket, String> {
+    let url = format!("{}?token={}", target.page_url, spec.token);
+    open(
+        target.addr,
+        target.source_for(spec.index),
+        &url,
+        &target.origin,
+    )
+    .await
+}
+
+/// The load generator's one WebSocket client (pages and the Pusher scenarios alike): a TCP
+/// connect to `addr` from `source`, Nagle off, then the upgrade to `url` with `origin`.
+pub(crate) async fn open(
+    addr: SocketAddr,
+    source: Option<IpAddr>,
+    url: &str,
+    origin: &str,
+) -> Result<Socket, String> {
     let socket = TcpSocket::new_v4().map_err(|e| format!("socket: {e}"))?;
-    if let Some(source) = target.source_for(spec.index) {
+    if let Some(source) = source {
         socket
             .bind(SocketAddr::new(source, 0))
             .map_err(|e| format!("bind {source}: {e}"))?;
     }
     let stream = socket
-        .connect(target.addr)
+        .connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     stream
         .set_nodelay(true)
         .map_err(|e| format!("nodelay: {e}"))?;
-    let url = format!("{}?token={}", target.page_url, spec.token);
     let mut request = url
         .into_client_request()
         .map_err(|e| format!("request: {e}"))?;
-    let origin = HeaderValue::from_str(&target.origin).map_err(|e| format!("origin: {e}"))?;
+    let origin = HeaderValue::from_str(origin).map_err(|e| format!("origin: {e}"))?;
     request.headers_mut().insert(ORIGIN, origin);
     let (ws, _) = tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config()))
         .await

@@ -22,19 +22,15 @@ use hmac::{Hmac, KeyInit, Mac};
 use md5::{Digest, Md5};
 use serde_json::json;
 use sha2::Sha256;
-use tokio::net::TcpSocket;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::http::header::ORIGIN;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cli::{PusherHandshakeArgs, PusherPublishArgs, PusherServer};
 use crate::driver::{self, Plan};
 use crate::error::LoadError;
-use crate::handshakes::{SETUP_TIMEOUT, Setups, histogram, micros};
-use crate::latency::Recorder;
+use crate::handshakes::{SETUP_TIMEOUT, Setups};
+use crate::latency::{Recorder, histogram, micros};
 use crate::page::Socket;
 use crate::report;
 use crate::target::Resolved;
@@ -67,37 +63,11 @@ impl Server {
         })
     }
 
-    /// TCP connect (from source address `index` round-robin) and the WebSocket upgrade.
+    /// The load generator's WebSocket client (as for a page), from source address `index`
+    /// round-robin.
     async fn connect(&self, index: usize) -> Result<Socket, String> {
-        let socket = TcpSocket::new_v4().map_err(|e| format!("socket: {e}"))?;
-        if !self.sources.is_empty() {
-            let source = self.sources[index % self.sources.len()];
-            socket
-                .bind(SocketAddr::new(source, 0))
-                .map_err(|e| format!("bind {source}: {e}"))?;
-        }
-        let stream = socket
-            .connect(self.addr)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        stream
-            .set_nodelay(true)
-            .map_err(|e| format!("nodelay: {e}"))?;
-        let mut request = self
-            .ws_url
-            .as_str()
-            .into_client_request()
-            .map_err(|e| format!("request: {e}"))?;
-        let origin = HeaderValue::from_str(&self.origin).map_err(|e| format!("origin: {e}"))?;
-        request.headers_mut().insert(ORIGIN, origin);
-        let (ws, _) = tokio_tungstenite::client_async_with_config(
-            request,
-            stream,
-            Some(crate::page::ws_config()),
-        )
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
-        Ok(ws)
+        let source = (!self.sources.is_empty()).then(|| self.sources[index % self.sources.len()]);
+        crate::page::open(self.addr, source, &self.ws_url, &self.origin).await
     }
 }
 
@@ -144,7 +114,7 @@ pub async fn handshakes(args: PusherHandshakeArgs) -> Result<(), LoadError> {
         .collect()
         .await;
     let elapsed = started.elapsed();
-    let (mut setups, mut established) = (Setups::new()?, histogram()?);
+    let (mut setups, mut established) = (Setups::new(), histogram());
     let mut open = Vec::new();
     for r in results {
         match r {
@@ -369,8 +339,7 @@ pub async fn publish(args: PusherPublishArgs) -> Result<(), LoadError> {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
-    let c = &s.corrected;
-    let line = json!({
+    let mut line = json!({
         "rate": args.rate,
         "duration_secs": args.duration_secs,
         "channels": args.channels,
@@ -379,29 +348,16 @@ pub async fn publish(args: PusherPublishArgs) -> Result<(), LoadError> {
         "publish_errors": errors.values().sum::<u64>(),
         "delivered": s.ok,
         "lost": accepted.saturating_sub(s.ok),
-        "p50_us": c.p50,
-        "p90_us": c.p90,
-        "p99_us": c.p99,
-        "p999_us": c.p999,
-        "max_us": c.max,
-        "service_p50_us": s.service.p50,
-        "service_p99_us": s.service.p99,
     });
-    let ms = |us: u64| us as f64 / 1000.0;
+    s.latency_fields(&mut line);
     let mut human = format!(
-        "pusher-publish: {} published at {}/s over {} channels, {} delivered, {} skipped; due→delivered p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms (sent→delivered p50 {:.3} ms, p99 {:.3} ms)",
+        "pusher-publish: {} published at {}/s over {} channels, {} delivered, {} skipped; {}",
         driven.sent,
         args.rate,
         args.channels,
         s.ok,
         driven.skipped,
-        ms(c.p50),
-        ms(c.p90),
-        ms(c.p99),
-        ms(c.p999),
-        ms(c.max),
-        ms(s.service.p50),
-        ms(s.service.p99),
+        s.latency_text("due→delivered", "sent→delivered"),
     );
     if !errors.is_empty() {
         let reasons: Vec<String> = errors.iter().map(|(r, n)| format!("{r} ×{n}")).collect();

@@ -40,10 +40,11 @@ impl Future for Supervision {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Outcome> {
-        let Some(run) = self.run.as_mut() else {
-            // Polled after its end: nothing is left to supervise.
-            return std::task::Poll::Ready(Outcome::Timeout);
-        };
+        // A future is not polled again after it is ready; its outcome was handed out once.
+        let run = self
+            .run
+            .as_mut()
+            .expect("a call's supervision polled after its outcome");
         let outcome = std::task::ready!(run.as_mut().poll(cx));
         self.run = None;
         std::task::Poll::Ready(outcome)
