@@ -25,6 +25,11 @@ async function openDemo(user) {
   page.setDefaultTimeout(WAIT_MS);
   page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
   await page.goto(`${BASE_URL}/demo?user=${user}&mcpPort=${mcp.port}`);
+  // The panel shows its port once the page's session has loaded, which may come after the
+  // load event (on a busy machine it did): wait for ours, up to WAIT_MS, then check it.
+  await page
+    .waitForFunction((port) => document.getElementById('mcp-port')?.textContent === port, String(mcp.port))
+    .catch(() => {});
   assert.equal(await page.textContent('#mcp-port'), String(mcp.port));
   return page;
 }
