@@ -8,6 +8,7 @@ mod error;
 pub mod memory;
 pub mod model;
 pub mod partition;
+pub mod rate;
 pub mod redis;
 mod types;
 pub mod webhook;

@@ -3,7 +3,6 @@
 //! heartbeat and shutdown.
 
 use std::collections::VecDeque;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +10,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use governor::DefaultDirectRateLimiter;
 use serde::Deserialize;
 use toolmark_broker::{AdmitError, ConvKey};
 use toolmark_proto::Limits;
@@ -108,15 +107,10 @@ async fn admit(
             return None;
         }
     };
-    let per_second =
-        NonZeroU32::new(tenant.limits.page_messages_per_second).unwrap_or(NonZeroU32::MIN);
     let page = PageSocket {
         app,
         limits: Limits::with_max_bytes(tenant.limits.max_message_bytes),
-        rate: RateLimiter::direct(
-            Quota::per_second(per_second)
-                .allow_burst(per_second.saturating_mul(NonZeroU32::MIN.saturating_add(1))),
-        ),
+        rate: toolmark_broker::rate::bucket(tenant.limits.page_messages_per_second),
         session,
         strikes: VecDeque::new(),
     };

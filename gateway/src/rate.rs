@@ -1,11 +1,9 @@
 //! Message rates kept on this node.
 
-use std::num::NonZeroU32;
+use governor::DefaultKeyedRateLimiter;
+use toolmark_broker::{ConvKey, rate};
 
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use toolmark_broker::ConvKey;
-
-/// Page messages of one conversation per second on this node (burst twice that), for
+/// Page messages of one conversation per second on this node (burst `model::burst`), for
 /// transports without a socket to hold a per-socket rate (`/inbound`).
 pub struct ConversationRate(DefaultKeyedRateLimiter<ConvKey>);
 
@@ -19,13 +17,9 @@ impl std::fmt::Debug for ConversationRate {
 const RATE_KEYS: usize = 10_000;
 
 impl ConversationRate {
-    /// `per_second` messages per conversation, burst twice that.
+    /// `per_second` messages per conversation.
     pub fn new(per_second: u32) -> Self {
-        let rate = NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN);
-        let burst = rate.saturating_mul(NonZeroU32::MIN.saturating_add(1));
-        ConversationRate(RateLimiter::keyed(
-            Quota::per_second(rate).allow_burst(burst),
-        ))
+        ConversationRate(rate::keyed_buckets(per_second))
     }
 
     /// Takes one message of `conv`; `false` when its rate is exhausted.

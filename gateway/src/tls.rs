@@ -36,7 +36,7 @@ impl TlsListener {
         let (tx, ready) = mpsc::channel(256);
         let accept = tokio::spawn(async move {
             loop {
-                let (stream, peer) = match tcp.accept().await {
+                let (mut stream, peer) = match tcp.accept().await {
                     Ok(c) => c,
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
@@ -47,6 +47,7 @@ impl TlsListener {
                 if tx.is_closed() {
                     return;
                 }
+                crate::serve::no_delay(&mut stream);
                 let acceptor = acceptor.clone();
                 let done = tx.clone();
                 tokio::spawn(async move {

@@ -11,13 +11,11 @@ mod sessions;
 mod webhooks;
 
 use std::collections::{HashMap, VecDeque};
-use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use governor::DefaultDirectRateLimiter;
 use litemap::LiteMap;
 use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
@@ -32,6 +30,7 @@ use crate::{
 
 pub use crate::model::Retention;
 use crate::model::{self, ConfirmSweep, Found, Presence};
+use crate::rate;
 
 struct CallEntry {
     record: CallRecord,

@@ -5,14 +5,13 @@
 //! page filters by clientId (rule 1).
 
 use std::collections::HashMap;
-use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures_util::stream::{SelectAll, Stream, StreamExt};
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use governor::DefaultDirectRateLimiter;
 use toolmark_broker::ConvKey;
 use tracing::Instrument;
 
@@ -105,13 +104,8 @@ pub(super) async fn serve(
         close(&mut socket, c, why).await;
         return;
     };
-    let per_second =
-        NonZeroU32::new(tenant.limits.page_messages_per_second).unwrap_or(NonZeroU32::MIN);
     let mut conn = Connection {
-        rate: RateLimiter::direct(
-            Quota::per_second(per_second)
-                .allow_burst(per_second.saturating_mul(NonZeroU32::MIN.saturating_add(1))),
-        ),
+        rate: toolmark_broker::rate::bucket(tenant.limits.page_messages_per_second),
         app,
         tenant,
         socket_id: super::new_socket_id(),
