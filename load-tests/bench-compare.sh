@@ -75,8 +75,13 @@ def figures(path):
             f["redis bytes per finished call"] = r.get("redis_bytes_per_finished_call")
             f["sharded channels, two nodes, 1,000 pages"] = r.get("sharded_channels_two_nodes_1000_pages")
         elif stage == "handshakes":
-            for k in ("setup_p50_us", "setup_p99_us", "setup_max_us", "setups_over_900ms", "listen_drops", "listen_backlog"):
+            for k in ("setup_p50_us", "setup_p99_us", "setup_max_us", "setups_over_900ms", "listen_drops", "listen_backlog",
+                      "gateway_cpu_us_per_setup", "gateway_context_switches_per_setup"):
                 f[f"handshakes {r.get('pages')} pages × {r.get('concurrency')} {k}"] = r.get(k)
+        elif stage and stage.startswith("reference-"):
+            for k, v in r.items():
+                if k.endswith("_us") or "_per_" in k or k == "elapsed_ms":
+                    f[f"{stage} {k}"] = v
         elif stage == "idle":
             f[f"idle {r.get('pages')} pages KiB per page"] = r.get("kib_per_page")
             f[f"idle {r.get('pages')} pages CPU µs per page per second"] = r.get("cpu_us_per_page_per_sec")

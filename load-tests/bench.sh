@@ -23,7 +23,8 @@
 #          of ours: our call round trip against its one-way publish→deliver at REFERENCE_RATE
 #          (2000/s) over 1000 pages or channels for REFERENCE_SECS (20), then HANDSHAKE_PAGES
 #          sockets at HANDSHAKE_CONCURRENCY against its /app/<key>, our Laravel Echo socket
-#          (same Pusher client) and our page socket; not in the default stages
+#          (same Pusher client) and our page socket; not in the default stages. With
+#          REFERENCE_PID (the server's process id) its CPU per event and per set-up too
 # Stages: BENCH_STAGES (default "idle calls cross handshakes storm"). Output: one JSON line per run in
 # $OUT/report.jsonl (OUT default docs/img/bench), and the chart docs/img/latency-vs-rate.svg.
 # Refuses to start while a compiler, test run or browser is busy unless BENCH_ANYWAY=1.
@@ -201,7 +202,7 @@ PY
         listen_drops() { nstat -az TcpExtListenOverflows TcpExtListenDrops 2>/dev/null | awk '/TcpExt/ {n += $2} END {print n + 0}'; }
         drops_before="$(listen_drops)"
         res="$(loadgen handshakes --url "$lt_node_url" --pages "$handshake_pages" \
-            --concurrency "$handshake_concurrency" | sed -n 1p)"
+            --concurrency "$handshake_concurrency" --gateway-pid "$lt_node_pid" | sed -n 1p)"
         drops_after="$(listen_drops)"
         backlog="$(ss -ltnH "sport = :${lt_node_url##*:}" | awk '{print $3}' | head -1)"
         res="$(python3 -c 'import json,sys; l=json.loads(sys.argv[1]); l["listen_drops"]=int(sys.argv[3])-int(sys.argv[2]); l["listen_backlog"]=int(sys.argv[4] or 0); print(json.dumps(l))' \
@@ -239,27 +240,30 @@ PY
             lt_write_config memory
         lt_start_node reference
         ref() { TOOLMARK_BENCH_PUSHER_SECRET="$REFERENCE_SECRET" "$lt_loadgen_bin" "$@"; }
+        # Its process, when REFERENCE_PID names it: its CPU per event and per set-up.
+        ref_pid=()
+        [[ -n "${REFERENCE_PID:-}" ]] && ref_pid=(--server-pid "$REFERENCE_PID")
         quiet_machine
         echo "== reference: our calls at $reference_rate/s on one node" >&2
         res="$(loadgen calls --url "$lt_node_url" --pages 1000 --rate "$reference_rate" --duration-secs "$reference_secs" --gateway-pid "$lt_node_pid" | sed -n 1p)"
         echo "$res"; record reference-calls "$res"
         quiet_machine
         echo "== reference: its publish→deliver at $reference_rate/s" >&2
-        res="$(ref pusher-publish --url "$REFERENCE_URL" --key "$REFERENCE_KEY" --app-id "$REFERENCE_APP_ID" \
+        res="$(ref pusher-publish --url "$REFERENCE_URL" --key "$REFERENCE_KEY" --app-id "$REFERENCE_APP_ID" "${ref_pid[@]}" \
             --channels 1000 --rate "$reference_rate" --duration-secs "$reference_secs" | sed -n 1p)"
         echo "$res"; record reference-publish "$res"
         quiet_machine
         echo "== reference: handshakes, $handshake_pages sockets, $handshake_concurrency at a time" >&2
-        res="$(ref pusher-handshakes --url "$REFERENCE_URL" --key "$REFERENCE_KEY" \
+        res="$(ref pusher-handshakes --url "$REFERENCE_URL" --key "$REFERENCE_KEY" "${ref_pid[@]}" \
             --connections "$handshake_pages" --concurrency "$handshake_concurrency" | sed -n 1p)"
         echo "$res"; record reference-handshakes "$res"
         quiet_machine
-        res="$(ref pusher-handshakes --url "$lt_node_url" --key "$echo_key" --origin "$lt_origin" \
+        res="$(ref pusher-handshakes --url "$lt_node_url" --key "$echo_key" --origin "$lt_origin" --server-pid "$lt_node_pid" \
             --connections "$handshake_pages" --concurrency "$handshake_concurrency" | sed -n 1p)"
         echo "$res"; record reference-echo-handshakes "$res"
         quiet_machine
         res="$(loadgen handshakes --url "$lt_node_url" --pages "$handshake_pages" \
-            --concurrency "$handshake_concurrency" | sed -n 1p)"
+            --concurrency "$handshake_concurrency" --gateway-pid "$lt_node_pid" | sed -n 1p)"
         echo "$res"; record reference-page-handshakes "$res"
         stop_all
         ;;

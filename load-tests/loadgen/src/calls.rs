@@ -15,7 +15,7 @@ use crate::error::LoadError;
 use crate::fleet::Fleet;
 use crate::latency::{Recorder, Summary};
 use crate::report;
-use crate::rss;
+use crate::rss::{self, Cost};
 use crate::target::Target;
 use crate::token::Minter;
 
@@ -64,10 +64,7 @@ async fn drive_calls(fleet: &Fleet, agent: &Agent, args: &CallsArgs) -> Result<(
     let before = args.gateway_pid.map(Cost::read).transpose()?;
     let driven = drive(agent, args, &recorder).await?;
     let summary = recorder.summary();
-    let cost = match (before, args.gateway_pid) {
-        (Some(before), Some(pid)) => Some(Cost::read(pid)?.per_call_since(&before, driven.sent)),
-        _ => None,
-    };
+    let cost = before.zip(args.gateway_pid);
     let rss = args.gateway_pid.map(rss::read_kib).transpose()?;
     let answered = fleet.tally.answered_total();
     let intact = fleet.intact();
@@ -145,36 +142,12 @@ async fn drive(
     Ok(driven)
 }
 
-/// What the gateway process spent: its CPU time and its threads' context switches.
-struct Cost {
-    cpu_us: u64,
-    switches: u64,
-}
-
-impl Cost {
-    fn read(pid: u32) -> Result<Self, LoadError> {
-        Ok(Self {
-            cpu_us: rss::cpu_us(pid)?,
-            switches: rss::context_switches(pid)?,
-        })
-    }
-
-    /// `(CPU µs, context switches)` per call from `before` to now, over `calls` calls.
-    fn per_call_since(&self, before: &Cost, calls: u64) -> (f64, f64) {
-        let n = calls.max(1) as f64;
-        (
-            self.cpu_us.saturating_sub(before.cpu_us) as f64 / n,
-            self.switches.saturating_sub(before.switches) as f64 / n,
-        )
-    }
-}
-
 fn print(
     args: &CallsArgs,
     d: &Driven,
     s: &Summary,
     rss: Option<u64>,
-    cost: Option<(f64, f64)>,
+    cost: Option<(Cost, u32)>,
     answered: u64,
 ) -> Result<(), LoadError> {
     let mut line = json!({
@@ -193,9 +166,8 @@ fn print(
     }
     // The whole run's cost divided by its calls: the pages' pings and the schedule's idle
     // moments are counted too, as an operator's bill would.
-    if let Some((cpu, switches)) = cost {
-        line["gateway_cpu_us_per_call"] = json!((cpu * 10.0).round() / 10.0);
-        line["gateway_context_switches_per_call"] = json!((switches * 100.0).round() / 100.0);
+    if let Some((before, pid)) = cost {
+        Cost::report_since(before, pid, d.sent, "gateway", "call", &mut line)?;
     }
     let achieved = d.sent as f64 / d.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
     let mut human = format!(

@@ -108,6 +108,10 @@ pub struct HandshakeArgs {
     /// Set-ups in flight at once.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
     pub concurrency: u32,
+    /// The gateway's process id: when given, its CPU time and threads' context switches per
+    /// set-up over the set-ups are reported.
+    #[arg(long)]
+    pub gateway_pid: Option<u32>,
 }
 
 /// The Pusher-protocol server under test and the app the run speaks as.
@@ -125,6 +129,10 @@ pub struct PusherServer {
     /// Sockets are spread over the source addresses 127.0.0.1 ..= 127.0.0.N (loopback only).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u8).range(1..=254))]
     pub source_addrs: u8,
+    /// The server's process id: when given, its CPU time and threads' context switches per
+    /// set-up (`pusher-handshakes`) or per published event (`pusher-publish`) are reported.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
 }
 
 /// `pusher-handshakes`

@@ -17,6 +17,7 @@ use crate::fleet::conversation;
 use crate::latency::{histogram, micros};
 use crate::page::{self, PageSpec};
 use crate::report;
+use crate::rss::Cost;
 use crate::target::Target;
 use crate::token::Minter;
 
@@ -64,6 +65,7 @@ pub async fn run(args: HandshakeArgs) -> Result<(), LoadError> {
             })
         })
         .collect::<Result<Vec<_>, LoadError>>()?;
+    let cost = args.gateway_pid.map(Cost::read).transpose()?;
     let started = Instant::now();
     let results: Vec<_> = futures_util::stream::iter(specs)
         .map(|spec| {
@@ -94,7 +96,7 @@ pub async fn run(args: HandshakeArgs) -> Result<(), LoadError> {
         failed,
         slow,
     } = setups;
-    let line = json!({
+    let mut line = json!({
         "pages": args.pages,
         "concurrency": args.concurrency,
         "connected": open.len(),
@@ -106,6 +108,16 @@ pub async fn run(args: HandshakeArgs) -> Result<(), LoadError> {
         "setups_over_900ms": slow,
         "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
     });
+    if let Some((before, pid)) = cost.zip(args.gateway_pid) {
+        Cost::report_since(
+            before,
+            pid,
+            open.len() as u64,
+            "gateway",
+            "setup",
+            &mut line,
+        )?;
+    }
     let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     let human = format!(
         "handshakes: {} of {} pages connected, {} at a time, in {:.1} s; set-up p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {slow} past 900 ms, {failed} failed",

@@ -33,6 +33,7 @@ use crate::handshakes::{SETUP_TIMEOUT, Setups};
 use crate::latency::{Recorder, histogram, micros};
 use crate::page::Socket;
 use crate::report;
+use crate::rss::Cost;
 use crate::target::Resolved;
 
 /// How long events still in flight may take to arrive after the last was published.
@@ -95,6 +96,7 @@ async fn until_event(ws: &mut Socket, event: &str) -> Result<serde_json::Value, 
 /// `pusher-handshakes`: runs the scenario and prints its JSON line and summary.
 pub async fn handshakes(args: PusherHandshakeArgs) -> Result<(), LoadError> {
     let server = Arc::new(Server::resolve(&args.server).await?);
+    let cost = args.server.server_pid.map(Cost::read).transpose()?;
     let started = Instant::now();
     let results: Vec<_> = futures_util::stream::iter(0..args.connections as usize)
         .map(|index| {
@@ -131,7 +133,7 @@ pub async fn handshakes(args: PusherHandshakeArgs) -> Result<(), LoadError> {
         failed,
         slow,
     } = setups;
-    let line = json!({
+    let mut line = json!({
         "connections": args.connections,
         "concurrency": args.concurrency,
         "connected": open.len(),
@@ -145,6 +147,9 @@ pub async fn handshakes(args: PusherHandshakeArgs) -> Result<(), LoadError> {
         "setups_over_900ms": slow,
         "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
     });
+    if let Some((before, pid)) = cost.zip(args.server.server_pid) {
+        Cost::report_since(before, pid, open.len() as u64, "server", "setup", &mut line)?;
+    }
     let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     let human = format!(
         "pusher-handshakes: {} of {} sockets connected, {} at a time, in {:.1} s; upgrade p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms; connection_established p50 {:.2} ms, p99 {:.2} ms; {slow} past 900 ms, {failed} failed",
@@ -274,6 +279,7 @@ pub async fn publish(args: PusherPublishArgs) -> Result<(), LoadError> {
         publish_errors.clone(),
         tasks.clone(),
     );
+    let cost = args.server.server_pid.map(Cost::read).transpose()?;
     let schedule = tokio::task::spawn_blocking(move || {
         driver::drive(plan, &runtime, &spawner, move |i, due_at| {
             let index = usize::try_from(i).unwrap_or(usize::MAX);
@@ -320,6 +326,7 @@ pub async fn publish(args: PusherPublishArgs) -> Result<(), LoadError> {
         .map_err(|e| LoadError::Local(format!("publisher: {e}")))?;
     tasks.close();
     tasks.wait().await;
+    let spent = cost.zip(args.server.server_pid);
     let accepted = driven.sent
         - publish_errors
             .lock()
@@ -350,6 +357,9 @@ pub async fn publish(args: PusherPublishArgs) -> Result<(), LoadError> {
         "lost": accepted.saturating_sub(s.ok),
     });
     s.latency_fields(&mut line);
+    if let Some((before, pid)) = spent {
+        Cost::report_since(before, pid, driven.sent, "server", "event", &mut line)?;
+    }
     let mut human = format!(
         "pusher-publish: {} published at {}/s over {} channels, {} delivered, {} skipped; {}",
         driven.sent,
