@@ -61,10 +61,9 @@ async fn drive_calls(fleet: &Fleet, agent: &Agent, args: &CallsArgs) -> Result<(
         args.rate, args.duration_secs, args.pages
     );
     let recorder = Arc::new(Recorder::default());
-    let before = args.gateway_pid.map(Cost::read).transpose()?;
+    let cost = args.gateway_pid.map(Cost::read).transpose()?;
     let driven = drive(agent, args, &recorder).await?;
     let summary = recorder.summary();
-    let cost = before.zip(args.gateway_pid);
     let rss = args.gateway_pid.map(rss::read_kib).transpose()?;
     let answered = fleet.tally.answered_total();
     let intact = fleet.intact();
@@ -147,7 +146,7 @@ fn print(
     d: &Driven,
     s: &Summary,
     rss: Option<u64>,
-    cost: Option<(Cost, u32)>,
+    cost: Option<Cost>,
     answered: u64,
 ) -> Result<(), LoadError> {
     let mut line = json!({
@@ -166,8 +165,8 @@ fn print(
     }
     // The whole run's cost divided by its calls: the pages' pings and the schedule's idle
     // moments are counted too, as an operator's bill would.
-    if let Some((before, pid)) = cost {
-        Cost::report_since(before, pid, d.sent, "gateway", "call", &mut line)?;
+    if let Some(cost) = cost {
+        cost.report(d.sent, "gateway", "call", &mut line)?;
     }
     let achieved = d.sent as f64 / d.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
     let mut human = format!(

@@ -50,6 +50,17 @@ impl Setups {
             self.slow += 1;
         }
     }
+
+    /// Adds `failed`, `setup_p50_us` … `setup_max_us` and `setups_over_900ms` to `line`.
+    pub fn fields(&self, line: &mut serde_json::Value) {
+        let h = &self.hist;
+        line["failed"] = json!(self.failed);
+        line["setup_p50_us"] = json!(h.value_at_quantile(0.5));
+        line["setup_p90_us"] = json!(h.value_at_quantile(0.9));
+        line["setup_p99_us"] = json!(h.value_at_quantile(0.99));
+        line["setup_max_us"] = json!(h.max());
+        line["setups_over_900ms"] = json!(self.slow);
+    }
 }
 
 /// Runs the scenario and prints its JSON line and summary.
@@ -91,32 +102,20 @@ pub async fn run(args: HandshakeArgs) -> Result<(), LoadError> {
             _ => setups.failed += 1,
         }
     }
+    let mut line = json!({
+        "pages": args.pages,
+        "concurrency": args.concurrency,
+        "connected": open.len(),
+        "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+    });
+    setups.fields(&mut line);
     let Setups {
         hist: h,
         failed,
         slow,
     } = setups;
-    let mut line = json!({
-        "pages": args.pages,
-        "concurrency": args.concurrency,
-        "connected": open.len(),
-        "failed": failed,
-        "setup_p50_us": h.value_at_quantile(0.5),
-        "setup_p90_us": h.value_at_quantile(0.9),
-        "setup_p99_us": h.value_at_quantile(0.99),
-        "setup_max_us": h.max(),
-        "setups_over_900ms": slow,
-        "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-    });
-    if let Some((before, pid)) = cost.zip(args.gateway_pid) {
-        Cost::report_since(
-            before,
-            pid,
-            open.len() as u64,
-            "gateway",
-            "setup",
-            &mut line,
-        )?;
+    if let Some(cost) = cost {
+        cost.report(open.len() as u64, "gateway", "setup", &mut line)?;
     }
     let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     let human = format!(

@@ -128,27 +128,22 @@ pub async fn handshakes(args: PusherHandshakeArgs) -> Result<(), LoadError> {
             _ => setups.failed += 1,
         }
     }
+    let mut line = json!({
+        "connections": args.connections,
+        "concurrency": args.concurrency,
+        "connected": open.len(),
+        "established_p50_us": established.value_at_quantile(0.5),
+        "established_p99_us": established.value_at_quantile(0.99),
+        "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+    });
+    setups.fields(&mut line);
     let Setups {
         hist: upgrade,
         failed,
         slow,
     } = setups;
-    let mut line = json!({
-        "connections": args.connections,
-        "concurrency": args.concurrency,
-        "connected": open.len(),
-        "failed": failed,
-        "setup_p50_us": upgrade.value_at_quantile(0.5),
-        "setup_p90_us": upgrade.value_at_quantile(0.9),
-        "setup_p99_us": upgrade.value_at_quantile(0.99),
-        "setup_max_us": upgrade.max(),
-        "established_p50_us": established.value_at_quantile(0.5),
-        "established_p99_us": established.value_at_quantile(0.99),
-        "setups_over_900ms": slow,
-        "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-    });
-    if let Some((before, pid)) = cost.zip(args.server.server_pid) {
-        Cost::report_since(before, pid, open.len() as u64, "server", "setup", &mut line)?;
+    if let Some(cost) = cost {
+        cost.report(open.len() as u64, "server", "setup", &mut line)?;
     }
     let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     let human = format!(
@@ -326,7 +321,6 @@ pub async fn publish(args: PusherPublishArgs) -> Result<(), LoadError> {
         .map_err(|e| LoadError::Local(format!("publisher: {e}")))?;
     tasks.close();
     tasks.wait().await;
-    let spent = cost.zip(args.server.server_pid);
     let accepted = driven.sent
         - publish_errors
             .lock()
@@ -357,8 +351,8 @@ pub async fn publish(args: PusherPublishArgs) -> Result<(), LoadError> {
         "lost": accepted.saturating_sub(s.ok),
     });
     s.latency_fields(&mut line);
-    if let Some((before, pid)) = spent {
-        Cost::report_since(before, pid, driven.sent, "server", "event", &mut line)?;
+    if let Some(cost) = cost {
+        cost.report(driven.sent, "server", "event", &mut line)?;
     }
     let mut human = format!(
         "pusher-publish: {} published at {}/s over {} channels, {} delivered, {} skipped; {}",

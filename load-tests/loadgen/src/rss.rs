@@ -52,37 +52,38 @@ pub fn context_switches(pid: u32) -> Result<u64, LoadError> {
     Ok(total)
 }
 
-/// What a server process spent from one reading to the next: its CPU time and its threads'
-/// context switches.
+/// What a server process had spent at one reading: its CPU time and its threads' context
+/// switches.
 #[derive(Debug, Clone, Copy)]
 pub struct Cost {
+    pid: u32,
     cpu_us: u64,
     switches: u64,
 }
 
 impl Cost {
-    /// The process's totals now.
+    /// Process `pid`'s totals now.
     pub fn read(pid: u32) -> Result<Self, LoadError> {
         Ok(Self {
+            pid,
             cpu_us: cpu_us(pid)?,
             switches: context_switches(pid)?,
         })
     }
 
     /// Adds `<who>_cpu_us_per_<unit>` and `<who>_context_switches_per_<unit>` to `line`: what
-    /// `pid` spent since `before`, over `units` calls, set-ups or events.
-    pub fn report_since(
-        before: Self,
-        pid: u32,
+    /// the process spent since this reading, over `units` calls, set-ups or events.
+    pub fn report(
+        self,
         units: u64,
         who: &str,
         unit: &str,
         line: &mut serde_json::Value,
     ) -> Result<(), LoadError> {
-        let now = Self::read(pid)?;
+        let now = Self::read(self.pid)?;
         let n = units.max(1) as f64;
-        let cpu = now.cpu_us.saturating_sub(before.cpu_us) as f64 / n;
-        let switches = now.switches.saturating_sub(before.switches) as f64 / n;
+        let cpu = now.cpu_us.saturating_sub(self.cpu_us) as f64 / n;
+        let switches = now.switches.saturating_sub(self.switches) as f64 / n;
         line[format!("{who}_cpu_us_per_{unit}")] = serde_json::json!((cpu * 10.0).round() / 10.0);
         line[format!("{who}_context_switches_per_{unit}")] =
             serde_json::json!((switches * 100.0).round() / 100.0);
