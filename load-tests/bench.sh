@@ -105,18 +105,19 @@ stop_all() {
     lt_pids=()
 }
 
-# The rate sweep against pages on $1 with agent calls through $2; lines go to $3; the gateway
-# pid $4, when given, adds its CPU and context switches per call.
+# The rate sweep against pages on $1 with agent calls through $2; lines go to $3; the other
+# arguments pass to every run (the pids whose CPU and context switches per call are reported).
 sweep_rates() {
-    local r res p99 errors
-    : >"$3"
+    local r res p99 errors pages_url="$1" agent_url="$2" lines="$3"
+    shift 3
+    : >"$lines"
     for r in $sweep; do
         quiet_machine
-        res="$(loadgen calls --url "$1" --agent-url "$2" --pages 1000 --rate "$r" --duration-secs "$sweep_secs" ${4:+--gateway-pid "$4"} 2>"$lt_work/sweep.err" | sed -n 1p)" || true
+        res="$(loadgen calls --url "$pages_url" --agent-url "$agent_url" --pages 1000 --rate "$r" --duration-secs "$sweep_secs" "$@" 2>"$lt_work/sweep.err" | sed -n 1p)" || true
         if [[ -z "$res" ]]; then
             echo "bench.sh: rate $r/s failed:" >&2; tail -3 "$lt_work/sweep.err" >&2; break
         fi
-        echo "$res" >>"$3"
+        echo "$res" >>"$lines"
         p99="$(field "$res" p99_us)"; errors="$(field "$res" errors)"
         echo "bench.sh: $r calls/s: p50 $(field "$res" p50_us) µs, p99 $p99 µs, $errors errors" >&2
         if [[ "$p99" -gt 20000 || "$errors" -gt 0 ]]; then break; fi
@@ -142,19 +143,21 @@ for stage in $stages; do
         lt_write_config memory
         lt_start_node single
         echo "== calls on one node: $sweep" >&2
-        sweep_rates "$lt_node_url" "$lt_node_url" "$out/single-node.jsonl" "$lt_node_pid"
+        sweep_rates "$lt_node_url" "$lt_node_url" "$out/single-node.jsonl" --gateway-pid "$lt_node_pid"
         while read -r l; do record calls "$l"; done <"$out/single-node.jsonl"
         stop_all
         ;;
     cross)
         lt_start_redis
         lt_write_config redis
-        lt_start_node 1; node1="$lt_node_url"
-        lt_start_node 2; node2="$lt_node_url"
+        lt_start_node 1; node1="$lt_node_url"; pid1="$lt_node_pid"
+        lt_start_node 2; node2="$lt_node_url"; pid2="$lt_node_pid"
+        # CPU and context switches per call of each process: pages' node, agent's node, Redis.
+        costs=(--gateway-pid "$pid1" --agent-gateway-pid "$pid2" --redis-pid "$lt_redis_pid")
         quiet_machine
         echo "== cross-node calls at $cross_rate/s for $cross_secs s, Redis commands per call" >&2
         loadgen calls --url "$node1" --agent-url "$node2" --pages 1000 --rate "$cross_rate" \
-            --duration-secs "$cross_secs" --pause-before-secs 2 >"$lt_work/cross.out" 2>"$lt_work/cross.err" &
+            --duration-secs "$cross_secs" --pause-before-secs 2 "${costs[@]}" >"$lt_work/cross.out" 2>"$lt_work/cross.err" &
         lg=$!
         until grep -q pausing "$lt_work/cross.err" 2>/dev/null; do
             kill -0 "$lg" 2>/dev/null || { cat "$lt_work/cross.err" >&2; exit 1; }
@@ -190,7 +193,7 @@ PY
         echo "$res"
         record cross-rate "$res"
         echo "== calls across nodes: $sweep" >&2
-        sweep_rates "$node1" "$node2" "$out/cross-node.jsonl"
+        sweep_rates "$node1" "$node2" "$out/cross-node.jsonl" "${costs[@]}"
         while read -r l; do record cross "$l"; done <"$out/cross-node.jsonl"
         stop_all
         ;;

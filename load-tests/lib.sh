@@ -42,7 +42,8 @@ lt_start_redis() {
     command -v "$redis_server" >/dev/null || { echo "redis-server missing (apt-get install -y redis-server)" >&2; exit 1; }
     lt_redis_port="$(lt_free_port)"
     "$redis_server" --port "$lt_redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$lt_work" >"$lt_work/redis.log" 2>&1 &
-    lt_pids+=($!)
+    lt_redis_pid=$!
+    lt_pids+=("$lt_redis_pid")
     local _
     for _ in $(seq 50); do "$redis_cli" -p "$lt_redis_port" ping >/dev/null 2>&1 && return; sleep 0.1; done
     cat "$lt_work/redis.log" >&2; echo "redis-server did not start" >&2; exit 1

@@ -61,14 +61,51 @@ async fn drive_calls(fleet: &Fleet, agent: &Agent, args: &CallsArgs) -> Result<(
         args.rate, args.duration_secs, args.pages
     );
     let recorder = Arc::new(Recorder::default());
-    let cost = args.gateway_pid.map(Cost::read).transpose()?;
+    let costs = Costs::read(args)?;
     let driven = drive(agent, args, &recorder).await?;
     let summary = recorder.summary();
     let rss = args.gateway_pid.map(rss::read_kib).transpose()?;
     let answered = fleet.tally.answered_total();
     let intact = fleet.intact();
-    print(args, &driven, &summary, rss, cost, answered)?;
+    print(args, &driven, &summary, rss, costs, answered)?;
     intact.map(|_| ())
+}
+
+/// What each process of the run spent over the calls: the gateway (the pages' node), the
+/// agent's node when it is another, the broker, and this load generator itself (which shares
+/// the machine: its share says how much of a ceiling measured here is the harness's).
+struct Costs {
+    gateway: Option<Cost>,
+    agent_gateway: Option<Cost>,
+    redis: Option<Cost>,
+    loadgen: Cost,
+}
+
+impl Costs {
+    fn read(args: &CallsArgs) -> Result<Self, LoadError> {
+        let read = |pid: Option<u32>| pid.map(Cost::read).transpose();
+        Ok(Self {
+            gateway: read(args.gateway_pid)?,
+            agent_gateway: read(args.agent_gateway_pid)?,
+            redis: read(args.redis_pid)?,
+            loadgen: Cost::read(std::process::id())?,
+        })
+    }
+
+    fn report(self, calls: u64, line: &mut serde_json::Value) -> Result<(), LoadError> {
+        let each = [
+            ("gateway", self.gateway),
+            ("agent_gateway", self.agent_gateway),
+            ("redis", self.redis),
+            ("loadgen", Some(self.loadgen)),
+        ];
+        for (who, cost) in each {
+            if let Some(cost) = cost {
+                cost.report(calls, who, "call", line)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Waits until the gateway holds every page's manifest: a call sent earlier would be `no_page`.
@@ -146,7 +183,7 @@ fn print(
     d: &Driven,
     s: &Summary,
     rss: Option<u64>,
-    cost: Option<Cost>,
+    costs: Costs,
     answered: u64,
 ) -> Result<(), LoadError> {
     let mut line = json!({
@@ -165,9 +202,7 @@ fn print(
     }
     // The whole run's cost divided by its calls: the pages' pings and the schedule's idle
     // moments are counted too, as an operator's bill would.
-    if let Some(cost) = cost {
-        cost.report(d.sent, "gateway", "call", &mut line)?;
-    }
+    costs.report(d.sent, &mut line)?;
     let achieved = d.sent as f64 / d.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
     let mut human = format!(
         "calls: {} sent at {achieved:.0}/s (target {}/s), {} ok, {} errors, {} skipped; {}",

@@ -218,6 +218,15 @@ pub struct CallsArgs {
     /// cross-node round trip with a shared broker.
     #[arg(long)]
     pub agent_url: Option<String>,
+    /// The process id of the gateway node behind `--agent-url`: its CPU time and context
+    /// switches per call are reported as `agent_gateway_*` (`--gateway-pid` is then the pages'
+    /// node).
+    #[arg(long)]
+    pub agent_gateway_pid: Option<u32>,
+    /// The process id of the broker (`redis-server`): its CPU time and context switches per
+    /// call are reported as `redis_*`.
+    #[arg(long)]
+    pub redis_pid: Option<u32>,
     /// Seconds to wait after the pages are ready and before the first call (e.g. to reset
     /// Redis statistics from outside).
     #[arg(long, default_value_t = 0)]
