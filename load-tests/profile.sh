@@ -6,7 +6,8 @@
 #          calls/s: one graph per node
 # Each run lasts SECS (20) s; perf samples PERF_SECS (10) s of it at 499 Hz with DWARF call
 # graphs. Output: docs/img/flame-one-node.svg, docs/img/flame-cross-agent-node.svg,
-# docs/img/flame-cross-page-node.svg, and each run's JSON line on standard output.
+# docs/img/flame-cross-page-node.svg, and each run's JSON line on standard output (with the CPU
+# per call of each process: the sampling adds to it).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,10 +39,12 @@ sample() {
     echo "profile.sh: wrote docs/img/$2.svg" >&2
 }
 
-calls() { # $1 pages URL, $2 agent URL, $3 rate
+calls() { # $1 pages URL, $2 agent URL, $3 rate, then the pids to report CPU per call of
+    local pages_url="$1" agent_url="$2" rate="$3"
+    shift 3
     TOOLMARK_BENCH_API_KEY="$lt_api_key" TOOLMARK_BENCH_TOKEN_SECRET="$lt_token_secret" \
-        "$lt_loadgen_bin" calls --url "$1" --agent-url "$2" --pages 1000 --rate "$3" \
-        --duration-secs "$secs" --pause-before-secs 2 2>"$lt_work/calls.err" | head -1
+        "$lt_loadgen_bin" calls --url "$pages_url" --agent-url "$agent_url" --pages 1000 --rate "$rate" \
+        --duration-secs "$secs" --pause-before-secs 2 "$@" 2>"$lt_work/calls.err" | head -1
 }
 
 if [[ " $stages " == *" one "* ]]; then
@@ -50,7 +53,7 @@ lt_write_config memory
 lt_start_node one
 sample "$lt_node_pid" flame-one-node "one node, memory broker, $one_rate calls/s" &
 s1=$!
-calls "$lt_node_url" "$lt_node_url" "$one_rate"
+calls "$lt_node_url" "$lt_node_url" "$one_rate" --gateway-pid "$lt_node_pid"
 wait "$s1"
 kill -TERM "$lt_node_pid"
 fi
@@ -65,6 +68,6 @@ sample "$agent_pid" flame-cross-agent-node "the agent's node (HTTP API), two nod
 s1=$!
 sample "$pages_pid" flame-cross-page-node "the pages' node, two nodes on Redis, $cross_rate calls/s" &
 s2=$!
-calls "$pages_url" "$agent_url" "$cross_rate"
+calls "$pages_url" "$agent_url" "$cross_rate" --gateway-pid "$pages_pid" --agent-gateway-pid "$agent_pid" --redis-pid "$lt_redis_pid"
 wait "$s1" "$s2"
 fi

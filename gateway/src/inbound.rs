@@ -61,7 +61,8 @@ pub fn client_mismatch(app: &AppState) -> Refused {
 
 /// Applies a decoded message of a page of `conv` (its clientId already checked by the
 /// transport): a manifest is kept and announced, a `result` or `confirmed` is checked against
-/// its binding by the broker. Refusals are counted and logged here.
+/// its binding by the broker. Refusals are counted and logged here, each line naming the
+/// conversation (a page frame is handled in no span at the default log level).
 pub async fn dispatch(app: &AppState, conv: &ConvKey, message: PageMessage) -> Result<(), Refused> {
     let from = PageIdentity {
         conv: conv.clone(),
@@ -70,7 +71,7 @@ pub async fn dispatch(app: &AppState, conv: &ConvKey, message: PageMessage) -> R
     match message {
         PageMessage::Manifest(m) => {
             if let Err(e) = app.broker.put_manifest(conv, &m).await {
-                tracing::warn!(error = %e, "manifest not stored");
+                tracing::warn!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, error = %e, "manifest not stored");
                 return Err(e.into());
             }
             let data = json!({"user": conv.user, "conversation": conv.conversation,
@@ -86,11 +87,11 @@ pub async fn dispatch(app: &AppState, conv: &ConvKey, message: PageMessage) -> R
             Ok(_) => Ok(()),
             Err(SubmitError::Rejected(why)) => {
                 app.metrics.result_rejected(why.as_str());
-                tracing::info!(call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
+                tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
                 Err(Refused::Rejected(why))
             }
             Err(SubmitError::Broker(e)) => {
-                tracing::warn!(call_id = %r.id, error = %e, "result not recorded");
+                tracing::warn!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, call_id = %r.id, error = %e, "result not recorded");
                 Err(e.into())
             }
         },
@@ -104,11 +105,11 @@ pub async fn dispatch(app: &AppState, conv: &ConvKey, message: PageMessage) -> R
                 }
                 Err(SubmitError::Rejected(why)) => {
                     app.metrics.result_rejected(why.as_str());
-                    tracing::info!(confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");
+                    tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");
                     Err(Refused::Rejected(why))
                 }
                 Err(SubmitError::Broker(e)) => {
-                    tracing::warn!(confirm_id = %c.confirm_id, error = %e, "confirmed not recorded");
+                    tracing::warn!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, confirm_id = %c.confirm_id, error = %e, "confirmed not recorded");
                     Err(e.into())
                 }
             }

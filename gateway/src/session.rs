@@ -98,7 +98,8 @@ impl Session {
     pub async fn identify(&mut self, app: &AppState, client_id: &str) {
         app.registry.identify(&self.conv, self.slot, client_id);
         if let Err(e) = app.broker.page_identified(&self.conv, client_id).await {
-            tracing::warn!(error = %e, "page not recorded");
+            let conv = &self.conv;
+            tracing::warn!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, error = %e, "page not recorded");
         }
         self.client_id = Some(client_id.to_owned());
     }

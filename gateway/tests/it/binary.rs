@@ -445,6 +445,46 @@ async fn each_page_logs_under_its_own_span_and_no_other() {
 }
 
 #[tokio::test]
+async fn a_rejected_result_is_logged_at_the_default_level_naming_its_page() {
+    // The default level: RUST_LOG unset. A page's frames are handled in no span there, so the
+    // line itself must say whose result it was.
+    let (config, mut child, addr, stderr) = start_logging(&[("TOOLMARK_LOG_FORMAT", "json")]);
+    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let mut page = crate::harness::page_at(addr, "acme", "u-log", "c-log").await;
+    page.manifest(1, serde_json::json!([])).await;
+    let id = uuid::Uuid::new_v4().to_string();
+    page.answer(&id, serde_json::json!({"status": "ok"})).await;
+    let line = tokio::time::timeout(crate::harness::WAIT, async {
+        loop {
+            let v = lines.recv().await.expect("the gateway logs");
+            if v["fields"]["message"] == "result rejected" {
+                return v;
+            }
+        }
+    })
+    .await
+    .expect("a result rejected line at the default level");
+    assert_eq!(line["level"], "INFO", "{line}");
+    let fields = &line["fields"];
+    assert_eq!(fields["tenant"], "acme", "{line}");
+    assert_eq!(fields["user"], "u-log", "{line}");
+    assert_eq!(fields["conversation"], "c-log", "{line}");
+    assert_eq!(fields["call_id"], id.as_str(), "{line}");
+    assert_eq!(fields["reason"], "unknown_id", "{line}");
+    drop(page);
+    sigterm(&child);
+    assert_eq!(wait_exit(&mut child).await, 0);
+    std::fs::remove_file(config).unwrap();
+}
+
+#[tokio::test]
 async fn every_request_has_an_access_log_line_at_info_with_route_status_duration_and_tenant() {
     // The default level: RUST_LOG unset.
     let (config, mut child, addr, stderr) = start_logging(&[("TOOLMARK_LOG_FORMAT", "json")]);
