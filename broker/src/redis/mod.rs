@@ -305,6 +305,7 @@ impl RedisBroker {
             catalog_changes: broadcast::channel(1024).0,
         });
         broker.clear_own_fields().await;
+        broker.load_scripts().await;
         broker.subscribe_partitions().await?;
         broker.heartbeat().await;
         let stop = &broker.stop;
@@ -342,6 +343,19 @@ impl RedisBroker {
             .observe
             .observe(self.scripts.name_of(script), started.elapsed());
         answer
+    }
+
+    /// Loads every script into Redis (each primary, on a Cluster) before this node uses them:
+    /// at start and when the connection comes back, so that the first calls and the
+    /// re-publication of a restarted (empty) Redis do not each fail with `NOSCRIPT` and load
+    /// the script again. A script that fails to load here is loaded by its first use.
+    async fn load_scripts(&self) {
+        let loads = self.scripts.all().map(|(script, name)| async move {
+            if let Err(e) = script.load(&self.client).await {
+                tracing::warn!(script = name, error = %e, "redis script not loaded");
+            }
+        });
+        futures_util::future::join_all(loads).await;
     }
 
     fn live_nodes(&self) -> Arc<HashSet<String>> {

@@ -157,6 +157,7 @@ impl RedisBroker {
         while reconnected(&mut reconnects, &shutdown).await {
             tracing::info!(node = %self.node, "redis connection back: re-publishing pages and manifests");
             lock(&self.expected).clear();
+            self.load_scripts().await;
             self.heartbeat().await;
             self.republish().await;
         }

@@ -538,7 +538,15 @@ impl Default for Scripts {
 impl Scripts {
     /// The name of one of these scripts (the `script` label of its latency).
     pub fn name_of(&self, script: &Script) -> &'static str {
-        let named: [(&Script, &'static str); 20] = [
+        self.all()
+            .iter()
+            .find(|(s, _)| std::ptr::eq(*s, script))
+            .map_or("other", |(_, n)| n)
+    }
+
+    /// Every script with its name.
+    pub fn all(&self) -> [(&Script, &'static str); 20] {
+        [
             (&self.catalog_put, "catalog_put"),
             (&self.catalog_remove, "catalog_remove"),
             (&self.bind, "bind"),
@@ -559,10 +567,6 @@ impl Scripts {
             (&self.refresh, "refresh"),
             (&self.drained, "drained"),
             (&self.release, "release"),
-        ];
-        named
-            .iter()
-            .find(|(s, _)| std::ptr::eq(*s, script))
-            .map_or("other", |(_, n)| n)
+        ]
     }
 }

@@ -93,6 +93,76 @@ async fn a_redis_restart_loses_nothing_pages_stay_and_calls_resume_within_5_seco
     );
 }
 
+/// How many keys of `redis` match `pattern`.
+fn keys_matching(redis: &RedisProc, pattern: &str) -> usize {
+    redis
+        .cli(&["KEYS", pattern])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .count()
+}
+
+#[tokio::test]
+async fn a_node_loads_its_scripts_before_it_starts_and_before_it_republishes_to_a_restarted_redis()
+{
+    let mut redis = RedisProc::start(&[]);
+    let prefix = fresh_prefix();
+    let broker = redis_broker(&redis.url(), &prefix);
+    let n1 = Gateway::start_config(&config_with(&broker, ""), Some("node-1".into())).await;
+    // Forty conversations, connected at once: without the scripts loaded first, each of their
+    // first writes would fail with NOSCRIPT and load its script again.
+    let users: Vec<String> = (0..40).map(|i| format!("u{i}")).collect();
+    let mut pages =
+        futures_util::future::join_all(users.iter().map(|u| n1.page("acme", u, "c1"))).await;
+    futures_util::future::join_all(pages.iter_mut().map(|p| p.manifest(1, tools()))).await;
+    for (i, p) in pages.iter().enumerate() {
+        n1.acme()
+            .wait_current(&format!("u{i}"), "c1", &p.client_id)
+            .await;
+    }
+    let noscript = |redis: &RedisProc| {
+        redis
+            .cli(&["INFO", "errorstats"])
+            .lines()
+            .find(|l| l.starts_with("errorstat_NOSCRIPT"))
+            .map(str::to_owned)
+    };
+    assert_eq!(noscript(&redis), None, "at start");
+
+    redis.restart();
+    // The node writes its conversations again (socket counts, then manifests); waited for on
+    // Redis itself, since reading a conversation through the API runs a script too.
+    let deadline = Instant::now() + WAIT;
+    while keys_matching(&redis, &format!("{prefix}*:manifest:*")) < 40 {
+        assert!(
+            Instant::now() < deadline,
+            "the node did not re-publish its 40 manifests: {} keys",
+            keys_matching(&redis, &format!("{prefix}*"))
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(keys_matching(&redis, &format!("{prefix}*:socks")), 40);
+    assert_eq!(noscript(&redis), None, "after the restart");
+    // And calls work on the scripts loaded.
+    let acme = n1.acme();
+    let pending = tokio::spawn(async move {
+        acme.post(
+            "/users/u0/conversations/c1/calls",
+            json!({"tool": "todo.add", "input": {}}),
+        )
+        .await
+    });
+    let frame = pages[0].recv().await;
+    pages[0]
+        .answer(
+            frame["id"].as_str().unwrap(),
+            json!({"status": "ok", "data": 1}),
+        )
+        .await;
+    assert_eq!(pending.await.unwrap().body["outcome"]["data"], 1);
+    assert_eq!(noscript(&redis), None, "after a call");
+}
+
 /// A gateway node as a separate process, so that it can be killed with SIGKILL.
 struct NodeProc {
     child: std::process::Child,
