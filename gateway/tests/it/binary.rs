@@ -103,6 +103,41 @@ fn start_logging(
     (config, child, addr, stderr)
 }
 
+/// A gateway's JSON log lines, read as they come on a thread of their own.
+struct JsonLines(tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>);
+
+impl JsonLines {
+    fn read(stderr: std::process::ChildStderr) -> JsonLines {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str(&line) {
+                    let _ = tx.send(v);
+                }
+            }
+        });
+        JsonLines(rx)
+    }
+
+    /// The next line that `matches`; panics with `what` after [`crate::harness::WAIT`].
+    async fn next_where(
+        &mut self,
+        what: &str,
+        matches: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        tokio::time::timeout(crate::harness::WAIT, async {
+            loop {
+                let v = self.0.recv().await.expect("the gateway logs");
+                if matches(&v) {
+                    return v;
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{what}"))
+    }
+}
+
 fn sigterm(child: &Child) {
     let ok = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -449,28 +484,16 @@ async fn a_rejected_result_is_logged_at_the_default_level_naming_its_page() {
     // The default level: RUST_LOG unset. A page's frames are handled in no span there, so the
     // line itself must say whose result it was.
     let (config, mut child, addr, stderr) = start_logging(&[("TOOLMARK_LOG_FORMAT", "json")]);
-    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str(&line) {
-                let _ = tx.send(v);
-            }
-        }
-    });
+    let mut lines = JsonLines::read(stderr);
     let mut page = crate::harness::page_at(addr, "acme", "u-log", "c-log").await;
     page.manifest(1, serde_json::json!([])).await;
     let id = uuid::Uuid::new_v4().to_string();
     page.answer(&id, serde_json::json!({"status": "ok"})).await;
-    let line = tokio::time::timeout(crate::harness::WAIT, async {
-        loop {
-            let v = lines.recv().await.expect("the gateway logs");
-            if v["fields"]["message"] == "result rejected" {
-                return v;
-            }
-        }
-    })
-    .await
-    .expect("a result rejected line at the default level");
+    let line = lines
+        .next_where("a result rejected line at the default level", |v| {
+            v["fields"]["message"] == "result rejected"
+        })
+        .await;
     assert_eq!(line["level"], "INFO", "{line}");
     let fields = &line["fields"];
     assert_eq!(fields["tenant"], "acme", "{line}");
@@ -488,15 +511,7 @@ async fn a_rejected_result_is_logged_at_the_default_level_naming_its_page() {
 async fn every_request_has_an_access_log_line_at_info_with_route_status_duration_and_tenant() {
     // The default level: RUST_LOG unset.
     let (config, mut child, addr, stderr) = start_logging(&[("TOOLMARK_LOG_FORMAT", "json")]);
-    // Lines are read as they come, on a thread of their own.
-    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str(&line) {
-                let _ = tx.send(v);
-            }
-        }
-    });
+    let mut lines = JsonLines::read(stderr);
     let http = crate::harness::http_client();
     let id = uuid::Uuid::new_v4();
     let r = http
@@ -505,16 +520,11 @@ async fn every_request_has_an_access_log_line_at_info_with_route_status_duration
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
-    let line = tokio::time::timeout(crate::harness::WAIT, async {
-        loop {
-            let v = lines.recv().await.expect("the gateway logs");
-            if v["target"] == "toolmark_gateway::access" {
-                return v;
-            }
-        }
-    })
-    .await
-    .expect("an access line at the default level");
+    let line = lines
+        .next_where("an access line at the default level", |v| {
+            v["target"] == "toolmark_gateway::access"
+        })
+        .await;
     assert_eq!(line["level"], "INFO", "{line}");
     let fields = &line["fields"];
     assert_eq!(fields["route"], "/v1/tenants/{tenant}/calls/{id}", "{line}");

@@ -143,7 +143,22 @@ async fn a_node_loads_its_scripts_before_it_starts_and_before_it_republishes_to_
     }
     assert_eq!(keys_matching(&redis, &format!("{prefix}*:socks")), 40);
     assert_eq!(noscript(&redis), None, "after the restart");
-    // And calls work on the scripts loaded.
+    // And calls work on the scripts loaded, once the node listens on its 64 partition channels
+    // again (a frame published before that has no one to reach).
+    let deadline = Instant::now() + WAIT;
+    while redis
+        .cli(&["PUBSUB", "SHARDCHANNELS"])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .count()
+        < 64
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the node did not subscribe again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let acme = n1.acme();
     let pending = tokio::spawn(async move {
         acme.post(
