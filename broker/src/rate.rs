@@ -1,16 +1,18 @@
 //! Token buckets kept in this process: the memory broker's tenant call rates and a node's page
 //! message rates. Every bucket is a GCRA whose burst is [`model::burst`] of its rate, and all
-//! of them read one clock.
+//! of them read one clock. And the [`Reserves`] of tokens a node takes from a shared bucket in
+//! batches (a tenant's rate on Redis Cluster, whose key lives on another shard than the call's).
 //!
 //! One clock, made once: making a clock (governor's default, quanta's) probes the CPU with
 //! `CPUID`, which a virtual machine's hypervisor traps. A bucket per socket that made its own
 //! clock cost a fifth of the gateway's CPU per WebSocket set-up (`docs/benchmarks.md`,
 //! "Set-up cost").
 
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::num::NonZeroU32;
-use std::sync::LazyLock;
-use std::time::Duration;
+use std::sync::{LazyLock, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, NotUntil, Quota, RateLimiter};
@@ -41,9 +43,188 @@ pub fn wait_time(refused: &NotUntil<<DefaultClock as Clock>::Instant>) -> Durati
     refused.wait_time_from(CLOCK.now())
 }
 
+/// How long a node keeps the tokens it took ahead of its calls: those still unspent this long
+/// after its last batch came back go back to the shared bucket with its next batch, and its
+/// batches halve.
+pub const RESERVE_LEASE: Duration = Duration::from_millis(100);
+
+/// The largest batch of a rate of `per_second` a node takes at once: 10 ms of the rate. Below
+/// 200 a second that is 1: no reserve, every call takes its own token.
+pub fn reserve_cap(per_second: u32) -> u32 {
+    (per_second / 100).max(1)
+}
+
+/// What a call does about its token, by [`Reserves::spend`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserved {
+    /// A held token was spent. With `refill`, the reserve ran below half a batch and this call
+    /// takes that many more from the bucket alongside its own work (then [`Reserves::hold`]).
+    Spent { refill: Option<u32> },
+    /// Nothing is held: the call takes up to `want` from the bucket before it goes on, one for
+    /// itself, and holds the rest ([`Reserves::hold`], when `want` is more than one); with it,
+    /// `back` tokens held past the lease go back to the bucket.
+    Take { want: u32, back: u32 },
+}
+
+/// The tokens a node holds per key (a tenant), taken from a shared bucket in batches, so that
+/// most calls cost no round trip to it.
+///
+/// - The shared bucket never grants more than its rate: a reserve only moves some of its tokens
+///   ahead in time, by at most [`RESERVE_LEASE`]; tokens held longer go back.
+/// - A batch follows what the node spends: the first is 2 tokens, each batch asked for because
+///   the reserve ran below half of the last one is twice as large, up to [`reserve_cap`];
+///   tokens outliving the lease halve it. A node holds at most one and a half batches (15 ms of
+///   the rate), and about what it spends in a lease when it spends less: another node may be
+///   refused while this one holds tokens, by that much.
+#[derive(Debug, Default)]
+pub struct Reserves {
+    held: Mutex<HashMap<String, Held>>,
+}
+
+#[derive(Debug)]
+struct Held {
+    tokens: u32,
+    until: Instant,
+    batch: u32,
+    /// A batch is being taken for this key.
+    refilling: bool,
+}
+
+impl Reserves {
+    fn with<T>(&self, key: &str, now: Instant, f: impl FnOnce(&mut Held) -> T) -> T {
+        let mut all = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let h = all.entry(key.to_owned()).or_insert(Held {
+            tokens: 0,
+            until: now,
+            batch: 1,
+            refilling: false,
+        });
+        f(h)
+    }
+
+    /// One call's token of `key`, whose rate is `per_second`, at `now`.
+    pub fn spend(&self, key: &str, per_second: u32, now: Instant) -> Reserved {
+        let cap = reserve_cap(per_second);
+        if cap == 1 {
+            return Reserved::Take { want: 1, back: 0 };
+        }
+        self.with(key, now, |h| {
+            let mut back = 0;
+            if now >= h.until && h.tokens > 0 {
+                back = std::mem::take(&mut h.tokens);
+                h.batch /= 2;
+            }
+            if h.tokens > 0 {
+                h.tokens -= 1;
+                if h.tokens < h.batch / 2 && !h.refilling {
+                    h.refilling = true;
+                    h.batch = (h.batch * 2).clamp(2, cap);
+                    return Reserved::Spent {
+                        refill: Some(h.batch),
+                    };
+                }
+                return Reserved::Spent { refill: None };
+            }
+            if h.refilling {
+                // Another call's batch is on its way: this one takes only its own token.
+                return Reserved::Take { want: 1, back };
+            }
+            h.refilling = true;
+            h.batch = h.batch.clamp(2, cap);
+            Reserved::Take {
+                want: h.batch,
+                back,
+            }
+        })
+    }
+
+    /// The batch [`Reserves::spend`] asked for came back with `tokens` to hold (0 when the
+    /// bucket refused or could not be reached).
+    pub fn hold(&self, key: &str, tokens: u32, now: Instant) {
+        self.with(key, now, |h| {
+            h.refilling = false;
+            if tokens > 0 {
+                h.tokens += tokens;
+                h.until = now + RESERVE_LEASE;
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn below_two_hundred_a_second_every_call_takes_its_own_token() {
+        let r = Reserves::default();
+        let now = Instant::now();
+        for _ in 0..3 {
+            assert_eq!(r.spend("t", 199, now), Reserved::Take { want: 1, back: 0 });
+        }
+        assert_eq!(reserve_cap(200), 2);
+        assert_eq!(reserve_cap(10_000), 100);
+    }
+
+    /// Spends `n` tokens of `key` at 1,000/s (cap 10) at `now`, answering every batch asked for
+    /// in full at once; returns the batches asked for.
+    fn spend_n(r: &Reserves, key: &str, n: usize, now: Instant) -> Vec<Reserved> {
+        let mut asked = Vec::new();
+        for _ in 0..n {
+            let s = r.spend(key, 1000, now);
+            match s {
+                Reserved::Take { want, .. } if want > 1 => r.hold(key, want - 1, now),
+                Reserved::Spent { refill: Some(want) } => r.hold(key, want, now),
+                _ => continue,
+            }
+            asked.push(s);
+        }
+        asked
+    }
+
+    #[test]
+    fn batches_double_while_spent_within_the_lease_up_to_ten_ms_of_the_rate() {
+        let r = Reserves::default();
+        let now = Instant::now();
+        let asked = spend_n(&r, "t", 40, now);
+        let sizes: Vec<u32> = asked
+            .iter()
+            .map(|s| match *s {
+                Reserved::Take { want, .. } | Reserved::Spent { refill: Some(want) } => want,
+                Reserved::Spent { refill: None } => 0,
+            })
+            .collect();
+        assert_eq!(sizes, [2, 4, 8, 10, 10, 10, 10], "54 taken, 40 spent, 14 held");
+        assert_eq!(
+            spend_n(&r, "u", 1, now),
+            [Reserved::Take { want: 2, back: 0 }],
+            "keys are separate"
+        );
+    }
+
+    #[test]
+    fn a_call_while_a_batch_is_on_its_way_takes_its_own_token_and_a_refused_batch_is_asked_again() {
+        let r = Reserves::default();
+        let now = Instant::now();
+        assert_eq!(r.spend("t", 1000, now), Reserved::Take { want: 2, back: 0 });
+        assert_eq!(r.spend("t", 1000, now), Reserved::Take { want: 1, back: 0 });
+        r.hold("t", 0, now);
+        assert_eq!(r.spend("t", 1000, now), Reserved::Take { want: 2, back: 0 });
+    }
+
+    #[test]
+    fn tokens_held_past_the_lease_go_back_with_the_next_batch_which_is_halved() {
+        let r = Reserves::default();
+        let now = Instant::now();
+        spend_n(&r, "t", 12, now);
+        // Batches of 2, 4, 8 and 10 came back and 12 were spent: 12 held, 11 after one more.
+        let almost = now + RESERVE_LEASE - Duration::from_millis(1);
+        assert_eq!(r.spend("t", 1000, almost), Reserved::Spent { refill: None });
+        assert_eq!(
+            r.spend("t", 1000, now + RESERVE_LEASE),
+            Reserved::Take { want: 5, back: 11 }
+        );
+    }
 
     #[test]
     fn a_bucket_holds_its_burst_then_refuses_with_the_wait_for_one_token() {

@@ -313,9 +313,9 @@ impl Monitor {
         }
     }
 
-    /// The names of the commands clients sent between the marks `from` and `to` (not those a
+    /// The lines of the commands clients sent between the marks `from` and `to` (not those a
     /// script ran inside its own round trip), in order.
-    pub fn client_commands(&self, from: &str, to: &str) -> Vec<String> {
+    pub fn client_lines(&self, from: &str, to: &str) -> Vec<String> {
         let start = format!("\"echo\" \"{from}\"");
         let lines = self.lines_until(to);
         let first = lines
@@ -324,7 +324,15 @@ impl Monitor {
             .map_or(0, |i| i + 1);
         lines[first..]
             .iter()
-            .filter(|l| !l.contains(" lua]"))
+            .filter(|l| !l.contains(" lua]") && !l.contains("\"echo\""))
+            .cloned()
+            .collect()
+    }
+
+    /// The names of the commands of [`Monitor::client_lines`].
+    pub fn client_commands(&self, from: &str, to: &str) -> Vec<String> {
+        self.client_lines(from, to)
+            .iter()
             .filter_map(|l| {
                 let name = l.split('"').nth(1)?;
                 Some(name.to_ascii_lowercase())

@@ -4,8 +4,11 @@
 //! `model::check_result` atomically and send the outcome to the waiting node's channel of that
 //! partition.
 
+use std::time::Instant;
+
 use super::*;
 use crate::prelude::*;
+use crate::rate::Reserved;
 
 /// The page a node last found current in a conversation, with its manifest's `seq`: the
 /// expectation a [`scripts::PLACE`] checks, so that a call to a conversation whose page did not
@@ -70,15 +73,44 @@ impl RedisBroker {
         Ok(e)
     }
 
-    /// [`Broker::place_call`] on Redis: [`scripts::PLACE`] against what this node last read of
-    /// the conversation; read again and retried when the conversation changed since. On Redis
-    /// Cluster the tenant's rate lives on another shard and is taken first.
+    /// [`Broker::place_call`] on Redis: [`scripts::PLACE`], which takes the tenant's rate too.
+    /// On Redis Cluster the rate lives on another shard than the conversation: the call spends
+    /// a token of this node's reserve (`rate::Reserves`), and takes the tenant's bucket first
+    /// only when none is held; a refill of the reserve goes out beside the place script, so
+    /// that a call costs two round trips there too.
     pub(super) async fn place(&self, req: CallRequest) -> Result<Placed, PlaceError> {
-        let rate_here = !self.cluster;
-        if !rate_here {
-            self.take_call(&req.conv.tenant, req.calls_per_second)
-                .await?;
+        if !self.cluster {
+            return self.place_here(req, true).await;
         }
+        let tenant = req.conv.tenant.clone();
+        let per_second = req.calls_per_second;
+        match self.reserves.spend(&tenant, per_second, Instant::now()) {
+            Reserved::Take { want, back } => {
+                let taken = self.take_tokens(&tenant, per_second, want, back).await;
+                if want > 1 {
+                    let held = taken.as_ref().map_or(0, |n| n.saturating_sub(1));
+                    self.reserves.hold(&tenant, held, Instant::now());
+                }
+                taken?;
+                self.place_here(req, false).await
+            }
+            Reserved::Spent { refill: None } => self.place_here(req, false).await,
+            Reserved::Spent { refill: Some(want) } => {
+                let (taken, placed) = tokio::join!(
+                    self.take_tokens(&tenant, per_second, want, 0),
+                    self.place_here(req, false)
+                );
+                self.reserves
+                    .hold(&tenant, taken.unwrap_or(0), Instant::now());
+                placed
+            }
+        }
+    }
+
+    /// [`scripts::PLACE`] against what this node last read of the conversation; read again and
+    /// retried when the conversation changed since. With `rate_here`, the script takes the
+    /// tenant's rate; without, the call's token was taken already.
+    async fn place_here(&self, req: CallRequest, rate_here: bool) -> Result<Placed, PlaceError> {
         let cached = lock(&self.expected).get(&req.conv).cloned();
         let mut expected = match cached {
             Some(e) => e,

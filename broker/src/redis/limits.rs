@@ -1,5 +1,6 @@
 //! Rates on Redis: one GCRA bucket per tenant, exact across nodes, burst `model::burst`; an
-//! unreachable Redis refuses.
+//! unreachable Redis refuses. On Redis Cluster a node takes its calls' tokens in batches
+//! (`rate::Reserves`, in [`RedisBroker::place`]).
 
 use super::*;
 use crate::prelude::*;
@@ -7,21 +8,42 @@ use crate::prelude::*;
 #[async_trait]
 impl Limits for RedisBroker {
     async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), TakeError> {
+        self.take_tokens(tenant, per_second, 1, 0).await.map(|_| ())
+    }
+}
+
+impl RedisBroker {
+    /// Up to `want` calls of `tenant`'s rate of `per_second` at once, as many as its bucket
+    /// holds now (at least one, or refused with the wait for one), after giving `back` unspent
+    /// ones back to it.
+    pub(super) async fn take_tokens(
+        &self,
+        tenant: &str,
+        per_second: u32,
+        want: u32,
+        back: u32,
+    ) -> Result<u32, TakeError> {
         let (interval_us, burst) = gcra_args(per_second);
-        let wait_us = self
+        let reply = self
             .script(
                 &self.scripts.gcra,
                 vec![self.keys.rate(tenant)],
-                vec![interval_us, burst],
+                vec![interval_us, burst, want.to_string(), back.to_string()],
             )
-            .await?
-            .as_u64()
-            .unwrap_or(0);
-        if wait_us == 0 {
-            Ok(())
+            .await?;
+        let reply: Vec<u64> = strings(reply)
+            .iter()
+            .map(|v| v.parse().unwrap_or(0))
+            .collect();
+        let (taken, wait_us) = match reply[..] {
+            [taken, wait_us] => (taken, wait_us),
+            _ => return Err(BrokerError::Unavailable { retry_after: RETRY }.into()),
+        };
+        if taken > 0 {
+            Ok(u32::try_from(taken).unwrap_or(want))
         } else {
             Err(TakeError::Limited(RateLimited {
-                retry_after: Duration::from_micros(wait_us),
+                retry_after: Duration::from_micros(wait_us.max(1)),
             }))
         }
     }

@@ -165,8 +165,10 @@ pub struct RedisBroker {
     /// read again, and when: not asked about again for a heartbeat.
     dead_seen: Mutex<HashMap<String, std::time::Instant>>,
     /// Whether Redis is a Cluster (the tenant's rate then lives on another shard than the
-    /// conversation, so a call takes it in a round trip of its own).
+    /// conversation, so calls take it in batches, `reserves`).
     cluster: bool,
+    /// The tokens of tenants' rates this node took ahead of its calls (Redis Cluster only).
+    reserves: crate::rate::Reserves,
     /// Per conversation, what this node last read of its current page ([`Broker::place_call`]).
     expected: Mutex<HashMap<ConvKey, Arc<calls::Expected>>>,
     /// When this node last got its own probe back through each partition's channel
@@ -296,6 +298,7 @@ impl RedisBroker {
             manifest_seq: std::sync::atomic::AtomicU64::new(1),
             dead_seen: Mutex::default(),
             cluster,
+            reserves: crate::rate::Reserves::default(),
             expected: Mutex::default(),
             probe_seen: Mutex::new(vec![std::time::Instant::now(); usize::from(PARTITIONS)]),
             refreshed_at: Mutex::new(std::time::Instant::now()),

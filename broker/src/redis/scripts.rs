@@ -14,8 +14,9 @@ use fred::types::scripts::Script;
 /// - `conv_state(conv, socks, manifests, live)`: the conversation as the agent API sees it,
 ///   counting only sockets of live nodes, with D23's choice of the current page
 ///   (`model::current_page`).
-/// - `gcra(key, interval, burst)`: one call of a tenant's rate; 0 when allowed, else µs until it
-///   would be.
+/// - `gcra(key, interval, burst, want, back)`: gives `back` unspent calls back to a tenant's
+///   rate (never past now), then takes up to `want`, as many as the bucket holds now:
+///   `taken, 0`, or `0, µs` until one would be allowed.
 /// - `call_fields(call)`: a call's fields `{v, c, d, n, s, t, o}` (conversation ref, clientId,
 ///   deadline, waiting node, state, tool/kind/flags, outcome), from its hash while it is pending
 ///   or from its packed string once it finished (`false` each when it is gone).
@@ -83,17 +84,23 @@ local function conv_state(conv, socks_key, manifests, live)
   for node, _ in pairs(unknown) do table.insert(st.skipped, node) end
   return st
 end
-local function gcra(key, interval_us, burst)
+local function gcra(key, interval_us, burst, want, back)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local interval = tonumber(interval_us)
   local tolerance = interval * (tonumber(burst) - 1)
-  local tat = tonumber(redis.call('GET', key) or now)
+  local tat = tonumber(redis.call('GET', key) or now) - tonumber(back) * interval
   if tat < now then tat = now end
-  if now < tat - tolerance then return math.floor(tat - tolerance - now) end
-  local new_tat = math.floor(tat + interval)
+  if now < tat - tolerance then
+    if tonumber(back) > 0 then
+      redis.call('SET', key, string.format('%d', tat), 'PX', math.floor((tat - now) / 1000) + 1000)
+    end
+    return 0, math.floor(tat - tolerance - now)
+  end
+  local n = math.min(tonumber(want), math.floor((now + tolerance - tat) / interval) + 1)
+  local new_tat = math.floor(tat + n * interval)
   redis.call('SET', key, string.format('%d', new_tat), 'PX', math.floor((new_tat - now) / 1000) + 1000)
-  return 0
+  return n, 0
 end
 local function call_fields(call)
   local kind = redis.call('TYPE', call)['ok']
@@ -161,7 +168,7 @@ end
 if #unknown > 0 then return {'unknown', unpack(unknown)} end
 if (st.effective or '') ~= ARGV[14] or st.seq ~= ARGV[15] then return {'stale'} end
 if ARGV[18] ~= '' then
-  local wait = gcra(KEYS[6], ARGV[18], ARGV[19])
+  local _, wait = gcra(KEYS[6], ARGV[18], ARGV[19], 1, 0)
   if wait > 0 then return {'rate', tostring(wait)} end
 end
 local reconnecting = st.total == 0 and st.drained and tonumber(ARGV[16]) - tonumber(st.drained) < tonumber(ARGV[17])
@@ -310,10 +317,12 @@ end
 return redis.call('HGETALL', KEYS[1])
 ";
 
-/// GCRA: one call of the tenant's rate. Returns 0 when allowed, else µs until it would be.
-/// KEYS: rate. ARGV: emission interval µs, burst.
+/// GCRA: gives back unspent calls of the tenant's rate, then takes up to `want` at once (a
+/// node's reserve on Redis Cluster, `rate::Reserves`). Returns `{taken, 0}`, or `{0, µs}` until
+/// one call would be allowed. KEYS: rate. ARGV: emission interval µs, burst, want, back.
 pub const GCRA: &str = r"
-return gcra(KEYS[1], ARGV[1], ARGV[2])
+local taken, wait = gcra(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+return {taken, wait}
 ";
 
 /// Appends an event to the tenant's stream and publishes it to live readers, then trims the

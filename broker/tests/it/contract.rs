@@ -345,6 +345,47 @@ async fn the_rate_is_a_burst_of_twice_the_rate(backend: Backend) {
 }
 contract!(the_rate_is_a_burst_of_twice_the_rate);
 
+/// Calls placed through two nodes as fast as they go, past the tenant's burst: never more are
+/// placed than the bucket holds (its burst and what it refilled meanwhile), and no fewer than
+/// its burst less what the nodes may still hold in their reserves (Redis Cluster: at most one
+/// and a half batches of at most 10 ms of the rate each, `rate::Reserves`).
+async fn calls_through_two_nodes_never_take_more_than_the_tenants_bucket(backend: Backend) {
+    let mut nodes = Nodes::new(backend, short());
+    let (n1, _) = nodes.node("n1").await;
+    let (n2, _) = nodes.node("n2").await;
+    let c = conv();
+    connected_page(&n1, &c, "p1").await;
+    let per_second = 1000;
+    let burst = toolmark_broker::model::burst(per_second);
+    let cap = toolmark_broker::rate::reserve_cap(per_second);
+    let started = std::time::Instant::now();
+    let (mut placed, mut refused) = (0u32, 0u32);
+    for i in 0..3 * burst {
+        let node = if i % 2 == 0 { &n1 } else { &n2 };
+        match node.place_call(request(&c, per_second)).await {
+            Ok(_) => placed += 1,
+            Err(PlaceError::Limited(_)) => refused += 1,
+            Err(e) => panic!("call {i}: {e:?}"),
+        }
+        if refused >= 40 {
+            break;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    assert!(refused >= 40, "the burst was spent: {placed} placed");
+    let refilled = (elapsed * f64::from(per_second)).floor() as u32;
+    assert!(
+        placed <= burst + refilled + 1,
+        "{placed} placed, the bucket held {burst} and refilled {refilled} in {elapsed:.3} s"
+    );
+    let held = 2 * (3 * cap / 2);
+    assert!(
+        placed >= burst - held,
+        "{placed} placed of a burst of {burst}: more than two nodes' reserves lost"
+    );
+}
+contract!(calls_through_two_nodes_never_take_more_than_the_tenants_bucket);
+
 async fn a_placed_call_takes_the_rate_first_then_goes_to_the_current_page(backend: Backend) {
     let mut nodes = Nodes::new(backend, short());
     let (b, sink) = nodes.node("n1").await;

@@ -9,8 +9,8 @@ use toolmark_broker::redis::{RedisBroker, RedisOptions};
 use toolmark_broker::{EventType, Retention, TakeError};
 
 use crate::support::{
-    Backend, LIMITS, Nodes, Sink, call, connected_page, conv, eventually, needs, ok, page, request,
-    short,
+    Backend, LIMITS, Nodes, Sink, call, cluster, connected_page, conv, eventually, needs, ok, page,
+    request, short,
 };
 use toolmark_testkit::redis::RedisProc;
 
@@ -440,4 +440,88 @@ async fn a_page_moving_from_a_node_of_the_previous_key_layout_keeps_its_manifest
     let s = b.conversation(&c).await.unwrap();
     assert_eq!((s.client_id.as_deref(), s.rev), (Some("p1"), Some(7)));
     b.close().await;
+}
+
+/// On Redis Cluster a tenant's rate lives on another shard than the conversation: a node takes
+/// its calls' tokens in batches that grow while it spends them (up to 10 ms of the rate), so
+/// that most calls cost no round trip of their own to the rate; tokens held past the lease go
+/// back with the next call's batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_node_takes_the_tenants_rate_in_batches_held_for_a_lease() {
+    use toolmark_broker::rate::{RESERVE_LEASE, reserve_cap};
+    let mut nodes = Nodes::new(Backend::Cluster, short());
+    let (b, _) = nodes.node("n1").await;
+    let tenant = format!("r{}", uuid::Uuid::new_v4().simple());
+    let c = toolmark_broker::ConvKey::new(&tenant, "u", "c");
+    connected_page(&b, &c, "p1").await;
+    let per_second = 10_000;
+    assert_eq!(reserve_cap(per_second), 100);
+    // The first call reads the conversation (and takes a batch).
+    b.place_call(request(&c, per_second)).await.unwrap();
+    let monitors: Vec<_> = cluster().nodes.iter().map(|n| n.monitor()).collect();
+    let mark = |label: &str| monitors.iter().for_each(|m| m.mark(label));
+    // The tenant's rate scripts the nodes ran between two marks (MONITOR shows a script under
+    // `EVALSHA` with its keys; those of the place script name the conversation, not the rate).
+    let rate_scripts = |from: &str, to: &str| -> usize {
+        monitors
+            .iter()
+            .flat_map(|m| m.client_lines(from, to))
+            .filter(|l| {
+                l.to_ascii_lowercase().contains("\"evalsha\"")
+                    && l.contains(&tenant)
+                    && l.contains(":rate\"")
+            })
+            .count()
+    };
+    mark("calls");
+    for _ in 0..121 {
+        b.place_call(request(&c, per_second)).await.unwrap();
+    }
+    mark("held");
+    // Batches of 2, 4, 8, 16, 32, 64 and 100 cover 121 calls: seven rate scripts, or a few more
+    // if this machine stalled a call past the lease (each stall halves the batch).
+    let batches = rate_scripts("calls", "held");
+    assert!((1..=12).contains(&batches), "{batches} rate scripts for 121 calls");
+    // Past the lease the tokens still held are given back: the next call takes a batch first.
+    tokio::time::sleep(RESERVE_LEASE + Duration::from_millis(50)).await;
+    mark("lease");
+    b.place_call(request(&c, per_second)).await.unwrap();
+    mark("done");
+    assert_eq!(rate_scripts("lease", "done"), 1, "the held tokens outlived their lease");
+    b.close().await;
+}
+
+/// Tokens a node held past the lease go back to the tenant's bucket with its next batch: the
+/// bucket's theoretical arrival time moves by the new batch less what came back, not by the new
+/// batch alone (a drained bucket, so that nothing is clamped to now).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_tokens_held_past_the_lease_go_back_to_the_tenants_bucket() {
+    use toolmark_broker::rate::RESERVE_LEASE;
+    let mut nodes = Nodes::new(Backend::Cluster, short());
+    let (n1, _) = nodes.node("n1").await;
+    let (n2, _) = nodes.node("n2").await;
+    let c = conv();
+    connected_page(&n1, &c, "p1").await;
+    // 1,000 calls/s: 1 ms a token, batches up to 10.
+    for _ in 0..30 {
+        n1.place_call(request(&c, 1000)).await.unwrap();
+    }
+    // n1 now holds at least 4 (a refill is asked for below half a batch of 10). n2 drains
+    // the bucket one token at a time.
+    while n2.take_call("t", 1000).await.is_ok() {}
+    let key = toolmark_broker::redis::keys::Keys::new(nodes.prefix()).rate("t");
+    let tat = || -> i64 {
+        let out = cluster().nodes[0].cli(&["-c", "get", &key]);
+        out.trim().parse().unwrap_or_else(|_| panic!("the rate key: {out:?}"))
+    };
+    tokio::time::sleep(RESERVE_LEASE + Duration::from_millis(50)).await;
+    let before = tat();
+    // The next call gives back what n1 held (4 to 15 tokens) and takes a batch of 5 (halved).
+    n1.place_call(request(&c, 1000)).await.unwrap();
+    let moved = tat() - before;
+    assert!(
+        moved <= 1_000,
+        "the bucket moved by {moved} µs: a batch of 5 is 5,000, less at least 4,000 given back"
+    );
+    assert!(moved >= -10_000, "at most 15 held: moved {moved} µs");
 }

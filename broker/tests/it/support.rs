@@ -46,12 +46,17 @@ impl Sink {
 static REDIS: OnceLock<RedisProc> = OnceLock::new();
 static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
 
+/// The shared Redis Cluster.
+pub fn cluster() -> &'static RedisCluster {
+    CLUSTER.get_or_init(RedisCluster::start)
+}
+
 /// The URL of the shared server (or cluster) of `backend`.
 pub fn url(backend: Backend) -> String {
     match backend {
         Backend::Memory => String::new(),
         Backend::Redis => REDIS.get_or_init(|| RedisProc::start(&[])).url(),
-        Backend::Cluster => CLUSTER.get_or_init(RedisCluster::start).url(),
+        Backend::Cluster => cluster().url(),
     }
 }
 
@@ -119,6 +124,11 @@ impl Nodes {
             .await
             .expect("the broker connects");
         (b, sink)
+    }
+
+    /// The key prefix of these nodes' state (Redis).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     pub async fn node(&mut self, name: &str) -> (SharedBroker, Arc<Sink>) {
