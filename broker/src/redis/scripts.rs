@@ -17,18 +17,20 @@ use fred::types::scripts::Script;
 /// - `gcra(key, interval, burst, want, back)`: gives `back` unspent calls back to a tenant's
 ///   rate (never past now), then takes up to `want`, as many as the bucket holds now:
 ///   `taken, 0`, or `0, µs` until one would be allowed.
-/// - `call_fields(call)`: a call's fields `{v, c, d, n, s, t, o}` (conversation ref, clientId,
-///   deadline, waiting node, state, tool/kind/flags, outcome), from its hash while it is pending
-///   or from its packed string once it finished (`false` each when it is gone).
-/// - `finish(call, f, state, outcome)`: replaces a pending call's hash and its `:p` key with one
-///   string, `state`, the binding's fields and the outcome joined by `\n`, for the rest of its
-///   retention: the smallest form Redis keeps (no hash, no field names), for a finished call
-///   that still answers `GET /calls/{id}` and a late or duplicate result.
-/// - `bind(call, pending, deadlines, a)`: stores a call's binding, its page message and its
-///   `cancel` (those two beside it, in `<call>:p`, which goes when the call finishes: the
-///   binding's hash keeps only short values, so Redis keeps it compact), in the conversation's
-///   pending set and the partition's deadline set (`a` is ARGV, whose first 10 values are the
-///   binding's, in the order [`BIND`] documents).
+/// - `call_fields(call)`: a call's fields `{v, c, d, n, s, t, o, f, x}` (conversation ref,
+///   clientId, deadline, waiting node, state, tool/kind/flags, outcome, page message, cancel),
+///   from its hash while it is pending or from its packed string once it finished (`false` each
+///   when it is gone; page message and cancel `false` once it finished).
+/// - `page_part(call, f, field)`: the page message (`f`) or the cancel (`x`) of a pending call,
+///   from its hash or, for a call an older node stored during a rolling upgrade, from the
+///   `<call>:p` hash it kept beside the call.
+/// - `finish(call, f, state, outcome)`: replaces a pending call's hash with one string,
+///   `state`, the binding's fields and the outcome joined by `\n`, keeping its time to live, for
+///   the rest of its retention: the smallest form Redis keeps (no hash, no field names), for a
+///   finished call that still answers `GET /calls/{id}` and a late or duplicate result.
+/// - `bind(call, pending, deadlines, a)`: stores a call's binding with its page message and its
+///   `cancel` in one hash, in the conversation's pending set and the partition's deadline set
+///   (`a` is ARGV, whose first 10 values are the binding's, in the order [`BIND`] documents).
 pub const PRELUDE: &str = r"
 local function socket_nodes(socks)
   local out = {}
@@ -105,25 +107,28 @@ end
 local function call_fields(call)
   local kind = redis.call('TYPE', call)['ok']
   if kind == 'hash' then
-    return redis.call('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o')
+    return redis.call('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o', 'f', 'x')
   end
-  if kind ~= 'string' then return {false, false, false, false, false, false, false} end
+  if kind ~= 'string' then return {false, false, false, false, false, false, false, false, false} end
   local p = {}
   for part in string.gmatch(redis.call('GET', call) .. '\n', '([^\n]*)\n') do table.insert(p, part) end
   return {p[2] .. '\n' .. p[3] .. '\n' .. p[4], p[5], p[6], false, p[1],
-          p[7] .. '\n' .. p[8] .. '\n' .. p[9], table.concat(p, '\n', 10)}
+          p[7] .. '\n' .. p[8] .. '\n' .. p[9], table.concat(p, '\n', 10), false, false}
+end
+local function page_part(call, f, field)
+  if f[5] ~= 'p' then return false end
+  local i = 8
+  if field == 'x' then i = 9 end
+  if f[i] then return f[i] end
+  return redis.call('HGET', call .. ':p', field)
 end
 local function finish(call, f, state, outcome)
-  local ttl = redis.call('PTTL', call)
-  if ttl <= 0 then ttl = 300000 end
-  redis.call('DEL', call, call .. ':p')
-  redis.call('SET', call, table.concat({state, f[1], f[2], f[3], f[6], outcome}, '\n'), 'PX', ttl)
+  if f[5] == 'p' and not f[8] then redis.call('DEL', call .. ':p') end
+  redis.call('SET', call, table.concat({state, f[1], f[2], f[3], f[6], outcome}, '\n'), 'KEEPTTL')
 end
 local function bind(call, pending, deadlines, a)
-  redis.call('HSET', call, 'v', a[2], 'c', a[3], 'd', a[4], 'n', a[5], 's', 'p', 't', a[6])
+  redis.call('HSET', call, 'v', a[2], 'c', a[3], 'd', a[4], 'n', a[5], 's', 'p', 't', a[6], 'f', a[7], 'x', a[8])
   redis.call('PEXPIRE', call, a[9])
-  redis.call('HSET', call .. ':p', 'f', a[7], 'x', a[8])
-  redis.call('PEXPIRE', call .. ':p', a[9])
   redis.call('SADD', pending, a[1])
   redis.call('PEXPIRE', pending, a[9])
   redis.call('ZADD', deadlines, a[4], a[10])
@@ -217,7 +222,7 @@ pub const TIMEOUT: &str = r"
 local f = call_fields(KEYS[1])
 if not f[1] then return {'missing'} end
 if f[5] ~= 'p' then return {f[5]} end
-local cancel = redis.call('HGET', KEYS[1] .. ':p', 'x')
+local cancel = page_part(KEYS[1], f, 'x')
 finish(KEYS[1], f, 't', ARGV[2])
 redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[6])
@@ -232,10 +237,8 @@ return {'ok', f[1], f[2], f[3], f[4], f[6]}
 pub const CANCEL: &str = r"
 local f = call_fields(KEYS[1])
 if not f[1] then return {} end
-if f[5] == 'p' then
-  local cancel = redis.call('HGET', KEYS[1] .. ':p', 'x')
-  if cancel then to_nodes(socket_nodes(KEYS[2]), ARGV[1], ARGV[2], cancel) end
-end
+local cancel = page_part(KEYS[1], f, 'x')
+if cancel then to_nodes(socket_nodes(KEYS[2]), ARGV[1], ARGV[2], cancel) end
 return {f[1], f[2], f[3], f[4] or '', f[6], f[5], f[7] or ''}
 ";
 
@@ -420,9 +423,8 @@ return {'expired', f[1], f[4] or ''}
 pub const PENDING: &str = r"
 local out = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local state = call_fields(ARGV[1] .. id)[5]
-  local frame = redis.call('HGET', ARGV[1] .. id .. ':p', 'f')
-  if state == 'p' and frame then table.insert(out, frame) else redis.call('SREM', KEYS[1], id) end
+  local frame = page_part(ARGV[1] .. id, call_fields(ARGV[1] .. id), 'f')
+  if frame then table.insert(out, frame) else redis.call('SREM', KEYS[1], id) end
 end
 return out
 ";

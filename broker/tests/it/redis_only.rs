@@ -525,3 +525,69 @@ async fn on_a_cluster_tokens_held_past_the_lease_go_back_to_the_tenants_bucket()
     );
     assert!(moved >= -10_000, "at most 15 held: moved {moved} µs");
 }
+
+/// During a rolling upgrade a node meets pending calls an older node stored: the binding in a
+/// hash and the page message and cancel in `<call>:p` beside it. They are re-sent to a page
+/// that comes back, cancelled with their stored cancel, answered, and leave no `:p` behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_an_older_node_stored_are_resent_cancelled_and_answered() {
+    let redis = RedisProc::start(&[]);
+    let opts = RedisOptions {
+        heartbeat: Duration::from_secs(3600),
+        prefix: "old".into(),
+        ..RedisOptions::default()
+    };
+    let (b, sink) = on_own_redis(&redis, opts).await;
+    let b: toolmark_broker::SharedBroker = b;
+    let c = conv();
+    connected_page(&b, &c, "p1").await;
+    let key = |id: &str| {
+        use base64::Engine as _;
+        let compact = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(uuid::Uuid::parse_str(id).unwrap().as_bytes());
+        format!("old:{{p{}}}:c:{compact}", toolmark_broker::partition::of_call(id))
+    };
+    // Two calls, each rewritten into the older layout.
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let placed = b.place_call(request(&c, 1000)).await.unwrap();
+        let k = key(&placed.binding.id);
+        let frame = redis.cli(&["hget", &k, "f"]);
+        let cancel = redis.cli(&["hget", &k, "x"]);
+        assert!(frame.contains(&placed.binding.id), "the page message is in the call's hash");
+        redis.cli(&["hdel", &k, "f", "x"]);
+        redis.cli(&["hset", &format!("{k}:p"), "f", frame.trim_end(), "x", cancel.trim_end()]);
+        redis.cli(&["pexpire", &format!("{k}:p"), "60000"]);
+        ids.push(placed.binding.id);
+    }
+    let frames = b.pending_frames(&c).await.unwrap();
+    for id in &ids {
+        assert!(
+            frames.iter().any(|f| f.contains(id.as_str())),
+            "{id} re-sent from its :p: {frames:?}"
+        );
+    }
+    let before = sink.frames().len();
+    let cancelled = b.cancel("t", &ids[0]).await.unwrap();
+    assert!(cancelled.is_some());
+    eventually(Duration::from_secs(5), "the stored cancel reaches the page", || {
+        let frames = sink.frames();
+        let id = ids[0].clone();
+        async move {
+            frames[before..]
+                .iter()
+                .any(|f| f.contains("cancel") && f.contains(id.as_str()))
+                .then_some(())
+        }
+    })
+    .await;
+    b.submit_result(&page(&c, "p1"), &ids[1], ok()).await.unwrap();
+    let record = b.call("t", &ids[1]).await.unwrap().unwrap();
+    assert_eq!(record.outcome, Some(toolmark_broker::Outcome::Result(ok())));
+    assert_eq!(
+        redis.cli(&["exists", &format!("{}:p", key(&ids[1]))]).trim(),
+        "0",
+        "the older layout's page message and cancel went with the call"
+    );
+    b.close().await;
+}
