@@ -57,25 +57,36 @@ pub fn reserve_cap(per_second: u32) -> u32 {
 /// What a call does about its token, by [`Reserves::spend`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reserved {
-    /// A held token was spent. With `refill`, the reserve ran below half a batch and this call
-    /// takes that many more from the bucket alongside its own work (then [`Reserves::hold`]).
-    Spent { refill: Option<u32> },
-    /// Nothing is held: the call takes up to `want` from the bucket before it goes on, one for
-    /// itself, and holds the rest ([`Reserves::hold`], when `want` is more than one); with it,
-    /// `back` tokens held past the lease go back to the bucket.
-    Take { want: u32, back: u32 },
+    /// A held token was spent. With `refill`, this call also takes a batch from the bucket
+    /// alongside its own work (then [`Reserves::hold`]).
+    Spent { refill: Option<Batch> },
+    /// Nothing is held: the call takes up to this many from the bucket before it goes on, one
+    /// for itself, and holds the rest ([`Reserves::hold`], when it asked for more than one).
+    Take(u32),
+}
+
+/// A batch to take from the shared bucket: up to `want` tokens, after giving `back` unspent
+/// ones back to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    pub want: u32,
+    pub back: u32,
 }
 
 /// The tokens a node holds per key (a tenant), taken from a shared bucket in batches, so that
 /// most calls cost no round trip to it.
 ///
 /// - The shared bucket never grants more than its rate: a reserve only moves some of its tokens
-///   ahead in time, by at most [`RESERVE_LEASE`]; tokens held longer go back.
+///   ahead in time. Once [`RESERVE_LEASE`] has passed since the last batch came back, the next
+///   call spends one of the tokens still held and gives the others back with its own batch:
+///   every token but that one is spent within the lease.
 /// - A batch follows what the node spends: the first is 2 tokens, each batch asked for because
 ///   the reserve ran below half of the last one is twice as large, up to [`reserve_cap`];
 ///   tokens outliving the lease halve it. A node holds at most one and a half batches (15 ms of
 ///   the rate), and about what it spends in a lease when it spends less: another node may be
 ///   refused while this one holds tokens, by that much.
+/// - A call takes the bucket before its own work only when nothing is held: the first call of
+///   a key, a call after a batch was refused, or one while another call's batch is on its way.
 #[derive(Debug, Default)]
 pub struct Reserves {
     held: Mutex<HashMap<String, Held>>,
@@ -106,13 +117,21 @@ impl Reserves {
     pub fn spend(&self, key: &str, per_second: u32, now: Instant) -> Reserved {
         let cap = reserve_cap(per_second);
         if cap == 1 {
-            return Reserved::Take { want: 1, back: 0 };
+            return Reserved::Take(1);
         }
         self.with(key, now, |h| {
-            let mut back = 0;
-            if now >= h.until && h.tokens > 0 {
-                back = std::mem::take(&mut h.tokens);
-                h.batch /= 2;
+            if h.tokens > 0 && now >= h.until && !h.refilling {
+                // Past the lease: this call spends one, the rest go back with a halved batch.
+                let back = h.tokens - 1;
+                h.tokens = 0;
+                h.refilling = true;
+                h.batch = (h.batch / 2).clamp(2, cap);
+                return Reserved::Spent {
+                    refill: Some(Batch {
+                        want: h.batch,
+                        back,
+                    }),
+                };
             }
             if h.tokens > 0 {
                 h.tokens -= 1;
@@ -120,21 +139,21 @@ impl Reserves {
                     h.refilling = true;
                     h.batch = (h.batch * 2).clamp(2, cap);
                     return Reserved::Spent {
-                        refill: Some(h.batch),
+                        refill: Some(Batch {
+                            want: h.batch,
+                            back: 0,
+                        }),
                     };
                 }
                 return Reserved::Spent { refill: None };
             }
             if h.refilling {
                 // Another call's batch is on its way: this one takes only its own token.
-                return Reserved::Take { want: 1, back };
+                return Reserved::Take(1);
             }
             h.refilling = true;
             h.batch = h.batch.clamp(2, cap);
-            Reserved::Take {
-                want: h.batch,
-                back,
-            }
+            Reserved::Take(h.batch)
         })
     }
 
@@ -160,7 +179,7 @@ mod tests {
         let r = Reserves::default();
         let now = Instant::now();
         for _ in 0..3 {
-            assert_eq!(r.spend("t", 199, now), Reserved::Take { want: 1, back: 0 });
+            assert_eq!(r.spend("t", 199, now), Reserved::Take(1));
         }
         assert_eq!(reserve_cap(200), 2);
         assert_eq!(reserve_cap(10_000), 100);
@@ -173,8 +192,10 @@ mod tests {
         for _ in 0..n {
             let s = r.spend(key, 1000, now);
             match s {
-                Reserved::Take { want, .. } if want > 1 => r.hold(key, want - 1, now),
-                Reserved::Spent { refill: Some(want) } => r.hold(key, want, now),
+                Reserved::Take(want) if want > 1 => r.hold(key, want - 1, now),
+                Reserved::Spent {
+                    refill: Some(Batch { want, .. }),
+                } => r.hold(key, want, now),
                 _ => continue,
             }
             asked.push(s);
@@ -190,14 +211,21 @@ mod tests {
         let sizes: Vec<u32> = asked
             .iter()
             .map(|s| match *s {
-                Reserved::Take { want, .. } | Reserved::Spent { refill: Some(want) } => want,
+                Reserved::Take(want)
+                | Reserved::Spent {
+                    refill: Some(Batch { want, .. }),
+                } => want,
                 Reserved::Spent { refill: None } => 0,
             })
             .collect();
-        assert_eq!(sizes, [2, 4, 8, 10, 10, 10, 10], "54 taken, 40 spent, 14 held");
+        assert_eq!(
+            sizes,
+            [2, 4, 8, 10, 10, 10, 10],
+            "54 taken, 40 spent, 14 held"
+        );
         assert_eq!(
             spend_n(&r, "u", 1, now),
-            [Reserved::Take { want: 2, back: 0 }],
+            [Reserved::Take(2)],
             "keys are separate"
         );
     }
@@ -206,24 +234,32 @@ mod tests {
     fn a_call_while_a_batch_is_on_its_way_takes_its_own_token_and_a_refused_batch_is_asked_again() {
         let r = Reserves::default();
         let now = Instant::now();
-        assert_eq!(r.spend("t", 1000, now), Reserved::Take { want: 2, back: 0 });
-        assert_eq!(r.spend("t", 1000, now), Reserved::Take { want: 1, back: 0 });
+        assert_eq!(r.spend("t", 1000, now), Reserved::Take(2));
+        assert_eq!(r.spend("t", 1000, now), Reserved::Take(1));
         r.hold("t", 0, now);
-        assert_eq!(r.spend("t", 1000, now), Reserved::Take { want: 2, back: 0 });
+        assert_eq!(r.spend("t", 1000, now), Reserved::Take(2));
     }
 
     #[test]
-    fn tokens_held_past_the_lease_go_back_with_the_next_batch_which_is_halved() {
+    fn past_the_lease_a_call_spends_one_and_gives_the_rest_back_with_a_halved_batch() {
         let r = Reserves::default();
         let now = Instant::now();
         spend_n(&r, "t", 12, now);
         // Batches of 2, 4, 8 and 10 came back and 12 were spent: 12 held, 11 after one more.
         let almost = now + RESERVE_LEASE - Duration::from_millis(1);
         assert_eq!(r.spend("t", 1000, almost), Reserved::Spent { refill: None });
+        let later = now + RESERVE_LEASE;
+        let refill = Batch { want: 5, back: 10 };
         assert_eq!(
-            r.spend("t", 1000, now + RESERVE_LEASE),
-            Reserved::Take { want: 5, back: 11 }
+            r.spend("t", 1000, later),
+            Reserved::Spent {
+                refill: Some(refill)
+            }
         );
+        // Nothing held while that batch is on its way.
+        assert_eq!(r.spend("t", 1000, later), Reserved::Take(1));
+        r.hold("t", 5, later);
+        assert_eq!(r.spend("t", 1000, later), Reserved::Spent { refill: None });
     }
 
     #[test]

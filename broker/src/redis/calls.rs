@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::*;
 use crate::prelude::*;
-use crate::rate::Reserved;
+use crate::rate::{Batch, Reserved};
 
 /// The page a node last found current in a conversation, with its manifest's `seq`: the
 /// expectation a [`scripts::PLACE`] checks, so that a call to a conversation whose page did not
@@ -85,8 +85,8 @@ impl RedisBroker {
         let tenant = req.conv.tenant.clone();
         let per_second = req.calls_per_second;
         match self.reserves.spend(&tenant, per_second, Instant::now()) {
-            Reserved::Take { want, back } => {
-                let taken = self.take_tokens(&tenant, per_second, want, back).await;
+            Reserved::Take(want) => {
+                let taken = self.take_tokens(&tenant, per_second, want, 0).await;
                 if want > 1 {
                     let held = taken.as_ref().map_or(0, |n| n.saturating_sub(1));
                     self.reserves.hold(&tenant, held, Instant::now());
@@ -95,9 +95,11 @@ impl RedisBroker {
                 self.place_here(req, false).await
             }
             Reserved::Spent { refill: None } => self.place_here(req, false).await,
-            Reserved::Spent { refill: Some(want) } => {
+            Reserved::Spent {
+                refill: Some(Batch { want, back }),
+            } => {
                 let (taken, placed) = tokio::join!(
-                    self.take_tokens(&tenant, per_second, want, 0),
+                    self.take_tokens(&tenant, per_second, want, back),
                     self.place_here(req, false)
                 );
                 self.reserves

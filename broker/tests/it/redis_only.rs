@@ -481,19 +481,28 @@ async fn on_a_cluster_a_node_takes_the_tenants_rate_in_batches_held_for_a_lease(
     // Batches of 2, 4, 8, 16, 32, 64 and 100 cover 121 calls: seven rate scripts, or a few more
     // if this machine stalled a call past the lease (each stall halves the batch).
     let batches = rate_scripts("calls", "held");
-    assert!((1..=12).contains(&batches), "{batches} rate scripts for 121 calls");
-    // Past the lease the tokens still held are given back: the next call takes a batch first.
+    assert!(
+        (1..=12).contains(&batches),
+        "{batches} rate scripts for 121 calls"
+    );
+    // Past the lease the next call spends one of the tokens still held and gives the others
+    // back with a new batch, beside its place script: one rate script.
     tokio::time::sleep(RESERVE_LEASE + Duration::from_millis(50)).await;
     mark("lease");
     b.place_call(request(&c, per_second)).await.unwrap();
     mark("done");
-    assert_eq!(rate_scripts("lease", "done"), 1, "the held tokens outlived their lease");
+    assert_eq!(
+        rate_scripts("lease", "done"),
+        1,
+        "the held tokens outlived their lease"
+    );
     b.close().await;
 }
 
-/// Tokens a node held past the lease go back to the tenant's bucket with its next batch: the
-/// bucket's theoretical arrival time moves by the new batch less what came back, not by the new
-/// batch alone (a drained bucket, so that nothing is clamped to now).
+/// Tokens a node held past the lease go back to the tenant's bucket with its next batch (but the
+/// one its next call spends): the bucket's theoretical arrival time moves by the new batch less
+/// what came back, not by the new batch alone (a drained bucket, so that nothing is clamped to
+/// now).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_tokens_held_past_the_lease_go_back_to_the_tenants_bucket() {
     use toolmark_broker::rate::RESERVE_LEASE;
@@ -512,18 +521,21 @@ async fn on_a_cluster_tokens_held_past_the_lease_go_back_to_the_tenants_bucket()
     let key = toolmark_broker::redis::keys::Keys::new(nodes.prefix()).rate("t");
     let tat = || -> i64 {
         let out = cluster().nodes[0].cli(&["-c", "get", &key]);
-        out.trim().parse().unwrap_or_else(|_| panic!("the rate key: {out:?}"))
+        out.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("the rate key: {out:?}"))
     };
     tokio::time::sleep(RESERVE_LEASE + Duration::from_millis(50)).await;
     let before = tat();
-    // The next call gives back what n1 held (4 to 15 tokens) and takes a batch of 5 (halved).
+    // The next call spends one of what n1 held (4 to 15 tokens), gives back the others and
+    // takes a batch of 5 (halved).
     n1.place_call(request(&c, 1000)).await.unwrap();
     let moved = tat() - before;
     assert!(
-        moved <= 1_000,
-        "the bucket moved by {moved} µs: a batch of 5 is 5,000, less at least 4,000 given back"
+        moved <= 2_000,
+        "the bucket moved by {moved} µs: a batch of 5 is 5,000, less at least 3,000 given back"
     );
-    assert!(moved >= -10_000, "at most 15 held: moved {moved} µs");
+    assert!(moved >= -9_000, "at most 14 given back: moved {moved} µs");
 }
 
 /// During a rolling upgrade a node meets pending calls an older node stored: the binding in a
@@ -545,7 +557,10 @@ async fn calls_an_older_node_stored_are_resent_cancelled_and_answered() {
         use base64::Engine as _;
         let compact = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .encode(uuid::Uuid::parse_str(id).unwrap().as_bytes());
-        format!("old:{{p{}}}:c:{compact}", toolmark_broker::partition::of_call(id))
+        format!(
+            "old:{{p{}}}:c:{compact}",
+            toolmark_broker::partition::of_call(id)
+        )
     };
     // Two calls, each rewritten into the older layout.
     let mut ids = Vec::new();
@@ -554,9 +569,19 @@ async fn calls_an_older_node_stored_are_resent_cancelled_and_answered() {
         let k = key(&placed.binding.id);
         let frame = redis.cli(&["hget", &k, "f"]);
         let cancel = redis.cli(&["hget", &k, "x"]);
-        assert!(frame.contains(&placed.binding.id), "the page message is in the call's hash");
+        assert!(
+            frame.contains(&placed.binding.id),
+            "the page message is in the call's hash"
+        );
         redis.cli(&["hdel", &k, "f", "x"]);
-        redis.cli(&["hset", &format!("{k}:p"), "f", frame.trim_end(), "x", cancel.trim_end()]);
+        redis.cli(&[
+            "hset",
+            &format!("{k}:p"),
+            "f",
+            frame.trim_end(),
+            "x",
+            cancel.trim_end(),
+        ]);
         redis.cli(&["pexpire", &format!("{k}:p"), "60000"]);
         ids.push(placed.binding.id);
     }
@@ -570,22 +595,30 @@ async fn calls_an_older_node_stored_are_resent_cancelled_and_answered() {
     let before = sink.frames().len();
     let cancelled = b.cancel("t", &ids[0]).await.unwrap();
     assert!(cancelled.is_some());
-    eventually(Duration::from_secs(5), "the stored cancel reaches the page", || {
-        let frames = sink.frames();
-        let id = ids[0].clone();
-        async move {
-            frames[before..]
-                .iter()
-                .any(|f| f.contains("cancel") && f.contains(id.as_str()))
-                .then_some(())
-        }
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the stored cancel reaches the page",
+        || {
+            let frames = sink.frames();
+            let id = ids[0].clone();
+            async move {
+                frames[before..]
+                    .iter()
+                    .any(|f| f.contains("cancel") && f.contains(id.as_str()))
+                    .then_some(())
+            }
+        },
+    )
     .await;
-    b.submit_result(&page(&c, "p1"), &ids[1], ok()).await.unwrap();
+    b.submit_result(&page(&c, "p1"), &ids[1], ok())
+        .await
+        .unwrap();
     let record = b.call("t", &ids[1]).await.unwrap().unwrap();
     assert_eq!(record.outcome, Some(toolmark_broker::Outcome::Result(ok())));
     assert_eq!(
-        redis.cli(&["exists", &format!("{}:p", key(&ids[1]))]).trim(),
+        redis
+            .cli(&["exists", &format!("{}:p", key(&ids[1]))])
+            .trim(),
         "0",
         "the older layout's page message and cancel went with the call"
     );
