@@ -26,6 +26,37 @@ async fn on_own_redis(
     (b, sink)
 }
 
+/// A node on `redis` of its own, under `prefix`, with no heartbeat during the test: every
+/// command Redis sees is the test's own.
+async fn quiet_node(
+    redis: &RedisProc,
+    prefix: &str,
+) -> (toolmark_broker::SharedBroker, std::sync::Arc<Sink>) {
+    let opts = RedisOptions {
+        heartbeat: Duration::from_secs(3600),
+        prefix: prefix.into(),
+        ..RedisOptions::default()
+    };
+    let (b, sink) = on_own_redis(redis, opts).await;
+    (b, sink)
+}
+
+/// A UUID's 16 bytes in URL-safe base64: the compact form Redis keeps ids and clientIds in.
+fn compact(u: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(uuid::Uuid::parse_str(u).unwrap().as_bytes())
+}
+
+/// The key of call `id` under `prefix`.
+fn call_key(prefix: &str, id: &str) -> String {
+    format!(
+        "{prefix}:{{p{}}}:c:{}",
+        toolmark_broker::partition::of_call(id),
+        compact(id)
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_moving_to_a_node_that_just_started_is_not_reported_gone() {
     let mut nodes = Nodes::new(Backend::Redis, short());
@@ -253,14 +284,7 @@ async fn delivery_comes_back_after_the_subscriber_connection_is_killed_and_readi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_trips() {
     let redis = RedisProc::start(&[]);
-    // No heartbeat during the test: every command counted is the test's own.
-    let opts = RedisOptions {
-        heartbeat: Duration::from_secs(3600),
-        prefix: "sub".into(),
-        ..RedisOptions::default()
-    };
-    let (b, sink) = on_own_redis(&redis, opts).await;
-    let b: toolmark_broker::SharedBroker = b;
+    let (b, sink) = quiet_node(&redis, "sub").await;
     // The connection's own start-up (its heartbeat, its first probes) is over before counting.
     eventually(Duration::from_secs(5), "the node is ready", || {
         let b = b.clone();
@@ -338,13 +362,7 @@ async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_call_keeps_only_its_binding_state_and_outcome() {
     let redis = RedisProc::start(&[]);
-    let opts = RedisOptions {
-        heartbeat: Duration::from_secs(3600),
-        prefix: "fin".into(),
-        ..RedisOptions::default()
-    };
-    let (b, _) = on_own_redis(&redis, opts).await;
-    let b: toolmark_broker::SharedBroker = b;
+    let (b, _) = quiet_node(&redis, "fin").await;
     let c = conv();
     // A clientId as the page bridge mints it (crypto.randomUUID()).
     let client = uuid::Uuid::new_v4().hyphenated().to_string();
@@ -356,16 +374,7 @@ async fn a_finished_call_keeps_only_its_binding_state_and_outcome() {
         .unwrap();
     // The call id and the clientId are kept as their 16 bytes in URL-safe base64, not as
     // their 36-character text.
-    let b64 = |u: &str| {
-        use base64::Engine as _;
-        base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(uuid::Uuid::parse_str(u).unwrap().as_bytes())
-    };
-    let key = format!(
-        "fin:{{p{}}}:c:{}",
-        toolmark_broker::partition::of_call(&id),
-        b64(&id)
-    );
+    let key = call_key("fin", &id);
     // Finished, the call is one string (no hash, no field names): its state, the binding's
     // fields and the outcome, one a line.
     assert_eq!(redis.cli(&["type", &key]).trim(), "string", "{key}");
@@ -373,7 +382,7 @@ async fn a_finished_call_keeps_only_its_binding_state_and_outcome() {
     let lines: Vec<&str> = packed.lines().collect();
     assert_eq!(lines.first(), Some(&"a"), "answered: {packed}");
     assert!(
-        lines.contains(&b64(&client).as_str()),
+        lines.contains(&compact(&client).as_str()),
         "the compact clientId: {packed}"
     );
     assert!(
@@ -544,24 +553,10 @@ async fn on_a_cluster_tokens_held_past_the_lease_go_back_to_the_tenants_bucket()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_an_older_node_stored_are_resent_cancelled_and_answered() {
     let redis = RedisProc::start(&[]);
-    let opts = RedisOptions {
-        heartbeat: Duration::from_secs(3600),
-        prefix: "old".into(),
-        ..RedisOptions::default()
-    };
-    let (b, sink) = on_own_redis(&redis, opts).await;
-    let b: toolmark_broker::SharedBroker = b;
+    let (b, sink) = quiet_node(&redis, "old").await;
     let c = conv();
     connected_page(&b, &c, "p1").await;
-    let key = |id: &str| {
-        use base64::Engine as _;
-        let compact = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(uuid::Uuid::parse_str(id).unwrap().as_bytes());
-        format!(
-            "old:{{p{}}}:c:{compact}",
-            toolmark_broker::partition::of_call(id)
-        )
-    };
+    let key = |id: &str| call_key("old", id);
     // Two calls, each rewritten into the older layout.
     let mut ids = Vec::new();
     for _ in 0..2 {
