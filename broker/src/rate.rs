@@ -262,6 +262,119 @@ mod tests {
         assert_eq!(r.spend("t", 1000, later), Reserved::Spent { refill: None });
     }
 
+    /// The shared bucket as the Redis `gcra` function keeps it (µs): give `back` tokens, then
+    /// take up to `want`.
+    struct Bucket {
+        interval: u64,
+        tolerance: u64,
+        tat: u64,
+    }
+
+    impl Bucket {
+        fn take(&mut self, now: u64, want: u32, back: u32) -> u32 {
+            let tat = self
+                .tat
+                .saturating_sub(u64::from(back) * self.interval)
+                .max(now);
+            self.tat = tat;
+            if now + self.tolerance < tat {
+                return 0;
+            }
+            let n = u64::from(want).min((now + self.tolerance - tat) / self.interval + 1);
+            self.tat = tat + n * self.interval;
+            u32::try_from(n).unwrap()
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A call on node `node` after `dt` µs.
+        Call { node: usize, dt: u64 },
+        /// The oldest batch node `node` asked for comes back.
+        Deliver { node: usize },
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Random calls over three nodes, their batches coming back late or in order, against the
+        /// bucket: no token is made or lost (what was granted, less what went back, is what the
+        /// calls spent, what the nodes hold and what is on its way), a node never holds one and
+        /// a half batches of the cap, and the calls placed never pass the bucket's burst plus
+        /// its refill.
+        #[test]
+        fn reserves_neither_make_nor_lose_tokens_and_stay_under_the_bucket(
+            per_second in 200u32..20_000,
+            ops in prop::collection::vec(
+                prop_oneof![
+                    3 => (0..3usize, 0..3_000u64).prop_map(|(node, dt)| Op::Call { node, dt }),
+                    1 => (0..3usize).prop_map(|node| Op::Deliver { node }),
+                    1 => (0..3usize, 50_000..300_000u64).prop_map(|(node, dt)| Op::Call { node, dt }),
+                ],
+                1..400,
+            ),
+        ) {
+            let interval = 1_000_000 / u64::from(per_second);
+            let burst = model::burst(per_second);
+            let mut bucket = Bucket {
+                interval,
+                tolerance: interval * u64::from(burst - 1),
+                tat: 0,
+            };
+            let start = Instant::now();
+            let nodes: Vec<Reserves> = (0..3).map(|_| Reserves::default()).collect();
+            // Per node, the batches taken and not yet back: tokens to hold.
+            let mut flight: Vec<std::collections::VecDeque<u32>> = vec![Default::default(); 3];
+            let (mut now, mut granted, mut returned, mut placed) = (0u64, 0u64, 0u64, 0u64);
+            for op in ops {
+                match op {
+                    Op::Call { node, dt } => {
+                        now += dt;
+                        let at = start + Duration::from_micros(now);
+                        match nodes[node].spend("t", per_second, at) {
+                            Reserved::Spent { refill } => {
+                                placed += 1;
+                                if let Some(Batch { want, back }) = refill {
+                                    let n = bucket.take(now, want, back);
+                                    granted += u64::from(n);
+                                    returned += u64::from(back);
+                                    flight[node].push_back(n);
+                                }
+                            }
+                            Reserved::Take(want) => {
+                                let n = bucket.take(now, want, 0);
+                                granted += u64::from(n);
+                                if n > 0 {
+                                    placed += 1;
+                                }
+                                if want > 1 {
+                                    flight[node].push_back(n.saturating_sub(1));
+                                }
+                            }
+                        }
+                    }
+                    Op::Deliver { node } => {
+                        if let Some(n) = flight[node].pop_front() {
+                            nodes[node].hold("t", n, start + Duration::from_micros(now));
+                        }
+                    }
+                }
+                let cap = reserve_cap(per_second);
+                let mut held = 0u64;
+                for (r, f) in nodes.iter().zip(&flight) {
+                    let mine = r.held.lock().unwrap().get("t").map_or(0, |h| h.tokens);
+                    prop_assert!(mine <= cap * 3 / 2, "a node holds {mine}, cap {cap}");
+                    held += u64::from(mine) + f.iter().map(|&n| u64::from(n)).sum::<u64>();
+                }
+                prop_assert_eq!(granted - returned, placed + held, "tokens made or lost");
+                prop_assert!(
+                    placed <= u64::from(burst) + now / interval + 1,
+                    "{} placed by {} µs", placed, now
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_bucket_holds_its_burst_then_refuses_with_the_wait_for_one_token() {
         let b = bucket(10);
