@@ -5,7 +5,8 @@
 # node (every call crosses nodes), RATE (1000) calls/s in all for SECS (30). Reports per master:
 # the commands it executed per second (those scripts run inside included, as INFO counts them),
 # the scripts per second, its sharded channels, its memory, and the slots it serves; and in all:
-# calls per second, their latency, and the commands per call. One JSON line in
+# calls per second, their latency, and the commands per call; and the scripts per call as the
+# nodes' metrics count them (the tenant's rate beside a call or waited for). One JSON line in
 # $OUT/scale.jsonl (OUT default docs/img/bench).
 set -euo pipefail
 
@@ -88,6 +89,12 @@ cpu_nodes="$(python3 -c "print($(nodes_cpu) - $cpu_nodes_before)")"
 cpu_redis="$(python3 -c "print($(redis_cpu) - $cpu_redis_before)")"
 net=$(( $(redis_sum stats total_net_input_bytes) + $(redis_sum stats total_net_output_bytes) - net_before ))
 memory_calls="$(redis_sum memory used_memory)"
+# Each node's metrics: how many of each script it ran (the call's rate: `gcra` beside a call,
+# `gcra_before_call` when a call waited for it).
+for (( i = 0; i < gateways; i++ )); do
+    python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1] + '/metrics').read().decode())" \
+        "${urls[$i]}" >"$lt_work/metrics-$i.txt"
+done
 for p in "${lt_cluster_ports[@]}"; do
     {
         echo "port:$p"
@@ -143,6 +150,12 @@ for f in sorted(glob.glob(f"{work}/shard-*.txt")):
         "used_memory_mb": round(int(d["used_memory"]) / 1e6, 1),
     })
 total = sum(s["commands_per_call"] for s in shards)
+node_scripts = {}
+for f in glob.glob(f"{work}/metrics-*.txt"):
+    for l in open(f):
+        m = re.match(r'toolmark_redis_script_duration_seconds_count\{[^}]*script="([^"]+)"[^}]*\}\s+(\S+)', l)
+        if m:
+            node_scripts[m.group(1)] = node_scripts.get(m.group(1), 0) + float(m.group(2))
 print(json.dumps({
     "gateways": gateways, "pages": gateways * pages, "rate": rate, "window_secs": round(window, 1),
     "calls_sent": sent, "calls_ok": ok, "worst_node_p99_ms": p99,
@@ -156,6 +169,8 @@ print(json.dumps({
     "redis_network_bytes_per_call_all_six": round(net / max(sent, 1)),
     "shards": shards,
     "masters_commands_per_call": {k: round(v / max(sent, 1), 3) for k, v in sorted(per_command.items()) if v / max(sent, 1) >= 0.01},
+    # The scripts as the nodes ran them, pages' connections and departures included.
+    "node_scripts_per_call": {k: round(v / max(sent, 1), 3) for k, v in sorted(node_scripts.items()) if v / max(sent, 1) >= 0.001},
 }))
 PY
 )"

@@ -86,7 +86,9 @@ impl RedisBroker {
         let per_second = req.calls_per_second;
         match self.reserves.spend(&tenant, per_second, Instant::now()) {
             Reserved::Take(want) => {
-                let taken = self.take_tokens(&tenant, per_second, want, 0).await;
+                let taken = self
+                    .take_tokens(&tenant, per_second, want, 0, "gcra_before_call")
+                    .await;
                 if want > 1 {
                     let held = taken.as_ref().map_or(0, |n| n.saturating_sub(1));
                     self.reserves.hold(&tenant, held, Instant::now());
@@ -99,7 +101,7 @@ impl RedisBroker {
                 refill: Some(Batch { want, back }),
             } => {
                 let (taken, placed) = tokio::join!(
-                    self.take_tokens(&tenant, per_second, want, back),
+                    self.take_tokens(&tenant, per_second, want, back, "gcra"),
                     self.place_here(req, false)
                 );
                 self.reserves

@@ -8,25 +8,31 @@ use crate::prelude::*;
 #[async_trait]
 impl Limits for RedisBroker {
     async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), TakeError> {
-        self.take_tokens(tenant, per_second, 1, 0).await.map(|_| ())
+        self.take_tokens(tenant, per_second, 1, 0, "gcra")
+            .await
+            .map(|_| ())
     }
 }
 
 impl RedisBroker {
     /// Up to `want` calls of `tenant`'s rate of `per_second` at once, as many as its bucket
     /// holds now (at least one, or refused with the wait for one), after giving `back` unspent
-    /// ones back to it.
+    /// ones back to it. Observed as the script `label`: `gcra_before_call` when a call waits
+    /// for it (on a Cluster, a node holding none of the tenant's tokens), so that the metrics
+    /// tell the round trips a call waited for from the batches sent beside a call.
     pub(super) async fn take_tokens(
         &self,
         tenant: &str,
         per_second: u32,
         want: u32,
         back: u32,
+        label: &'static str,
     ) -> Result<u32, TakeError> {
         let (interval_us, burst) = gcra_args(per_second);
         let reply = self
-            .script(
+            .script_as(
                 &self.scripts.gcra,
+                label,
                 vec![self.keys.rate(tenant)],
                 vec![interval_us, burst, want.to_string(), back.to_string()],
             )

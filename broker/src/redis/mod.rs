@@ -334,6 +334,18 @@ impl RedisBroker {
         keys: Vec<String>,
         args: Vec<String>,
     ) -> Result<Value, BrokerError> {
+        self.script_as(script, self.scripts.name_of(script), keys, args)
+            .await
+    }
+
+    /// [`RedisBroker::script`], observed under `name`.
+    async fn script_as(
+        &self,
+        script: &Script,
+        name: &'static str,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, BrokerError> {
         if !self.client.is_connected() {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
@@ -342,9 +354,7 @@ impl RedisBroker {
             .evalsha_with_reload(&self.client, keys, args)
             .await
             .map_err(|e| unavailable(&e));
-        self.opts
-            .observe
-            .observe(self.scripts.name_of(script), started.elapsed());
+        self.opts.observe.observe(name, started.elapsed());
         answer
     }
 
