@@ -104,13 +104,19 @@ struct Held {
 impl Reserves {
     fn with<T>(&self, key: &str, now: Instant, f: impl FnOnce(&mut Held) -> T) -> T {
         let mut all = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let h = all.entry(key.to_owned()).or_insert(Held {
-            tokens: 0,
-            until: now,
-            batch: 1,
-            refilling: false,
-        });
-        f(h)
+        // A call's lookup makes no key: one is made only for a key seen the first time.
+        if !all.contains_key(key) {
+            all.insert(
+                key.to_owned(),
+                Held {
+                    tokens: 0,
+                    until: now,
+                    batch: 1,
+                    refilling: false,
+                },
+            );
+        }
+        f(all.get_mut(key).expect("inserted above"))
     }
 
     /// One call's token of `key`, whose rate is `per_second`, at `now`.

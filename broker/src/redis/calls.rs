@@ -82,16 +82,19 @@ impl RedisBroker {
         if !self.cluster {
             return self.place_here(req, true).await;
         }
-        let tenant = req.conv.tenant.clone();
         let per_second = req.calls_per_second;
-        match self.reserves.spend(&tenant, per_second, Instant::now()) {
+        match self
+            .reserves
+            .spend(&req.conv.tenant, per_second, Instant::now())
+        {
             Reserved::Take(want) => {
+                let tenant = &req.conv.tenant;
                 let taken = self
-                    .take_tokens(&tenant, per_second, want, 0, "gcra_before_call")
+                    .take_tokens(tenant, per_second, want, 0, "gcra_before_call")
                     .await;
                 if want > 1 {
                     let held = taken.as_ref().map_or(0, |n| n.saturating_sub(1));
-                    self.reserves.hold(&tenant, held, Instant::now());
+                    self.reserves.hold(tenant, held, Instant::now());
                 }
                 taken?;
                 self.place_here(req, false).await
@@ -100,6 +103,8 @@ impl RedisBroker {
             Reserved::Spent {
                 refill: Some(Batch { want, back }),
             } => {
+                // The place script takes the request; the batch is rare (one per batch).
+                let tenant = req.conv.tenant.clone();
                 let (taken, placed) = tokio::join!(
                     self.take_tokens(&tenant, per_second, want, back, "gcra"),
                     self.place_here(req, false)

@@ -17,13 +17,14 @@ use fred::types::scripts::Script;
 /// - `gcra(key, interval, burst, want, back)`: gives `back` unspent calls back to a tenant's
 ///   rate (never past now), then takes up to `want`, as many as the bucket holds now:
 ///   `taken, 0`, or `0, µs` until one would be allowed.
-/// - `call_fields(call)`: a call's fields `{v, c, d, n, s, t, o, f, x}` (conversation ref,
-///   clientId, deadline, waiting node, state, tool/kind/flags, outcome, page message, cancel),
-///   from its hash while it is pending or from its packed string once it finished (`false` each
-///   when it is gone; page message and cancel `false` once it finished).
+/// - `call_fields(call)`: a call's fields `{v, c, d, n, s, t, o, x}` (conversation ref,
+///   clientId, deadline, waiting node, state, tool/kind/flags, outcome, cancel), from its hash
+///   while it is pending or from its packed string once it finished (`false` each when it is
+///   gone; the cancel `false` once it finished). Not the page message, which may be large and
+///   which only a timeout, a cancel or a reconnecting page needs.
 /// - `page_part(call, f, field)`: the page message (`f`) or the cancel (`x`) of a pending call,
-///   from its hash or, for a call an older node stored during a rolling upgrade, from the
-///   `<call>:p` hash it kept beside the call.
+///   from its hash or, for a call an older node stored during a rolling upgrade (no `x` in its
+///   hash), from the `<call>:p` hash it kept beside the call.
 /// - `finish(call, f, state, outcome)`: replaces a pending call's hash with one string,
 ///   `state`, the binding's fields and the outcome joined by `\n`, keeping its time to live, for
 ///   the rest of its retention: the smallest form Redis keeps (no hash, no field names), for a
@@ -107,20 +108,20 @@ end
 local function call_fields(call)
   local kind = redis.call('TYPE', call)['ok']
   if kind == 'hash' then
-    return redis.call('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o', 'f', 'x')
+    return redis.call('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o', 'x')
   end
-  if kind ~= 'string' then return {false, false, false, false, false, false, false, false, false} end
+  if kind ~= 'string' then return {false, false, false, false, false, false, false, false} end
   local p = {}
   for part in string.gmatch(redis.call('GET', call) .. '\n', '([^\n]*)\n') do table.insert(p, part) end
   return {p[2] .. '\n' .. p[3] .. '\n' .. p[4], p[5], p[6], false, p[1],
-          p[7] .. '\n' .. p[8] .. '\n' .. p[9], table.concat(p, '\n', 10), false, false}
+          p[7] .. '\n' .. p[8] .. '\n' .. p[9], table.concat(p, '\n', 10), false}
 end
 local function page_part(call, f, field)
   if f[5] ~= 'p' then return false end
-  local i = 8
-  if field == 'x' then i = 9 end
-  if f[i] then return f[i] end
-  return redis.call('HGET', call .. ':p', field)
+  local from = call
+  if not f[8] then from = call .. ':p' end
+  if field == 'x' and f[8] then return f[8] end
+  return redis.call('HGET', from, field)
 end
 local function finish(call, f, state, outcome)
   if f[5] == 'p' and not f[8] then redis.call('DEL', call .. ':p') end
