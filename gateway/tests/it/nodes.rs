@@ -233,7 +233,9 @@ async fn the_tenant_call_rate_and_connection_count_hold_across_nodes() {
         "[tenants.limits]\ncalls_per_second = 5\nmax_connections = 4",
     )
     .await;
-    // Burst 10, shared: alternate nodes; at most 10 (+1 for time passing) pass the limit.
+    // Burst 10, shared: alternate nodes; at most 10 pass the limit, and what the bucket
+    // refilled while the calls went (5 a second, one more for the token being refilled).
+    let started = std::time::Instant::now();
     let mut passed = 0;
     for i in 0..20 {
         let a = nodes[i % 2]
@@ -246,9 +248,10 @@ async fn the_tenant_call_rate_and_connection_count_hold_across_nodes() {
             other => panic!("unexpected {other}: {}", a.body),
         }
     }
+    let refilled = (started.elapsed().as_secs_f64() * 5.0).floor() as u32;
     assert!(
-        (10..=11).contains(&passed),
-        "{passed} calls passed a shared burst of 10"
+        (10..=11 + refilled).contains(&passed),
+        "{passed} calls passed a shared burst of 10 (refilled {refilled} meanwhile)"
     );
 
     let token = hs256(ACME_SECRET, &claims("acme", "u1", "c9"));
