@@ -13,7 +13,8 @@ use fred::types::scripts::Script;
 ///   of this partition (`prefix .. node .. suffix`), which shares the script's slot.
 /// - `conv_state(conv, socks, manifests, live)`: the conversation as the agent API sees it,
 ///   counting only sockets of live nodes, with D23's choice of the current page
-///   (`model::current_page`).
+///   (`model::current_page`). The current page's manifest `seq` comes from the manifests
+///   already read for the identified pages; only a current page without a socket is read apart.
 /// - `gcra(key, interval, burst, want, back)`: gives `back` unspent calls back to a tenant's
 ///   rate (never past now), then takes up to `want`, as many as the bucket holds now:
 ///   `taken, 0`, or `0, µs` until one would be allowed.
@@ -21,7 +22,8 @@ use fred::types::scripts::Script;
 ///   clientId, deadline, waiting node, state, tool/kind/flags, outcome, cancel), from its hash
 ///   while it is pending or from its packed string once it finished (`false` each when it is
 ///   gone; the cancel `false` once it finished). Not the page message, which may be large and
-///   which only a timeout, a cancel or a reconnecting page needs.
+///   which only a timeout, a cancel or a reconnecting page needs. One `HMGET` while pending;
+///   a finished call's string answers it with `WRONGTYPE` (caught), then `TYPE` and `GET`.
 /// - `page_part(call, f, field)`: the page message (`f`) or the cancel (`x`) of a pending call,
 ///   from its hash or, for a call an older node stored during a rolling upgrade (no `x` in its
 ///   hash), from the `<call>:p` hash it kept beside the call.
@@ -82,7 +84,11 @@ local function conv_state(conv, socks_key, manifests, live)
     if best then st.effective = best end
   end
   st.seq = ''
-  if st.effective then st.seq = redis.call('HGET', manifests .. st.effective, 's') or '' end
+  if st.effective then
+    local known = st.info[st.effective]
+    if known then st.seq = known[1] or ''
+    else st.seq = redis.call('HGET', manifests .. st.effective, 's') or '' end
+  end
   st.drained = h[2]
   for node, _ in pairs(unknown) do table.insert(st.skipped, node) end
   return st
@@ -106,11 +112,11 @@ local function gcra(key, interval_us, burst, want, back)
   return n, 0
 end
 local function call_fields(call)
-  local kind = redis.call('TYPE', call)['ok']
-  if kind == 'hash' then
-    return redis.call('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o', 'x')
+  local h = redis.pcall('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o', 'x')
+  if not h.err then return h end
+  if redis.call('TYPE', call)['ok'] ~= 'string' then
+    return {false, false, false, false, false, false, false, false}
   end
-  if kind ~= 'string' then return {false, false, false, false, false, false, false, false} end
   local p = {}
   for part in string.gmatch(redis.call('GET', call) .. '\n', '([^\n]*)\n') do table.insert(p, part) end
   return {p[2] .. '\n' .. p[3] .. '\n' .. p[4], p[5], p[6], false, p[1],
