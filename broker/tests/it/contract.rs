@@ -77,7 +77,8 @@ async fn confirmations_are_bound_single_use_and_keep_their_tool(backend: Backend
     let mut nodes = Nodes::new(backend, retention);
     let (b, _) = nodes.node("n1").await;
     let c = conv();
-    let (id, _w) = call(&b, &c, "p1", Duration::from_millis(200)).await;
+    // A deadline a busy machine's answer still meets; the call is forgotten 300 ms after it.
+    let (id, _w) = call(&b, &c, "p1", Duration::from_secs(1)).await;
     b.submit_result(&page(&c, "p1"), &id, needs("k1"))
         .await
         .unwrap();
@@ -102,7 +103,7 @@ async fn confirmations_are_bound_single_use_and_keep_their_tool(backend: Backend
     );
     // Long after the call itself is forgotten, the confirmation still knows its tool.
     eventually(
-        Duration::from_secs(5),
+        Duration::from_secs(10),
         "the finished call is forgotten",
         || {
             let b = b.clone();
@@ -336,13 +337,18 @@ contract!(events_are_bounded_in_count_and_in_bytes);
 async fn the_rate_is_a_burst_of_twice_the_rate(backend: Backend) {
     let mut nodes = Nodes::new(backend, short());
     let (b, _) = nodes.node("n1").await;
+    let started = std::time::Instant::now();
     let mut taken = 0;
     while b.take_call("t", 10).await.is_ok() {
         taken += 1;
-        assert!(taken <= 30, "the burst is bounded");
+        assert!(taken <= 60, "the burst is bounded");
     }
-    // 2 × 10, and perhaps one more refilled while taking.
-    assert!((20..=21).contains(&taken), "burst of {taken}");
+    // 2 × 10, and what was refilled while taking (one more for the token being refilled).
+    let refilled = (started.elapsed().as_secs_f64() * 10.0).floor() as u32;
+    assert!(
+        (20..=21 + refilled).contains(&taken),
+        "burst of {taken}, {refilled} refilled meanwhile"
+    );
 }
 contract!(the_rate_is_a_burst_of_twice_the_rate);
 

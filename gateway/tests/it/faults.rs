@@ -55,17 +55,29 @@ async fn a_redis_restart_loses_nothing_pages_stay_and_calls_resume_within_5_seco
 
     redis.restart();
     let back = Instant::now();
-    // Calls work again without the page reconnecting: the same socket answers.
-    loop {
+    // Calls work again without the page reconnecting: the same socket answers. Each attempt
+    // is told apart by its input: an earlier attempt's call or cancel may arrive late.
+    for attempt in 1.. {
         let acme = n2.acme();
         let pending = tokio::spawn(async move {
             acme.post(
                 "/users/u1/conversations/c1/calls",
-                json!({"tool": "todo.add", "input": {}, "timeoutMs": 1000}),
+                json!({"tool": "todo.add", "input": {"attempt": attempt}, "timeoutMs": 1000}),
             )
             .await
         });
-        if let Some(frame) = page.try_recv(Duration::from_millis(500)).await {
+        let until = Instant::now() + Duration::from_millis(500);
+        let mut mine = None;
+        while let Some(frame) = page
+            .try_recv(until.saturating_duration_since(Instant::now()))
+            .await
+        {
+            if frame["type"] == "call" && frame["input"]["attempt"] == attempt {
+                mine = Some(frame);
+                break;
+            }
+        }
+        if let Some(frame) = mine {
             page.answer(
                 frame["id"].as_str().unwrap(),
                 json!({"status": "ok", "data": "after restart"}),
@@ -231,15 +243,16 @@ async fn sigkill_of_a_node_with_100_pages_moves_them_and_orphaned_calls_time_out
     agent(survivors[0].addr)
         .wait_current("u99", "c1", &pages[99].client_id)
         .await;
-    // An agent request waiting on the victim when it dies.
+    // An agent request waiting on the victim when it dies (the victim must not time it out
+    // itself before the kill: 3 s is time enough on a busy machine).
+    let mut events = agent(survivors[0].addr).events("?user=u0", None).await;
     let orphan = agent(victim.addr).call_later(
         "u0",
         "c1",
-        json!({"tool": "todo.add", "input": {}, "timeoutMs": 1500}),
+        json!({"tool": "todo.add", "input": {}, "timeoutMs": 3000}),
     );
     let orphan_frame = pages[0].recv().await;
     let orphan_id = orphan_frame["id"].as_str().unwrap().to_owned();
-    let mut events = agent(survivors[0].addr).events("?user=u0", None).await;
 
     let _ = std::process::Command::new("kill")
         .args(["-KILL", &victim.child.id().to_string()])
@@ -409,7 +422,12 @@ async fn calls_made_while_drained_pages_reconnect_are_accepted_and_delivered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draining_node_emits_every_page_disconnected_before_it_stops() {
     const PAGES: usize = 400;
-    let mut nodes = Gateway::start_nodes(2, "").await;
+    // Time enough for 400 pages' releases on a busy machine: the suite's 2 s is for one page.
+    let mut nodes = Gateway::start_nodes_with(2, |broker| {
+        crate::harness::config_with(broker, "")
+            .replace("drain_timeout_ms = 2000", "drain_timeout_ms = 30000")
+    })
+    .await;
     let mut events = nodes[1].acme().events("", None).await;
     let mut pages = Vec::new();
     for i in 0..PAGES {

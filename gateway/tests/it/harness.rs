@@ -161,16 +161,16 @@ impl Gateway {
     /// Starts `n` nodes sharing one Redis under one prefix (the suite's Redis: a cluster in
     /// cluster mode).
     pub async fn start_nodes(n: usize, extra: &str) -> Vec<Gateway> {
+        Self::start_nodes_with(n, |broker| config_with(broker, extra)).await
+    }
+
+    /// [`Gateway::start_nodes`] with each node's whole configuration made by `config` from the
+    /// shared `[broker]` section.
+    pub async fn start_nodes_with(n: usize, config: impl Fn(&str) -> String) -> Vec<Gateway> {
         let broker = redis_broker(&toolmark_testkit::redis::shared_url(), &fresh_prefix());
         let mut nodes = Vec::new();
         for i in 0..n {
-            nodes.push(
-                Self::start_config(
-                    &config_with(&broker, extra),
-                    Some(format!("node-{}", i + 1)),
-                )
-                .await,
-            );
+            nodes.push(Self::start_config(&config(&broker), Some(format!("node-{}", i + 1))).await);
         }
         nodes
     }
@@ -310,6 +310,11 @@ impl Gateway {
     ) -> Result<Page, u16> {
         connect_at(self.addr, tenant, token, origin).await
     }
+
+    /// Connects a page socket the gateway must refuse: the close code ([`refused_at`]).
+    pub async fn refused(&self, tenant: &str, token: &str, origin: Option<&str>) -> u16 {
+        refused_at(self.addr, tenant, token, origin).await
+    }
 }
 
 /// Connects a page of `tenant` to the gateway at `addr`.
@@ -335,33 +340,49 @@ pub async fn page_at(addr: SocketAddr, tenant: &str, user: &str, conversation: &
     }
 }
 
-/// Connects a page socket to `addr`; `Err` holds the close code when the gateway refused it.
+/// Upgrades a page socket at `addr` (the gateway decides on admission after the upgrade).
+async fn upgrade(addr: SocketAddr, tenant: &str, token: &str, origin: Option<&str>) -> Page {
+    let url = format!("ws://{addr}/v1/tenants/{tenant}/page?token={token}");
+    let mut req = url.into_client_request().unwrap();
+    if let Some(o) = origin {
+        req.headers_mut().insert("origin", o.parse().unwrap());
+    }
+    let (ws, _) = tokio_tungstenite::connect_async(req)
+        .await
+        .expect("upgrade succeeds");
+    Page {
+        ws,
+        client_id: uuid::Uuid::new_v4().to_string(),
+        seen: Default::default(),
+    }
+}
+
+/// Connects a page socket to `addr` that is expected to be admitted; `Err` holds the close code
+/// when the gateway refused it at once (within 150 ms). A test that expects a refusal uses
+/// [`refused_at`], which waits for it as long as a busy machine needs.
 pub async fn connect_at(
     addr: SocketAddr,
     tenant: &str,
     token: &str,
     origin: Option<&str>,
 ) -> Result<Page, u16> {
-    {
-        let url = format!("ws://{addr}/v1/tenants/{tenant}/page?token={token}");
-        let mut req = url.into_client_request().unwrap();
-        if let Some(o) = origin {
-            req.headers_mut().insert("origin", o.parse().unwrap());
-        }
-        let (ws, _) = tokio_tungstenite::connect_async(req)
-            .await
-            .expect("upgrade succeeds");
-        let mut page = Page {
-            ws,
-            client_id: uuid::Uuid::new_v4().to_string(),
-            seen: Default::default(),
-        };
-        // A refused socket is closed right after the upgrade.
-        match tokio::time::timeout(Duration::from_millis(150), page.ws.next()).await {
-            Err(_) => Ok(page),
-            Ok(Some(Ok(Message::Close(Some(CloseFrame { code, .. }))))) => Err(code.into()),
-            Ok(other) => panic!("unexpected first frame {other:?}"),
-        }
+    let mut page = upgrade(addr, tenant, token, origin).await;
+    // A refused socket is closed right after the upgrade.
+    match tokio::time::timeout(Duration::from_millis(150), page.ws.next()).await {
+        Err(_) => Ok(page),
+        Ok(Some(Ok(Message::Close(Some(CloseFrame { code, .. }))))) => Err(code.into()),
+        Ok(other) => panic!("unexpected first frame {other:?}"),
+    }
+}
+
+/// Connects a page socket to `addr` that the gateway must refuse: the close code it sent,
+/// waited for up to [`WAIT`] (a socket still open then was admitted, and the test fails).
+pub async fn refused_at(addr: SocketAddr, tenant: &str, token: &str, origin: Option<&str>) -> u16 {
+    let mut page = upgrade(addr, tenant, token, origin).await;
+    match tokio::time::timeout(WAIT, page.ws.next()).await {
+        Err(_) => panic!("the socket was admitted where a refusal was expected"),
+        Ok(Some(Ok(Message::Close(Some(CloseFrame { code, .. }))))) => code.into(),
+        Ok(other) => panic!("unexpected first frame {other:?}"),
     }
 }
 

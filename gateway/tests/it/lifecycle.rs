@@ -102,20 +102,16 @@ async fn connection_limits_close_with_4429() {
         .await
         .unwrap();
     assert_eq!(
-        gw.connect("acme", &token("c1"), Some(ACME_ORIGIN))
-            .await
-            .err(),
-        Some(4429)
+        gw.refused("acme", &token("c1"), Some(ACME_ORIGIN)).await,
+        4429
     );
     let _c = gw
         .connect("acme", &token("c2"), Some(ACME_ORIGIN))
         .await
         .unwrap();
     assert_eq!(
-        gw.connect("acme", &token("c3"), Some(ACME_ORIGIN))
-            .await
-            .err(),
-        Some(4429)
+        gw.refused("acme", &token("c3"), Some(ACME_ORIGIN)).await,
+        4429
     );
     // A closed socket frees its place.
     drop(b);

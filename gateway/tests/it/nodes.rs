@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::harness::{
-    ACME_ORIGIN, ACME_SECRET, GLOBEX_KEY, Gateway, WAIT, claims, connect_at, hs256, page_at, tool,
+    ACME_ORIGIN, ACME_SECRET, GLOBEX_KEY, Gateway, WAIT, claims, connect_at, hs256, page_at,
+    refused_at, tool,
 };
 
 pub fn tools() -> serde_json::Value {
@@ -264,16 +265,12 @@ async fn the_tenant_call_rate_and_connection_count_hold_across_nodes() {
         );
     }
     assert_eq!(
-        connect_at(nodes[0].addr, "acme", &token, Some(ACME_ORIGIN))
-            .await
-            .err(),
-        Some(4429)
+        refused_at(nodes[0].addr, "acme", &token, Some(ACME_ORIGIN)).await,
+        4429
     );
     assert_eq!(
-        connect_at(nodes[1].addr, "acme", &token, Some(ACME_ORIGIN))
-            .await
-            .err(),
-        Some(4429)
+        refused_at(nodes[1].addr, "acme", &token, Some(ACME_ORIGIN)).await,
+        4429
     );
     drop(held.pop());
     let deadline = Instant::now() + WAIT;

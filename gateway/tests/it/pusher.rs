@@ -399,10 +399,9 @@ async fn echo_sockets_count_against_the_connection_limit_from_the_upgrade() {
         crate::harness::ACME_SECRET,
         &crate::harness::claims("acme", "u9", "c9"),
     );
-    let page = gw.connect("acme", &token, Some(ACME_ORIGIN)).await;
     assert_eq!(
-        page.err(),
-        Some(4429),
+        gw.refused("acme", &token, Some(ACME_ORIGIN)).await,
+        4429,
         "a page socket over the limit is refused"
     );
     // A subscription takes over its connection's place rather than adding one.

@@ -135,7 +135,7 @@ async fn a_call_whose_agent_hung_up_still_times_out_and_the_page_gets_its_cancel
     let pending = gw.acme().call_later(
         "u1",
         "c1",
-        json!({"tool": "todo.add", "input": {}, "timeoutMs": 400}),
+        json!({"tool": "todo.add", "input": {}, "timeoutMs": 2000}),
     );
     let frame = p1.recv().await;
     let id = frame["id"].as_str().unwrap().to_owned();

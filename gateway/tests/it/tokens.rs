@@ -48,23 +48,21 @@ async fn bad_tokens_close_with_4401() {
     ];
     for (name, token) in cases {
         assert_eq!(
-            gw.connect("acme", &token, Some(ACME_ORIGIN)).await.err(),
-            Some(4401),
+            gw.refused("acme", &token, Some(ACME_ORIGIN)).await,
+            4401,
             "{name}"
         );
     }
     assert_eq!(
-        gw.connect(
+        gw.refused(
             "nosuch",
             &hs256(ACME_SECRET, &claims("nosuch", "u", "c")),
             Some(ACME_ORIGIN)
         )
-        .await
-        .err(),
-        Some(4401)
+        .await,
+        4401
     );
-    let no_token = gw.connect("acme", "", Some(ACME_ORIGIN)).await;
-    assert_eq!(no_token.err(), Some(4401));
+    assert_eq!(gw.refused("acme", "", Some(ACME_ORIGIN)).await, 4401);
     assert_eq!(
         gw.metric("toolmark_page_closes_total{code=\"4401\"}").await,
         11.0
@@ -98,22 +96,17 @@ async fn algorithm_confusion_is_refused() {
     let gw = Gateway::start().await;
     // HS256 "signed" with the tenant's public key as the shared secret.
     let confused = hs256(ED_PUB, &claims("edco", "u", "c"));
-    assert_eq!(
-        gw.connect("edco", &confused, Some(ACME_ORIGIN)).await.err(),
-        Some(4401)
-    );
+    assert_eq!(gw.refused("edco", &confused, Some(ACME_ORIGIN)).await, 4401);
     // ES256 for an EdDSA tenant, EdDSA for an ES256 tenant.
     assert_eq!(
-        gw.connect("edco", &es256(&claims("edco", "u", "c")), Some(ACME_ORIGIN))
-            .await
-            .err(),
-        Some(4401)
+        gw.refused("edco", &es256(&claims("edco", "u", "c")), Some(ACME_ORIGIN))
+            .await,
+        4401
     );
     assert_eq!(
-        gw.connect("ecco", &eddsa(&claims("ecco", "u", "c")), Some(ACME_ORIGIN))
-            .await
-            .err(),
-        Some(4401)
+        gw.refused("ecco", &eddsa(&claims("ecco", "u", "c")), Some(ACME_ORIGIN))
+            .await,
+        4401
     );
 }
 
@@ -129,11 +122,7 @@ async fn origins_must_match_exactly() {
         Some("https://app.acme.example:443"),
         Some("https://APP.acme.example"),
     ] {
-        assert_eq!(
-            gw.connect("acme", &token, origin).await.err(),
-            Some(4403),
-            "{origin:?}"
-        );
+        assert_eq!(gw.refused("acme", &token, origin).await, 4403, "{origin:?}");
     }
     assert!(gw.connect("acme", &token, Some(ACME_ORIGIN)).await.is_ok());
 }

@@ -102,7 +102,8 @@ async fn failures_are_retried_with_the_same_id_and_a_valid_signature_and_never_r
     let redis = RedisProc::start(&[]);
     let hook = Receiver::start(Mode::Ok).await;
     hook.script(&[Mode::Fail, Mode::Fail, Mode::Hang]);
-    let worker = "webhook_timeout_ms = 300\nwebhook_backoff_base_ms = 100\nwebhook_backoff_max_ms = 400\nwebhook_claim_after_ms = 2000";
+    // A timeout long enough that a busy machine's answer is never taken for the hang.
+    let worker = "webhook_timeout_ms = 1500\nwebhook_backoff_base_ms = 100\nwebhook_backoff_max_ms = 400\nwebhook_claim_after_ms = 4000";
     let _stop = spawn_worker(&config_text(&redis.url(), "w1", &hook.url, worker));
     let broker = emitter(&redis.url(), "w1").await;
     let conv = ConvKey::new("acme", "u1", "c1");
@@ -186,7 +187,7 @@ async fn a_worker_killed_while_holding_events_is_taken_over() {
     let _ = victim.wait();
     hook.set(Mode::Ok);
     // Another worker claims what the victim held once it has been idle long enough.
-    let taker = "webhook_timeout_ms = 500\nwebhook_claim_after_ms = 1000";
+    let taker = "webhook_timeout_ms = 3000\nwebhook_claim_after_ms = 4000";
     let _stop = spawn_worker(&config_text(&redis.url(), "w2", &hook.url, taker));
     wait_for("every event", Duration::from_secs(20), || {
         hook.delivered().len() >= ids.len()
@@ -216,7 +217,7 @@ async fn ten_thousand_events_after_an_outage_arrive_once_each_in_conversation_or
         .unwrap_or(60);
     let redis = RedisProc::start(&[]);
     let hook = Receiver::start(Mode::Fail).await;
-    let worker = "webhook_timeout_ms = 1000\nwebhook_backoff_base_ms = 200\nwebhook_backoff_max_ms = 1000\nwebhook_claim_after_ms = 5000";
+    let worker = "webhook_timeout_ms = 3000\nwebhook_backoff_base_ms = 200\nwebhook_backoff_max_ms = 1000\nwebhook_claim_after_ms = 5000";
     let _stop = spawn_worker(&config_text(&redis.url(), "w3", &hook.url, worker));
     let opts = RedisOptions {
         prefix: "w3".into(),
