@@ -439,7 +439,9 @@ fn check(backend: Backend, cases: u32) {
                 ..short()
             };
             let mut nodes = Nodes::new(backend, retention);
-            let hb = Duration::from_millis(100);
+            // A node is dead after five missed beats: 1 s, which a busy machine's stall of a
+            // live node's heartbeat does not reach (a kill is seen 1 s later).
+            let hb = Duration::from_millis(200);
             let (n1, _) = nodes.node_with("n1", hb).await;
             let (n2, _) = nodes.node_with("n2", hb).await;
             if backend != Backend::Memory {
