@@ -473,13 +473,13 @@ async fn sessions_are_shared_kept_while_used_and_gone_when_idle(backend: Backend
     let mut nodes = Nodes::new(backend, short());
     let (n1, _) = nodes.node("n1").await;
     let (n2, _) = nodes.node("n2").await;
-    let ttl = Duration::from_millis(600);
+    let ttl = Duration::from_millis(1500);
     n1.put_session("s1", "{\"a\":1}", ttl).await.unwrap();
     n1.put_session("s2", "two", ttl).await.unwrap();
     // Read on the other node within the time to live, three times: each read restarts it, so
-    // the session outlives its first 600 ms.
+    // the session outlives its first 1.5 s.
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(750)).await;
         assert_eq!(
             n2.session("s1", ttl).await.unwrap().as_deref(),
             Some("{\"a\":1}")
@@ -487,7 +487,7 @@ async fn sessions_are_shared_kept_while_used_and_gone_when_idle(backend: Backend
     }
     // s2 was never read: gone. s1, left idle past its time too.
     assert_eq!(n2.session("s2", ttl).await.unwrap(), None);
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
     assert_eq!(n1.session("s1", ttl).await.unwrap(), None);
     // Dropped on one node, gone on the other; dropping it again finds nothing.
     n1.put_session("s3", "three", Duration::from_secs(60))
@@ -505,7 +505,8 @@ async fn idempotency_keys_are_claimed_once_and_expire_from_their_claim(backend: 
     let mut nodes = Nodes::new(backend, short());
     let (n1, _) = nodes.node("n1").await;
     let (n2, _) = nodes.node("n2").await;
-    let ttl = Duration::from_millis(800);
+    let ttl = Duration::from_secs(3);
+    let claimed = tokio::time::Instant::now();
     assert_eq!(
         n1.claim_idempotency("t", "k", "first", ttl).await.unwrap(),
         None
@@ -522,14 +523,15 @@ async fn idempotency_keys_are_claimed_once_and_expire_from_their_claim(backend: 
         n2.claim_idempotency("r", "k", "theirs", ttl).await.unwrap(),
         None
     );
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     n2.update_idempotency("t", "k", "started").await.unwrap();
     assert_eq!(
         n1.idempotency("t", "k").await.unwrap().as_deref(),
         Some("started")
     );
-    // The update kept the claim's time to live: gone 800 ms after the claim.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // The update kept the claim's time to live: gone 3 s after the claim (it would live to 4 s
+    // had the update restarted it).
+    tokio::time::sleep_until(claimed + ttl + Duration::from_millis(500)).await;
     assert_eq!(n1.idempotency("t", "k").await.unwrap(), None);
     // An update of an expired key writes nothing; the key is free to claim.
     n1.update_idempotency("t", "k", "late").await.unwrap();
