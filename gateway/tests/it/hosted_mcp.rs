@@ -466,18 +466,18 @@ async fn a_session_begun_on_one_node_is_served_by_another_and_ends_everywhere() 
 
 #[tokio::test]
 async fn a_session_left_idle_past_its_time_is_forgotten() {
-    let gw = Gateway::start_with("[mcp]\nsession_idle_secs = 1\n").await;
+    let gw = Gateway::start_with("[mcp]\nsession_idle_secs = 2\n").await;
     let token = mcp_token(&gw, "u1", "c1").await;
     let (_, session, _) = exchange(&gw, &token, None, initialize()).await;
     let session = session.expect("a session id");
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
     // Used within its idle time, it stays (each use restarts the time).
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
         let (status, _, _) = exchange(&gw, &token, Some(&session), list.clone()).await;
         assert_eq!(status, 200);
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
     let (status, _, _) = exchange(&gw, &token, Some(&session), list).await;
     assert_eq!(status, 404);
 }
