@@ -429,7 +429,8 @@ mod tests {
             client_id: "p1".into(),
             tool: "todo.add".into(),
             kind: CallKind::Call,
-            deadline_ms: now_ms() + 300,
+            // Time enough for the answer below on a busy machine; the supervisor waits it out.
+            deadline_ms: now_ms() + 1000,
             node: "n1".into(),
             untrusted: false,
             respond_async: false,
@@ -446,7 +447,7 @@ mod tests {
         let outcome = app.life.spawn(supervise(
             app.clone(),
             binding.clone(),
-            Duration::from_millis(300),
+            Duration::from_millis(1000),
             lost,
             None,
         ));
