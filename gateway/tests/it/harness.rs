@@ -326,17 +326,7 @@ pub async fn page_at(addr: SocketAddr, tenant: &str, user: &str, conversation: &
         };
         let token = hs256(secret, &claims(tenant, user, conversation));
         // Expected to succeed: no wait for a refusal (one would surface as a close on read).
-        let url = format!("ws://{addr}/v1/tenants/{tenant}/page?token={token}");
-        let mut req = url.into_client_request().unwrap();
-        req.headers_mut().insert("origin", origin.parse().unwrap());
-        let (ws, _) = tokio_tungstenite::connect_async(req)
-            .await
-            .expect("upgrade succeeds");
-        Page {
-            ws,
-            client_id: uuid::Uuid::new_v4().to_string(),
-            seen: Default::default(),
-        }
+        upgrade(addr, tenant, &token, Some(origin)).await
     }
 }
 
