@@ -105,18 +105,15 @@ impl Reserves {
     fn with<T>(&self, key: &str, now: Instant, f: impl FnOnce(&mut Held) -> T) -> T {
         let mut all = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         // A call's lookup makes no key: one is made only for a key seen the first time.
-        if !all.contains_key(key) {
-            all.insert(
-                key.to_owned(),
-                Held {
-                    tokens: 0,
-                    until: now,
-                    batch: 1,
-                    refilling: false,
-                },
-            );
+        if let Some(h) = all.get_mut(key) {
+            return f(h);
         }
-        f(all.get_mut(key).expect("inserted above"))
+        f(all.entry(key.to_owned()).or_insert(Held {
+            tokens: 0,
+            until: now,
+            batch: 1,
+            refilling: false,
+        }))
     }
 
     /// One call's token of `key`, whose rate is `per_second`, at `now`.
@@ -331,6 +328,7 @@ mod tests {
             let nodes: Vec<Reserves> = (0..3).map(|_| Reserves::default()).collect();
             // Per node, the batches taken and not yet back: tokens to hold.
             let mut flight: Vec<std::collections::VecDeque<u32>> = vec![Default::default(); 3];
+            let cap = reserve_cap(per_second);
             let (mut now, mut granted, mut returned, mut placed) = (0u64, 0u64, 0u64, 0u64);
             for op in ops {
                 match op {
@@ -365,7 +363,6 @@ mod tests {
                         }
                     }
                 }
-                let cap = reserve_cap(per_second);
                 let mut held = 0u64;
                 for (r, f) in nodes.iter().zip(&flight) {
                     let mine = r.held.lock().unwrap().get("t").map_or(0, |h| h.tokens);
