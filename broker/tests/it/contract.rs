@@ -1,6 +1,5 @@
 //! The rules every broker follows, each tried on memory, Redis and Redis Cluster.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -11,7 +10,8 @@ use toolmark_proto::Manifest;
 
 use crate::contract;
 use crate::support::{
-    Backend, LIMITS, Nodes, call, connected_page, conv, eventually, needs, ok, page, request, short,
+    Backend, LIMITS, Nodes, call, connected_page, conv, eventually, needs, ok, page, request,
+    short, until_refused,
 };
 
 fn rejected(r: Rejection) -> Result<(), SubmitError> {
@@ -356,12 +356,7 @@ contract!(the_rate_is_a_burst_of_twice_the_rate);
 /// placed than the bucket holds (its burst and what it refilled meanwhile), and no fewer than
 /// its burst less what the nodes may still hold in their reserves (Redis Cluster: at most one
 /// and a half batches of at most 10 ms of the rate each, `rate::Reserves`).
-///
-/// The calls go sixteen at a time (eight per node), so that they outrun the refill on a busy
-/// machine too: placed one after another at a millisecond each, 1,000 calls a second never
-/// spend the bucket.
 async fn calls_through_two_nodes_never_take_more_than_the_tenants_bucket(backend: Backend) {
-    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
     let mut nodes = Nodes::new(backend, short());
     let (n1, _) = nodes.node("n1").await;
     let (n2, _) = nodes.node("n2").await;
@@ -370,33 +365,19 @@ async fn calls_through_two_nodes_never_take_more_than_the_tenants_bucket(backend
     let per_second = 1000;
     let burst = toolmark_broker::model::burst(per_second);
     let cap = toolmark_broker::rate::reserve_cap(per_second);
-    let placed = Arc::new(AtomicU32::new(0));
-    let refused = Arc::new(AtomicU32::new(0));
-    let started = std::time::Instant::now();
-    let deadline = started + Duration::from_secs(60);
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..16 {
-        let node = if i % 2 == 0 { n1.clone() } else { n2.clone() };
-        let (c, placed, refused) = (c.clone(), placed.clone(), refused.clone());
-        tasks.spawn(async move {
-            while refused.load(Relaxed) < 40 && std::time::Instant::now() < deadline {
-                match node.place_call(request(&c, per_second)).await {
-                    Ok(_) => placed.fetch_add(1, Relaxed),
-                    Err(PlaceError::Limited(_)) => refused.fetch_add(1, Relaxed),
-                    Err(e) => panic!("a call failed: {e:?}"),
-                };
+    // Half the calls through each node.
+    let spent = until_refused(40, move |i| {
+        let (node, c) = (if i % 2 == 0 { n1.clone() } else { n2.clone() }, c.clone());
+        async move {
+            match node.place_call(request(&c, per_second)).await {
+                Ok(_) => true,
+                Err(PlaceError::Limited(_)) => false,
+                Err(e) => panic!("a call failed: {e:?}"),
             }
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        done.unwrap();
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let (placed, refused) = (placed.load(Relaxed), refused.load(Relaxed));
-    assert!(
-        refused >= 40,
-        "the bucket was never spent: {placed} placed in {elapsed:.1} s, no faster than its refill"
-    );
+        }
+    })
+    .await;
+    let (placed, elapsed) = (spent.placed, spent.elapsed.as_secs_f64());
     let refilled = (elapsed * f64::from(per_second)).floor() as u32;
     assert!(
         placed <= burst + refilled + 1,

@@ -261,3 +261,54 @@ macro_rules! contract {
         }
     };
 }
+
+/// What [`until_refused`] saw: calls placed, calls refused, and the time they took.
+pub struct Spent {
+    pub placed: u32,
+    pub refused: u32,
+    pub elapsed: Duration,
+}
+
+/// Spends a tenant's rate sixteen calls at a time until it has refused `refusals` of them, so
+/// that the calls outrun the bucket's refill on a busy machine too (one at a time, a
+/// millisecond each, they never spend 1,000 a second). `take(i)` is one call of task `i`:
+/// `true` placed, `false` refused. Fails after 60 s with what it saw.
+pub async fn until_refused<F, Fut>(refusals: u32, take: F) -> Spent
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    let placed = Arc::new(AtomicU32::new(0));
+    let refused = Arc::new(AtomicU32::new(0));
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..16 {
+        let (take, placed, refused) = (take.clone(), placed.clone(), refused.clone());
+        tasks.spawn(async move {
+            while refused.load(Relaxed) < refusals && Instant::now() < deadline {
+                if take(i).await {
+                    placed.fetch_add(1, Relaxed);
+                } else {
+                    refused.fetch_add(1, Relaxed);
+                }
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let spent = Spent {
+        placed: placed.load(Relaxed),
+        refused: refused.load(Relaxed),
+        elapsed: started.elapsed(),
+    };
+    assert!(
+        spent.refused >= refusals,
+        "the bucket was never spent: {} placed in {:.1?}, no faster than its refill",
+        spent.placed,
+        spent.elapsed
+    );
+    spent
+}
