@@ -458,26 +458,13 @@ async fn each_page_logs_under_its_own_span_and_no_other() {
     }
     // A page is admitted after its upgrade: one still being admitted when the drain begins is
     // refused with 1001 and never logs its end. Drain once all twelve are in.
-    let http = crate::harness::http_client();
-    let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
-    loop {
-        let text = http
-            .get(format!("http://{addr}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if text.contains("toolmark_page_connections{transport=\"websocket\"} 12") {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "twelve pages admitted: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::harness::wait_metric_at(
+        &crate::harness::http_client(),
+        addr,
+        "toolmark_page_connections{transport=\"websocket\"}",
+        12.0,
+    )
+    .await;
     sigterm(&child);
     // The pages read their 1001 and do not answer it: the node's release and log lines must
     // not wait for them.

@@ -259,41 +259,17 @@ impl Gateway {
     }
 
     pub async fn metrics(&self) -> String {
-        self.http
-            .get(self.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        metrics_at(&self.http, self.addr).await
     }
 
     /// The value of one metric series, e.g. `toolmark_results_rejected_total{reason="late"}`.
     pub async fn metric(&self, series: &str) -> f64 {
-        let text = self.metrics().await;
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix(series)
-                    .and_then(|rest| rest.trim().parse().ok())
-            })
-            .unwrap_or(0.0)
+        metric_at(&self.http, self.addr, series).await
     }
 
     /// Waits until `series` reaches at least `value`.
     pub async fn wait_metric(&self, series: &str, value: f64) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let got = self.metric(series).await;
-            if got >= value {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{series} stayed at {got}, expected {value}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_metric_at(&self.http, self.addr, series, value).await
     }
 
     /// Connects a page of `tenant` with an HS256 token of the standard secrets.
@@ -327,6 +303,45 @@ pub async fn page_at(addr: SocketAddr, tenant: &str, user: &str, conversation: &
         let token = hs256(secret, &claims(tenant, user, conversation));
         // Expected to succeed: no wait for a refusal (one would surface as a close on read).
         upgrade(addr, tenant, &token, Some(origin)).await
+    }
+}
+
+/// The metrics text of the node at `addr`.
+pub async fn metrics_at(http: &reqwest::Client, addr: SocketAddr) -> String {
+    http.get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The value of one metric series of the node at `addr` (0 when absent).
+pub async fn metric_at(http: &reqwest::Client, addr: SocketAddr, series: &str) -> f64 {
+    metrics_at(http, addr)
+        .await
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// Waits until `series` of the node at `addr` reaches at least `value`.
+pub async fn wait_metric_at(http: &reqwest::Client, addr: SocketAddr, series: &str, value: f64) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let got = metric_at(http, addr, series).await;
+        if got >= value {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{series} stayed at {got}, expected {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
