@@ -551,3 +551,56 @@ async fn every_request_has_an_access_log_line_at_info_with_route_status_duration
     assert_eq!(wait_exit(&mut child).await, 0);
     std::fs::remove_file(config).unwrap();
 }
+
+#[tokio::test]
+async fn a_node_whose_log_is_read_late_loses_no_line() {
+    // Nobody reads the node's stderr at first: the pipe fills, then the node's queue of lines.
+    // The node must wait for its reader rather than drop lines, and write every one of them
+    // once it is read, the last ones on its way out.
+    let (config, mut child, addr, stderr) = start_logging(&[("TOOLMARK_LOG_FORMAT", "json")]);
+    let total = toolmark_process::telemetry::LOG_QUEUE_LINES + 4_000;
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let http = crate::harness::http_client();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (http, done) = (http.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            while done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                let r = http
+                    .get(format!("http://{addr}/healthz"))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200);
+            }
+        }));
+    }
+    // Start reading once every request is answered (a node that drops lines never waits) or
+    // once no request has been answered for a second (the node waits for its reader).
+    let mut seen = 0;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = done.load(std::sync::atomic::Ordering::Relaxed);
+        if now == seen || now >= total + 8 {
+            break;
+        }
+        seen = now;
+    }
+    let log = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .filter(|l| l.contains("toolmark_gateway::access") && l.contains("\"/healthz\""))
+            .count()
+    });
+    for t in tasks {
+        tokio::time::timeout(crate::harness::WAIT * 4, t)
+            .await
+            .expect("the requests are answered once the log is read")
+            .unwrap();
+    }
+    sigterm(&child);
+    assert_eq!(wait_exit(&mut child).await, 0);
+    std::fs::remove_file(config).unwrap();
+    assert_eq!(log.join().unwrap(), total);
+}
