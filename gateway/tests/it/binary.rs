@@ -575,13 +575,13 @@ async fn a_node_whose_log_is_read_late_loses_no_line_and_writes_them_all_on_its_
             }
         }));
     }
-    // Every request answered without a reader means lines were dropped; no request answered
-    // for a second means the node waits for its reader.
+    // Every request answered without a reader means lines were dropped; none answered for two
+    // seconds after the first means the node waits for its reader.
     let mut seen = 0;
     loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
         let now = answered.load(Ordering::Relaxed);
-        if now == seen || now == total {
+        if (now == seen && now > 0) || now == total {
             break;
         }
         seen = now;
