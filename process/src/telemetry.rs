@@ -1,7 +1,7 @@
 //! Logs and traces. Logs go through `tracing` to stderr: `RUST_LOG` filters (default `info`),
 //! `TOOLMARK_LOG_FORMAT=json` prints one JSON object per line. A line is formatted where it is
-//! logged and written by a thread of its own ([`LOG_QUEUE_LINES`]), so a slow log pipe never holds
-//! a runtime worker, and lines logged together go out in one write. When
+//! logged and written by a thread of its own with the lines logged near it
+//! ([`crate::log_writer`]). When
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are also exported over OTLP and W3C `traceparent`
 //! headers of agent requests become the parents of their spans. `OTEL_EXPORTER_OTLP_PROTOCOL`
 //! picks the transport: `http/protobuf` (the default, port 4318) or `grpc` (port 4317).
@@ -25,11 +25,6 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-/// Log lines waiting for the writer thread. When it falls this far behind (stderr blocked),
-/// the thread logging waits for room: no line is dropped, as none was when lines were written
-/// where they were logged. About 5 MB of lines at most.
-pub const LOG_QUEUE_LINES: usize = 16_384;
-
 /// Keeps the log writer and the trace exporter alive; [`Telemetry::shutdown`] (or dropping it)
 /// flushes them.
 #[derive(Debug)]
@@ -39,7 +34,7 @@ pub struct Telemetry {
     /// The gRPC transport's runtime: dropped after the provider has flushed.
     runtime: Option<tokio::runtime::Runtime>,
     /// The log writer thread: dropping it writes what is queued and stops the thread.
-    logs: tracing_appender::non_blocking::WorkerGuard,
+    logs: crate::log_writer::Guard,
 }
 
 impl Telemetry {
@@ -95,13 +90,8 @@ pub fn init(service: &'static str) -> Telemetry {
     let json = std::env::var("TOOLMARK_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
     // Colours only on a terminal: a pipe (a container's log, a file) gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    // Lines taken off the queue together are written together: the writer thread flushes its
-    // buffer whenever the queue is empty.
-    let (writer, logs) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .buffered_lines_limit(LOG_QUEUE_LINES)
-        .lossy(false)
-        .thread_name("log-writer")
-        .finish(std::io::BufWriter::new(std::io::stderr()));
+    let (writer, logs) =
+        crate::log_writer::gathered(std::io::stderr(), crate::log_writer::MAX_QUEUED_BYTES);
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(writer)
         .with_ansi(ansi);

@@ -559,7 +559,9 @@ async fn a_node_whose_log_is_read_late_loses_no_line_and_writes_them_all_on_its_
     // The node must wait for its reader rather than drop lines. It is told to stop while its
     // queue is full: every line of every request it answered must still come out.
     let (config, mut child, addr, stderr) = start_logging(&[("TOOLMARK_LOG_FORMAT", "json")]);
-    let total = toolmark_process::telemetry::LOG_QUEUE_LINES + 4_000;
+    // An access line is longer than 200 bytes: this is more than the queue and the pipe hold.
+    let max_queued = toolmark_process::log_writer::MAX_QUEUED_BYTES;
+    let total = max_queued / 200 + 4_000;
     let (sent, answered) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let http = crate::harness::http_client();
     let mut tasks = Vec::new();
@@ -596,7 +598,7 @@ async fn a_node_whose_log_is_read_late_loses_no_line_and_writes_them_all_on_its_
                     && l.contains("\"/healthz\"")
                     && l.contains("\"status\":200")
             })
-            .count()
+            .fold((0, 0), |(n, bytes), l| (n + 1, bytes + l.len() + 1))
     });
     for t in tasks {
         tokio::time::timeout(crate::harness::WAIT * 4, t)
@@ -606,10 +608,11 @@ async fn a_node_whose_log_is_read_late_loses_no_line_and_writes_them_all_on_its_
     }
     assert_eq!(wait_exit(&mut child).await, 0);
     std::fs::remove_file(config).unwrap();
-    let (lines, answered) = (log.join().unwrap(), answered.load(Ordering::Relaxed));
+    let ((lines, bytes), answered) = (log.join().unwrap(), answered.load(Ordering::Relaxed));
+    // The node stopped answering only once its queue was full.
     assert!(
-        answered > toolmark_process::telemetry::LOG_QUEUE_LINES,
-        "{answered} answered"
+        bytes > max_queued,
+        "{bytes} bytes of lines, {answered} answered"
     );
     assert!(lines >= answered, "{lines} lines for {answered} answered");
 }
