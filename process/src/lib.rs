@@ -14,7 +14,6 @@ pub mod cli;
 pub mod config;
 pub mod jwt;
 pub mod lifecycle;
-pub mod log_writer;
 pub mod signal;
 pub mod signing;
 pub mod telemetry;

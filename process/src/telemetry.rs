@@ -1,7 +1,5 @@
 //! Logs and traces. Logs go through `tracing` to stderr: `RUST_LOG` filters (default `info`),
-//! `TOOLMARK_LOG_FORMAT=json` prints one JSON object per line. A line is formatted where it is
-//! logged and written by a thread of its own with the lines logged near it
-//! ([`crate::log_writer`]). When
+//! `TOOLMARK_LOG_FORMAT=json` prints one JSON object per line. When
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are also exported over OTLP and W3C `traceparent`
 //! headers of agent requests become the parents of their spans. `OTEL_EXPORTER_OTLP_PROTOCOL`
 //! picks the transport: `http/protobuf` (the default, port 4318) or `grpc` (port 4317).
@@ -25,21 +23,17 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-/// Keeps the log writer and the trace exporter alive; [`Telemetry::shutdown`] (or dropping it)
-/// flushes them.
+/// Keeps the trace exporter alive; [`Telemetry::shutdown`] flushes it.
 #[derive(Debug)]
 pub struct Telemetry {
     service: &'static str,
     provider: Option<SdkTracerProvider>,
     /// The gRPC transport's runtime: dropped after the provider has flushed.
     runtime: Option<tokio::runtime::Runtime>,
-    /// The log writer thread: dropping it writes what is queued and stops the thread.
-    logs: crate::log_writer::Guard,
 }
 
 impl Telemetry {
-    /// Flushes and stops the exporter, then writes the log lines still queued. Call outside the
-    /// async runtime.
+    /// Flushes and stops the exporter. Call outside the async runtime.
     pub fn shutdown(self) {
         if let Some(p) = self.provider
             && let Err(e) = p.shutdown()
@@ -47,7 +41,6 @@ impl Telemetry {
             eprintln!("{}: trace export shutdown: {e}", self.service);
         }
         drop(self.runtime);
-        drop(self.logs);
     }
 }
 
@@ -90,10 +83,8 @@ pub fn init(service: &'static str) -> Telemetry {
     let json = std::env::var("TOOLMARK_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
     // Colours only on a terminal: a pipe (a container's log, a file) gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let (writer, logs) =
-        crate::log_writer::gathered(std::io::stderr(), crate::log_writer::MAX_QUEUED_BYTES);
     let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(writer)
+        .with_writer(std::io::stderr)
         .with_ansi(ansi);
     let fmt = if json {
         fmt.json().boxed()
@@ -123,7 +114,6 @@ pub fn init(service: &'static str) -> Telemetry {
         service,
         provider,
         runtime,
-        logs,
     }
 }
 

@@ -3,7 +3,6 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -551,68 +550,4 @@ async fn every_request_has_an_access_log_line_at_info_with_route_status_duration
     sigterm(&child);
     assert_eq!(wait_exit(&mut child).await, 0);
     std::fs::remove_file(config).unwrap();
-}
-
-#[tokio::test]
-async fn a_node_whose_log_is_read_late_loses_no_line_and_writes_them_all_on_its_way_out() {
-    // Nobody reads the node's stderr at first: the pipe fills, then the node's queue of lines.
-    // The node must wait for its reader rather than drop lines. It is told to stop while its
-    // queue is full: every line of every request it answered must still come out.
-    let (config, mut child, addr, stderr) = start_logging(&[("TOOLMARK_LOG_FORMAT", "json")]);
-    // An access line is longer than 200 bytes: this is more than the queue and the pipe hold.
-    let max_queued = toolmark_process::log_writer::MAX_QUEUED_BYTES;
-    let total = max_queued / 200 + 4_000;
-    let (sent, answered) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let http = crate::harness::http_client();
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let (http, sent, answered) = (http.clone(), sent.clone(), answered.clone());
-        tasks.push(tokio::spawn(async move {
-            // Once the node stops, a request is refused or finds its connection closed.
-            while sent.fetch_add(1, Ordering::Relaxed) < total {
-                match http.get(format!("http://{addr}/healthz")).send().await {
-                    Ok(r) if r.status() == 200 => answered.fetch_add(1, Ordering::Relaxed),
-                    _ => break,
-                };
-            }
-        }));
-    }
-    // Every request answered without a reader means lines were dropped; none answered for two
-    // seconds after the first means the node waits for its reader.
-    let mut seen = 0;
-    loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = answered.load(Ordering::Relaxed);
-        if (now == seen && now > 0) || now == total {
-            break;
-        }
-        seen = now;
-    }
-    sigterm(&child);
-    let log = std::thread::spawn(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .filter(|l| {
-                l.contains("toolmark_gateway::access")
-                    && l.contains("\"/healthz\"")
-                    && l.contains("\"status\":200")
-            })
-            .fold((0, 0), |(n, bytes), l| (n + 1, bytes + l.len() + 1))
-    });
-    for t in tasks {
-        tokio::time::timeout(crate::harness::WAIT * 4, t)
-            .await
-            .expect("the requests end once the log is read")
-            .unwrap();
-    }
-    assert_eq!(wait_exit(&mut child).await, 0);
-    std::fs::remove_file(config).unwrap();
-    let ((lines, bytes), answered) = (log.join().unwrap(), answered.load(Ordering::Relaxed));
-    // The node stopped answering only once its queue was full.
-    assert!(
-        bytes > max_queued,
-        "{bytes} bytes of lines, {answered} answered"
-    );
-    assert!(lines >= answered, "{lines} lines for {answered} answered");
 }
