@@ -272,6 +272,9 @@ impl RedisBroker {
                 c.internal_command_timeout = opts.command_timeout;
                 // Bounded memory while Redis is away: commands past this are refused at once.
                 c.max_command_buffer_len = 100_000;
+                // A command goes out when written, not when Redis has acknowledged the one
+                // before (Nagle's algorithm, which the client leaves on unless told).
+                c.tcp.nodelay = Some(true);
             })
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2));
         let client = builder.build().map_err(ConnectError::Client)?;
