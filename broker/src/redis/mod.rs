@@ -250,6 +250,27 @@ fn state_of(s: &str) -> CallState {
     }
 }
 
+/// The builder of a node's two Redis clients (commands, and the subscriber).
+fn builder(config: fred::prelude::Config, command_timeout: Duration) -> Builder {
+    let mut builder = Builder::from_config(config);
+    builder
+        .with_performance_config(|c| {
+            c.default_command_timeout = command_timeout;
+            c.broadcast_channel_capacity = 16_384;
+        })
+        .with_connection_config(|c| {
+            c.connection_timeout = command_timeout;
+            c.internal_command_timeout = command_timeout;
+            // Bounded memory while Redis is away: commands past this are refused at once.
+            c.max_command_buffer_len = 100_000;
+            // A command goes out when written, not once Redis has acknowledged the one before
+            // it (Nagle's algorithm, which the client leaves on unless told).
+            c.tcp.nodelay = Some(true);
+        })
+        .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2));
+    builder
+}
+
 impl RedisBroker {
     /// Connects to `url` (`redis://`, `rediss://`, `redis-cluster://h1:p1,h2:p2`,
     /// `redis-sentinel://…`) and starts this node's background tasks.
@@ -261,22 +282,7 @@ impl RedisBroker {
     ) -> Result<Arc<Self>, ConnectError> {
         let config = url::config(url)?;
         let cluster = config.server.is_clustered();
-        let mut builder = Builder::from_config(config);
-        builder
-            .with_performance_config(|c| {
-                c.default_command_timeout = opts.command_timeout;
-                c.broadcast_channel_capacity = 16_384;
-            })
-            .with_connection_config(|c| {
-                c.connection_timeout = opts.command_timeout;
-                c.internal_command_timeout = opts.command_timeout;
-                // Bounded memory while Redis is away: commands past this are refused at once.
-                c.max_command_buffer_len = 100_000;
-                // A command goes out when written, not when Redis has acknowledged the one
-                // before (Nagle's algorithm, which the client leaves on unless told).
-                c.tcp.nodelay = Some(true);
-            })
-            .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2));
+        let builder = builder(config, opts.command_timeout);
         let client = builder.build().map_err(ConnectError::Client)?;
         let subscriber = builder
             .build_subscriber_client()
@@ -567,5 +573,24 @@ impl Broker for RedisBroker {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn a_nodes_redis_connections_send_each_command_when_written() {
+        for url in [
+            "redis://127.0.0.1:6379",
+            "redis-cluster://127.0.0.1:7000,127.0.0.1:7001",
+        ] {
+            let b = super::builder(super::url::config(url).unwrap(), Duration::from_secs(2));
+            let c = b.get_connection_config();
+            assert_eq!(c.tcp.nodelay, Some(true), "{url}");
+            assert_eq!(c.connection_timeout, Duration::from_secs(2), "{url}");
+            assert_eq!(c.max_command_buffer_len, 100_000, "{url}");
+        }
     }
 }
