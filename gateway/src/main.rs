@@ -10,12 +10,6 @@ use toolmark_process::{Lifecycle, signal};
 
 const BIN: &str = "toolmark-gateway";
 
-/// mimalloc instead of the C library's malloc: a call allocates and frees many small buffers
-/// across worker threads, where glibc's arenas spent about a fifth of the agent's node's CPU
-/// (docs/benchmarks.md, "The gateway's allocator").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli: Cli = match parse_args(BIN) {
         Ok(cli) => cli,
