@@ -246,6 +246,47 @@ pub trait Sessions: Send + Sync {
 
     /// Drops the record; `false` when there was none.
     async fn drop_session(&self, id: &str) -> Result<bool, BrokerError>;
+
+    /// Counts the session `id` among the live sessions of `places` (its tenant's and its
+    /// holder's) until it goes `ttl` without [`Sessions::keep_place`]; `Ok(Err(bound))` when
+    /// either set is full, which then changes nothing. A session counted already is kept.
+    async fn take_place(
+        &self,
+        places: &Places<'_>,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<Result<(), PlaceBound>, BrokerError>;
+
+    /// Restarts the time to live of a counted session (nothing for one no longer counted).
+    async fn keep_place(&self, places: &Places<'_>, id: &str, ttl: Duration)
+    -> Result<(), BrokerError>;
+
+    /// No longer counts the session `id`.
+    async fn give_place(&self, places: &Places<'_>, id: &str) -> Result<(), BrokerError>;
+}
+
+/// Where a bounded session is counted: among the live sessions of its tenant and among those
+/// of its holder (for a hosted MCP session: the token's user and conversation), each set with
+/// its bound.
+#[derive(Debug, Clone, Copy)]
+pub struct Places<'a> {
+    /// The tenant's set (the gateway names the tenant's incarnation in it).
+    pub tenant: &'a str,
+    /// The holder's set, inside the tenant's.
+    pub holder: &'a str,
+    /// At most this many live sessions of the tenant.
+    pub per_tenant: usize,
+    /// At most this many live sessions of the holder.
+    pub per_holder: usize,
+}
+
+/// Which bound refused a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlaceBound {
+    /// The tenant's.
+    Tenant,
+    /// The holder's.
+    Holder,
 }
 
 /// Idempotency keys of the agent API (`Idempotency-Key`): per tenant, one record each, kept for

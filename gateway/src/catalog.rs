@@ -1,7 +1,8 @@
 //! Keeps this node's tenant snapshot equal to the broker's catalog: the config file's tenants
 //! plus those of the admin API, followed by a [`Follower`] (`toolmark_process::catalog`).
 //! Each change is applied to this node's sockets too: a deleted tenant, a deleted token key or
-//! a `disconnect` closes the pages it covers with 4401.
+//! a `disconnect` closes the pages it covers with 4401, and ends the hosted MCP streams and
+//! sessions whose credential it covers (OAuth access tokens included).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,6 +22,7 @@ pub struct Loader {
     statics: Vec<Arc<Tenant>>,
     follower: Arc<Follower>,
     registry: Arc<Registry>,
+    mcp: Arc<crate::hosted_mcp::Live>,
     /// The admin API's tenants, ready to serve.
     stored: Mutex<BTreeMap<String, Arc<Tenant>>>,
 }
@@ -32,6 +34,7 @@ impl Loader {
         catalog: Arc<dyn Catalog>,
         sealer: Sealer,
         registry: Arc<Registry>,
+        mcp: Arc<crate::hosted_mcp::Live>,
     ) -> Self {
         let statics = tenants.snapshot().all().cloned().collect();
         Loader {
@@ -39,6 +42,7 @@ impl Loader {
             statics,
             follower: Arc::new(Follower::new(catalog, sealer)),
             registry,
+            mcp,
             stored: Mutex::default(),
         }
     }
@@ -108,6 +112,10 @@ impl Loader {
             });
             if closed > 0 {
                 tracing::info!(tenant = %id, closed, "pages closed by an admin change");
+            }
+            let ended = self.mcp.revoke(&id, tenant.as_ref());
+            if ended > 0 {
+                tracing::info!(tenant = %id, ended, "MCP sessions and streams ended by an admin change");
             }
         }
     }

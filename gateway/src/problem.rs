@@ -202,6 +202,21 @@ impl Problem {
         }
     }
 
+    /// 429: too many live hosted MCP sessions (`mcp.max_sessions_per_*`, counted across the
+    /// nodes); one may begin again once another ends or idles out.
+    pub fn too_many_sessions(which: &str, retry_after: Duration) -> Self {
+        Problem {
+            retry_after: Some(ceil_secs(retry_after)),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "Too many live MCP sessions {which}; end one (DELETE) or reuse a session."
+                ),
+            )
+        }
+    }
+
     /// 503 with `Retry-After`.
     pub fn unavailable(retry_after: Duration) -> Self {
         Problem {

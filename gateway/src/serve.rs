@@ -191,6 +191,10 @@ async fn serve_until_stopped(
         None => None,
     };
     let tenants = Tenants::new(settings.tenants.iter().map(Tenant::new).collect());
+    let mcp_live = Arc::new(crate::hosted_mcp::Live::new(
+        Arc::clone(&broker),
+        settings.mcp.clone(),
+    ));
     // Tenants of the admin API: loaded before the first request, then followed.
     let admin = match &settings.admin {
         Some(a) => {
@@ -199,6 +203,7 @@ async fn serve_until_stopped(
                 catalog,
                 a.sealer.clone(),
                 Arc::clone(&registry),
+                Arc::clone(&mcp_live),
             ));
             loader.load_all().await;
             life.spawn(Arc::clone(&loader).run(life.stopping().clone()));
@@ -209,7 +214,7 @@ async fn serve_until_stopped(
                     source,
                 })?,
             };
-            Some((listener, AdminState::new(a.clone(), loader)))
+            Some((listener, AdminState::new(a.clone(), loader, settings.server.public_url.clone())))
         }
         None => None,
     };
@@ -223,6 +228,7 @@ async fn serve_until_stopped(
         job_metrics,
         settings.server.public_url.clone(),
         settings.mcp.clone(),
+        mcp_live,
     );
     let service = crate::router(app, settings.dev_mode).into_make_service();
     let (close_listener, closing) = oneshot::channel::<()>();

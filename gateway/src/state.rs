@@ -46,6 +46,8 @@ pub struct Inner {
     pub public_url: Option<String>,
     /// `[mcp]`: the hosted MCP endpoint's sessions and stream limits.
     pub hosted_mcp: McpSettings,
+    /// The hosted MCP sessions, streams and listing followers of this node.
+    pub mcp_live: Arc<crate::hosted_mcp::Live>,
 }
 
 impl std::ops::Deref for AppState {
@@ -68,6 +70,7 @@ impl AppState {
         job_metrics: Option<Arc<JobMetrics>>,
         public_url: Option<String>,
         hosted_mcp: McpSettings,
+        mcp_live: Arc<crate::hosted_mcp::Live>,
     ) -> Self {
         AppState(Arc::new(Inner {
             tenants,
@@ -79,6 +82,7 @@ impl AppState {
             job_metrics,
             public_url,
             hosted_mcp,
+            mcp_live,
         }))
     }
 

@@ -183,6 +183,9 @@ pub struct Tenant {
     pub revoked: Vec<Revocation>,
     /// The tenant's own authorization server, whose access tokens open the hosted MCP endpoint.
     pub mcp_oauth: Option<toolmark_process::config::McpOAuth>,
+    /// `webhook_allow_private`: its outbound requests (webhooks, its JWK Set) may reach
+    /// private addresses and plain HTTP.
+    pub webhook_allow_private: bool,
 }
 
 impl Tenant {
@@ -208,6 +211,7 @@ impl Tenant {
             inbound_rate: crate::rate::ConversationRate::new(c.limits.page_messages_per_second),
             revoked: c.revoked.clone(),
             mcp_oauth: c.mcp_oauth.clone(),
+            webhook_allow_private: c.allow_private,
         }
     }
 

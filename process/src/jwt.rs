@@ -163,6 +163,11 @@ impl JwtVerifier for Verifier {
 }
 
 fn new_verifier(alg: &Algorithm, key: &DecodingKey) -> Result<Box<dyn JwtVerifier>, Error> {
+    // A key verifies only its own family's algorithms: an RSA or EC public key is never used
+    // as an HMAC secret (or the other way round), whatever a caller's validation names.
+    if key.family() != alg.family() {
+        return Err(ErrorKind::InvalidAlgorithm.into());
+    }
     let rsa = |params: &'static sig::RsaParameters| match key.kind() {
         DecodingKeyKind::SecretOrDer(der) => Verifying::Public(params, der.clone()),
         DecodingKeyKind::RsaModulusExponent { n, e } => {
@@ -290,6 +295,27 @@ mod tests {
         other[10] ^= 1;
         let wrong = DecodingKey::from_rsa_components(&b64(&other), &b64(&e)).unwrap();
         assert!(round_trip(Algorithm::RS256, &enc, &wrong).is_none());
+    }
+
+    #[test]
+    fn a_public_key_never_verifies_as_an_hmac_secret() {
+        // The algorithm-confusion attack: a token signed with HS256 whose secret is the
+        // public key's bytes, checked by a caller whose validation names HS256 with the
+        // public key. The key's family is not HMAC: refused.
+        for (dec, alg) in [
+            (DecodingKey::from_rsa_pem(RSA_PUBLIC.as_bytes()).unwrap(), Algorithm::HS256),
+            (DecodingKey::from_ec_pem(P256_PUBLIC.as_bytes()).unwrap(), Algorithm::HS384),
+        ] {
+            let DecodingKeyKind::SecretOrDer(der) = dec.kind() else {
+                panic!("a PEM key is DER");
+            };
+            let enc = EncodingKey::from_secret(der).unwrap();
+            assert!(round_trip(alg, &enc, &dec).is_none(), "{alg:?}");
+        }
+        // And an HMAC secret is never an EC or RSA key.
+        let secret = DecodingKey::from_secret(b"0123456789abcdef0123456789abcdef").unwrap();
+        assert!(new_verifier(&Algorithm::RS256, &secret).is_err());
+        assert!(new_verifier(&Algorithm::EdDSA, &secret).is_err());
     }
 
     /// `n` and `e` of a DER `RSAPublicKey` (two INTEGERs in a SEQUENCE, long-form lengths).

@@ -184,6 +184,8 @@ pub struct MemoryBroker {
     catalog: Mutex<catalog::Tenants>,
     /// Front-door sessions: id → (record, expiry).
     sessions: Mutex<HashMap<String, (String, Instant)>>,
+    /// Counted sessions per tenant set: id → (holder, expiry).
+    places: Mutex<HashMap<String, HashMap<String, (String, Instant)>>>,
 }
 
 impl std::fmt::Debug for MemoryBroker {
@@ -231,6 +233,7 @@ impl MemoryBroker {
             limiters: Mutex::default(),
             catalog: Mutex::default(),
             sessions: Mutex::default(),
+            places: Mutex::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::prelude::*;
+use crate::{PlaceBound, Places};
 
 /// Above this many records, a write first drops the expired ones.
 const SWEEP_ABOVE: usize = 4096;
@@ -40,6 +41,60 @@ impl Sessions for MemoryBroker {
         Ok(lock(&self.sessions)
             .remove(id)
             .is_some_and(|(_, until)| until > now))
+    }
+
+    async fn take_place(
+        &self,
+        places: &Places<'_>,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<Result<(), PlaceBound>, BrokerError> {
+        let now = Instant::now();
+        let mut all = lock(&self.places);
+        let set = all.entry(places.tenant.to_owned()).or_default();
+        set.retain(|_, (_, until)| *until > now);
+        if !set.contains_key(id) {
+            let holders = set
+                .values()
+                .filter(|(holder, _)| holder == places.holder)
+                .count();
+            if holders >= places.per_holder {
+                return Ok(Err(PlaceBound::Holder));
+            }
+            if set.len() >= places.per_tenant {
+                return Ok(Err(PlaceBound::Tenant));
+            }
+        }
+        set.insert(id.to_owned(), (places.holder.to_owned(), now + ttl));
+        Ok(Ok(()))
+    }
+
+    async fn keep_place(
+        &self,
+        places: &Places<'_>,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<(), BrokerError> {
+        let now = Instant::now();
+        if let Some((_, until)) = lock(&self.places)
+            .get_mut(places.tenant)
+            .and_then(|set| set.get_mut(id))
+            .filter(|(_, until)| *until > now)
+        {
+            *until = now + ttl;
+        }
+        Ok(())
+    }
+
+    async fn give_place(&self, places: &Places<'_>, id: &str) -> Result<(), BrokerError> {
+        let mut all = lock(&self.places);
+        if let Some(set) = all.get_mut(places.tenant) {
+            set.remove(id);
+            if set.is_empty() {
+                all.remove(places.tenant);
+            }
+        }
+        Ok(())
     }
 }
 

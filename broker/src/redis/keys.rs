@@ -174,6 +174,16 @@ impl Keys {
         format!("{}{}:idem:{key}", self.p, tenant_tag(tenant))
     }
 
+    /// The tenant's counted sessions: member session id, score when it lapses (ms).
+    pub fn places(&self, tenant: &str) -> String {
+        format!("{}{}:places", self.p, tenant_tag(tenant))
+    }
+
+    /// One holder's counted sessions (same slot as [`Keys::places`]).
+    pub fn holder_places(&self, tenant: &str, holder: &str) -> String {
+        format!("{}{}:places:{holder}", self.p, tenant_tag(tenant))
+    }
+
     /// A front-door session (a hosted MCP session): one string with its time to live.
     pub fn session(&self, id: &str) -> String {
         format!("{}session:{id}", self.p)

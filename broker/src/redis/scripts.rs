@@ -519,7 +519,39 @@ pub struct Scripts {
     pub refresh: Script,
     pub drained: Script,
     pub release: Script,
+    pub places: Script,
 }
+
+/// Counted sessions (bounded hosted MCP sessions): a sorted set of the tenant's and one of the
+/// holder's, member the session id, score when it lapses; lapsed members are dropped first.
+/// `take` counts the session unless a set is full (a session counted already is only kept),
+/// `keep` restarts the time of a counted one, `give` drops it.
+/// KEYS: tenant set, holder set. ARGV: take|keep|give, id, tenant bound, holder bound, ttl
+/// ms (time is Redis's own). Returns `ok`, `holder` or `tenant` (the bound that refused).
+pub const PLACES: &str = r#"
+local op, id = ARGV[1], ARGV[2]
+if op == 'give' then
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+  return 'ok'
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local counted = redis.call('ZSCORE', KEYS[1], id)
+if op == 'keep' and not counted then return 'ok' end
+if op == 'take' and not counted then
+  if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return 'holder' end
+  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 'tenant' end
+end
+local lapse = now + tonumber(ARGV[5])
+redis.call('ZADD', KEYS[1], lapse, id)
+redis.call('ZADD', KEYS[2], lapse, id)
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+return 'ok'
+"#;
 
 /// A script with the shared functions before it.
 fn with_prelude(body: &str) -> Script {
@@ -549,6 +581,7 @@ impl Default for Scripts {
             refresh: Script::from_lua(REFRESH),
             drained: Script::from_lua(DRAINED),
             release: Script::from_lua(RELEASE),
+            places: Script::from_lua(PLACES),
         }
     }
 }
@@ -563,7 +596,7 @@ impl Scripts {
     }
 
     /// Every script with its name.
-    pub fn all(&self) -> [(&Script, &'static str); 20] {
+    pub fn all(&self) -> [(&Script, &'static str); 21] {
         [
             (&self.catalog_put, "catalog_put"),
             (&self.catalog_remove, "catalog_remove"),
@@ -585,6 +618,7 @@ impl Scripts {
             (&self.refresh, "refresh"),
             (&self.drained, "drained"),
             (&self.release, "release"),
+            (&self.places, "places"),
         ]
     }
 }

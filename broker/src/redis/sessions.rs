@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::prelude::*;
+use crate::{PlaceBound, Places};
 
 #[async_trait]
 impl Sessions for RedisBroker {
@@ -46,6 +47,66 @@ impl Sessions for RedisBroker {
             .await
             .map_err(|e| unavailable(&e))?;
         Ok(dropped > 0)
+    }
+
+    async fn take_place(
+        &self,
+        places: &Places<'_>,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<Result<(), PlaceBound>, BrokerError> {
+        let reply = self.places_script(places, id, "take", ttl).await?;
+        Ok(match reply.as_str() {
+            "holder" => Err(PlaceBound::Holder),
+            "tenant" => Err(PlaceBound::Tenant),
+            _ => Ok(()),
+        })
+    }
+
+    async fn keep_place(
+        &self,
+        places: &Places<'_>,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<(), BrokerError> {
+        self.places_script(places, id, "keep", ttl).await?;
+        Ok(())
+    }
+
+    async fn give_place(&self, places: &Places<'_>, id: &str) -> Result<(), BrokerError> {
+        self.places_script(places, id, "give", Duration::ZERO)
+            .await?;
+        Ok(())
+    }
+}
+
+impl RedisBroker {
+    /// Runs [`scripts::PLACES`] (`take`, `keep` or `give`) on the two sets of `places`, which
+    /// share the tenant's slot.
+    async fn places_script(
+        &self,
+        places: &Places<'_>,
+        id: &str,
+        op: &str,
+        ttl: Duration,
+    ) -> Result<String, BrokerError> {
+        let reply = self
+            .script(
+                &self.scripts.places,
+                vec![
+                    self.keys.places(places.tenant),
+                    self.keys.holder_places(places.tenant, places.holder),
+                ],
+                vec![
+                    op.to_owned(),
+                    id.to_owned(),
+                    places.per_tenant.to_string(),
+                    places.per_holder.to_string(),
+                    millis(ttl).max(1).to_string(),
+                ],
+            )
+            .await?;
+        Ok(reply.as_string().unwrap_or_default())
     }
 }
 

@@ -480,6 +480,88 @@ async fn sessions_are_shared_kept_while_used_and_gone_when_idle(backend: Backend
 }
 contract!(sessions_are_shared_kept_while_used_and_gone_when_idle);
 
+/// Bounded sessions are counted per tenant and per holder across the nodes: one over a bound
+/// is refused and counts nothing, a session given back or left to lapse frees its place, and
+/// a kept one does not lapse.
+async fn sessions_are_counted_per_tenant_and_holder_on_every_node(backend: Backend) {
+    use toolmark_broker::{PlaceBound, Places};
+    let mut nodes = Nodes::new(backend, short());
+    let (n1, _) = nodes.node("n1").await;
+    let (n2, _) = nodes.node("n2").await;
+    let at = |holder| Places {
+        tenant: "acme#1",
+        holder,
+        per_tenant: 3,
+        per_holder: 2,
+    };
+    let long = Duration::from_secs(60);
+    assert_eq!(n1.take_place(&at("u1"), "s1", long).await.unwrap(), Ok(()));
+    assert_eq!(n2.take_place(&at("u1"), "s2", long).await.unwrap(), Ok(()));
+    assert_eq!(
+        n1.take_place(&at("u1"), "s3", long).await.unwrap(),
+        Err(PlaceBound::Holder)
+    );
+    // A session counted already is kept, not counted twice.
+    assert_eq!(n2.take_place(&at("u1"), "s1", long).await.unwrap(), Ok(()));
+    assert_eq!(n2.take_place(&at("u2"), "s3", long).await.unwrap(), Ok(()));
+    assert_eq!(
+        n1.take_place(&at("u3"), "s4", long).await.unwrap(),
+        Err(PlaceBound::Tenant)
+    );
+    // The refused s4 counted nothing: giving s3 back makes room for exactly one.
+    n1.give_place(&at("u2"), "s3").await.unwrap();
+    assert_eq!(n2.take_place(&at("u3"), "s4", long).await.unwrap(), Ok(()));
+    assert_eq!(
+        n2.take_place(&at("u3"), "s5", long).await.unwrap(),
+        Err(PlaceBound::Tenant)
+    );
+    // Another tenant's sets (or the same id's next incarnation) are apart.
+    let other = Places {
+        tenant: "acme#2",
+        ..at("u1")
+    };
+    assert_eq!(n1.take_place(&other, "s1", long).await.unwrap(), Ok(()));
+
+    // Lapsing: t1 kept within its time, t2 not; t2's place frees after its time, t1's does not.
+    let lapse = Places {
+        tenant: "lapse",
+        holder: "u1",
+        per_tenant: 10,
+        per_holder: 2,
+    };
+    let ttl = Duration::from_millis(1500);
+    let taken = tokio::time::Instant::now();
+    assert_eq!(n1.take_place(&lapse, "t1", ttl).await.unwrap(), Ok(()));
+    assert_eq!(n1.take_place(&lapse, "t2", ttl).await.unwrap(), Ok(()));
+    let deadline = taken + Duration::from_secs(20);
+    let mut last_keep = tokio::time::Instant::now();
+    loop {
+        if last_keep.elapsed() > Duration::from_millis(400) {
+            n2.keep_place(&lapse, "t1", ttl).await.unwrap();
+            last_keep = tokio::time::Instant::now();
+        }
+        if n2.take_place(&lapse, "t3", ttl).await.unwrap() == Ok(()) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "t2 never lapses");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        taken.elapsed() >= ttl,
+        "a place freed before its time to live"
+    );
+    // t1 was kept: still counted, so u1's two places are t1 and t3.
+    assert_eq!(
+        n1.take_place(&lapse, "t4", ttl).await.unwrap(),
+        Err(PlaceBound::Holder)
+    );
+    // Keeping a place no longer counted does not bring it back.
+    n1.keep_place(&lapse, "t2", ttl).await.unwrap();
+    n1.give_place(&lapse, "t3").await.unwrap();
+    assert_eq!(n1.take_place(&lapse, "t4", ttl).await.unwrap(), Ok(()));
+}
+contract!(sessions_are_counted_per_tenant_and_holder_on_every_node);
+
 /// An idempotency key is claimed once per tenant on every node, keeps its time to live from the
 /// claim through updates, and is free again once it expired or was released.
 async fn idempotency_keys_are_claimed_once_and_expire_from_their_claim(backend: Backend) {

@@ -52,12 +52,32 @@ pub struct AdminState(Arc<Inner>);
 pub struct Inner {
     admin: AdminSettings,
     loader: Arc<Loader>,
+    /// `server.public_url`: an authorization server of a tenant needs it (the audience).
+    public_url: Option<String>,
 }
 
 impl AdminState {
-    /// The admin API of `admin`, writing through `loader`'s catalog.
-    pub fn new(admin: AdminSettings, loader: Arc<Loader>) -> Self {
-        AdminState(Arc::new(Inner { admin, loader }))
+    /// The admin API of `admin`, writing through `loader`'s catalog, on a node whose public URL
+    /// is `public_url`.
+    pub fn new(admin: AdminSettings, loader: Arc<Loader>, public_url: Option<String>) -> Self {
+        AdminState(Arc::new(Inner {
+            admin,
+            loader,
+            public_url,
+        }))
+    }
+
+    /// The same rules as the config file, with JSON pointers for names; an authorization
+    /// server needs the node's `server.public_url`, the audience of its tokens.
+    fn validate(&self, t: &StoredTenant) -> Result<(), Problem> {
+        validate(t)?;
+        if t.mcp_oauth.is_some() && self.0.public_url.is_none() {
+            return Err(Problem::invalid(
+                "/mcpOAuth",
+                "an authorization server needs server.public_url set on the gateway: the audience of its access tokens is the endpoint's public URL, never taken from a request",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -244,7 +264,7 @@ fn validate(t: &StoredTenant) -> Result<(), Problem> {
         check_webhook_url(u, "/webhookUrl").map_err(config_problem)?;
     }
     if let Some(o) = &t.mcp_oauth {
-        o.parse().map_err(config_problem)?;
+        o.parse(t.webhook_allow_private).map_err(config_problem)?;
     }
     Ok(())
 }
@@ -371,7 +391,7 @@ impl AdminState {
                 return Err(Problem::precondition_failed());
             }
             let out = change(&mut t)?;
-            validate(&t)?;
+            self.validate(&t)?;
             let body = serde_json::to_string(&t).unwrap_or_default();
             match self
                 .0

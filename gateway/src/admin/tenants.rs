@@ -72,7 +72,7 @@ pub(crate) async fn create(
         revoked: Vec::new(),
         mcp_oauth: req.mcp_oauth,
     };
-    validate(&t)?;
+    s.validate(&t)?;
     let body = serde_json::to_string(&t).unwrap_or_default();
     let version = match s.0.loader.catalog().put(&t.id, &body, Expect::Absent).await {
         Ok(v) => v,

@@ -70,6 +70,12 @@ pub fn key_of(headers: &HeaderMap) -> Result<Option<String>, Problem> {
     Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
 }
 
+/// The key as the broker keeps it: under the tenant's incarnation, so that a tenant deleted
+/// and created again under its id sees none of the old one's keys.
+pub fn scoped(tenant: &crate::tenants::Tenant, key: &str) -> String {
+    format!("{}:{key}", tenant.incarnation)
+}
+
 /// What makes two requests the same: the route, the conversation, and the body as canonical
 /// JSON (object keys sorted, no insignificant white space).
 pub fn fingerprint(route: &str, user: &str, conversation: &str, body: &Value) -> String {

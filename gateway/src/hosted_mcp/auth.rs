@@ -2,22 +2,27 @@
 //! (minted by `POST …/tokens` with `"scope": "mcp"`), which names the user and the
 //! conversation. A page token is refused here, as an MCP token is on a page socket. A request
 //! inside a session must come with a token of the user and conversation that began it.
+//!
+//! A tenant with its own authorization server (`mcp_issuer`) also takes its access tokens,
+//! whose audience must be the endpoint under `server.public_url`: never a URL made from the
+//! request's `Host` or forwarded headers. Either kind of credential is checked against the
+//! tenant's revocations on every request, and a revocation ends the streams and sessions it
+//! covers ([`super::live::Live::revoke`]).
 
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{RawPathParams, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use toolmark_broker::ConvKey;
 
 use super::sessions::{SESSION_HEADER, owner_key};
-use super::streams::Streams;
 use crate::problem::Problem;
 use crate::state::AppState;
-use crate::tenants::Tenant;
+use crate::tenants::{Grant, Tenant};
 
 /// What an MCP request may reach: one conversation of one user of one tenant.
 #[derive(Debug, Clone)]
@@ -28,9 +33,22 @@ pub struct McpGrant {
     pub user: String,
     /// The conversation (`cnv`).
     pub conversation: String,
+    /// The key that signed the token (none for an access token) and when it was issued.
+    pub grant: Grant,
+    /// Whether it is an access token of the tenant's authorization server.
+    pub oauth: bool,
 }
 
 impl McpGrant {
+    /// Whether `tenant` (the grant's tenant as it is now) still admits this credential: the
+    /// same tenant (not one re-created under its id), its key still the tenant's (or, for an
+    /// access token, its authorization server still configured), no revocation covering it.
+    pub fn admitted_by(&self, tenant: &Tenant) -> bool {
+        tenant.incarnation == self.tenant.incarnation
+            && (!self.oauth || tenant.mcp_oauth.is_some())
+            && tenant.admits(&self.user, &self.conversation, &self.grant)
+    }
+
     /// The conversation's broker key.
     pub fn conv(&self) -> ConvKey {
         ConvKey::new(&self.tenant.id, &self.user, &self.conversation)
@@ -39,63 +57,62 @@ impl McpGrant {
     fn owner(&self) -> Owner {
         Owner {
             tenant: self.tenant.id.clone(),
+            incarnation: self.tenant.incarnation,
             user: self.user.clone(),
             conversation: self.conversation.clone(),
         }
     }
 }
 
-/// Who began a session, kept beside it in the broker.
+/// Who began a session, kept beside it in the broker: a tenant re-created under the same id
+/// (another incarnation) does not own it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Owner {
     tenant: String,
+    #[serde(default)]
+    incarnation: u64,
     user: String,
     conversation: String,
 }
 
-/// The auth layer's state: the node's handles and its open MCP streams.
+/// The auth layer's state: the node's handles.
 #[derive(Debug, Clone)]
 pub struct Door {
     /// The node.
     pub app: AppState,
-    /// Its open streams.
-    pub streams: Arc<Streams>,
     /// The JWK Sets of the tenants' authorization servers.
     pub key_sets: Arc<super::oauth::KeySets>,
 }
 
-/// Whether the request opens a stream that stays open: a `GET`, or a POSTed
-/// `subscriptions/listen` (the body is read, bounded, and put back).
-async fn lasting(req: Request) -> Result<(Request, bool), Response> {
-    match *req.method() {
-        Method::GET => return Ok((req, true)),
-        Method::POST => {}
-        _ => return Ok((req, false)),
+/// The JSON-RPC method of a POSTed message (the body is read, bounded, and put back); `None`
+/// for other methods or a body that is not one JSON-RPC message.
+async fn method_of(req: Request) -> Result<(Request, Option<String>), Response> {
+    if req.method() != Method::POST {
+        return Ok((req, None));
     }
     let (parts, body) = req.into_parts();
     let limit = toolmark_process::config::MAX_FRAME_BYTES;
     let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
         return Err(Problem::too_large(limit).into_response());
     };
-    let listen = serde_json::from_slice::<serde_json::Value>(&bytes)
+    let method = serde_json::from_slice::<serde_json::Value>(&bytes)
         .ok()
-        .is_some_and(|m| m.get("method").and_then(|v| v.as_str()) == Some("subscriptions/listen"));
-    Ok((Request::from_parts(parts, Body::from(bytes)), listen))
+        .and_then(|m| m.get("method").and_then(|v| v.as_str()).map(str::to_owned));
+    Ok((Request::from_parts(parts, Body::from(bytes)), method))
 }
 
 /// A 401 with the `WWW-Authenticate` challenge of the endpoint: for a tenant with its own
-/// authorization server, where its RFC 9728 metadata is; else the gateway's realm.
-fn unauthorized(app: &AppState, tenant: Option<&Tenant>, headers: &HeaderMap) -> Response {
+/// authorization server, where its RFC 9728 metadata is (under `server.public_url`); else the
+/// gateway's realm.
+fn unauthorized(app: &AppState, tenant: Option<&Tenant>) -> Response {
     let mut response = Problem::unauthorized().into_response();
-    let challenge = match tenant {
-        Some(t) if t.mcp_oauth.is_some() => {
-            let base = crate::api::conversations::base_url(app.public_url.as_deref(), headers);
-            HeaderValue::from_str(&format!(
-                "Bearer resource_metadata=\"{base}{}\"",
-                super::metadata_path(&t.id)
-            ))
-            .ok()
-        }
+    let challenge = match (tenant, app.public_url.as_deref()) {
+        (Some(t), Some(base)) if t.mcp_oauth.is_some() => HeaderValue::from_str(&format!(
+            "Bearer resource_metadata=\"{}{}\"",
+            base.trim_end_matches('/'),
+            super::metadata_path(&t.id)
+        ))
+        .ok(),
         _ => None,
     };
     response.headers_mut().insert(
@@ -116,8 +133,51 @@ fn unknown_session() -> Response {
         .into_response()
 }
 
+/// Who presents `token` to `tenant`'s endpoint: an MCP token of the tenant's keys, or an
+/// access token of its authorization server for the endpoint under `server.public_url`;
+/// either is refused once a revocation covers it.
+async fn credential(door: &Door, tenant: &Arc<Tenant>, token: &str) -> Result<McpGrant, String> {
+    let e = match tenant.verify_mcp(token) {
+        Ok((claims, grant)) => {
+            return Ok(McpGrant {
+                tenant: Arc::clone(tenant),
+                user: claims.sub,
+                conversation: claims.cnv,
+                grant,
+                oauth: false,
+            });
+        }
+        Err(e) => e,
+    };
+    // Not a token of the tenant's own keys: perhaps an access token of its authorization
+    // server, whose audience is this endpoint's public URL.
+    let Some(oauth) = &tenant.mcp_oauth else {
+        return Err(e.to_string());
+    };
+    let Some(resource) = super::resource(door.app.public_url.as_deref(), &tenant.id) else {
+        return Err("server.public_url is not set: no audience to check an access token against".into());
+    };
+    let allow_private = tenant.webhook_allow_private;
+    let access = super::oauth::verify(oauth, &door.key_sets, token, &resource, allow_private).await?;
+    let grant = McpGrant {
+        tenant: Arc::clone(tenant),
+        user: access.user,
+        conversation: access.conversation,
+        grant: Grant {
+            kid: None,
+            iat_ms: access.iat_ms,
+        },
+        oauth: true,
+    };
+    if !grant.admitted_by(tenant) {
+        return Err("revoked".into());
+    }
+    Ok(grant)
+}
+
 /// Checks the token (and the session's owner), then lets the MCP transport answer; records the
-/// owner of a session that an `initialize` just began, and ends a session the client deletes.
+/// owner of a session that an `initialize` just began (counted within the session bounds), and
+/// ends a session the client deletes.
 pub async fn authenticate(
     State(door): State<Door>,
     params: RawPathParams,
@@ -125,51 +185,26 @@ pub async fn authenticate(
     next: Next,
 ) -> Response {
     let app = &door.app;
+    let live = &app.mcp_live;
     let Some(tenant) = params
         .iter()
         .find(|(k, _)| *k == "tenant")
         .and_then(|(_, id)| app.tenants.get(id))
     else {
-        return unauthorized(app, None, req.headers());
+        return unauthorized(app, None);
     };
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let Some(token) = crate::auth::bearer(presented) else {
-        return unauthorized(app, Some(&tenant), req.headers());
+        return unauthorized(app, Some(&tenant));
     };
-    let grant = match tenant.verify_mcp(token) {
-        Ok((claims, _)) => McpGrant {
-            tenant: Arc::clone(&tenant),
-            user: claims.sub,
-            conversation: claims.cnv,
-        },
-        Err(e) => {
-            // Not a token of the tenant's own keys: perhaps an access token of its
-            // authorization server, whose audience is this endpoint.
-            let verified = match &tenant.mcp_oauth {
-                Some(oauth) => {
-                    let resource = crate::api::conversations::mcp_url(
-                        app.public_url.as_deref(),
-                        req.headers(),
-                        &tenant.id,
-                    );
-                    super::oauth::verify(oauth, &door.key_sets, token, &resource).await
-                }
-                None => Err(e.to_string()),
-            };
-            match verified {
-                Ok((user, conversation)) => McpGrant {
-                    tenant: Arc::clone(&tenant),
-                    user,
-                    conversation,
-                },
-                Err(why) => {
-                    tracing::debug!(tenant = %tenant.id, error = %why, "MCP token refused");
-                    return unauthorized(app, Some(&tenant), req.headers());
-                }
-            }
+    let grant = match credential(&door, &tenant, token).await {
+        Ok(grant) => grant,
+        Err(why) => {
+            tracing::debug!(tenant = %tenant.id, error = %why, "MCP token refused");
+            return unauthorized(app, Some(&tenant));
         }
     };
     let session = req
@@ -192,6 +227,7 @@ pub async fn authenticate(
                     .broker
                     .session(&super::sessions::state_key(id), idle)
                     .await;
+                live.used(&grant, id).await;
             }
             Ok(None) => return unknown_session(),
             Err(e) => return Problem::from(e).into_response(),
@@ -202,20 +238,32 @@ pub async fn authenticate(
     {
         // The client ends its session: gone from the broker first, so that no node serves it
         // again; then from this node's memory, where it may be (or not, on another node).
-        if let Err(e) = super::sessions::end(&app.broker, id).await {
+        if let Err(e) = live.end(&grant, id).await {
             return Problem::from(e).into_response();
         }
         let _ = next.run(req).await;
         return StatusCode::NO_CONTENT.into_response();
     }
-    // A stream that stays open (a session's `GET`, a `subscriptions/listen`) takes a place.
-    let (req, lasting) = match lasting(req).await {
+    let (req, method) = match method_of(req).await {
         Ok(r) => r,
         Err(response) => return response,
     };
+    // An `initialize` costs one call of the tenant's rate, before any session exists.
+    let initialize = session.is_none() && method.as_deref() == Some("initialize");
+    if initialize
+        && let Err(e) = app
+            .broker
+            .take_call(&tenant.id, tenant.limits.calls_per_second)
+            .await
+    {
+        return Problem::from(e).into_response();
+    }
+    // A stream that stays open (a session's `GET`, a `subscriptions/listen`) takes a place.
+    let lasting =
+        req.method() == Method::GET || method.as_deref() == Some("subscriptions/listen");
     let place = if lasting {
         let limits = &app.hosted_mcp;
-        match door.streams.take(
+        match live.streams.take(
             &grant,
             limits.max_streams_per_tenant,
             limits.max_streams_per_token,
@@ -228,23 +276,29 @@ pub async fn authenticate(
     };
     let owner = grant.owner();
     let mut req = req;
-    req.extensions_mut().insert(grant);
+    req.extensions_mut().insert(grant.clone());
     let mut response = next.run(req).await;
     if let Some(place) = place
         && response.status().is_success()
     {
         response = super::streams::holding(response, place);
     }
-    // An `initialize` began a session: remember whose it is before the client learns its id.
+    // An `initialize` began a session: counted within the bounds (or ended at once), and its
+    // owner remembered before the client learns its id.
     if session.is_none()
         && let Some(id) = response
             .headers()
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
     {
+        if let Err(p) = live.begin(&grant, &id).await {
+            return p.into_response();
+        }
         let body = serde_json::to_string(&owner).unwrap_or_default();
-        if let Err(e) = app.broker.put_session(&owner_key(id), &body, idle).await {
+        if let Err(e) = app.broker.put_session(&owner_key(&id), &body, idle).await {
             tracing::warn!(error = %e, "MCP session not stored");
+            let _ = live.end(&grant, &id).await;
             return Problem::from(e).into_response();
         }
     }

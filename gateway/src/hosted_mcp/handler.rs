@@ -12,6 +12,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
+use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmark_broker::{CallKind, EventType, Outcome};
@@ -35,7 +36,7 @@ const RELOAD_GRACE: Duration = Duration::from_millis(2000);
 pub struct HostedMcp {
     app: AppState,
     schemas: Arc<Schemas>,
-    /// Stops the session's `list_changed` follower when the session ends.
+    /// Stops the session's forwarding of `list_changed` when the session ends.
     follower: Arc<Mutex<Option<DropGuard>>>,
 }
 
@@ -203,7 +204,8 @@ impl ServerHandler for HostedMcp {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        // A session began here (or was restored here from the broker): follow its listing.
+        // A session began here (or was restored here from the broker): it hears its
+        // conversation's listing changes from the node's one follower of that conversation.
         let Ok(grant) = grant_of(&context.extensions) else {
             return;
         };
@@ -214,14 +216,18 @@ impl ServerHandler for HostedMcp {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .replace(stop.clone().drop_guard());
         drop(previous);
+        let changes = self.app.mcp_live.listing(&self.app, &grant);
         let peer = context.peer.clone();
-        let app = self.app.clone();
+        let stopping = self.app.life.stopping().clone();
         self.app.life.spawn(async move {
-            follow_listing(&app, &grant, stop, || {
-                let peer = peer.clone();
-                async move { peer.notify_tool_list_changed().await.is_ok() }
-            })
-            .await;
+            tokio::select! {
+                () = forward(changes, || {
+                    let peer = peer.clone();
+                    async move { peer.notify_tool_list_changed().await.is_ok() }
+                }) => {}
+                () = stop.cancelled() => {}
+                () = stopping.cancelled() => {}
+            }
         });
     }
 
@@ -235,27 +241,51 @@ impl ServerHandler for HostedMcp {
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let grant = grant_of(&context.request_context().extensions)?;
         let sink = context.sink().clone();
-        let stop = CancellationToken::new();
-        let follow = follow_listing(&self.app, &grant, stop.clone(), || {
-            let sink = sink.clone();
-            async move { sink.notify_tool_list_changed().await.is_ok() }
-        });
+        let changes = self.app.mcp_live.listing(&self.app, &grant);
+        let stopping = self.app.life.stopping().clone();
         tokio::select! {
-            () = follow => {}
-            () = context.cancelled() => stop.cancel(),
+            () = forward(changes, || {
+                let sink = sink.clone();
+                async move { sink.notify_tool_list_changed().await.is_ok() }
+            }) => {}
+            () = context.cancelled() => {}
+            () = stopping.cancelled() => {}
         }
         Ok(())
     }
 }
 
-/// Calls `notify` whenever the conversation's listing changes, until `stop`, the node's drain,
-/// or a failed `notify` (the stream is gone). Follows the tenant's event log, so the page may
-/// be on any node; a page that left is given [`RELOAD_GRACE`] to come back first.
-async fn follow_listing<F, Fut>(
+/// Calls `notify` for every change `changes` announces, until the follower stops or a
+/// `notify` fails (the stream is gone).
+async fn forward<F, Fut>(mut changes: broadcast::Receiver<()>, mut notify: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    loop {
+        match changes.recv().await {
+            Ok(()) | Err(RecvError::Lagged(_)) => {
+                if !notify().await {
+                    return;
+                }
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// How often an idle follower looks whether anyone still listens.
+const LISTENERS_CHECK: Duration = Duration::from_secs(10);
+
+/// Calls `notify` whenever the conversation's listing changes, until the node's drain, a
+/// failed `notify`, or `nobody_listens` (looked at on every event and every
+/// [`LISTENERS_CHECK`]). Follows the tenant's event log, so the page may be on any node; a page
+/// that left is given [`RELOAD_GRACE`] to come back first.
+pub(super) async fn follow_listing<F, Fut>(
     app: &AppState,
     grant: &McpGrant,
-    stop: CancellationToken,
     mut notify: F,
+    nobody_listens: impl Fn() -> bool,
 ) where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -273,12 +303,22 @@ async fn follow_listing<F, Fut>(
     };
     let mut last = read().await;
     let stopping = app.life.stopping().clone();
+    let mut check = tokio::time::interval(LISTENERS_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let event = tokio::select! {
-            () = stop.cancelled() => return,
             () = stopping.cancelled() => return,
+            _ = check.tick() => {
+                if nobody_listens() {
+                    return;
+                }
+                continue;
+            }
             e = feed.live.recv() => e,
         };
+        if nobody_listens() {
+            return;
+        }
         let left = match event {
             Ok(e) if e.user == grant.user && e.conversation == grant.conversation => match e.kind {
                 EventType::PageManifest => false,
@@ -292,7 +332,7 @@ async fn follow_listing<F, Fut>(
         };
         if left {
             tokio::select! {
-                () = stop.cancelled() => return,
+                () = stopping.cancelled() => return,
                 () = tokio::time::sleep(RELOAD_GRACE) => {}
             }
         }

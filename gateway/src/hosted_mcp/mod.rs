@@ -13,6 +13,7 @@
 
 pub mod auth;
 mod handler;
+pub mod live;
 pub mod oauth;
 pub mod sessions;
 pub mod streams;
@@ -22,10 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router, middleware};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
 
@@ -33,6 +32,7 @@ use crate::problem::Problem;
 use crate::state::AppState;
 
 pub use auth::McpGrant;
+pub use live::Live;
 
 /// The endpoint's path.
 pub const PATH: &str = "/v1/tenants/{tenant}/mcp";
@@ -45,21 +45,29 @@ pub fn metadata_path(tenant: &str) -> String {
     format!("/.well-known/oauth-protected-resource/v1/tenants/{tenant}/mcp")
 }
 
+/// The endpoint of `tenant` under `server.public_url`: the audience of the access tokens it
+/// accepts and the `resource` of its metadata. `None` without a public URL: a request's own
+/// `Host` or forwarded headers never stand in for it (the config and the admin API refuse an
+/// authorization server on a gateway without one).
+pub fn resource(public_url: Option<&str>, tenant: &str) -> Option<String> {
+    public_url.map(|base| format!("{}/v1/tenants/{tenant}/mcp", base.trim_end_matches('/')))
+}
+
 /// `GET /.well-known/oauth-protected-resource/v1/tenants/{tenant}/mcp` (RFC 9728): the
 /// endpoint as an OAuth protected resource, naming the tenant's authorization server. A tenant
 /// without one has none (404).
 async fn metadata(
     State(app): State<AppState>,
     Path(tenant): Path<String>,
-    headers: HeaderMap,
 ) -> Result<Json<Value>, Problem> {
     let t = app
         .tenants
         .get(&tenant)
         .filter(|t| t.mcp_oauth.is_some())
         .ok_or_else(|| Problem::not_found("Resource metadata"))?;
+    let resource = resource(app.public_url.as_deref(), &t.id)
+        .ok_or_else(|| Problem::not_found("Resource metadata"))?;
     let issuer = t.mcp_oauth.as_ref().map(|o| o.issuer.clone());
-    let resource = crate::api::conversations::mcp_url(app.public_url.as_deref(), &headers, &t.id);
     Ok(Json(json!({
         "resource": resource,
         "authorization_servers": [issuer],
@@ -93,7 +101,7 @@ pub fn router(app: &AppState) -> Router<AppState> {
                 Arc::clone(&schemas),
             ))
         },
-        Arc::new(LocalSessionManager::default()),
+        Arc::clone(&app.mcp_live.manager),
         config,
     );
     Router::new()
@@ -101,7 +109,6 @@ pub fn router(app: &AppState) -> Router<AppState> {
         .route_layer(middleware::from_fn_with_state(
             auth::Door {
                 app: app.clone(),
-                streams: Arc::default(),
                 key_sets: Arc::default(),
             },
             auth::authenticate,

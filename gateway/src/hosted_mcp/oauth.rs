@@ -4,6 +4,10 @@
 //! endpoint's URL (RFC 8707). The JWK Sets are cached per URL and fetched again for a `kid`
 //! they do not hold, at most every [`REFETCH_AFTER`], so a stream of tokens with made-up kids
 //! costs the authorization server one request per interval, not one per token.
+//!
+//! A JWK Set is fetched as a webhook is delivered (the same egress clients): https only, no
+//! redirect, no proxy from the environment, public addresses only (checked on the addresses
+//! connected to), unless the tenant has `webhook_allow_private`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -46,7 +50,7 @@ struct Fetched {
 
 /// The JWK Sets of the tenants' authorization servers, by URL.
 pub struct KeySets {
-    http: reqwest::Client,
+    http: Option<toolmark_worker::jobs::egress::Clients>,
     sets: Mutex<HashMap<String, Fetched>>,
 }
 
@@ -58,11 +62,9 @@ impl std::fmt::Debug for KeySets {
 
 impl Default for KeySets {
     fn default() -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(FETCH_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
+        let http = toolmark_worker::jobs::egress::Clients::new()
+            .inspect_err(|e| tracing::error!(error = %e, "no HTTP client for JWK Sets: access tokens of a JWK Set are refused"))
+            .ok();
         KeySets {
             http,
             sets: Mutex::default(),
@@ -70,10 +72,23 @@ impl Default for KeySets {
     }
 }
 
+/// Where a JWK Set may be fetched from: https (plain HTTP only for a tenant that allows private
+/// addresses); the address is checked by the client.
+pub fn check_jwks_url(url: &str, allow_private: bool) -> Result<(), String> {
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("https") => Ok(()),
+        Some("http") if allow_private => Ok(()),
+        _ => Err(format!(
+            "{url}: a JWK Set is fetched over https (plain http only with webhook_allow_private)"
+        )),
+    }
+}
+
 impl KeySets {
     /// The key `kid` of the set at `url`: from the cache while fresh and holding it, else
     /// fetched (unless fetched within [`REFETCH_AFTER`]).
-    async fn key(&self, url: &str, kid: Option<&str>) -> Option<DecodingKey> {
+    async fn key(&self, url: &str, kid: Option<&str>, allow_private: bool) -> Option<DecodingKey> {
         let cached = {
             let sets = self.sets.lock().unwrap_or_else(PoisonError::into_inner);
             sets.get(url).map(|f| (f.at, f.set.clone()))
@@ -88,11 +103,11 @@ impl KeySets {
                 return None;
             }
         }
-        let set = self.fetch(url).await;
+        let set = self.fetch(url, allow_private).await;
         set.as_deref().and_then(|s| find(s, kid))
     }
 
-    async fn fetch(&self, url: &str) -> Option<Arc<JwkSet>> {
+    async fn fetch(&self, url: &str, allow_private: bool) -> Option<Arc<JwkSet>> {
         {
             // Taken before the request: concurrent tokens wait for this fetch's interval.
             let mut sets = self.sets.lock().unwrap_or_else(PoisonError::into_inner);
@@ -105,7 +120,7 @@ impl KeySets {
             });
             entry.at = Instant::now();
         }
-        let set = match self.read(url).await {
+        let set = match self.read(url, allow_private).await {
             Ok(set) => Some(Arc::new(set)),
             Err(e) => {
                 tracing::warn!(url, error = %e, "JWK Set not fetched; access tokens it signs are refused");
@@ -121,8 +136,18 @@ impl KeySets {
         set
     }
 
-    async fn read(&self, url: &str) -> Result<JwkSet, String> {
-        let mut response = self.http.get(url).send().await.map_err(|e| e.to_string())?;
+    async fn read(&self, url: &str, allow_private: bool) -> Result<JwkSet, String> {
+        check_jwks_url(url, allow_private)?;
+        let clients = self.http.as_ref().ok_or("no HTTP client")?;
+        let client = clients
+            .for_url(url, allow_private)
+            .map_err(|e| e.to_string())?;
+        let mut response = client
+            .get(url)
+            .timeout(FETCH_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| error_chain(&e))?;
         if !response.status().is_success() {
             return Err(format!("answered {}", response.status()));
         }
@@ -148,21 +173,48 @@ fn find(set: &JwkSet, kid: Option<&str>) -> Option<DecodingKey> {
     DecodingKey::from_jwk(jwk).ok()
 }
 
+/// An error with its sources (a refused address is the source of reqwest's connect error).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut at = e.source();
+    while let Some(s) = at {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        at = s.source();
+    }
+    out
+}
+
 #[derive(Debug, Deserialize)]
 struct AccessClaims {
     sub: String,
     #[serde(default)]
     cnv: Option<String>,
+    #[serde(default)]
+    iat: Option<f64>,
 }
 
-/// Checks an access token for the endpoint `resource`; the user and conversation it grants,
-/// or why it is refused.
+/// What an access token grants.
+#[derive(Debug)]
+pub struct Access {
+    /// `sub`.
+    pub user: String,
+    /// `cnv`, else the tenant's default conversation.
+    pub conversation: String,
+    /// `iat` in ms, when it has one (a revocation refuses a token without one).
+    pub iat_ms: Option<u64>,
+}
+
+/// Checks an access token for the endpoint `resource` (fetching the issuer's JWK Set within
+/// the egress rules, `allow_private` being the tenant's `webhook_allow_private`); what it
+/// grants, or why it is refused.
 pub async fn verify(
     oauth: &McpOAuth,
     sets: &KeySets,
     token: &str,
     resource: &str,
-) -> Result<(String, String), String> {
+    allow_private: bool,
+) -> Result<Access, String> {
     let header = jsonwebtoken::decode_header(token).map_err(|e| e.to_string())?;
     if !ALGORITHMS.contains(&header.alg) {
         return Err(format!("algorithm {:?} is not accepted", header.alg));
@@ -175,7 +227,7 @@ pub async fn verify(
             key.clone()
         }
         OAuthKeys::Jwks(url) => sets
-            .key(url, header.kid.as_deref())
+            .key(url, header.kid.as_deref(), allow_private)
             .await
             .ok_or("no key of the issuer's JWK Set signs it")?,
     };
@@ -193,5 +245,15 @@ pub async fn verify(
     if !crate::ids::is_valid_id(&claims.sub) || !crate::ids::is_valid_id(&conversation) {
         return Err("sub or cnv is not a valid id".into());
     }
-    Ok((claims.sub, conversation))
+    // A timestamp in seconds, far from the range where the conversion loses anything.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let iat_ms = claims
+        .iat
+        .filter(|t| t.is_finite() && *t >= 0.0)
+        .map(|t| (t * 1000.0) as u64);
+    Ok(Access {
+        user: claims.sub,
+        conversation,
+        iat_ms,
+    })
 }

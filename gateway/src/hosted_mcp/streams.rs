@@ -1,32 +1,45 @@
 //! Open hosted MCP streams on this node, bounded per tenant and per token
 //! (`mcp.max_streams_per_tenant`, `mcp.max_streams_per_token`): a session's `GET` stream and a
-//! `subscriptions/listen` stream each hold a place until the client or the node closes them.
+//! `subscriptions/listen` stream each hold a place until the client or the node closes them,
+//! or a revocation of the credential that opened it ([`Streams::revoke`]).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::body::Body;
 use axum::response::Response;
 use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
 
 use super::McpGrant;
 use crate::problem::Problem;
 
-/// The open streams, by tenant and by token.
+/// The open streams, by tenant and by token, and each with the credential that opened it.
 #[derive(Debug, Default)]
 pub struct Streams {
     open: Mutex<HashMap<String, usize>>,
+    next: AtomicU64,
+    opened_by: Mutex<HashMap<u64, (McpGrant, CancellationToken)>>,
 }
 
-/// One open stream's places; given back when dropped.
+/// One open stream's places; given back when dropped. Its stream ends when `ended` is
+/// cancelled (a revocation).
 #[derive(Debug)]
 pub struct Place {
     streams: Arc<Streams>,
     keys: [String; 2],
+    id: u64,
+    ended: CancellationToken,
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
+        self.streams
+            .opened_by
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
         let mut open = self
             .streams
             .open
@@ -66,10 +79,36 @@ impl Streams {
         for key in [&tenant, &token] {
             *open.entry(key.clone()).or_insert(0) += 1;
         }
+        drop(open);
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let ended = CancellationToken::new();
+        self.opened_by
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, (grant.clone(), ended.clone()));
         Ok(Place {
             streams: Arc::clone(self),
             keys: [tenant, token],
+            id,
+            ended,
         })
+    }
+
+    /// Ends every stream of tenant `id` whose credential `admitted` no longer admits; returns
+    /// how many.
+    pub fn revoke(&self, id: &str, admitted: impl Fn(&McpGrant) -> bool) -> usize {
+        let opened_by = self
+            .opened_by
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut n = 0;
+        for (grant, ended) in opened_by.values() {
+            if grant.tenant.id == id && !admitted(grant) && !ended.is_cancelled() {
+                ended.cancel();
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Open streams of a tenant (for tests and metrics).
@@ -79,12 +118,17 @@ impl Streams {
     }
 }
 
-/// `response` with its body holding `place` until the body ends or the client goes away.
+/// `response` with its body holding `place` until the body ends, the client goes away or a
+/// revocation ends it.
 pub fn holding(response: Response, place: Place) -> Response {
     let (parts, body) = response.into_parts();
-    let stream = body.into_data_stream().map(move |chunk| {
-        let _held = &place;
-        chunk
-    });
+    let ended = place.ended.clone().cancelled_owned();
+    let stream = body
+        .into_data_stream()
+        .take_until(ended)
+        .map(move |chunk| {
+            let _held = &place;
+            chunk
+        });
     Response::from_parts(parts, Body::from_stream(stream))
 }

@@ -27,8 +27,10 @@ const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// At most this many schemas are kept on one node; past it the cache starts again empty.
 const SCHEMAS_KEPT: usize = 20_000;
 
-/// A page load's tool: (tenant, clientId, tool name).
-type SchemaKey = (String, String, String);
+/// A page load's tool: the conversation (tenant, user, conversation), the clientId and the
+/// tool's name. A clientId is the page's own choice, so the conversation is part of the key:
+/// one conversation's page never sees a schema another's page described.
+type SchemaKey = (toolmark_broker::ConvKey, String, String);
 
 /// Input schemas learned from pages, with the manifest entry they were learned for: a page
 /// load's tool is described once, however many sessions list it.
@@ -40,7 +42,7 @@ pub struct Schemas {
 impl Schemas {
     fn get(
         &self,
-        key: &(String, String, String),
+        key: &SchemaKey,
         summary: &ToolManifestSummary,
     ) -> Option<Option<Value>> {
         let known = self
@@ -55,7 +57,7 @@ impl Schemas {
 
     fn put(
         &self,
-        key: (String, String, String),
+        key: SchemaKey,
         summary: ToolManifestSummary,
         schema: Option<Value>,
     ) {
@@ -103,11 +105,7 @@ pub async fn listing(
     summaries.truncate(MAX_TOOLS);
     let deadline = tokio::time::Instant::now() + LISTING_WAIT;
     let learn = summaries.into_iter().map(|summary| {
-        let key = (
-            grant.tenant.id.clone(),
-            client_id.clone(),
-            summary.name.clone(),
-        );
+        let key = (grant.conv(), client_id.clone(), summary.name.clone());
         let cached = schemas.get(&key, &summary);
         let learning = cached.is_none().then(|| {
             let (app, schemas, grant) = (app.clone(), Arc::clone(schemas), grant.clone());

@@ -239,8 +239,9 @@ pub struct StoredMcpOAuth {
 }
 
 impl StoredMcpOAuth {
-    /// Checks and loads it by the config file's rule; errors name `mcpOAuth/<field>`.
-    pub fn parse(&self) -> Result<Option<super::McpOAuth>, ConfigError> {
+    /// Checks and loads it by the config file's rule (`allow_private`: the tenant's
+    /// `webhookAllowPrivate`); errors name `mcpOAuth/<field>`.
+    pub fn parse(&self, allow_private: bool) -> Result<Option<super::McpOAuth>, ConfigError> {
         let pointer = |k: &str| {
             let field = match k {
                 "mcp_issuer" => "issuer",
@@ -255,6 +256,7 @@ impl StoredMcpOAuth {
             self.jwks_url.as_deref(),
             self.public_key.as_deref(),
             self.default_conversation.as_deref(),
+            allow_private,
             &pointer,
         )
     }
@@ -382,9 +384,10 @@ impl StoredTenant {
             limits: self.limits,
             revoked: self.revoked.clone(),
             mcp_oauth: match &self.mcp_oauth {
-                Some(o) => o.parse()?,
+                Some(o) => o.parse(self.webhook_allow_private)?,
                 None => None,
             },
+            allow_private: self.webhook_allow_private,
         })
     }
 }

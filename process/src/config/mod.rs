@@ -169,6 +169,10 @@ pub struct McpConfig {
     pub max_streams_per_tenant: usize,
     /// Open MCP streams per token (per user and conversation) on one node.
     pub max_streams_per_token: usize,
+    /// Live MCP sessions per tenant, counted across the nodes.
+    pub max_sessions_per_tenant: usize,
+    /// Live MCP sessions per token (per user and conversation), counted across the nodes.
+    pub max_sessions_per_token: usize,
 }
 
 impl Default for McpConfig {
@@ -177,6 +181,8 @@ impl Default for McpConfig {
             session_idle_secs: 3600,
             max_streams_per_tenant: 1000,
             max_streams_per_token: 4,
+            max_sessions_per_tenant: 1000,
+            max_sessions_per_token: 8,
         }
     }
 }

@@ -113,6 +113,14 @@ impl Config {
                     ));
                 }
             }
+            if parsed.mcp_oauth.is_some() && server.public_url.is_none() && !self.dev_mode {
+                return Err(ConfigError::new(
+                    "server.public_url",
+                    format!(
+                        "required by tenants[{i}].mcp_issuer: the audience of its access tokens is the hosted MCP endpoint's public URL, never taken from a request"
+                    ),
+                ));
+            }
             tenants.push(parsed);
         }
         let admin = match (&self.admin, self.dev_mode) {
@@ -262,6 +270,10 @@ pub struct McpSettings {
     pub max_streams_per_tenant: usize,
     /// Open streams per token on one node.
     pub max_streams_per_token: usize,
+    /// Live sessions per tenant, across the nodes.
+    pub max_sessions_per_tenant: usize,
+    /// Live sessions per token (user and conversation), across the nodes.
+    pub max_sessions_per_token: usize,
 }
 
 impl McpConfig {
@@ -279,6 +291,11 @@ fn parse_mcp(m: &McpConfig) -> Result<McpSettings, ConfigError> {
             m.max_streams_per_tenant as u64,
         ),
         ("mcp.max_streams_per_token", m.max_streams_per_token as u64),
+        (
+            "mcp.max_sessions_per_tenant",
+            m.max_sessions_per_tenant as u64,
+        ),
+        ("mcp.max_sessions_per_token", m.max_sessions_per_token as u64),
     ] {
         if v == 0 {
             return Err(ConfigError::new(k, "must be greater than 0"));
@@ -288,6 +305,8 @@ fn parse_mcp(m: &McpConfig) -> Result<McpSettings, ConfigError> {
         session_idle: Duration::from_secs(m.session_idle_secs),
         max_streams_per_tenant: m.max_streams_per_tenant,
         max_streams_per_token: m.max_streams_per_token,
+        max_sessions_per_tenant: m.max_sessions_per_tenant,
+        max_sessions_per_token: m.max_sessions_per_token,
     })
 }
 

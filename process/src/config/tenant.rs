@@ -37,6 +37,9 @@ pub struct TenantSettings {
     pub revoked: Vec<Revocation>,
     /// OAuth 2.1 access tokens accepted at the hosted MCP endpoint (`mcp_issuer`).
     pub mcp_oauth: Option<McpOAuth>,
+    /// `webhook_allow_private`: the tenant's outbound requests (webhooks, its JWK Set) may
+    /// reach private addresses, over plain HTTP too.
+    pub allow_private: bool,
 }
 
 /// The tenant's own authorization server, whose access tokens open the hosted MCP endpoint.
@@ -97,6 +100,7 @@ fn parse_mcp_oauth(
         t.mcp_jwks_url.as_deref(),
         t.mcp_public_key.as_deref(),
         t.mcp_default_conversation.as_deref(),
+        t.webhook_allow_private,
         &|k| at(k),
     )
 }
@@ -104,12 +108,14 @@ fn parse_mcp_oauth(
 impl McpOAuth {
     /// The rule for a tenant's authorization server, wherever it is set (the config file, the
     /// admin API): `key` names each field in an error (`mcp_issuer`, `mcp_jwks_url`,
-    /// `mcp_public_key`, `mcp_default_conversation`).
+    /// `mcp_public_key`, `mcp_default_conversation`). A JWK Set is fetched over https, as a
+    /// webhook is delivered, unless the tenant allows private addresses (`allow_private`).
     pub fn parse(
         issuer: Option<&str>,
         jwks_url: Option<&str>,
         public_key: Option<&str>,
         default_conversation: Option<&str>,
+        allow_private: bool,
         key: &dyn Fn(&str) -> String,
     ) -> Result<Option<McpOAuth>, ConfigError> {
         let keys = match (issuer, jwks_url, public_key) {
@@ -142,6 +148,12 @@ impl McpOAuth {
             }
             (Some(_), Some(url), None) => {
                 check_webhook_url(url, &key("mcp_jwks_url"))?;
+                if !allow_private && !url.to_ascii_lowercase().starts_with("https://") {
+                    return Err(ConfigError::new(
+                        key("mcp_jwks_url"),
+                        "must be an https URL (plain http only with webhook_allow_private)",
+                    ));
+                }
                 OAuthKeys::Jwks(url.to_owned())
             }
             (Some(_), None, Some(pem)) => OAuthKeys::pem(pem).map_err(|_| {
@@ -385,6 +397,7 @@ impl TenantSettings {
             limits: check_limits(t.limits, &at)?,
             revoked: Vec::new(),
             mcp_oauth: parse_mcp_oauth(t, &at)?,
+            allow_private: t.webhook_allow_private,
         })
     }
 

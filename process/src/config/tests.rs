@@ -217,15 +217,25 @@ fn the_mcp_section_and_a_tenants_authorization_server_are_checked_key_by_key() {
         (c.mcp.max_streams_per_tenant, c.mcp.max_streams_per_token),
         (1000, 4)
     );
+    assert_eq!(
+        (c.mcp.max_sessions_per_tenant, c.mcp.max_sessions_per_token),
+        (1000, 8)
+    );
+    let e = load(&format!("[mcp]\nmax_sessions_per_token = 0\n{BASE}"), &[]).unwrap_err();
+    assert_eq!(e.key, "mcp.max_sessions_per_token");
     assert!(c.tenants[0].mcp_oauth.is_none());
     let e = load(&format!("[mcp]\nsession_idle_secs = 0\n{BASE}"), &[]).unwrap_err();
     assert_eq!(e.key, "mcp.session_idle_secs");
     let e = load(&format!("[mcp]\nmax_streams = 3\n{BASE}"), &[]).unwrap_err();
     assert_eq!(e.key, "mcp.max_streams");
 
-    let with = |extra: &str| load(&format!("{BASE}{extra}"), &[]);
+    let public = "[server]\npublic_url = \"https://gw.acme.example\"\n";
+    let with = |extra: &str| load(&format!("{public}{BASE}{extra}"), &[]);
     let jwks = "mcp_jwks_url = \"https://auth.acme.example/jwks\"\n";
     let issuer = "mcp_issuer = \"https://auth.acme.example\"\n";
+    // The audience is the public URL: without one, a tenant with an issuer is refused.
+    let e = load(&format!("{BASE}{issuer}{jwks}"), &[]).unwrap_err();
+    assert_eq!(e.key, "server.public_url");
     let c = with(&format!(
         "{issuer}{jwks}mcp_default_conversation = \"main\"\n"
     ))

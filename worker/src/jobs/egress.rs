@@ -148,7 +148,9 @@ fn is_special_v6(ip: Ipv6Addr) -> bool {
         || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
         || (s[0] == 0x2001 && s[1] < 0x0200) // IETF protocol assignments, Teredo, ORCHID
         || (s[0] == 0x0100 && s[1] == 0 && s[2] == 0 && s[3] == 0) // discard
-        || (s[0] == 0x0064 && s[1] == 0xff9b && is_special_v4(embedded(s[6], s[7]))) // NAT64
+        || (s[0] == 0x0064 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] && is_special_v4(embedded(s[6], s[7]))) // NAT64 (well-known prefix)
+        || (s[0] == 0x0064 && s[1] == 0xff9b && s[2] == 0x0001) // local-use NAT64 (RFC 8215): a network's own translator
+        || (s[..6] == [0, 0, 0, 0, 0xffff, 0] && is_special_v4(embedded(s[6], s[7]))) // IPv4-translated (SIIT)
         || (s[0] == 0x2002 && is_special_v4(embedded(s[1], s[2]))) // 6to4
         || (s[..6] == [0, 0, 0, 0, 0, 0] && !ip.is_loopback()) // IPv4-compatible (deprecated)
 }
@@ -190,6 +192,11 @@ mod tests {
             "64:ff9b::a9fe:a9fe", // NAT64 of 169.254.169.254
             "2002:7f00:1::1",     // 6to4 of 127.0.0.1
             "::127.0.0.1",
+            "64:ff9b:1::808:808",         // local-use NAT64, whatever it embeds
+            "64:ff9b:1:ffff::1",          // local-use NAT64
+            "::ffff:0:127.0.0.1",         // IPv4-translated loopback
+            "::ffff:0:169.254.169.254",   // IPv4-translated cloud metadata
+            "::ffff:0:10.0.0.1",
         ] {
             let ip: IpAddr = special.parse().unwrap();
             assert!(is_special(ip), "{special} is special-use");
@@ -204,6 +211,7 @@ mod tests {
             "2a00:1450:4001:82a::200e",
             "64:ff9b::808:808", // NAT64 of 8.8.8.8
             "::ffff:8.8.8.8",
+            "::ffff:0:8.8.8.8", // IPv4-translated public
         ] {
             let ip: IpAddr = public.parse().unwrap();
             assert!(!is_special(ip), "{public} is public");

@@ -175,6 +175,7 @@ async fn once(
     let Some(key) = key else {
         return Ok(None);
     };
+    let key = idempotency::scoped(tenant, &key);
     let value: Value = serde_json::from_slice(&body.0).unwrap_or(Value::Null);
     let fp = idempotency::fingerprint(route, user, conversation, &value);
     match idempotency::claim(app, &tenant.id, &key, &fp).await? {
@@ -409,6 +410,10 @@ mod tests {
     async fn a_call_whose_outcome_message_is_lost_is_answered_from_the_stored_outcome() {
         let registry = Arc::new(crate::registry::Registry::default());
         let broker = Arc::new(MemoryBroker::new("n1", registry.clone()));
+        let mcp = toolmark_process::config::McpConfig::default()
+            .parse()
+            .expect("default [mcp]");
+        let live = Arc::new(crate::hosted_mcp::Live::new(broker.clone(), mcp.clone()));
         let app = AppState::new(
             crate::tenants::Tenants::new(Vec::new()),
             broker.clone(),
@@ -418,9 +423,8 @@ mod tests {
             None,
             None,
             None,
-            toolmark_process::config::McpConfig::default()
-                .parse()
-                .expect("default [mcp]"),
+            mcp,
+            live,
         );
         let conv = ConvKey::new("t", "u", "c");
         let binding = CallBinding {
