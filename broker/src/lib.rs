@@ -258,8 +258,12 @@ pub trait Sessions: Send + Sync {
     ) -> Result<Result<(), PlaceBound>, BrokerError>;
 
     /// Restarts the time to live of a counted session (nothing for one no longer counted).
-    async fn keep_place(&self, places: &Places<'_>, id: &str, ttl: Duration)
-    -> Result<(), BrokerError>;
+    async fn keep_place(
+        &self,
+        places: &Places<'_>,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<(), BrokerError>;
 
     /// No longer counts the session `id`.
     async fn give_place(&self, places: &Places<'_>, id: &str) -> Result<(), BrokerError>;

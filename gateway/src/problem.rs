@@ -210,9 +210,7 @@ impl Problem {
             ..Self::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
-                format!(
-                    "Too many live MCP sessions {which}; end one (DELETE) or reuse a session."
-                ),
+                format!("Too many live MCP sessions {which}; end one (DELETE) or reuse a session."),
             )
         }
     }

@@ -214,7 +214,10 @@ async fn serve_until_stopped(
                     source,
                 })?,
             };
-            Some((listener, AdminState::new(a.clone(), loader, settings.server.public_url.clone())))
+            Some((
+                listener,
+                AdminState::new(a.clone(), loader, settings.server.public_url.clone()),
+            ))
         }
         None => None,
     };

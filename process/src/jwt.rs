@@ -303,8 +303,14 @@ mod tests {
         // public key's bytes, checked by a caller whose validation names HS256 with the
         // public key. The key's family is not HMAC: refused.
         for (dec, alg) in [
-            (DecodingKey::from_rsa_pem(RSA_PUBLIC.as_bytes()).unwrap(), Algorithm::HS256),
-            (DecodingKey::from_ec_pem(P256_PUBLIC.as_bytes()).unwrap(), Algorithm::HS384),
+            (
+                DecodingKey::from_rsa_pem(RSA_PUBLIC.as_bytes()).unwrap(),
+                Algorithm::HS256,
+            ),
+            (
+                DecodingKey::from_ec_pem(P256_PUBLIC.as_bytes()).unwrap(),
+                Algorithm::HS384,
+            ),
         ] {
             let DecodingKeyKind::SecretOrDer(der) = dec.kind() else {
                 panic!("a PEM key is DER");

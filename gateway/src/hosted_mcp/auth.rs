@@ -155,10 +155,13 @@ async fn credential(door: &Door, tenant: &Arc<Tenant>, token: &str) -> Result<Mc
         return Err(e.to_string());
     };
     let Some(resource) = super::resource(door.app.public_url.as_deref(), &tenant.id) else {
-        return Err("server.public_url is not set: no audience to check an access token against".into());
+        return Err(
+            "server.public_url is not set: no audience to check an access token against".into(),
+        );
     };
     let allow_private = tenant.webhook_allow_private;
-    let access = super::oauth::verify(oauth, &door.key_sets, token, &resource, allow_private).await?;
+    let access =
+        super::oauth::verify(oauth, &door.key_sets, token, &resource, allow_private).await?;
     let grant = McpGrant {
         tenant: Arc::clone(tenant),
         user: access.user,
@@ -259,8 +262,7 @@ pub async fn authenticate(
         return Problem::from(e).into_response();
     }
     // A stream that stays open (a session's `GET`, a `subscriptions/listen`) takes a place.
-    let lasting =
-        req.method() == Method::GET || method.as_deref() == Some("subscriptions/listen");
+    let lasting = req.method() == Method::GET || method.as_deref() == Some("subscriptions/listen");
     let place = if lasting {
         let limits = &app.hosted_mcp;
         match live.streams.take(

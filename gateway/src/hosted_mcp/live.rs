@@ -112,7 +112,9 @@ impl Live {
                 self.remember(grant, id);
                 return Ok(());
             }
-            Ok(Err(PlaceBound::Holder)) => Problem::too_many_sessions("for this token", SESSION_RETRY),
+            Ok(Err(PlaceBound::Holder)) => {
+                Problem::too_many_sessions("for this token", SESSION_RETRY)
+            }
             Ok(Err(PlaceBound::Tenant)) => {
                 Problem::too_many_sessions("for this tenant", SESSION_RETRY)
             }
@@ -268,9 +270,7 @@ impl Live {
     /// next listener starts a new one.
     fn nobody_listens(&self, conv: &ConvKey) -> bool {
         let mut listings = lock(&self.listings);
-        let idle = listings
-            .get(conv)
-            .is_none_or(|tx| tx.receiver_count() == 0);
+        let idle = listings.get(conv).is_none_or(|tx| tx.receiver_count() == 0);
         if idle {
             listings.remove(conv);
         }

@@ -123,12 +123,9 @@ impl Streams {
 pub fn holding(response: Response, place: Place) -> Response {
     let (parts, body) = response.into_parts();
     let ended = place.ended.clone().cancelled_owned();
-    let stream = body
-        .into_data_stream()
-        .take_until(ended)
-        .map(move |chunk| {
-            let _held = &place;
-            chunk
-        });
+    let stream = body.into_data_stream().take_until(ended).map(move |chunk| {
+        let _held = &place;
+        chunk
+    });
     Response::from_parts(parts, Body::from_stream(stream))
 }

@@ -40,11 +40,7 @@ pub struct Schemas {
 }
 
 impl Schemas {
-    fn get(
-        &self,
-        key: &SchemaKey,
-        summary: &ToolManifestSummary,
-    ) -> Option<Option<Value>> {
+    fn get(&self, key: &SchemaKey, summary: &ToolManifestSummary) -> Option<Option<Value>> {
         let known = self
             .known
             .lock()
@@ -55,12 +51,7 @@ impl Schemas {
             .map(|(_, schema)| schema.clone())
     }
 
-    fn put(
-        &self,
-        key: SchemaKey,
-        summary: ToolManifestSummary,
-        schema: Option<Value>,
-    ) {
+    fn put(&self, key: SchemaKey, summary: ToolManifestSummary, schema: Option<Value>) {
         let mut known = self
             .known
             .lock()

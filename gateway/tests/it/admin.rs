@@ -57,7 +57,7 @@ async fn admin_with(
 }
 
 /// Creates tenant `id` with acme's origin; returns its secrets.
-async fn create(gw: &Gateway, id: &str) -> Value {
+pub(crate) async fn create(gw: &Gateway, id: &str) -> Value {
     let r = admin(
         gw,
         "POST",
@@ -70,7 +70,7 @@ async fn create(gw: &Gateway, id: &str) -> Value {
 }
 
 /// Waits (bounded) until `gw` answers `f` with `want`.
-async fn until<F, Fut>(what: &str, mut f: F)
+pub(crate) async fn until<F, Fut>(what: &str, mut f: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -128,12 +128,24 @@ async fn minted_where(
 }
 
 /// Mints a page token through `POST …/tokens` once `gw` knows the tenant and key.
-async fn minted(gw: &Gateway, tenant: &str, key: &str, user: &str, conv: &str) -> String {
+pub(crate) async fn minted(
+    gw: &Gateway,
+    tenant: &str,
+    key: &str,
+    user: &str,
+    conv: &str,
+) -> String {
     minted_where(gw, tenant, key, user, conv, |_| true).await
 }
 
 /// A page of `tenant` connected to `gw` with `token` that published one tool and is current.
-async fn live_page(gw: &Gateway, tenant: &str, key: &str, token: &str, user: &str) -> Page {
+pub(crate) async fn live_page(
+    gw: &Gateway,
+    tenant: &str,
+    key: &str,
+    token: &str,
+    user: &str,
+) -> Page {
     let mut page = gw
         .connect(tenant, token, Some(ACME_ORIGIN))
         .await

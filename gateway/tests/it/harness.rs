@@ -120,6 +120,15 @@ pusher_secret = "{ACME_PUSHER_SECRET}"
     )
 }
 
+/// A whole config text with `server.public_url = url`.
+pub fn with_public_url(text: &str, url: &str) -> String {
+    text.replacen(
+        "[server]\n",
+        &format!("[server]\npublic_url = \"{url}\"\n"),
+        1,
+    )
+}
+
 /// The admin key of the test gateways that serve the admin API.
 pub const ADMIN_KEY: &str = "admin-key-0123456789abcdef";
 
@@ -178,11 +187,20 @@ impl Gateway {
     /// Starts `n` nodes serving the admin API, sharing the suite's broker (Redis for more than
     /// one node in memory mode).
     pub async fn start_admin_nodes(n: usize) -> Vec<Gateway> {
+        Self::start_admin_nodes_at(n, None).await
+    }
+
+    /// [`Gateway::start_admin_nodes`] with every node's `server.public_url` set to `public`.
+    pub async fn start_admin_nodes_at(n: usize, public: Option<&str>) -> Vec<Gateway> {
         let broker = match (toolmark_testkit::redis::mode(), n) {
             (toolmark_testkit::redis::Mode::Memory, 1) => String::new(),
             _ => redis_broker(&toolmark_testkit::redis::shared_url(), &fresh_prefix()),
         };
         let text = config_with(&broker, &admin_section());
+        let text = match public {
+            Some(url) => with_public_url(&text, url),
+            None => text,
+        };
         let mut nodes = Vec::new();
         for i in 0..n {
             let overrides = Overrides {

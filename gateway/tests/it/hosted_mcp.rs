@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use crate::harness::*;
 
 /// The tools the test page publishes: one plain, one untrusted, one consequential.
-fn page_tools() -> Value {
+pub(crate) fn page_tools() -> Value {
     json!([
         tool("todo.add", json!({})),
         tool(
@@ -97,7 +97,7 @@ impl LivePage {
 }
 
 /// An MCP token of acme for `user`/`conversation`, minted through `gw`.
-async fn mcp_token(gw: &Gateway, user: &str, conversation: &str) -> String {
+pub(crate) async fn mcp_token(gw: &Gateway, user: &str, conversation: &str) -> String {
     let a = gw
         .acme()
         .post(
@@ -106,9 +106,10 @@ async fn mcp_token(gw: &Gateway, user: &str, conversation: &str) -> String {
         )
         .await;
     assert_eq!(a.status, 201, "{}", a.body);
-    assert_eq!(
-        a.body["url"].as_str().unwrap(),
-        gw.url("/v1/tenants/acme/mcp")
+    let url = a.body["url"].as_str().unwrap();
+    assert!(
+        url == gw.url("/v1/tenants/acme/mcp") || url == format!("{PUBLIC}/v1/tenants/acme/mcp"),
+        "{url}"
     );
     a.body["token"].as_str().unwrap().to_owned()
 }
@@ -359,9 +360,20 @@ async fn exchange(
     session: Option<&str>,
     message: Value,
 ) -> (u16, Option<String>, Vec<Value>) {
+    exchange_at(gw, "acme", token, session, message).await
+}
+
+/// [`exchange`] with `tenant`'s endpoint.
+pub(crate) async fn exchange_at(
+    gw: &Gateway,
+    tenant: &str,
+    token: &str,
+    session: Option<&str>,
+    message: Value,
+) -> (u16, Option<String>, Vec<Value>) {
     let mut req = gw
         .http
-        .post(gw.url("/v1/tenants/acme/mcp"))
+        .post(gw.url(&format!("/v1/tenants/{tenant}/mcp")))
         .bearer_auth(token)
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2025-06-18")
@@ -404,7 +416,11 @@ async fn exchange(
 }
 
 /// A raw `initialize` POST with `token` to the endpoint at `url`, answer unread.
-async fn post_initialize(http: &reqwest::Client, url: &str, token: &str) -> reqwest::Response {
+pub(crate) async fn post_initialize(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+) -> reqwest::Response {
     http.post(url)
         .bearer_auth(token)
         .header("accept", "application/json, text/event-stream")
@@ -414,7 +430,7 @@ async fn post_initialize(http: &reqwest::Client, url: &str, token: &str) -> reqw
         .unwrap()
 }
 
-fn initialize() -> Value {
+pub(crate) fn initialize() -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "hand", "version": "1"}}})
@@ -707,7 +723,7 @@ fn b64url(bytes: &[u8]) -> String {
 }
 
 /// The test keys as JWKs: the Ed25519 one as `k1`, the P-256 one as `k2`.
-fn jwk_ed(kid: &str) -> Value {
+pub(crate) fn jwk_ed(kid: &str) -> Value {
     json!({"kty": "OKP", "crv": "Ed25519", "kid": kid, "alg": "EdDSA", "x": b64url(&spki_tail(ED_PUB, 32))})
 }
 
@@ -718,7 +734,7 @@ fn jwk_ec(kid: &str) -> Value {
 }
 
 /// An access token of the test authorization server.
-fn access_token(alg: jsonwebtoken::Algorithm, kid: &str, claims: &Value) -> String {
+pub(crate) fn access_token(alg: jsonwebtoken::Algorithm, kid: &str, claims: &Value) -> String {
     use jsonwebtoken::{EncodingKey, Header};
     toolmark_process::jwt::install();
     let mut header = Header::new(alg);
@@ -731,7 +747,7 @@ fn access_token(alg: jsonwebtoken::Algorithm, kid: &str, claims: &Value) -> Stri
 }
 
 /// A local authorization server's JWK Set endpoint: serves `set`, counts its fetches.
-async fn jwks_server(
+pub(crate) async fn jwks_server(
     set: std::sync::Arc<std::sync::Mutex<Value>>,
     fetches: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) -> String {
@@ -752,7 +768,11 @@ async fn jwks_server(
     format!("http://{addr}/jwks")
 }
 
-const ISSUER: &str = "https://auth.acme.example";
+pub(crate) const ISSUER: &str = "https://auth.acme.example";
+
+/// The gateway's public URL in the OAuth tests: the audience of the access tokens, whatever
+/// address the test reaches the node on.
+pub(crate) const PUBLIC: &str = "https://mcp.acme.example";
 
 #[tokio::test]
 async fn a_tenants_own_access_tokens_open_the_endpoint_when_issuer_and_audience_match() {
@@ -761,27 +781,35 @@ async fn a_tenants_own_access_tokens_open_the_endpoint_when_issuer_and_audience_
     let set = std::sync::Arc::new(std::sync::Mutex::new(json!({"keys": [jwk_ed("k1")]})));
     let fetches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let jwks = jwks_server(set.clone(), fetches.clone()).await;
-    let gw = Gateway::start_with(&format!(
-        "mcp_issuer = \"{ISSUER}\"\nmcp_jwks_url = \"{jwks}\"\n"
-    ))
+    // The local authorization server is on loopback over plain HTTP: allowed for this tenant.
+    let gw = Gateway::start_config(
+        &with_public_url(
+            &config_toml(&format!(
+                "mcp_issuer = \"{ISSUER}\"\nmcp_jwks_url = \"{jwks}\"\nwebhook_allow_private = true\n"
+            )),
+            PUBLIC,
+        ),
+        None,
+    )
     .await;
     let _page = LivePage::new(ready_page(&gw, "acme", "u1", "c1", page_tools()).await);
-    let resource = gw.url("/v1/tenants/acme/mcp");
+    // The audience is the endpoint under server.public_url, whatever address the client used.
+    let resource = format!("{PUBLIC}/v1/tenants/acme/mcp");
     let claims = |iss: &str, aud: &str| json!({"iss": iss, "aud": aud, "sub": "u1", "cnv": "c1", "exp": now() + 600, "iat": now()});
 
     // The issuer's token for this endpoint: the client reaches u1/c1's page.
     let good = access_token(EdDSA, "k1", &claims(ISSUER, &resource));
     // The key set is first fetched after this instant.
     let before_first_fetch = tokio::time::Instant::now();
-    let (service, _) = client_at(resource.clone(), &good, None).await;
+    let (service, _) = client_at(gw.url("/v1/tenants/acme/mcp"), &good, None).await;
     assert_eq!(listed(&service).await.len(), 3);
     service.cancel().await.unwrap();
     assert_eq!(fetches.load(Ordering::SeqCst), 1);
 
     // Another audience, another issuer, a shared-secret algorithm, a token of no issuer key:
     // 401, pointing at the metadata.
-    let metadata = gw.url("/.well-known/oauth-protected-resource/v1/tenants/acme/mcp");
-    let other_aud = gw.url("/v1/tenants/globex/mcp");
+    let metadata = format!("{PUBLIC}/.well-known/oauth-protected-resource/v1/tenants/acme/mcp");
+    let other_aud = format!("{PUBLIC}/v1/tenants/globex/mcp");
     let mut hs = claims(ISSUER, &resource);
     hs["scope"] = json!("mcp");
     for token in [
@@ -801,7 +829,7 @@ async fn a_tenants_own_access_tokens_open_the_endpoint_when_issuer_and_audience_
     ] {
         let (status, _, _) = exchange(&gw, &token, None, initialize()).await;
         assert_eq!(status, 401);
-        let r = post_initialize(&gw.http, &resource, &token).await;
+        let r = post_initialize(&gw.http, &gw.url("/v1/tenants/acme/mcp"), &token).await;
         assert_eq!(
             r.headers()["www-authenticate"].to_str().unwrap(),
             format!("Bearer resource_metadata=\"{metadata}\"")
@@ -811,7 +839,7 @@ async fn a_tenants_own_access_tokens_open_the_endpoint_when_issuer_and_audience_
     // The metadata names the issuer; a tenant without one has none.
     let doc: Value = gw
         .http
-        .get(&metadata)
+        .get(gw.url("/.well-known/oauth-protected-resource/v1/tenants/acme/mcp"))
         .send()
         .await
         .unwrap()
@@ -858,7 +886,7 @@ async fn a_tenants_own_access_tokens_open_the_endpoint_when_issuer_and_audience_
 #[tokio::test]
 async fn a_tenant_created_at_run_time_takes_its_authorization_servers_tokens_on_every_node() {
     use crate::admin::admin;
-    let nodes = Gateway::start_admin_nodes(2).await;
+    let nodes = Gateway::start_admin_nodes_at(2, Some(PUBLIC)).await;
     let (n1, n2) = (&nodes[0], &nodes[1]);
     // A bad authorization server is refused with the field's pointer.
     let bad = admin(
@@ -890,7 +918,8 @@ async fn a_tenant_created_at_run_time_takes_its_authorization_servers_tokens_on_
 
     // On node 2, an access token without cnv reaches the default conversation.
     let resource = n2.url("/v1/tenants/oauthco/mcp");
-    let claims = json!({"iss": ISSUER, "aud": resource, "sub": "u1", "exp": now() + 600});
+    let audience = format!("{PUBLIC}/v1/tenants/oauthco/mcp");
+    let claims = json!({"iss": ISSUER, "aud": audience, "sub": "u1", "exp": now() + 600});
     let token = access_token(jsonwebtoken::Algorithm::EdDSA, "any", &claims);
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {

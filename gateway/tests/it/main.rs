@@ -13,6 +13,7 @@ mod idempotency;
 mod inbound;
 mod isolation;
 mod lifecycle;
+mod mcp_doors;
 mod nodes;
 mod pusher;
 mod security;

@@ -295,7 +295,10 @@ fn parse_mcp(m: &McpConfig) -> Result<McpSettings, ConfigError> {
             "mcp.max_sessions_per_tenant",
             m.max_sessions_per_tenant as u64,
         ),
-        ("mcp.max_sessions_per_token", m.max_sessions_per_token as u64),
+        (
+            "mcp.max_sessions_per_token",
+            m.max_sessions_per_token as u64,
+        ),
     ] {
         if v == 0 {
             return Err(ConfigError::new(k, "must be greater than 0"));

@@ -192,10 +192,10 @@ mod tests {
             "64:ff9b::a9fe:a9fe", // NAT64 of 169.254.169.254
             "2002:7f00:1::1",     // 6to4 of 127.0.0.1
             "::127.0.0.1",
-            "64:ff9b:1::808:808",         // local-use NAT64, whatever it embeds
-            "64:ff9b:1:ffff::1",          // local-use NAT64
-            "::ffff:0:127.0.0.1",         // IPv4-translated loopback
-            "::ffff:0:169.254.169.254",   // IPv4-translated cloud metadata
+            "64:ff9b:1::808:808",       // local-use NAT64, whatever it embeds
+            "64:ff9b:1:ffff::1",        // local-use NAT64
+            "::ffff:0:127.0.0.1",       // IPv4-translated loopback
+            "::ffff:0:169.254.169.254", // IPv4-translated cloud metadata
             "::ffff:0:10.0.0.1",
         ] {
             let ip: IpAddr = special.parse().unwrap();
