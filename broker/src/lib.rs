@@ -39,6 +39,18 @@ pub trait PageSink: Send + Sync + 'static {
     fn deliver(&self, conv: &ConvKey, client_id: &str, frame: Arc<str>);
 }
 
+/// What [`Calls::watch`] found.
+#[derive(Debug)]
+pub enum Watch {
+    /// The call ended with this outcome.
+    Ended(Outcome),
+    /// The call is pending: its outcome arrives here (at most once; a lost notification
+    /// closes nothing, so a watcher bounds its wait by the call's deadline).
+    Pending(OutcomeWaiter),
+    /// No such call (never placed, another tenant's, or past its retention).
+    Unknown,
+}
+
 /// Receives the final outcome of one call: its result, or a timeout. Exactly one arrives.
 pub type OutcomeWaiter = oneshot::Receiver<Outcome>;
 
@@ -133,6 +145,11 @@ pub trait Calls: Send + Sync {
 
     /// A call of `tenant` by id.
     async fn call(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError>;
+
+    /// Hears the outcome of a call of `tenant` from this node too, whichever node placed it:
+    /// its outcome when it has one, else a waiter that gets it with the placing node's (from
+    /// the same notification, not a poll). A repeat of an idempotent request waits this way.
+    async fn watch(&self, tenant: &str, id: &str) -> Result<Watch, BrokerError>;
 
     /// The frames of the conversation's calls still pending, to hand to a socket that just
     /// joined: a page that reconnects (to any node) gets the calls it may have missed while it

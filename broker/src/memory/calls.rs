@@ -32,6 +32,7 @@ impl Calls for MemoryBroker {
                 CallEntry {
                     record,
                     waiter: Some(tx),
+                    watchers: Vec::new(),
                     finished: None,
                     frame: Arc::clone(&frame),
                 },
@@ -66,7 +67,7 @@ impl Calls for MemoryBroker {
             entry.record.state = CallState::Answered;
             entry.record.outcome = Some(Outcome::Result(result.clone()));
             entry.finished = Some(Instant::now());
-            let waiter = entry.waiter.take();
+            let waiter = entry.listeners();
             let record = entry.record.clone();
             if let Some(confirm_id) = result.confirm_id() {
                 let expires = Instant::now() + self.retention.confirmations;
@@ -90,9 +91,7 @@ impl Calls for MemoryBroker {
             }
             (record, waiter)
         };
-        if let Some(w) = waiter {
-            let _ = w.send(Outcome::Result(result));
-        }
+        tell(waiter, &Outcome::Result(result));
         Ok(record)
     }
 
@@ -108,11 +107,9 @@ impl Calls for MemoryBroker {
             entry.record.state = CallState::TimedOut;
             entry.record.outcome = Some(Outcome::Timeout);
             entry.finished = Some(Instant::now());
-            (entry.record.clone(), entry.waiter.take())
+            (entry.record.clone(), entry.listeners())
         };
-        if let Some(w) = waiter {
-            let _ = w.send(Outcome::Timeout);
-        }
+        tell(waiter, &Outcome::Timeout);
         let b = &record.binding;
         self.sink.deliver(&b.conv, &b.client_id, cancel_frame(b));
         Ok(Some(record))
@@ -138,6 +135,23 @@ impl Calls for MemoryBroker {
             .get(id)
             .filter(|e| e.record.binding.conv.tenant == tenant)
             .map(|e| e.record.clone()))
+    }
+
+    async fn watch(&self, tenant: &str, id: &str) -> Result<Watch, BrokerError> {
+        let mut calls = self.calls.shard(id);
+        let Some(entry) = calls
+            .get_mut(id)
+            .filter(|e| e.record.binding.conv.tenant == tenant)
+        else {
+            return Ok(Watch::Unknown);
+        };
+        if let Some(o) = &entry.record.outcome {
+            return Ok(Watch::Ended(o.clone()));
+        }
+        let (tx, rx) = oneshot::channel();
+        entry.watchers.retain(|w| !w.is_closed());
+        entry.watchers.push(tx);
+        Ok(Watch::Pending(rx))
     }
 
     async fn pending_frames(&self, conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError> {

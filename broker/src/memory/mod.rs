@@ -25,7 +25,7 @@ use crate::{
     AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallState,
     ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
     OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, RateLimited, Rejection, SubmitError,
-    TakeError, event_id_after, now_ms,
+    TakeError, Watch, event_id_after, now_ms,
 };
 
 pub use crate::model::Retention;
@@ -35,9 +35,27 @@ use crate::rate;
 struct CallEntry {
     record: CallRecord,
     waiter: Option<oneshot::Sender<Outcome>>,
+    /// Watchers of its outcome ([`Calls::watch`]).
+    watchers: Vec<oneshot::Sender<Outcome>>,
     finished: Option<Instant>,
     /// The frame sent, for a page that reconnects while the call is pending.
     frame: Arc<str>,
+}
+
+impl CallEntry {
+    /// Everyone waiting for the outcome: the placing request and the watchers.
+    fn listeners(&mut self) -> Vec<oneshot::Sender<Outcome>> {
+        let mut all = std::mem::take(&mut self.watchers);
+        all.extend(self.waiter.take());
+        all
+    }
+}
+
+/// Hands `outcome` to each of `listeners`.
+fn tell(listeners: Vec<oneshot::Sender<Outcome>>, outcome: &Outcome) {
+    for l in listeners {
+        let _ = l.send(outcome.clone());
+    }
 }
 
 struct ConfirmEntry {
@@ -258,9 +276,7 @@ impl MemoryBroker {
                     e.record.state = CallState::TimedOut;
                     e.record.outcome = Some(Outcome::Timeout);
                     e.finished = Some(now);
-                    if let Some(w) = e.waiter.take() {
-                        let _ = w.send(Outcome::Timeout);
-                    }
+                    tell(e.listeners(), &Outcome::Timeout);
                     frames.push((
                         e.record.binding.conv.clone(),
                         e.record.binding.client_id.clone(),

@@ -428,6 +428,48 @@ impl Calls for RedisBroker {
         self.stored_call(tenant, id).await
     }
 
+    async fn watch(&self, tenant: &str, id: &str) -> Result<Watch, BrokerError> {
+        // Listening before the script runs: an outcome published right after it is heard.
+        let (tx, rx) = oneshot::channel();
+        lock(&self.watchers)
+            .entry(id.to_owned())
+            .or_default()
+            .push(tx);
+        let reply = self
+            .script(
+                &self.scripts.watch,
+                vec![self.keys.call(id)],
+                vec![self.node.clone()],
+            )
+            .await
+            .map(strings);
+        let of_tenant =
+            |conv_ref: &str| codec::parse_conv_ref(conv_ref).is_some_and(|c| c.tenant == tenant);
+        let watch = match reply.as_deref() {
+            Ok([state, conv_ref]) if state == "pending" && of_tenant(conv_ref) => {
+                return Ok(Watch::Pending(rx));
+            }
+            Ok([state]) if state == "ended" => match self.stored_call(tenant, id).await {
+                Ok(Some(CallRecord {
+                    outcome: Some(o), ..
+                })) => Ok(Watch::Ended(o)),
+                Ok(_) => Ok(Watch::Unknown),
+                Err(e) => Err(e),
+            },
+            Ok(_) => Ok(Watch::Unknown),
+            Err(e) => Err(e.clone()),
+        };
+        drop(rx);
+        let mut watchers = lock(&self.watchers);
+        if let Some(txs) = watchers.get_mut(id) {
+            txs.retain(|tx| !tx.is_closed());
+            if txs.is_empty() {
+                watchers.remove(id);
+            }
+        }
+        watch
+    }
+
     async fn pending_frames(&self, conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError> {
         let reply = self
             .script(

@@ -48,7 +48,7 @@ use crate::{
     AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallRequest, CallState,
     CallTarget, ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
     OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, PlaceError, Placed, RateLimited,
-    Rejection, SubmitError, TakeError, event_id_after, now_ms,
+    Rejection, SubmitError, TakeError, Watch, event_id_after, now_ms,
 };
 use scripts::Scripts;
 
@@ -156,6 +156,8 @@ pub struct RedisBroker {
     scripts: Scripts,
     wh: webhooks::WebhookScripts,
     waiters: Mutex<HashMap<String, oneshot::Sender<Outcome>>>,
+    /// Watchers of calls placed anywhere (`Calls::watch`), by call id.
+    watchers: Mutex<HashMap<String, Vec<oneshot::Sender<Outcome>>>>,
     held: Mutex<HashMap<ConvKey, Held>>,
     tenant_sockets: Mutex<HashMap<String, u64>>,
     live: RwLock<Arc<HashSet<String>>>,
@@ -301,6 +303,7 @@ impl RedisBroker {
             scripts: Scripts::default(),
             wh: webhooks::WebhookScripts::default(),
             waiters: Mutex::default(),
+            watchers: Mutex::default(),
             held: Mutex::default(),
             tenant_sockets: Mutex::default(),
             feeds: Mutex::default(),
@@ -372,10 +375,14 @@ impl RedisBroker {
     /// re-publication of a restarted (empty) Redis do not each fail with `NOSCRIPT` and load
     /// the script again. A script that fails to load here is loaded by its first use.
     async fn load_scripts(&self) {
-        let loads = self.scripts.all().map(|(script, name)| async move {
-            if let Err(e) = script.load(&self.client).await {
-                tracing::warn!(script = name, error = %e, "redis script not loaded");
-            }
+        // One boxed future per script, made one at a time: an array of them all would sit on
+        // the stack at once (in a debug build, past a thread's 2 MiB).
+        let loads = self.scripts.all().into_iter().map(|(script, name)| {
+            Box::pin(async move {
+                if let Err(e) = script.load(&self.client).await {
+                    tracing::warn!(script = name, error = %e, "redis script not loaded");
+                }
+            })
         });
         futures_util::future::join_all(loads).await;
     }

@@ -37,6 +37,10 @@ impl RedisBroker {
         futures_util::future::join_all(probes).await;
         // Waiters whose request went away (their outcome message never came) are forgotten.
         lock(&self.waiters).retain(|_, tx| !tx.is_closed());
+        lock(&self.watchers).retain(|_, txs| {
+            txs.retain(|tx| !tx.is_closed());
+            !txs.is_empty()
+        });
         let refresh_every = self.opts.retention.conversations / 3;
         let due = lock(&self.refreshed_at).elapsed() >= refresh_every;
         if due {
@@ -301,6 +305,10 @@ impl RedisBroker {
                 }
             }
             Some(codec::NodeMessage::Outcome { id, outcome }) => {
+                let watchers = lock(&self.watchers).remove(&id).unwrap_or_default();
+                for w in watchers {
+                    let _ = w.send(outcome.clone());
+                }
                 if let Some(waiter) = lock(&self.waiters).remove(&id) {
                     let _ = waiter.send(outcome);
                 }

@@ -18,12 +18,16 @@ use fred::types::scripts::Script;
 /// - `gcra(key, interval, burst, want, back)`: gives `back` unspent calls back to a tenant's
 ///   rate (never past now), then takes up to `want`, as many as the bucket holds now:
 ///   `taken, 0`, or `0, µs` until one would be allowed.
-/// - `call_fields(call)`: a call's fields `{v, c, d, n, s, t, o, x}` (conversation ref,
-///   clientId, deadline, waiting node, state, tool/kind/flags, outcome, cancel), from its hash
+/// - `call_fields(call)`: a call's fields `{v, c, d, n, s, t, o, x, w}` (conversation ref,
+///   clientId, deadline, waiting node, state, tool/kind/flags, outcome, cancel, the other
+///   nodes watching it, space-separated), from its hash
 ///   while it is pending or from its packed string once it finished (`false` each when it is
 ///   gone; the cancel `false` once it finished). Not the page message, which may be large and
 ///   which only a timeout, a cancel or a reconnecting page needs. One `HMGET` while pending;
 ///   a finished call's string answers it with `WRONGTYPE` (caught), then `TYPE` and `GET`.
+/// - `to_watchers(f, prefix, suffix, message)`: `SPUBLISH`es an outcome message to each node
+///   watching the call (`Calls::watch`) other than the waiting node, on its channel of this
+///   partition.
 /// - `page_part(call, f, field)`: the page message (`f`) or the cancel (`x`) of a pending call,
 ///   from its hash or, for a call an older node stored during a rolling upgrade (no `x` in its
 ///   hash), from the `<call>:p` hash it kept beside the call.
@@ -112,15 +116,21 @@ local function gcra(key, interval_us, burst, want, back)
   return n, 0
 end
 local function call_fields(call)
-  local h = redis.pcall('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o', 'x')
+  local h = redis.pcall('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o', 'x', 'w')
   if not h.err then return h end
   if redis.call('TYPE', call)['ok'] ~= 'string' then
-    return {false, false, false, false, false, false, false, false}
+    return {false, false, false, false, false, false, false, false, false}
   end
   local p = {}
   for part in string.gmatch(redis.call('GET', call) .. '\n', '([^\n]*)\n') do table.insert(p, part) end
   return {p[2] .. '\n' .. p[3] .. '\n' .. p[4], p[5], p[6], false, p[1],
-          p[7] .. '\n' .. p[8] .. '\n' .. p[9], table.concat(p, '\n', 10), false}
+          p[7] .. '\n' .. p[8] .. '\n' .. p[9], table.concat(p, '\n', 10), false, false}
+end
+local function to_watchers(f, prefix, suffix, message)
+  if not f[9] then return end
+  for node in string.gmatch(f[9], '%S+') do
+    if node ~= f[4] then redis.call('SPUBLISH', prefix .. node .. suffix, message) end
+  end
 end
 local function page_part(call, f, field)
   if f[5] ~= 'p' then return false end
@@ -217,6 +227,7 @@ if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('PEXPIRE', KEYS[2], ARGV[5])
 end
 redis.call('SPUBLISH', ARGV[7] .. f[4] .. ARGV[8], ARGV[9])
+to_watchers(f, ARGV[7], ARGV[8], ARGV[9])
 return {'ok', f[6], f[3], f[4]}
 ";
 
@@ -235,6 +246,7 @@ redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[6])
 if cancel then to_nodes(socket_nodes(KEYS[4]), ARGV[3], ARGV[4], cancel) end
 redis.call('SPUBLISH', ARGV[3] .. f[4] .. ARGV[4], ARGV[5])
+to_watchers(f, ARGV[3], ARGV[4], ARGV[5])
 return {'ok', f[1], f[2], f[3], f[4], f[6]}
 ";
 
@@ -247,6 +259,20 @@ if not f[1] then return {} end
 local cancel = page_part(KEYS[1], f, 'x')
 if cancel then to_nodes(socket_nodes(KEYS[2]), ARGV[1], ARGV[2], cancel) end
 return {f[1], f[2], f[3], f[4] or '', f[6], f[5], f[7] or ''}
+";
+
+/// Adds this node to the watchers of a pending call (its outcome message then comes here too,
+/// from `RESULT` or `TIMEOUT`). KEYS: call. ARGV: node id.
+/// Returns `{'pending', conversation ref}`, `{'ended'}` or `{'missing'}`.
+pub const WATCH: &str = r"
+local f = call_fields(KEYS[1])
+if not f[1] then return {'missing'} end
+if f[5] ~= 'p' then return {'ended'} end
+local w = f[9] or ''
+if not string.find(' ' .. w .. ' ', ' ' .. ARGV[1] .. ' ', 1, true) then
+  redis.call('HSET', KEYS[1], 'w', w .. ' ' .. ARGV[1])
+end
+return {'pending', f[1]}
 ";
 
 /// A call, pending or finished (`call_fields`). KEYS: call.
@@ -520,6 +546,7 @@ pub struct Scripts {
     pub drained: Script,
     pub release: Script,
     pub places: Script,
+    pub watch: Script,
 }
 
 /// Counted sessions (bounded hosted MCP sessions): a sorted set of the tenant's and one of the
@@ -582,6 +609,7 @@ impl Default for Scripts {
             drained: Script::from_lua(DRAINED),
             release: Script::from_lua(RELEASE),
             places: Script::from_lua(PLACES),
+            watch: with_prelude(WATCH),
         }
     }
 }
@@ -596,7 +624,7 @@ impl Scripts {
     }
 
     /// Every script with its name.
-    pub fn all(&self) -> [(&Script, &'static str); 21] {
+    pub fn all(&self) -> [(&Script, &'static str); 22] {
         [
             (&self.catalog_put, "catalog_put"),
             (&self.catalog_remove, "catalog_remove"),
@@ -619,6 +647,7 @@ impl Scripts {
             (&self.drained, "drained"),
             (&self.release, "release"),
             (&self.places, "places"),
+            (&self.watch, "watch"),
         ]
     }
 }

@@ -69,6 +69,66 @@ async fn results_are_checked_against_their_binding(backend: Backend) {
 }
 contract!(results_are_checked_against_their_binding);
 
+/// A call's outcome reaches the nodes watching it (a repeat of an idempotent request, on any
+/// node) with the placing node's, from the same notification: a result and a timeout alike; a
+/// finished call is answered at once, an unknown or another tenant's call is unknown.
+async fn a_watched_call_tells_every_watching_node_its_outcome(backend: Backend) {
+    use toolmark_broker::Watch;
+    let mut nodes = Nodes::new(backend, short());
+    // Boxed: three connections' futures inline outgrow a test thread's stack in a debug build.
+    let (n1, _) = Box::pin(nodes.node("n1")).await;
+    let (n2, _) = Box::pin(nodes.node("n2")).await;
+    let (n3, _) = Box::pin(nodes.node("n3")).await;
+    let c = conv();
+    let pending = |w: Watch| match w {
+        Watch::Pending(rx) => rx,
+        other => panic!("not pending: {other:?}"),
+    };
+    // Answered: the placing node and two watchers (one of them twice, one on the placing
+    // node itself) all hear it.
+    let (id, waiter) = call(&n1, &c, "p1", Duration::from_secs(30)).await;
+    let on_two = pending(n2.watch("t", &id).await.unwrap());
+    let on_two_again = pending(n2.watch("t", &id).await.unwrap());
+    let on_three = pending(n3.watch("t", &id).await.unwrap());
+    let on_one = pending(n1.watch("t", &id).await.unwrap());
+    n3.submit_result(&page(&c, "p1"), &id, ok()).await.unwrap();
+    for rx in [waiter, on_two, on_two_again, on_three, on_one] {
+        let o = tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .expect("the outcome arrives")
+            .expect("the outcome arrives");
+        assert_eq!(o, Outcome::Result(ok()));
+    }
+    // Ended: answered at once.
+    match n2.watch("t", &id).await.unwrap() {
+        Watch::Ended(o) => assert_eq!(o, Outcome::Result(ok())),
+        other => panic!("{other:?}"),
+    }
+    // Timed out: the watcher hears the timeout.
+    let (timed, waiter) = call(&n1, &c, "p1", Duration::from_secs(30)).await;
+    let watching = pending(n2.watch("t", &timed).await.unwrap());
+    assert!(n1.time_out(&c, &timed).await.unwrap().is_some());
+    assert_eq!(waiter.await.unwrap(), Outcome::Timeout);
+    let o = tokio::time::timeout(Duration::from_secs(5), watching)
+        .await
+        .expect("the timeout arrives")
+        .unwrap();
+    assert_eq!(o, Outcome::Timeout);
+    // Unknown ids and another tenant's call.
+    assert!(matches!(
+        n2.watch("t", &toolmark_broker::partition::new_call_id(&c))
+            .await
+            .unwrap(),
+        Watch::Unknown
+    ));
+    let (theirs, _w) = call(&n1, &c, "p1", Duration::from_secs(30)).await;
+    assert!(matches!(
+        n2.watch("t2", &theirs).await.unwrap(),
+        Watch::Unknown
+    ));
+}
+contract!(a_watched_call_tells_every_watching_node_its_outcome);
+
 async fn confirmations_are_bound_single_use_and_keep_their_tool(backend: Backend) {
     let retention = Retention {
         finished_calls: Duration::from_millis(300),

@@ -7,7 +7,10 @@
 //! The key's record lives in the broker ([`toolmark_broker::Idempotency`]) for 24 h from the
 //! first request: first the request's fingerprint alone (the key is claimed), then the call it
 //! started (its id, page, deadline), then its outcome, written by the call's supervisor, so a
-//! repeat after the call itself left the broker's retention is still answered.
+//! repeat after the call itself left the broker's retention is still answered. A repeat of a
+//! pending call waits for the call's outcome notification, as the first request does, heard on
+//! its own node ([`toolmark_broker::Calls::watch`]); it never polls the broker. Keys are kept
+//! under the tenant's incarnation ([`scoped`]).
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +18,7 @@ use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use toolmark_broker::{Outcome, now_ms};
+use toolmark_broker::{Outcome, Watch, now_ms};
 
 use crate::problem::Problem;
 use crate::state::AppState;
@@ -24,8 +27,12 @@ use crate::state::AppState;
 pub const HEADER: &str = "idempotency-key";
 /// How long a key is kept from its first request.
 pub const KEPT: Duration = Duration::from_secs(24 * 3600);
-/// How often a repeat looks for what the first request did.
-const POLL: Duration = Duration::from_millis(50);
+/// How soon a repeat looks again for the call the first request is about to start (doubled
+/// each time, up to [`START_POLL_MAX`]): only while the first request has claimed the key and
+/// not yet bound its call, which takes a round trip or two.
+const START_POLL: Duration = Duration::from_millis(20);
+/// The longest pause between two looks.
+const START_POLL_MAX: Duration = Duration::from_millis(500);
 /// How long a repeat waits for the first request to start its call.
 const START_WAIT: Duration = Duration::from_secs(10);
 /// How long past the call's deadline a repeat waits for its outcome to be written.
@@ -151,6 +158,7 @@ pub async fn claim(
     };
     let body = serde_json::to_string(&fresh).unwrap_or_default();
     let waiting_since = Instant::now();
+    let mut pause = START_POLL;
     loop {
         let Some(existing) = app
             .broker
@@ -172,7 +180,8 @@ pub async fn claim(
         if waiting_since.elapsed() > START_WAIT {
             return Err(Problem::unavailable(Duration::from_secs(1)));
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(START_POLL_MAX);
     }
 }
 
@@ -192,8 +201,9 @@ pub async fn release(app: &AppState, tenant: &str, key: &str) {
 }
 
 /// The outcome of a repeat's call: from the key's record once the first request's supervisor
-/// wrote it, else from the call itself once it ended, waiting until then (bounded by the call's
-/// deadline).
+/// wrote it, else from the call's own notification, heard on this node whichever node placed
+/// the call ([`toolmark_broker::Calls::watch`]): no poll. Without a notification by the call's
+/// deadline (and [`OUTCOME_SLACK`]), or for a call gone from the broker, what was stored.
 pub async fn outcome(app: &AppState, tenant: &str, key: &str, record: Record) -> Outcome {
     if let Some(o) = record.outcome {
         return o;
@@ -201,24 +211,39 @@ pub async fn outcome(app: &AppState, tenant: &str, key: &str, record: Record) ->
     let id = record.id.unwrap_or_default();
     let deadline = record.deadline_ms.unwrap_or_else(now_ms);
     let give_up = deadline + u64::try_from(OUTCOME_SLACK.as_millis()).unwrap_or(5000);
-    loop {
-        if let Ok(Some(stored)) = app.broker.idempotency(tenant, key).await
-            && let Ok(Record {
-                outcome: Some(o), ..
-            }) = serde_json::from_str::<Record>(&stored)
-        {
-            return o;
-        }
-        if let Ok(Some(call)) = app.broker.call(tenant, &id).await
-            && let Some(o) = call.outcome
-        {
-            return o;
-        }
-        if now_ms() > give_up {
-            return Outcome::Timeout;
-        }
-        tokio::time::sleep(POLL).await;
+    let until =
+        tokio::time::Instant::now() + Duration::from_millis(give_up.saturating_sub(now_ms()));
+    match app.broker.watch(tenant, &id).await {
+        Ok(Watch::Ended(o)) => return o,
+        Ok(Watch::Pending(heard)) => match tokio::time::timeout_at(until, heard).await {
+            Ok(Ok(o)) => return o,
+            // The node stopped listening (its broker connection was rebuilt): the deadline
+            // still bounds the wait.
+            Ok(Err(_)) => tokio::time::sleep_until(until).await,
+            Err(_) => {}
+        },
+        Ok(Watch::Unknown) | Err(_) => {}
     }
+    stored(app, tenant, key, &id)
+        .await
+        .unwrap_or(Outcome::Timeout)
+}
+
+/// The outcome written to the key's record, else the call's own, if either is known.
+async fn stored(app: &AppState, tenant: &str, key: &str, id: &str) -> Option<Outcome> {
+    if let Ok(Some(stored)) = app.broker.idempotency(tenant, key).await
+        && let Ok(Record {
+            outcome: Some(o), ..
+        }) = serde_json::from_str::<Record>(&stored)
+    {
+        return Some(o);
+    }
+    app.broker
+        .call(tenant, id)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|c| c.outcome)
 }
 
 #[cfg(test)]

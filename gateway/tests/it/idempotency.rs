@@ -232,3 +232,73 @@ async fn invoke_and_describe_repeats_are_answered_once_and_bad_keys_refused() {
     }
     nothing_more(&mut page).await;
 }
+
+/// Repeats of a pending call, on another node than the first request, wait for the call's
+/// outcome notification: while they wait, none of them reads the broker (counted with
+/// `MONITOR` on a Redis of this test's own); then each gets the page's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeats_of_a_pending_call_wait_on_its_outcome_without_polling_the_broker() {
+    let redis = toolmark_testkit::redis::RedisProc::start(&[]);
+    let broker = redis_broker(&redis.url(), &fresh_prefix());
+    let n1 = Gateway::start_config(&config_with(&broker, ""), Some("node-1".into())).await;
+    let n2 = Gateway::start_config(&config_with(&broker, ""), Some("node-2".into())).await;
+    let mut page = page_across(&n1, &n2, json!([tool("todo.add", json!({}))])).await;
+    let body = json!({"tool": "todo.add", "input": {"text": "milk"}});
+    let monitor = redis.monitor();
+    let first = {
+        let (a, b) = (n1.acme(), body.clone());
+        tokio::spawn(async move { keyed(&a, "/calls", b, "order-9", false).await })
+    };
+    let frame = page.recv().await;
+    monitor.mark("claimed");
+    let repeats: Vec<_> = (0..10)
+        .map(|_| {
+            let (a, b) = (n2.acme(), body.clone());
+            tokio::spawn(async move { keyed(&a, "/calls", b, "order-9", false).await })
+        })
+        .collect();
+    // Every repeat has read the key's record (one GET each after its SET NX)...
+    let reads = |from: &str, to: &str| {
+        monitor
+            .client_lines(from, to)
+            .iter()
+            .filter(|l| l.contains("order-9") && l.to_ascii_lowercase().contains("\"get\""))
+            .count()
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut n = 0;
+    loop {
+        monitor.mark(&format!("look-{n}"));
+        if reads("claimed", &format!("look-{n}")) >= 10 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the repeats never read the key"
+        );
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // ...and from then on, for a second of waiting, none reads it again (a poll every 50 ms
+    // would be 200 reads).
+    monitor.mark("waiting");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    monitor.mark("answered");
+    assert_eq!(
+        reads("waiting", "answered"),
+        0,
+        "the repeats poll the broker"
+    );
+    page.answer(
+        frame["id"].as_str().unwrap(),
+        json!({"status": "ok", "data": "milk added"}),
+    )
+    .await;
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 200, "{}", first.body);
+    for r in repeats {
+        let r = r.await.unwrap();
+        assert_eq!((r.status, &r.body), (200, &first.body));
+    }
+    nothing_more(&mut page).await;
+}
