@@ -58,6 +58,9 @@ fn tell(listeners: Vec<oneshot::Sender<Outcome>>, outcome: &Outcome) {
     }
 }
 
+/// One tenant set's counted sessions: id → (holder, when it lapses).
+type PlaceSet = HashMap<String, (String, Instant)>;
+
 struct ConfirmEntry {
     binding: ConfirmBinding,
     used: bool,
@@ -202,8 +205,8 @@ pub struct MemoryBroker {
     catalog: Mutex<catalog::Tenants>,
     /// Front-door sessions: id → (record, expiry).
     sessions: Mutex<HashMap<String, (String, Instant)>>,
-    /// Counted sessions per tenant set: id → (holder, expiry).
-    places: Mutex<HashMap<String, HashMap<String, (String, Instant)>>>,
+    /// Counted sessions per tenant set.
+    places: Mutex<HashMap<String, PlaceSet>>,
 }
 
 impl std::fmt::Debug for MemoryBroker {
