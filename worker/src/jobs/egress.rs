@@ -148,8 +148,10 @@ fn is_special_v6(ip: Ipv6Addr) -> bool {
         || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
         || (s[0] == 0x2001 && s[1] < 0x0200) // IETF protocol assignments, Teredo, ORCHID
         || (s[0] == 0x0100 && s[1] == 0 && s[2] == 0 && s[3] == 0) // discard
-        || (s[0] == 0x0064 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] && is_special_v4(embedded(s[6], s[7]))) // NAT64 (well-known prefix)
-        || (s[0] == 0x0064 && s[1] == 0xff9b && s[2] == 0x0001) // local-use NAT64 (RFC 8215): a network's own translator
+        // NAT64: the well-known prefix `64:ff9b::/96` is judged by the address it carries; the
+        // rest of `64:ff9b::/32` (the local-use `64:ff9b:1::/48` of RFC 8215 among it) is a
+        // network's own translator: refused whole.
+        || (s[0] == 0x0064 && s[1] == 0xff9b && (s[2..6] != [0, 0, 0, 0] || is_special_v4(embedded(s[6], s[7]))))
         || (s[..6] == [0, 0, 0, 0, 0xffff, 0] && is_special_v4(embedded(s[6], s[7]))) // IPv4-translated (SIIT)
         || (s[0] == 0x2002 && is_special_v4(embedded(s[1], s[2]))) // 6to4
         || (s[..6] == [0, 0, 0, 0, 0, 0] && !ip.is_loopback()) // IPv4-compatible (deprecated)
