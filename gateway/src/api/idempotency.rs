@@ -77,10 +77,15 @@ pub fn key_of(headers: &HeaderMap) -> Result<Option<String>, Problem> {
     Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
 }
 
-/// The key as the broker keeps it: under the tenant's incarnation, so that a tenant deleted
-/// and created again under its id sees none of the old one's keys.
+/// The key as the broker keeps it: a tenant of the admin API's under its incarnation, so that
+/// a tenant deleted and created again under its id sees none of the old one's keys. A config
+/// file's tenant (incarnation 0) is never re-created: its keys are kept as they are sent.
 pub fn scoped(tenant: &crate::tenants::Tenant, key: &str) -> String {
-    format!("{}:{key}", tenant.incarnation)
+    if tenant.incarnation == 0 {
+        key.to_owned()
+    } else {
+        format!("{}:{key}", tenant.incarnation)
+    }
 }
 
 /// What makes two requests the same: the route, the conversation, and the body as canonical
@@ -141,8 +146,43 @@ pub enum Claimed {
 }
 
 /// Claims `key` for a request of `fingerprint`, or finds the first request's record (waiting
-/// for it to start its call, when it is still about to).
+/// for it to start its call, when it is still about to). `legacy`: the key as a node before
+/// [`scoped`] kept it, looked at once when `key` is free, so that a retry across a rolling
+/// upgrade never runs a tool twice (its records are gone 24 h after the upgrade).
 pub async fn claim(
+    app: &AppState,
+    tenant: &str,
+    key: &str,
+    legacy: Option<&str>,
+    fingerprint: &str,
+) -> Result<Claimed, Problem> {
+    let claimed = claim_scoped(app, tenant, key, fingerprint).await?;
+    let (Claimed::First, Some(legacy)) = (&claimed, legacy) else {
+        return Ok(claimed);
+    };
+    let Some(old) = app.broker.idempotency(tenant, legacy).await? else {
+        return Ok(claimed);
+    };
+    let record: Option<Record> = serde_json::from_str(&old).ok();
+    match record {
+        Some(r) if r.f == fingerprint && r.id.is_some() => {
+            // The first request ran on a node before the upgrade: its record, under the key.
+            app.broker.update_idempotency(tenant, key, &old).await?;
+            Ok(Claimed::Repeat(r))
+        }
+        Some(r) if r.f != fingerprint => {
+            app.broker.release_idempotency(tenant, key).await?;
+            Err(Problem::idempotency_mismatch())
+        }
+        // Still starting on an older node: the client asks again in a moment.
+        _ => {
+            app.broker.release_idempotency(tenant, key).await?;
+            Err(Problem::unavailable(Duration::from_secs(1)))
+        }
+    }
+}
+
+async fn claim_scoped(
     app: &AppState,
     tenant: &str,
     key: &str,
@@ -250,6 +290,78 @@ async fn stored(app: &AppState, tenant: &str, key: &str, id: &str) -> Option<Out
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn app() -> AppState {
+        let registry = std::sync::Arc::new(crate::registry::Registry::default());
+        let broker = std::sync::Arc::new(toolmark_broker::memory::MemoryBroker::new(
+            "n1",
+            registry.clone(),
+        ));
+        let mcp = toolmark_process::config::McpConfig::default()
+            .parse()
+            .expect("default [mcp]");
+        let live = std::sync::Arc::new(crate::hosted_mcp::Live::new(broker.clone(), mcp.clone()));
+        AppState::new(
+            crate::tenants::Tenants::new(Vec::new()),
+            broker,
+            registry,
+            std::sync::Arc::new(crate::metrics::Metrics::new()),
+            toolmark_process::Lifecycle::new(),
+            None,
+            None,
+            None,
+            mcp,
+            live,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_key_recorded_before_the_incarnation_scope_is_still_a_repeat() {
+        let app = app();
+        // A node before the upgrade recorded `order-1` (unscoped) with its call.
+        let first = Record {
+            f: "fp".into(),
+            id: Some("call-1".into()),
+            client: Some("p1".into()),
+            untrusted: false,
+            deadline_ms: Some(now_ms() + 30_000),
+            outcome: None,
+        };
+        let body = serde_json::to_string(&first).unwrap();
+        app.broker
+            .claim_idempotency("t", "order-1", &body, KEPT)
+            .await
+            .unwrap();
+        // A retry on an upgraded node: a repeat of that call, and the scoped key now holds it.
+        match claim(&app, "t", "7:order-1", Some("order-1"), "fp").await {
+            Ok(Claimed::Repeat(r)) => assert_eq!(r.id.as_deref(), Some("call-1")),
+            other => panic!("{other:?}"),
+        }
+        let kept = app.broker.idempotency("t", "7:order-1").await.unwrap();
+        assert_eq!(kept.as_deref(), Some(body.as_str()));
+        // Another request under an old key: 422, and the scoped key is left free.
+        app.broker
+            .claim_idempotency("t", "order-9", &body, KEPT)
+            .await
+            .unwrap();
+        assert!(
+            claim(&app, "t", "7:order-9", Some("order-9"), "other")
+                .await
+                .is_err()
+        );
+        assert!(
+            app.broker
+                .idempotency("t", "7:order-9")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        // A key nobody recorded: the first request.
+        assert!(matches!(
+            claim(&app, "t", "7:fresh", Some("fresh"), "fp").await,
+            Ok(Claimed::First)
+        ));
+    }
 
     #[test]
     fn the_same_request_in_another_key_order_has_the_same_fingerprint() {

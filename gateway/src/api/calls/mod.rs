@@ -175,10 +175,12 @@ async fn once(
     let Some(key) = key else {
         return Ok(None);
     };
-    let key = idempotency::scoped(tenant, &key);
+    let sent = key;
+    let key = idempotency::scoped(tenant, &sent);
+    let legacy = (key != sent).then_some(sent.as_str());
     let value: Value = serde_json::from_slice(&body.0).unwrap_or(Value::Null);
     let fp = idempotency::fingerprint(route, user, conversation, &value);
-    match idempotency::claim(app, &tenant.id, &key, &fp).await? {
+    match idempotency::claim(app, &tenant.id, &key, legacy, &fp).await? {
         idempotency::Claimed::First => {
             req.idempotency = Some((key, fp));
             Ok(None)
