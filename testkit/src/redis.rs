@@ -231,6 +231,26 @@ impl RedisProc {
         );
     }
 
+    /// Stops the server where it is (`SIGSTOP`): its connections stay open and nothing is
+    /// answered, as a stalled host does.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a paused server go on (`SIGCONT`): it answers what waited in its sockets.
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self.child.as_ref().expect("the server runs").id();
+        let ok = Command::new("kill")
+            .args([&format!("-{name}"), &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{name} {pid} failed");
+    }
+
     /// Runs one redis-cli command against this server.
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
