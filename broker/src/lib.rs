@@ -32,6 +32,10 @@ pub use types::{
     outcome_events,
 };
 
+/// How long [`Events::emit_once`] remembers a name: past the longest a node holds a page's
+/// frame for an unanswering broker (`broker.stall_hold_secs`, at most 300 s).
+pub const ONCE_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Where a node delivers agent → page frames: its own sockets of a conversation.
 pub trait PageSink: Send + Sync + 'static {
     /// Writes `frame` to this node's sockets of `conv` whose clientId is `client_id` or not yet
@@ -131,6 +135,18 @@ pub trait Calls: Send + Sync {
         result: ToolResult,
     ) -> Result<CallRecord, SubmitError>;
 
+    /// [`Calls::submit_result`] again, by the node that received the result at `received_ms`,
+    /// after a submission whose outcome it does not know (a stall, a lost reply): the deadline
+    /// is judged as at `received_ms`, and a result already recorded from this page with the same
+    /// outcome (the earlier submission, applied) is `Ok`, not [`Rejection::Duplicate`].
+    async fn submit_result_again(
+        &self,
+        from: &PageIdentity,
+        id: &str,
+        result: ToolResult,
+        received_ms: u64,
+    ) -> Result<(), SubmitError>;
+
     /// Marks a pending call timed out, sends the page a `cancel` and resolves the waiter with
     /// [`Outcome::Timeout`]. `None` when the call was no longer pending (its result won).
     async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError>;
@@ -164,6 +180,16 @@ pub trait Confirmations: Send + Sync {
     /// Accepts a page's `confirmed` once per confirmId, only from the page that sent the
     /// `needs_confirmation` ([`model::check_confirm`]); returns what it was bound to.
     async fn submit_confirmed(
+        &self,
+        from: &PageIdentity,
+        confirm_id: &str,
+    ) -> Result<ConfirmBinding, SubmitError>;
+
+    /// [`Confirmations::submit_confirmed`] again, after a submission whose outcome the node does
+    /// not know (a stall, a lost reply): a confirmId already confirmed by this page (the earlier
+    /// submission, applied) answers its binding, not [`Rejection::Duplicate`]; one expired by
+    /// the sweep stays a duplicate.
+    async fn submit_confirmed_again(
         &self,
         from: &PageIdentity,
         confirm_id: &str,
@@ -227,6 +253,19 @@ pub trait Events: Send + Sync {
         conv: &ConvKey,
         data: Value,
     ) -> Result<Event, BrokerError>;
+
+    /// [`Events::emit`], once per `once` (a name of the change the event announces, unique in
+    /// the tenant) for [`ONCE_TTL`]: a node that does not know whether its emission was
+    /// recorded (a stall, a lost reply) emits again under the same name, and only the first
+    /// is recorded. `None` when an emission under `once` was recorded before.
+    async fn emit_once(
+        &self,
+        tenant: &str,
+        kind: EventType,
+        conv: &ConvKey,
+        data: Value,
+        once: &str,
+    ) -> Result<Option<Event>, BrokerError>;
 
     /// The tenant's events after `after` (an event id; `None` means only live ones).
     async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError>;

@@ -60,59 +60,130 @@ pub fn client_mismatch(app: &AppState) -> Refused {
 }
 
 /// Applies a decoded message of a page of `conv` (its clientId already checked by the
-/// transport): a manifest is kept and announced, a `result` or `confirmed` is checked against
-/// its binding by the broker. Refusals are counted and logged here, each line naming the
-/// conversation (a page frame is handled in no span at the default log level).
-pub async fn dispatch(app: &AppState, conv: &ConvKey, message: PageMessage) -> Result<(), Refused> {
+/// transport), `bytes` long as received: a manifest is kept and announced, a `result` or
+/// `confirmed` is checked against its binding by the broker. A message the broker does not
+/// answer is held and submitted again until it does ([`crate::hold`]): it is applied once, with
+/// its event, or dropped past the hold (counted, logged at ERROR). Refusals are counted and
+/// logged here, each line naming the conversation (a page frame is handled in no span at the
+/// default log level).
+pub async fn dispatch(
+    app: &AppState,
+    conv: &ConvKey,
+    message: PageMessage,
+    bytes: usize,
+) -> Result<(), Refused> {
     let from = PageIdentity {
         conv: conv.clone(),
         client_id: message.client_id().to_owned(),
     };
+    let mut frame = app.hold.frame(bytes);
+    let unanswered = || {
+        Refused::Broker(BrokerError::Unavailable {
+            retry_after: std::time::Duration::from_secs(1),
+        })
+    };
     match message {
         PageMessage::Manifest(m) => {
-            if let Err(e) = app.broker.put_manifest(conv, &m).await {
-                tracing::warn!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, error = %e, "manifest not stored");
-                return Err(e.into());
+            // Stored again, a manifest is stored once: the page's latest, in the order its
+            // socket sent them.
+            let stored = frame
+                .until_known(&app.metrics, conv, "manifest", |_| {
+                    app.broker.put_manifest(conv, &m)
+                })
+                .await;
+            match stored {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Err(e.into()),
+                None => return Err(unanswered()),
             }
             let data = json!({"user": conv.user, "conversation": conv.conversation,
                 "clientId": m.client_id, "rev": m.rev, "tools": m.tools});
-            app.emit(EventType::PageManifest, conv, data).await;
+            announce(app, &mut frame, EventType::PageManifest, conv, data).await;
             Ok(())
         }
         PageMessage::Changed(c) => {
             tracing::debug!(client_id = %c.client_id, rev = c.rev, "page changed (no manifest)");
             Ok(())
         }
-        PageMessage::Result(r) => match app.broker.submit_result(&from, &r.id, r.result).await {
-            Ok(_) => Ok(()),
-            Err(SubmitError::Rejected(why)) => {
-                app.metrics.result_rejected(why.as_str());
-                tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
-                Err(Refused::Rejected(why))
+        PageMessage::Result(r) => {
+            let received_ms = frame.received_ms();
+            let submitted = frame
+                .until_known(&app.metrics, conv, "result", |again| {
+                    let (from, id, result) = (&from, &r.id, r.result.clone());
+                    async move {
+                        if again {
+                            app.broker
+                                .submit_result_again(from, id, result, received_ms)
+                                .await
+                        } else {
+                            app.broker.submit_result(from, id, result).await.map(|_| ())
+                        }
+                    }
+                })
+                .await;
+            match submitted {
+                Some(Ok(())) => Ok(()),
+                Some(Err(SubmitError::Rejected(why))) => {
+                    app.metrics.result_rejected(why.as_str());
+                    tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
+                    Err(Refused::Rejected(why))
+                }
+                Some(Err(SubmitError::Broker(e))) => Err(e.into()),
+                None => Err(unanswered()),
             }
-            Err(SubmitError::Broker(e)) => {
-                tracing::warn!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, call_id = %r.id, error = %e, "result not recorded");
-                Err(e.into())
-            }
-        },
+        }
         PageMessage::Confirmed(c) => {
-            match app.broker.submit_confirmed(&from, &c.confirm_id).await {
-                Ok(bound) => {
+            let submitted = frame
+                .until_known(&app.metrics, conv, "confirmed", |again| {
+                    let (from, id) = (&from, &c.confirm_id);
+                    async move {
+                        if again {
+                            app.broker.submit_confirmed_again(from, id).await
+                        } else {
+                            app.broker.submit_confirmed(from, id).await
+                        }
+                    }
+                })
+                .await;
+            match submitted {
+                Some(Ok(bound)) => {
                     // bound.conv is the page's own conversation: submit_confirmed checked it.
                     let data = toolmark_broker::confirmation_event(&bound, &c.result);
-                    app.emit(EventType::ConfirmationResolved, conv, data).await;
+                    announce(app, &mut frame, EventType::ConfirmationResolved, conv, data).await;
                     Ok(())
                 }
-                Err(SubmitError::Rejected(why)) => {
+                Some(Err(SubmitError::Rejected(why))) => {
                     app.metrics.result_rejected(why.as_str());
                     tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");
                     Err(Refused::Rejected(why))
                 }
-                Err(SubmitError::Broker(e)) => {
-                    tracing::warn!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, confirm_id = %c.confirm_id, error = %e, "confirmed not recorded");
-                    Err(e.into())
-                }
+                Some(Err(SubmitError::Broker(e))) => Err(e.into()),
+                None => Err(unanswered()),
             }
+        }
+    }
+}
+
+/// Emits the event of a frame's change, once under the frame's name however many times the
+/// broker must be asked (held like the change itself).
+async fn announce(
+    app: &AppState,
+    frame: &mut crate::hold::Frame<'_>,
+    kind: EventType,
+    conv: &ConvKey,
+    data: serde_json::Value,
+) {
+    let once = frame.name(kind.as_str());
+    let emitted = frame
+        .until_known(&app.metrics, conv, kind.as_str(), |_| {
+            app.broker
+                .emit_once(&conv.tenant, kind, conv, data.clone(), &once)
+        })
+        .await;
+    if let Some(Ok(Some(event))) = emitted {
+        app.metrics.event(kind.as_str());
+        if event.held_for_webhooks {
+            app.metrics.events_held_for_webhooks.inc();
         }
     }
 }

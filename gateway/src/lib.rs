@@ -12,6 +12,7 @@ pub mod auth;
 pub mod catalog;
 pub mod close;
 pub mod demo;
+pub mod hold;
 pub mod hosted_mcp;
 pub mod ids;
 pub mod inbound;

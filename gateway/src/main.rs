@@ -32,7 +32,11 @@ fn main() -> ExitCode {
     serve(BIN, async move {
         let life = Lifecycle::new();
         life.stop_on(signal::terminated());
-        match toolmark_gateway::bind_and_run(settings, life, |a| announce_listening(BIN, a)).await {
+        // Boxed: the whole server's future is large, and lives on the heap once.
+        let run = Box::pin(toolmark_gateway::bind_and_run(settings, life, |a| {
+            announce_listening(BIN, a)
+        }));
+        match run.await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(BIN, 1, e),
         }

@@ -117,6 +117,12 @@ pub struct Metrics {
     /// Events emitted while the tenant's log was at its retention bound and its oldest events
     /// were kept for webhook delivery instead of trimmed.
     pub events_held_for_webhooks: Counter,
+    /// Page frames held now until the broker answers.
+    pub frames_holding: Gauge,
+    /// Page frames that were held (the broker did not answer their first submission).
+    frames_held: Counter,
+    /// Page frames dropped after they were accepted, by reason (`hold_full`, `hold_time`).
+    frames_dropped: Family<ReasonLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -142,6 +148,9 @@ impl Metrics {
         let inbound_rejected = Family::<ReasonLabel, Counter>::default();
         let events = Family::<TypeLabel, Counter>::default();
         let events_held_for_webhooks = Counter::default();
+        let frames_holding = Gauge::default();
+        let frames_held = Counter::default();
+        let frames_dropped = Family::<ReasonLabel, Counter>::default();
         toolmark_worker::jobs::metrics::register_build_info(&mut registry);
         registry.register(
             "toolmark_page_connections",
@@ -190,6 +199,24 @@ impl Metrics {
             "Events emitted while the tenant's event log was at its retention bound and its oldest events waited for webhook delivery (kept, not trimmed)",
             events_held_for_webhooks.clone(),
         );
+        registry.register(
+            "toolmark_frames_holding",
+            "Page frames (result, confirmed, manifest) this node holds until the broker answers",
+            frames_holding.clone(),
+        );
+        registry.register(
+            "toolmark_frames_held",
+            "Page frames whose first submission the broker did not answer, held and submitted again",
+            frames_held.clone(),
+        );
+        registry.register(
+            "toolmark_frames_dropped",
+            "Page frames dropped after the node accepted them: hold_full (broker.stall_hold_frames or broker.stall_hold_bytes reached), hold_time (the broker did not answer within broker.stall_hold_secs)",
+            frames_dropped.clone(),
+        );
+        for reason in ["hold_full", "hold_time"] {
+            let _ = frames_dropped.get_or_create(&ReasonLabel { reason });
+        }
         for r in toolmark_broker::Rejection::ALL {
             let _ = results_rejected.get_or_create(&ReasonLabel { reason: r.as_str() });
         }
@@ -225,7 +252,22 @@ impl Metrics {
             inbound_rejected,
             events,
             events_held_for_webhooks,
+            frames_holding,
+            frames_held,
+            frames_dropped,
         }
+    }
+
+    /// Counts a page frame held until the broker answers.
+    pub fn frame_held(&self) {
+        self.frames_held.inc();
+    }
+
+    /// Counts a page frame dropped after it was accepted.
+    pub fn frame_dropped(&self, reason: &'static str) {
+        self.frames_dropped
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
     /// The gauge of open sockets of `transport` (`websocket`, `echo`).

@@ -357,7 +357,7 @@ impl PageSocket {
             }
         }
         // Refusals are counted and logged by `dispatch`; a page is never answered.
-        let _ = inbound::dispatch(&self.app, &self.session.conv, message).await;
+        let _ = inbound::dispatch(&self.app, &self.session.conv, message, text.len()).await;
         Flow::Continue
     }
 }

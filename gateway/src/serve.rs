@@ -232,6 +232,7 @@ async fn serve_until_stopped(
         settings.server.public_url.clone(),
         settings.mcp.clone(),
         mcp_live,
+        settings.hold,
     );
     let service = crate::router(app, settings.dev_mode).into_make_service();
     let (close_listener, closing) = oneshot::channel::<()>();

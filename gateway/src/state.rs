@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use toolmark_broker::{ConvKey, EventType, SharedBroker};
 use toolmark_process::Lifecycle;
-use toolmark_process::config::McpSettings;
+use toolmark_process::config::{HoldSettings, McpSettings};
 use toolmark_worker::jobs::JobMetrics;
 
 use crate::metrics::Metrics;
@@ -48,6 +48,8 @@ pub struct Inner {
     pub hosted_mcp: McpSettings,
     /// The hosted MCP sessions, streams and listing followers of this node.
     pub mcp_live: Arc<crate::hosted_mcp::Live>,
+    /// Page frames held while the broker does not answer.
+    pub hold: crate::hold::Hold,
 }
 
 impl std::ops::Deref for AppState {
@@ -71,7 +73,9 @@ impl AppState {
         public_url: Option<String>,
         hosted_mcp: McpSettings,
         mcp_live: Arc<crate::hosted_mcp::Live>,
+        hold: HoldSettings,
     ) -> Self {
+        let hold = crate::hold::Hold::new(hold, metrics.frames_holding.clone());
         AppState(Arc::new(Inner {
             tenants,
             broker,
@@ -83,6 +87,7 @@ impl AppState {
             public_url,
             hosted_mcp,
             mcp_live,
+            hold,
         }))
     }
 

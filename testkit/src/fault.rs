@@ -2,8 +2,8 @@
 //! `redis-server`: [`FaultProxy`] is a TCP proxy that can stall (every byte held both ways, the
 //! sockets left open, as a stalled host or a partition does), drop the reply of the Nth command
 //! matching a pattern (the command is applied; its answer never comes back), and cut every
-//! connection. Commands and replies are read as RESP (RESP2 or RESP3, `redis-protocol`, the
-//! parser the Redis client crate uses), so a reply is dropped whole and the ones after it still
+//! connection. Commands and replies are read as RESP (RESP3, else RESP2, `redis-protocol`,
+//! the parser the Redis client crate uses), so a reply is dropped whole and the ones after it still
 //! reach their commands. With [`RedisProc::pause`] (`SIGSTOP`) and [`RedisProc::resume`]
 //! (`SIGCONT`) the server itself stalls.
 //!
@@ -31,6 +31,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct DropRule {
     pattern: String,
     left: usize,
+    /// Cut the connection where the reply is dropped.
+    cut: bool,
+}
+
+/// What becomes of one command's reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    Pass,
+    Drop,
+    /// Dropped, and the connection cut there: a reply lost as TCP loses one, with its
+    /// connection (a client that pipelines never reads a later reply as this one's).
+    DropAndCut,
 }
 
 #[derive(Debug, Default)]
@@ -56,9 +68,9 @@ impl Shared {
         }
     }
 
-    /// Whether the reply of a command whose text is `text` is to be dropped (a matching rule
-    /// counts the command; the rule that reaches its count is spent).
-    fn drops(&self, text: &str) -> bool {
+    /// What becomes of the reply of a command whose text is `text` (a matching rule counts the
+    /// command; the rule that reaches its count is spent).
+    fn reply(&self, text: &str) -> Reply {
         let mut rules = lock(&self.rules);
         let mut hit = None;
         for (i, r) in rules.iter_mut().enumerate() {
@@ -70,10 +82,11 @@ impl Shared {
                 }
             }
         }
-        if let Some(i) = hit {
-            rules.remove(i);
+        match hit {
+            Some(i) if rules.remove(i).cut => Reply::DropAndCut,
+            Some(_) => Reply::Drop,
+            None => Reply::Pass,
         }
-        hit.is_some()
     }
 }
 
@@ -129,11 +142,25 @@ impl FaultProxy {
     /// The reply of the `nth` (1 for the next) command from now whose text (its name and
     /// arguments, lower case, space-separated) contains `pattern` (lower case) is dropped: the
     /// server applies the command, the client never hears of it.
+    /// The connection stays open, so a client that pipelines its commands would read the next
+    /// reply as this one's: for those, [`FaultProxy::drop_reply_and_cut`].
     pub fn drop_reply(&self, pattern: &str, nth: usize) {
+        self.rule(pattern, nth, false);
+    }
+
+    /// As [`FaultProxy::drop_reply`], and that connection is cut where the reply would have
+    /// been: the command is applied, the client hears nothing of it but a closed connection
+    /// (a reply lost as a real network loses one).
+    pub fn drop_reply_and_cut(&self, pattern: &str, nth: usize) {
+        self.rule(pattern, nth, true);
+    }
+
+    fn rule(&self, pattern: &str, nth: usize, cut: bool) {
         assert!(nth >= 1, "nth counts from 1");
         lock(&self.shared.rules).push(DropRule {
             pattern: pattern.to_ascii_lowercase(),
             left: nth,
+            cut,
         });
     }
 
@@ -181,8 +208,8 @@ fn subscribes(text: &str) -> bool {
 /// What the server side must do with the next reply of a connection.
 #[derive(Debug)]
 struct Conn {
-    /// One entry per command sent: drop its reply?
-    replies: Mutex<VecDeque<bool>>,
+    /// One entry per command sent: what becomes of its reply.
+    replies: Mutex<VecDeque<Reply>>,
     /// Unaligned from here on (subscriber mode, or bytes that are not RESP): forward all.
     opaque: Mutex<bool>,
 }
@@ -211,8 +238,8 @@ fn serve(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
             if subscribes(&text) {
                 *lock(&commands.opaque) = true;
             }
-            let drop = up.drops(&text);
-            lock(&commands.replies).push_back(drop);
+            let reply = up.reply(&text);
+            lock(&commands.replies).push_back(reply);
             up.pass();
             up.commands.fetch_add(1, Ordering::SeqCst);
             out.write_all(bytes)
@@ -222,15 +249,40 @@ fn serve(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
         pump(server, c2, &replies, false, |frame, bytes, out| {
             let push = matches!(frame, OwnedFrame::Push { .. });
             let aligned = !push && !*lock(&replies.opaque);
-            let drop = aligned && lock(&replies.replies).pop_front().unwrap_or(false);
+            let reply = if aligned {
+                lock(&replies.replies).pop_front().unwrap_or(Reply::Pass)
+            } else {
+                Reply::Pass
+            };
             down.pass();
-            if drop {
-                down.dropped.fetch_add(1, Ordering::SeqCst);
-                return Ok(());
+            match reply {
+                Reply::Pass => out.write_all(bytes),
+                Reply::Drop => {
+                    down.dropped.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+                Reply::DropAndCut => {
+                    down.dropped.fetch_add(1, Ordering::SeqCst);
+                    let _ = out.shutdown(Shutdown::Both);
+                    Err(std::io::Error::other("cut where the reply was dropped"))
+                }
             }
-            out.write_all(bytes)
         });
     });
+}
+
+/// The next whole frame in `buf` and its length. A RESP2 connection's replies (a nil is `$-1`,
+/// which is no RESP3 frame) are read as RESP2 and stand as a `Null` frame: only their length
+/// and that they are not a push matter.
+fn frame(buf: &[u8]) -> Result<Option<(OwnedFrame, usize)>, ()> {
+    match decode(buf) {
+        Ok(found) => Ok(found),
+        Err(_) => match redis_protocol::resp2::decode::decode(buf) {
+            Ok(Some((_, used))) => Ok(Some((OwnedFrame::Null, used))),
+            Ok(None) => Ok(None),
+            Err(_) => Err(()),
+        },
+    }
 }
 
 /// Copies `from` to `to` frame by frame, handing each whole frame to `each`; bytes that do not
@@ -258,7 +310,7 @@ fn pump(
         }
         buf.extend_from_slice(&chunk[..n]);
         loop {
-            match decode(&buf) {
+            match frame(&buf) {
                 Ok(Some((frame, used))) => {
                     let bytes: Vec<u8> = buf.drain(..used).collect();
                     if each(&frame, &bytes, &mut to).is_err() {
@@ -284,4 +336,3 @@ fn pump(
     }
     let _ = to.shutdown(Shutdown::Write);
 }
-

@@ -128,3 +128,42 @@ fn a_paused_server_answers_nothing_until_it_resumes() {
     redis.resume();
     assert_eq!(read_for(&mut c, ANSWER, 7), "+PONG\r\n");
 }
+
+#[test]
+fn a_reply_dropped_with_its_connection_is_of_an_applied_command_and_the_client_sees_a_close() {
+    let redis = RedisProc::start(&[]);
+    let proxy = FaultProxy::to(&redis);
+    let mut c = connect(proxy.port);
+    proxy.drop_reply_and_cut("set lost", 1);
+    let mut batch = resp(&["SET", "a", "1"]);
+    batch.extend(resp(&["SET", "lost", "2"]));
+    batch.extend(resp(&["GET", "a"]));
+    c.write_all(&batch).unwrap();
+    // The reply before the lost one comes; then the connection closes: no reply after it is
+    // read as the lost one's.
+    assert_eq!(read_for(&mut c, ANSWER, 64), "+OK\r\n");
+    assert_eq!(proxy.dropped(), 1);
+    assert_eq!(
+        redis.cli(&["get", "lost"]).trim(),
+        "2",
+        "the command was applied"
+    );
+    let mut again = connect(proxy.port);
+    again.write_all(&resp(&["GET", "lost"])).unwrap();
+    assert_eq!(read_for(&mut again, ANSWER, 7), "$1\r\n2\r\n");
+}
+
+#[test]
+fn replies_after_a_resp2_nil_stay_aligned() {
+    let redis = RedisProc::start(&[]);
+    let proxy = FaultProxy::to(&redis);
+    let mut c = connect(proxy.port);
+    proxy.drop_reply("set after", 1);
+    // `$-1` (RESP2's nil) is no RESP3 frame: the proxy must still count it as one reply.
+    let mut batch = resp(&["GET", "missing"]);
+    batch.extend(resp(&["SET", "after", "1"]));
+    batch.extend(resp(&["GET", "after"]));
+    c.write_all(&batch).unwrap();
+    assert_eq!(read_for(&mut c, ANSWER, 12), "$-1\r\n$1\r\n1\r\n");
+    assert_eq!(proxy.dropped(), 1);
+}

@@ -48,51 +48,39 @@ impl Calls for MemoryBroker {
         id: &str,
         result: ToolResult,
     ) -> Result<CallRecord, SubmitError> {
-        let (record, waiter) = {
-            let mut calls = self.calls.shard(id);
-            let Some(entry) = calls.get_mut(id) else {
-                return Err(SubmitError::Rejected(Rejection::UnknownId));
-            };
-            let b = &entry.record.binding;
-            let found = if b.conv == from.conv {
-                Found::Here(model::CallFacts {
-                    client_id: &b.client_id,
-                    state: entry.record.state,
-                    deadline_ms: b.deadline_ms,
-                })
-            } else {
-                Found::Elsewhere
-            };
-            model::check_result(found, &from.client_id, now_ms()).map_err(SubmitError::Rejected)?;
-            entry.record.state = CallState::Answered;
-            entry.record.outcome = Some(Outcome::Result(result.clone()));
-            entry.finished = Some(Instant::now());
-            let waiter = entry.listeners();
-            let record = entry.record.clone();
-            if let Some(confirm_id) = result.confirm_id() {
-                let expires = Instant::now() + self.retention.confirmations;
-                lock(&self.confirms)
-                    .entry(confirm_id.to_owned())
-                    .or_default()
-                    .entry(record.binding.conv.clone())
-                    .or_insert_with(|| ConfirmEntry {
-                        binding: ConfirmBinding {
-                            confirm_id: confirm_id.to_owned(),
-                            call_id: record.binding.id.clone(),
-                            tool: record.binding.tool.clone(),
-                            conv: record.binding.conv.clone(),
-                            client_id: record.binding.client_id.clone(),
-                            untrusted: record.binding.untrusted,
-                        },
-                        used: false,
-                        expires,
-                        absent_since: None,
-                    });
+        self.answer(from, id, result, now_ms())
+    }
+
+    async fn submit_result_again(
+        &self,
+        from: &PageIdentity,
+        id: &str,
+        result: ToolResult,
+        received_ms: u64,
+    ) -> Result<(), SubmitError> {
+        {
+            let calls = self.calls.shard(id);
+            if let Some(entry) = calls.get(id) {
+                let r = &entry.record;
+                let same = r.state == CallState::Answered
+                    && r.binding.conv == from.conv
+                    && r.binding.client_id == from.client_id
+                    && r.outcome.as_ref() == Some(&Outcome::Result(result.clone()));
+                if same {
+                    return Ok(());
+                }
+                // Judged as when the node received it: a result that came before the
+                // deadline is not late because the broker answered after it.
+                if r.state == CallState::Pending
+                    && r.binding.deadline_ms < now_ms()
+                    && received_ms <= r.binding.deadline_ms
+                {
+                    drop(calls);
+                    return self.answer(from, id, result, received_ms).map(|_| ());
+                }
             }
-            (record, waiter)
-        };
-        tell(waiter, &Outcome::Result(result));
-        Ok(record)
+        }
+        self.submit_result(from, id, result).await.map(|_| ())
     }
 
     async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError> {
@@ -178,5 +166,63 @@ impl Calls for MemoryBroker {
             }
         }
         Ok(frames)
+    }
+}
+
+impl MemoryBroker {
+    /// A page's result judged as at `now_ms` ([`model::check_result`]), recorded and told.
+    fn answer(
+        &self,
+        from: &PageIdentity,
+        id: &str,
+        result: ToolResult,
+        now_ms: u64,
+    ) -> Result<CallRecord, SubmitError> {
+        let (record, waiter) = {
+            let mut calls = self.calls.shard(id);
+            let Some(entry) = calls.get_mut(id) else {
+                return Err(SubmitError::Rejected(Rejection::UnknownId));
+            };
+            let b = &entry.record.binding;
+            let found = if b.conv == from.conv {
+                Found::Here(model::CallFacts {
+                    client_id: &b.client_id,
+                    state: entry.record.state,
+                    deadline_ms: b.deadline_ms,
+                })
+            } else {
+                Found::Elsewhere
+            };
+            model::check_result(found, &from.client_id, now_ms).map_err(SubmitError::Rejected)?;
+            entry.record.state = CallState::Answered;
+            entry.record.outcome = Some(Outcome::Result(result.clone()));
+            entry.finished = Some(Instant::now());
+            let waiter = entry.listeners();
+            let record = entry.record.clone();
+            if let Some(confirm_id) = result.confirm_id() {
+                let expires = Instant::now() + self.retention.confirmations;
+                lock(&self.confirms)
+                    .entry(confirm_id.to_owned())
+                    .or_default()
+                    .entry(record.binding.conv.clone())
+                    .or_insert_with(|| ConfirmEntry {
+                        binding: ConfirmBinding {
+                            confirm_id: confirm_id.to_owned(),
+                            call_id: record.binding.id.clone(),
+                            tool: record.binding.tool.clone(),
+                            conv: record.binding.conv.clone(),
+                            client_id: record.binding.client_id.clone(),
+                            untrusted: record.binding.untrusted,
+                        },
+                        used: false,
+                        confirmed: false,
+                        expires,
+                        absent_since: None,
+                    });
+            }
+            (record, waiter)
+        };
+        tell(waiter, &Outcome::Result(result));
+        Ok(record)
     }
 }

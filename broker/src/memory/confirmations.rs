@@ -28,7 +28,25 @@ impl Confirmations for MemoryBroker {
             return Err(SubmitError::Rejected(Rejection::UnknownConfirm));
         };
         entry.used = true;
+        entry.confirmed = true;
         Ok(entry.binding.clone())
+    }
+
+    async fn submit_confirmed_again(
+        &self,
+        from: &PageIdentity,
+        confirm_id: &str,
+    ) -> Result<ConfirmBinding, SubmitError> {
+        {
+            let confirms = lock(&self.confirms);
+            if let Some(e) = confirms.get(confirm_id).and_then(|c| c.get(&from.conv))
+                && e.confirmed
+                && e.binding.client_id == from.client_id
+            {
+                return Ok(e.binding.clone());
+            }
+        }
+        self.submit_confirmed(from, confirm_id).await
     }
 
     async fn expire_abandoned_confirmations(

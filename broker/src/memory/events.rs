@@ -47,6 +47,27 @@ impl Events for MemoryBroker {
         Ok(event)
     }
 
+    async fn emit_once(
+        &self,
+        tenant: &str,
+        kind: EventType,
+        conv: &ConvKey,
+        data: Value,
+        once: &str,
+    ) -> Result<Option<Event>, BrokerError> {
+        {
+            let mut logs = lock(&self.logs);
+            let log = logs.entry(tenant.to_owned()).or_insert_with(TenantLog::new);
+            let now = Instant::now();
+            log.once.retain(|_, until| *until > now);
+            if log.once.contains_key(once) {
+                return Ok(None);
+            }
+            log.once.insert(once.to_owned(), now + crate::ONCE_TTL);
+        }
+        self.emit(tenant, kind, conv, data).await.map(Some)
+    }
+
     async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError> {
         let mut logs = lock(&self.logs);
         let log = logs.entry(tenant.to_owned()).or_insert_with(TenantLog::new);

@@ -64,6 +64,8 @@ type PlaceSet = HashMap<String, (String, Instant)>;
 struct ConfirmEntry {
     binding: ConfirmBinding,
     used: bool,
+    /// Used by its page's `confirmed` (not expired by the sweep).
+    confirmed: bool,
     expires: Instant,
     /// When the sweep first saw its page certainly gone (ms), `None` while it may be present.
     absent_since: Option<u64>,
@@ -178,6 +180,8 @@ struct TenantLog {
     bytes: u64,
     last: (u64, u64),
     live: broadcast::Sender<Event>,
+    /// Names of [`Events::emit_once`] emissions, until they expire.
+    once: HashMap<String, Instant>,
 }
 
 impl TenantLog {
@@ -187,6 +191,7 @@ impl TenantLog {
             bytes: 0,
             last: (0, 0),
             live: broadcast::channel(1024).0,
+            once: HashMap::new(),
         }
     }
 }

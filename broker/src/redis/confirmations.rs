@@ -11,11 +11,41 @@ impl Confirmations for RedisBroker {
         from: &PageIdentity,
         confirm_id: &str,
     ) -> Result<ConfirmBinding, SubmitError> {
+        self.confirm(from, confirm_id, false).await
+    }
+
+    async fn submit_confirmed_again(
+        &self,
+        from: &PageIdentity,
+        confirm_id: &str,
+    ) -> Result<ConfirmBinding, SubmitError> {
+        self.confirm(from, confirm_id, true).await
+    }
+
+    async fn expire_abandoned_confirmations(
+        &self,
+        grace: Duration,
+    ) -> Result<Vec<ConfirmBinding>, BrokerError> {
+        self.sweep_confirms(grace).await
+    }
+}
+
+impl RedisBroker {
+    /// One run of the confirm script; `again` after a run whose outcome is unknown.
+    async fn confirm(
+        &self,
+        from: &PageIdentity,
+        confirm_id: &str,
+        again: bool,
+    ) -> Result<ConfirmBinding, SubmitError> {
         let reply = strings(
-            self.script(
+            self.script_once(
                 &self.scripts.confirm,
                 vec![self.keys.confirm(&from.conv, confirm_id)],
-                vec![from.client_id.clone()],
+                vec![
+                    from.client_id.clone(),
+                    if again { "again" } else { "" }.to_owned(),
+                ],
             )
             .await?,
         );
@@ -53,15 +83,6 @@ impl Confirmations for RedisBroker {
         }
     }
 
-    async fn expire_abandoned_confirmations(
-        &self,
-        grace: Duration,
-    ) -> Result<Vec<ConfirmBinding>, BrokerError> {
-        self.sweep_confirms(grace).await
-    }
-}
-
-impl RedisBroker {
     /// (Re)schedules the check of a pending confirmation (`tenant\nuser\nconversation\n
     /// confirmId\nclientId`) at `at_ms`; best effort, the sweep finds it again otherwise.
     pub(super) async fn watch_confirm(&self, member: &str, at_ms: u64) {

@@ -13,38 +13,21 @@ impl Events for RedisBroker {
         conv: &ConvKey,
         data: Json,
     ) -> Result<Event, BrokerError> {
-        let timestamp = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-        let body = serde_json::json!({"type": kind, "timestamp": timestamp, "user": conv.user, "conversation": conv.conversation, "data": data});
-        let reply = strings(
-            self.script(
-                &self.scripts.emit,
-                vec![self.keys.events(tenant), self.keys.event_bytes(tenant)],
-                vec![
-                    self.opts.retention.events_per_tenant.to_string(),
-                    self.opts.retention.event_bytes_per_tenant.to_string(),
-                    body.to_string(),
-                    self.keys.events_channel(tenant),
-                ],
-            )
-            .await?,
-        );
-        let id = reply.first().cloned().unwrap_or_default();
-        let held_for_webhooks = reply.get(1).is_some_and(|h| h != "0");
-        if held_for_webhooks {
-            tracing::debug!(
-                tenant,
-                "event retention reached, but the oldest events are not delivered to webhooks yet: they stay until delivered or dead-lettered"
-            );
-        }
-        Ok(Event {
-            id,
-            kind,
-            timestamp,
-            user: conv.user.clone(),
-            conversation: conv.conversation.clone(),
-            data,
-            held_for_webhooks,
-        })
+        Ok(self.emit_named(tenant, kind, conv, data, None).await?.0)
+    }
+
+    async fn emit_once(
+        &self,
+        tenant: &str,
+        kind: EventType,
+        conv: &ConvKey,
+        data: Json,
+        once: &str,
+    ) -> Result<Option<Event>, BrokerError> {
+        let (event, recorded) = self
+            .emit_named(tenant, kind, conv, data, Some(once))
+            .await?;
+        Ok(recorded.then_some(event))
     }
 
     async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError> {
@@ -87,5 +70,52 @@ impl Events for RedisBroker {
             }
         };
         Ok(EventFeed { backlog, live })
+    }
+}
+
+impl RedisBroker {
+    /// One run of the emit script: the event, and whether this run recorded it (not when `once`
+    /// names an emission recorded before: the event then carries that one's id).
+    async fn emit_named(
+        &self,
+        tenant: &str,
+        kind: EventType,
+        conv: &ConvKey,
+        data: Json,
+        once: Option<&str>,
+    ) -> Result<(Event, bool), BrokerError> {
+        let timestamp = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+        let body = serde_json::json!({"type": kind, "timestamp": timestamp, "user": conv.user, "conversation": conv.conversation, "data": data});
+        let mut keys = vec![self.keys.events(tenant), self.keys.event_bytes(tenant)];
+        let mut args = vec![
+            self.opts.retention.events_per_tenant.to_string(),
+            self.opts.retention.event_bytes_per_tenant.to_string(),
+            body.to_string(),
+            self.keys.events_channel(tenant),
+        ];
+        if let Some(once) = once {
+            keys.push(self.keys.event_once(tenant, once));
+            args.push(millis(crate::ONCE_TTL).to_string());
+        }
+        let reply = strings(self.script(&self.scripts.emit, keys, args).await?);
+        let recorded = reply.get(2).is_none();
+        let id = reply.first().cloned().unwrap_or_default();
+        let held_for_webhooks = reply.get(1).is_some_and(|h| h != "0");
+        if held_for_webhooks {
+            tracing::debug!(
+                tenant,
+                "event retention reached, but the oldest events are not delivered to webhooks yet: they stay until delivered or dead-lettered"
+            );
+        }
+        let event = Event {
+            id,
+            kind,
+            timestamp,
+            user: conv.user.clone(),
+            conversation: conv.conversation.clone(),
+            data,
+            held_for_webhooks,
+        };
+        Ok((event, recorded))
     }
 }

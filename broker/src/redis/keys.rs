@@ -113,6 +113,11 @@ impl Keys {
         format!("{}{}:events", self.p, tenant_tag(tenant))
     }
 
+    /// The name of one `emit_once` emission (beside the tenant's stream, on its slot).
+    pub fn event_once(&self, tenant: &str, once: &str) -> String {
+        format!("{}{}:once:{once}", self.p, tenant_tag(tenant))
+    }
+
     /// The tenant's live event channel.
     pub fn events_channel(&self, tenant: &str) -> String {
         format!("{}ev:{}", self.p, tenant_tag(tenant))

@@ -370,6 +370,59 @@ impl RedisBroker {
         answer
     }
 
+    /// [`RedisBroker::script`], written once: a command whose connection closes before its
+    /// reply came is not written again by the client (it may have been applied), but fails, so
+    /// that its caller submits it again as such (`submit_result_again`,
+    /// `submit_confirmed_again`): a script that is not idempotent by itself must never run twice
+    /// unbeknown to its caller. On one Redis only, for now: see below.
+    async fn script_once(
+        &self,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, BrokerError> {
+        if !self.client.is_connected() {
+            return Err(BrokerError::Unavailable { retry_after: RETRY });
+        }
+        let name = self.scripts.name_of(script);
+        let started = std::time::Instant::now();
+        if self.client.is_clustered() {
+            // On a Cluster the client counts a write to a node it is still connecting to, or
+            // one sent where a slot moved, as an attempt: written once, such a command fails
+            // where it would have succeeded. There the client's resend stays (issue of the
+            // Cluster's failovers and reshards, `docs/architecture.md`, "Faults").
+            return self.script(script, keys, args).await;
+        }
+        let once = self.client.with_options(&fred::types::config::Options {
+            max_attempts: Some(1),
+            ..Default::default()
+        });
+        // EVALSHA sha numkeys keys… args…, sent to the slot of its first key.
+        let command =
+            fred::types::CustomCommand::new("EVALSHA", fred::types::ClusterHash::Offset(2), false);
+        let mut call: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
+        call.push(script.sha1().clone().into());
+        call.push(Value::from(i64::try_from(keys.len()).unwrap_or(i64::MAX)));
+        call.extend(keys.into_iter().map(Value::from));
+        call.extend(args.into_iter().map(Value::from));
+        let answer = match once
+            .custom::<Value, Value>(command.clone(), call.clone())
+            .await
+        {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                if let Err(e) = script.load(&self.client).await {
+                    Err(e)
+                } else {
+                    once.custom(command, call).await
+                }
+            }
+            answer => answer,
+        }
+        .map_err(|e| unavailable(&e));
+        self.opts.observe.observe(name, started.elapsed());
+        answer
+    }
+
     /// Loads every script into Redis (each primary, on a Cluster) before this node uses them:
     /// at start and when the connection comes back, so that the first calls and the
     /// re-publication of a restarted (empty) Redis do not each fail with `NOSCRIPT` and load

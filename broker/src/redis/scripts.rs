@@ -208,16 +208,22 @@ return {'ok'}
 /// KEYS: call, confirm, pending set, deadline set. ARGV: conversation ref, clientId, outcome,
 /// confirmId or '', confirm ttl ms, call id, node channel prefix, partition suffix, outcome
 /// message, deadline member, then the call id and the clientId in their compact forms (as the
-/// call's hash and the pending set hold them).
-/// Returns `{'ok', tool/kind/flags, deadline, node}` or a rejection's code.
+/// call's hash and the pending set hold them), then '' or, for a result submitted again after
+/// an unknown outcome, the ms at which the node received it: the deadline is judged then, and
+/// the same outcome already recorded is `before` (the earlier submission was applied).
+/// Returns `{'ok' or 'before', tool/kind/flags, deadline, node}` or a rejection's code.
 pub const RESULT: &str = r"
 local f = call_fields(KEYS[1])
 if not f[1] then return {'unknown_id'} end
 if f[1] ~= ARGV[1] or f[2] ~= ARGV[12] then return {'mismatch'} end
-if f[5] == 'a' then return {'duplicate'} end
+if f[5] == 'a' then
+  if ARGV[13] ~= '' and f[7] == ARGV[3] then return {'before', f[6], f[3], f[4] or ''} end
+  return {'duplicate'}
+end
 if f[5] == 't' then return {'late'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[13] ~= '' and tonumber(ARGV[13]) < now then now = tonumber(ARGV[13]) end
 if now > tonumber(f[3]) then return {'late'} end
 finish(KEYS[1], f, 'a', ARGV[3])
 redis.call('SREM', KEYS[3], ARGV[11])
@@ -287,13 +293,17 @@ return {f[1], f[2], f[3], f[4] or '', f[6], f[5], f[7] or ''}
 /// Accepts a confirmed once, from the page that sent the needs_confirmation
 /// (`model::check_confirm`); returns the id and tool/kind/flags of the call that carried it. A
 /// missing key is `unknown_confirm`; the caller tells a confirmId of another conversation
-/// through its index. KEYS: confirm. ARGV: clientId.
+/// through its index. `u` is `0` pending, `c` confirmed by its page, `1` expired by the sweep (or
+/// confirmed, by an earlier build). Submitted `again` (the node did not learn the outcome of an
+/// earlier submission), a confirmation its page confirmed answers as accepted.
+/// KEYS: confirm. ARGV: clientId, '' or 'again'.
 pub const CONFIRM: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'k', 'c', 'u', 't')
 if not f[1] then return {'unknown_confirm'} end
 if f[2] ~= ARGV[1] then return {'mismatch'} end
-if f[3] == '1' then return {'duplicate'} end
-redis.call('HSET', KEYS[1], 'u', '1')
+if f[3] == 'c' and ARGV[2] == 'again' then return {'ok', f[1], f[4] or ''} end
+if f[3] == '1' or f[3] == 'c' then return {'duplicate'} end
+redis.call('HSET', KEYS[1], 'u', 'c')
 return {'ok', f[1], f[4] or ''}
 ";
 
@@ -364,8 +374,10 @@ return {taken, wait}
 /// Appends an event to the tenant's stream and publishes it to live readers, then trims the
 /// oldest events beyond the retention in count and in bytes (`model::events_to_trim`), never
 /// past an event the webhook group has not read and acknowledged: those stay until delivered or
-/// dead-lettered. Returns the event id and how many events were held back from trimming.
-/// KEYS: stream, its byte counter. ARGV: max count, max bytes, event, channel.
+/// dead-lettered. Returns the event id and how many events were held back from trimming. With
+/// a third key (`Events::emit_once`), an event already emitted under that name is not emitted
+/// again: its id is returned with a third element, and the name is kept ARGV[5] ms.
+/// KEYS: stream, its byte counter[, once key]. ARGV: max count, max bytes, event, channel[, ttl].
 pub const EMIT: &str = r"
 local function before(a, b)
   local am, as = string.match(a, '(%d+)-(%d+)')
@@ -373,7 +385,12 @@ local function before(a, b)
   am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
   return am < bm or (am == bm and as < bs)
 end
+if KEYS[3] then
+  local seen = redis.call('GET', KEYS[3])
+  if seen then return {seen, '0', 'seen'} end
+end
 local id = redis.call('XADD', KEYS[1], '*', 'e', ARGV[3])
+if KEYS[3] then redis.call('SET', KEYS[3], id, 'PX', ARGV[5]) end
 redis.call('SPUBLISH', ARGV[4], id .. '\n' .. ARGV[3])
 local bytes = redis.call('INCRBY', KEYS[2], #ARGV[3])
 local floor = nil
@@ -419,7 +436,7 @@ return {id, held}
 /// KEYS: confirm, sockets. ARGV: clientId, now ms, grace ms, live node ids…
 pub const EXPIRE_CONFIRM: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'k', 'u', 'a', 't')
-if not f[1] or f[2] == '1' then return {'drop'} end
+if not f[1] or f[2] == '1' or f[2] == 'c' then return {'drop'} end
 local live = {}
 for i = 4, #ARGV do live[ARGV[i]] = true end
 local socks = redis.call('HGETALL', KEYS[2])

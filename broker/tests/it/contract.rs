@@ -715,3 +715,78 @@ async fn sockets_without_a_conversation_share_the_tenants_connection_limit(backe
     n2.admit_socket("t", 2).await.unwrap();
 }
 contract!(sockets_without_a_conversation_share_the_tenants_connection_limit);
+
+/// A node that did not hear whether its submission was applied submits it again: applied once,
+/// never taken for the page's duplicate, judged as when the node received it; an emission
+/// submitted again under its name is recorded once.
+async fn a_frame_submitted_again_is_applied_once_and_its_event_recorded_once(backend: Backend) {
+    let mut nodes = Nodes::new(backend, short());
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    let from = page(&c, "p1");
+    // A result applied, then submitted again: the same outcome is no duplicate; another is.
+    let (id, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    b.submit_result(&from, &id, needs("k1")).await.unwrap();
+    assert_eq!(
+        b.submit_result_again(&from, &id, needs("k1"), toolmark_broker::now_ms())
+            .await,
+        Ok(())
+    );
+    assert_eq!(
+        b.submit_result_again(&from, &id, ok(), toolmark_broker::now_ms())
+            .await,
+        rejected(Rejection::Duplicate)
+    );
+    assert_eq!(
+        b.submit_result_again(&page(&c, "p2"), &id, needs("k1"), toolmark_broker::now_ms())
+            .await,
+        rejected(Rejection::Mismatch)
+    );
+    // Received before the deadline, submitted after it: judged when it was received.
+    let (late, _w) = call(&b, &c, "p1", Duration::from_millis(200)).await;
+    let received = toolmark_broker::now_ms();
+    eventually(Duration::from_secs(10), "the deadline passes", || async {
+        (toolmark_broker::now_ms() > received + 400).then_some(())
+    })
+    .await;
+    assert_eq!(
+        b.submit_result(&from, &late, ok()).await.map(|_| ()),
+        rejected(Rejection::Late)
+    );
+    assert_eq!(
+        b.submit_result_again(&from, &late, ok(), received).await,
+        Ok(())
+    );
+    let record = b.call("t", &late).await.unwrap().unwrap();
+    assert_eq!(record.outcome, Some(Outcome::Result(ok())));
+    // A confirmation: again, after it was applied, it answers its binding; a plain second
+    // submission is the page's duplicate.
+    let bound = b.submit_confirmed(&from, "k1").await.unwrap();
+    let again = b.submit_confirmed_again(&from, "k1").await.unwrap();
+    assert_eq!(again, bound);
+    assert_eq!(
+        b.submit_confirmed(&from, "k1").await,
+        Err(SubmitError::Rejected(Rejection::Duplicate))
+    );
+    assert_eq!(
+        b.submit_confirmed_again(&page(&c, "p2"), "k1").await,
+        Err(SubmitError::Rejected(Rejection::Mismatch))
+    );
+    // An event under a name is recorded once; another name is another event.
+    let emit = |once: &'static str| {
+        let (b, c) = (b.clone(), c.clone());
+        async move {
+            b.emit_once("t", EventType::PageManifest, &c, json!({"rev": 1}), once)
+                .await
+                .unwrap()
+        }
+    };
+    let feed = b.events("t", Some("0-0")).await.unwrap();
+    let before = feed.backlog.len();
+    assert!(emit("frame-1").await.is_some());
+    assert!(emit("frame-1").await.is_none(), "recorded twice");
+    assert!(emit("frame-2").await.is_some());
+    let feed = b.events("t", Some("0-0")).await.unwrap();
+    assert_eq!(feed.backlog.len(), before + 2);
+}
+contract!(a_frame_submitted_again_is_applied_once_and_its_event_recorded_once);

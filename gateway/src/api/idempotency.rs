@@ -312,6 +312,7 @@ mod tests {
             None,
             mcp,
             live,
+            toolmark_process::config::HoldSettings::default(),
         )
     }
 

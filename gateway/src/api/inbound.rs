@@ -64,7 +64,9 @@ pub async fn accept(
     {
         return Err(problem(inbound::client_mismatch(app)));
     }
-    inbound::dispatch(app, conv, message).await.map_err(problem)
+    inbound::dispatch(app, conv, message, body.len())
+        .await
+        .map_err(problem)
 }
 
 /// The answer to a refused page message (public for the fuzz targets).

@@ -17,6 +17,7 @@ mod mcp_doors;
 mod nodes;
 mod pusher;
 mod security;
+mod stall;
 mod tls;
 mod tokens;
 mod webhooks;

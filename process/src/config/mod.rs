@@ -19,7 +19,9 @@ use serde::{Deserialize, Serialize};
 
 pub use admin::{AdminConfig, AdminSettings, Sealer, StoredMcpOAuth, StoredTenant};
 pub use layers::Overrides;
-pub use settings::{BrokerSettings, McpSettings, ServerSettings, Settings, WorkerSettings};
+pub use settings::{
+    BrokerSettings, HoldSettings, McpSettings, ServerSettings, Settings, WorkerSettings,
+};
 pub use tenant::{
     ApiKey, McpOAuth, OAuthKeys, PusherApp, Revocation, TenantSettings, TenantSource, TokenKey,
     WebhookTarget, is_valid_tenant_id,
@@ -199,6 +201,28 @@ pub struct BrokerConfig {
     /// Prefix of every Redis key and channel (several deployments can share one Redis).
     #[serde(default = "default_prefix")]
     pub key_prefix: String,
+    /// How long a node holds a frame a page sent (a `result`, a `confirmed`, a manifest) while
+    /// the broker does not answer, retrying until it does (1 to 300 seconds).
+    #[serde(default = "default_stall_hold_secs")]
+    pub stall_hold_secs: u64,
+    /// How many such frames a node holds at once; past it, a frame is dropped (counted, logged).
+    #[serde(default = "default_stall_hold_frames")]
+    pub stall_hold_frames: usize,
+    /// How many bytes of such frames a node holds at once; past it, a frame is dropped.
+    #[serde(default = "default_stall_hold_bytes")]
+    pub stall_hold_bytes: usize,
+}
+
+fn default_stall_hold_secs() -> u64 {
+    30
+}
+
+fn default_stall_hold_frames() -> usize {
+    10_000
+}
+
+fn default_stall_hold_bytes() -> usize {
+    64 * 1024 * 1024
 }
 
 fn default_prefix() -> String {
@@ -211,6 +235,9 @@ impl Default for BrokerConfig {
             kind: BrokerKind::Memory,
             url: None,
             key_prefix: default_prefix(),
+            stall_hold_secs: default_stall_hold_secs(),
+            stall_hold_frames: default_stall_hold_frames(),
+            stall_hold_bytes: default_stall_hold_bytes(),
         }
     }
 }

@@ -19,6 +19,8 @@ pub struct Settings {
     pub server: ServerSettings,
     /// `[broker]`
     pub broker: BrokerSettings,
+    /// `[broker]`: what a node holds while the broker does not answer.
+    pub hold: HoldSettings,
     /// `[[tenants]]`
     pub tenants: Vec<TenantSettings>,
     /// `[worker]`
@@ -75,6 +77,28 @@ pub enum BrokerSettings {
     },
 }
 
+/// The frames a node accepted from its pages and holds while the broker does not answer
+/// (`broker.stall_hold_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldSettings {
+    /// How long one frame is held, from when it came.
+    pub time: Duration,
+    /// Frames held at once.
+    pub frames: usize,
+    /// Bytes held at once.
+    pub bytes: usize,
+}
+
+impl Default for HoldSettings {
+    fn default() -> Self {
+        HoldSettings {
+            time: Duration::from_secs(30),
+            frames: 10_000,
+            bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
 /// `[worker]`, parsed.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
@@ -89,6 +113,7 @@ impl Config {
     pub fn parse(self) -> Result<Settings, ConfigError> {
         let server = parse_server(&self.server, self.dev_mode)?;
         let broker = self.parse_broker()?;
+        let hold = self.parse_hold()?;
         let worker = parse_worker(self.worker)?;
         let mcp = parse_mcp(&self.mcp)?;
         let mut tenants = Vec::with_capacity(self.tenants.len());
@@ -140,11 +165,39 @@ impl Config {
         Ok(Settings {
             server,
             broker,
+            hold,
             tenants,
             worker,
             mcp,
             admin,
             dev_mode: self.dev_mode,
+        })
+    }
+
+    fn parse_hold(&self) -> Result<HoldSettings, ConfigError> {
+        let b = &self.broker;
+        if !(1..=300).contains(&b.stall_hold_secs) {
+            return Err(ConfigError::new(
+                "broker.stall_hold_secs",
+                "1 to 300 seconds",
+            ));
+        }
+        if b.stall_hold_frames == 0 {
+            return Err(ConfigError::new(
+                "broker.stall_hold_frames",
+                "must be greater than 0",
+            ));
+        }
+        if b.stall_hold_bytes < 64 * 1024 {
+            return Err(ConfigError::new(
+                "broker.stall_hold_bytes",
+                "at least 65536 bytes",
+            ));
+        }
+        Ok(HoldSettings {
+            time: Duration::from_secs(b.stall_hold_secs),
+            frames: b.stall_hold_frames,
+            bytes: b.stall_hold_bytes,
         })
     }
 

@@ -427,6 +427,7 @@ mod tests {
             None,
             mcp,
             live,
+            toolmark_process::config::HoldSettings::default(),
         );
         let conv = ConvKey::new("t", "u", "c");
         let binding = CallBinding {

@@ -1,0 +1,254 @@
+//! Nothing a page says is lost: a `confirmed`, a `result` and a manifest a node accepted while
+//! its Redis stalled (`SIGSTOP` of the test's own `redis-server`, longer than the node's 2 s
+//! command timeout) or lost the reply of its write (the fault proxy drops the reply and cuts
+//! the connection there) are applied once, with their events, and the agent hears the page's
+//! answer. Two nodes share one Redis: the page on node 1, the agent on node 2.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use toolmark_testkit::fault::FaultProxy;
+use toolmark_testkit::redis::RedisProc;
+
+use crate::agent::Events;
+use crate::harness::{Gateway, Page, config_with, fresh_prefix, redis_broker};
+use crate::nodes::tools;
+
+/// How long Redis stalls: three times the node's command timeout, so the frame's first
+/// submission and those after it time out.
+const STALL: Duration = Duration::from_secs(6);
+
+/// Node 1 (the pages') on `page_url`, node 2 (the agents') on `agent_url`, one Redis behind both.
+async fn two_nodes(page_url: &str, agent_url: &str) -> (Gateway, Gateway) {
+    let prefix = fresh_prefix();
+    let n1 = Gateway::start_config(
+        &config_with(&redis_broker(page_url, &prefix), ""),
+        Some("node-1".into()),
+    )
+    .await;
+    let n2 = Gateway::start_config(
+        &config_with(&redis_broker(agent_url, &prefix), ""),
+        Some("node-2".into()),
+    )
+    .await;
+    (n1, n2)
+}
+
+/// A page on node 1 that node 2 sees, and the tenant's event stream read on node 2.
+async fn page_and_events(n1: &Gateway, n2: &Gateway) -> (Page, Events) {
+    let mut page = n1.page("acme", "u1", "c1").await;
+    page.manifest(1, tools()).await;
+    n2.acme().wait_current("u1", "c1", &page.client_id).await;
+    let events = n2.acme().events("", None).await;
+    (page, events)
+}
+
+/// A call from node 2 answered `needs_confirmation` by the page: its confirmId.
+async fn needs_confirmation(n2: &Gateway, page: &mut Page) -> String {
+    let pending = n2.acme().call_later(
+        "u1",
+        "c1",
+        json!({"tool": "signup.submit", "input": {}, "timeoutMs": 20000}),
+    );
+    let frame = page.recv().await;
+    let confirm_id = uuid::Uuid::new_v4().to_string();
+    page.answer(
+        frame["id"].as_str().unwrap(),
+        json!({"status": "needs_confirmation", "confirmId": confirm_id, "summary": "Sign up?"}),
+    )
+    .await;
+    let answer = pending.await.unwrap();
+    assert_eq!(
+        answer.body["outcome"]["status"], "needs_confirmation",
+        "{}",
+        answer.body
+    );
+    confirm_id
+}
+
+fn confirmed(page: &Page, confirm_id: &str) -> Value {
+    json!({"protocol": 1, "type": "confirmed", "clientId": page.client_id,
+        "confirmId": confirm_id, "result": {"status": "ok", "data": "signed up"}})
+}
+
+/// Every event of the tenant's log up to the page's manifest of `rev` (sent after the frame
+/// under test: the page's frames are applied in order, so anything the earlier frame emits is
+/// before it), read again from the start on node 2.
+async fn log_until_manifest(n2: &Gateway, page: &mut Page, rev: u64) -> Vec<(String, Value)> {
+    page.manifest(rev, tools()).await;
+    let mut log = n2.acme().events("", Some("0-0")).await;
+    let mut seen = Vec::new();
+    loop {
+        let ev = log
+            .next_within(crate::harness::WAIT)
+            .await
+            .unwrap_or_else(|| panic!("the manifest of rev {rev} never came; saw {seen:?}"));
+        if ev.event == "page.manifest" && ev.data["data"]["rev"] == rev {
+            return seen;
+        }
+        seen.push((ev.event, ev.data));
+    }
+}
+
+fn count(log: &[(String, Value)], kind: &str) -> usize {
+    log.iter().filter(|(k, _)| k == kind).count()
+}
+
+#[tokio::test]
+async fn a_confirmation_approved_while_redis_stalls_is_recorded_and_announced_once() {
+    let redis = RedisProc::start(&[]);
+    let (n1, n2) = two_nodes(&redis.url(), &redis.url()).await;
+    let (mut page, mut events) = page_and_events(&n1, &n2).await;
+    let confirm_id = needs_confirmation(&n2, &mut page).await;
+
+    redis.pause();
+    page.send(confirmed(&page, &confirm_id)).await;
+    n1.wait_metric("toolmark_frames_held_total", 1.0).await;
+    tokio::time::sleep(STALL).await;
+    redis.resume();
+
+    let ev = events.next_of("confirmation.resolved").await;
+    assert_eq!(ev.data["data"]["confirmId"], confirm_id.as_str());
+    assert_eq!(ev.data["data"]["outcome"]["data"], "signed up");
+    let log = log_until_manifest(&n2, &mut page, 2).await;
+    assert_eq!(count(&log, "confirmation.resolved"), 1, "{log:?}");
+    n1.wait_metric("toolmark_frames_holding", 0.0).await;
+    assert_eq!(
+        n1.metric("toolmark_frames_dropped_total{reason=\"hold_time\"}")
+            .await,
+        0.0
+    );
+    // The confirmId is used: the page cannot confirm it twice.
+    page.send(confirmed(&page, &confirm_id)).await;
+    n1.wait_metric("toolmark_results_rejected_total{reason=\"duplicate\"}", 1.0)
+        .await;
+}
+
+#[tokio::test]
+async fn a_confirmation_whose_reply_is_lost_is_announced_once() {
+    let redis = RedisProc::start(&[]);
+    let proxy = FaultProxy::to(&redis);
+    let (n1, n2) = two_nodes(&proxy.url(), &redis.url()).await;
+    let (mut page, mut events) = page_and_events(&n1, &n2).await;
+    let confirm_id = needs_confirmation(&n2, &mut page).await;
+
+    // The confirm script runs; its reply is lost with its connection.
+    proxy.drop_reply_and_cut(&format!(":confirm:{confirm_id}"), 1);
+    page.send(confirmed(&page, &confirm_id)).await;
+
+    let ev = events.next_of("confirmation.resolved").await;
+    assert_eq!(ev.data["data"]["confirmId"], confirm_id.as_str());
+    assert_eq!(proxy.dropped(), 1);
+    let log = log_until_manifest(&n2, &mut page, 2).await;
+    assert_eq!(count(&log, "confirmation.resolved"), 1, "{log:?}");
+    assert_eq!(n1.metric("toolmark_frames_held_total").await, 1.0);
+}
+
+#[tokio::test]
+async fn a_result_sent_while_redis_stalls_reaches_the_agent() {
+    let redis = RedisProc::start(&[]);
+    let (n1, n2) = two_nodes(&redis.url(), &redis.url()).await;
+    let (mut page, _events) = page_and_events(&n1, &n2).await;
+    let pending = n2.acme().call_later(
+        "u1",
+        "c1",
+        json!({"tool": "todo.add", "input": {}, "timeoutMs": 20000}),
+    );
+    let frame = page.recv().await;
+    let id = frame["id"].as_str().unwrap().to_owned();
+
+    redis.pause();
+    page.answer(&id, json!({"status": "ok", "data": "added"}))
+        .await;
+    n1.wait_metric("toolmark_frames_held_total", 1.0).await;
+    tokio::time::sleep(STALL).await;
+    redis.resume();
+
+    let answer = pending.await.unwrap();
+    assert_eq!(
+        (answer.status, &answer.body["outcome"]),
+        (200, &json!({"status": "ok", "data": "added"})),
+        "{}",
+        answer.body
+    );
+    let record = n2.acme().get(&format!("/calls/{id}")).await;
+    assert_eq!(record.body["outcome"]["data"], "added", "{}", record.body);
+    n1.wait_metric("toolmark_frames_holding", 0.0).await;
+    assert_eq!(
+        n1.metric("toolmark_results_rejected_total{reason=\"duplicate\"}")
+            .await,
+        0.0,
+        "the result submitted again was taken for a page's duplicate"
+    );
+}
+
+#[tokio::test]
+async fn a_result_whose_reply_is_lost_is_not_a_duplicate() {
+    let redis = RedisProc::start(&[]);
+    let proxy = FaultProxy::to(&redis);
+    let (n1, n2) = two_nodes(&proxy.url(), &redis.url()).await;
+    let (mut page, _events) = page_and_events(&n1, &n2).await;
+    let pending = n2.acme().call_later(
+        "u1",
+        "c1",
+        json!({"tool": "todo.add", "input": {}, "timeoutMs": 20000}),
+    );
+    let frame = page.recv().await;
+    let id = frame["id"].as_str().unwrap().to_owned();
+
+    proxy.drop_reply_and_cut("\"added once\"", 1);
+    page.answer(&id, json!({"status": "ok", "data": "added once"}))
+        .await;
+
+    let answer = pending.await.unwrap();
+    assert_eq!(
+        answer.body["outcome"]["data"], "added once",
+        "{}",
+        answer.body
+    );
+    n1.wait_metric("toolmark_frames_held_total", 1.0).await;
+    n1.wait_metric("toolmark_frames_holding", 0.0).await;
+    assert_eq!(proxy.dropped(), 1);
+    assert_eq!(
+        n1.metric("toolmark_results_rejected_total{reason=\"duplicate\"}")
+            .await,
+        0.0
+    );
+}
+
+#[tokio::test]
+async fn a_manifest_sent_while_redis_stalls_is_stored_and_announced_once() {
+    let redis = RedisProc::start(&[]);
+    let (n1, n2) = two_nodes(&redis.url(), &redis.url()).await;
+    let (mut page, mut events) = page_and_events(&n1, &n2).await;
+    let more = json!([
+        crate::harness::tool("todo.add", json!({})),
+        crate::harness::tool("todo.clear", json!({}))
+    ]);
+
+    redis.pause();
+    page.manifest(2, more).await;
+    n1.wait_metric("toolmark_frames_held_total", 1.0).await;
+    tokio::time::sleep(STALL).await;
+    redis.resume();
+
+    loop {
+        let ev = events.next_of("page.manifest").await;
+        if ev.data["data"]["rev"] == 2 {
+            break;
+        }
+    }
+    let state = n2.acme().get("/users/u1/conversations/c1").await;
+    assert!(
+        state.body.to_string().contains("todo.clear"),
+        "{}",
+        state.body
+    );
+    let log = log_until_manifest(&n2, &mut page, 3).await;
+    let rev2 = log
+        .iter()
+        .filter(|(k, d)| k == "page.manifest" && d["data"]["rev"] == 2)
+        .count();
+    assert_eq!(rev2, 1, "{log:?}");
+}
