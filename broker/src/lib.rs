@@ -36,6 +36,29 @@ pub use types::{
 /// frame for an unanswering broker (`broker.stall_hold_secs`, at most 300 s).
 pub const ONCE_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// The name of a call's outcome event for [`Events::emit_once`]: one `call.result` or
+/// `call.timeout` per call, whichever node or sweep announces it, however many times.
+pub fn call_event_name(kind: EventType, call_id: &str) -> String {
+    format!("{}:{call_id}", kind.as_str())
+}
+
+/// The name of a confirmation's `confirmation.resolved` for [`Events::emit_once`]: one per
+/// confirmId of a conversation, confirmed by its page or expired by the sweep.
+pub fn confirmation_event_name(conv: &ConvKey, confirm_id: &str) -> String {
+    format!(
+        "{}:{}\n{}\n{confirm_id}",
+        EventType::ConfirmationResolved.as_str(),
+        conv.user,
+        conv.conversation
+    )
+}
+
+/// The pause before the `attempt`-th submission again (from 0) of a change whose outcome the
+/// node does not know: 50 ms, doubling up to 1 s.
+pub fn retry_pause(attempt: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(50u64.saturating_mul(1u64 << attempt.min(5)).min(1000))
+}
+
 /// Where a node delivers agent → page frames: its own sockets of a conversation.
 pub trait PageSink: Send + Sync + 'static {
     /// Writes `frame` to this node's sockets of `conv` whose clientId is `client_id` or not yet

@@ -15,18 +15,13 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use prometheus_client::metrics::gauge::Gauge;
 use toolmark_broker::{BrokerError, ConvKey, SubmitError, now_ms};
 use toolmark_process::config::HoldSettings;
 
 use crate::metrics::Metrics;
-
-/// The first wait before submitting again; it doubles up to [`MAX_PAUSE`].
-const FIRST_PAUSE: Duration = Duration::from_millis(50);
-/// The longest wait between two submissions.
-const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 /// What a node holds at once, and the names of the frames it received.
 #[derive(Debug)]
@@ -116,7 +111,8 @@ impl Frame<'_> {
     }
 
     /// Runs `attempt` until the broker answers: `attempt(false)` first, then, after an answer
-    /// that did not come, `attempt(true)` (a submission again) with a growing pause, until the
+    /// that did not come, `attempt(true)` (a submission again) after
+    /// [`toolmark_broker::retry_pause`], until the
     /// hold time since the frame came has passed. `None` when the frame is dropped: the node
     /// holds too much already, or the time ran out (counted and logged, naming `what` and
     /// the conversation).
@@ -132,7 +128,7 @@ impl Frame<'_> {
         F: Future<Output = Result<T, E>>,
     {
         let mut again = false;
-        let mut pause = FIRST_PAUSE;
+        let mut attempt_no = 0;
         loop {
             let error = match attempt(again).await {
                 Err(e) if e.unknown() => e,
@@ -158,8 +154,8 @@ impl Frame<'_> {
                 tracing::error!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, frame = what, held_ms = u64::try_from(self.received.elapsed().as_millis()).unwrap_or(u64::MAX), error = %error, "page frame dropped: the broker did not answer within broker.stall_hold_secs");
                 return None;
             }
-            tokio::time::sleep(pause.min(left)).await;
-            pause = (pause * 2).min(MAX_PAUSE);
+            tokio::time::sleep(toolmark_broker::retry_pause(attempt_no).min(left)).await;
+            attempt_no += 1;
         }
     }
 
@@ -191,6 +187,8 @@ impl Drop for Frame<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

@@ -98,7 +98,8 @@ pub async fn dispatch(
             }
             let data = json!({"user": conv.user, "conversation": conv.conversation,
                 "clientId": m.client_id, "rev": m.rev, "tools": m.tools});
-            announce(app, &mut frame, EventType::PageManifest, conv, data).await;
+            let once = frame.name(EventType::PageManifest.as_str());
+            announce(app, &mut frame, EventType::PageManifest, conv, data, &once).await;
             Ok(())
         }
         PageMessage::Changed(c) => {
@@ -149,7 +150,9 @@ pub async fn dispatch(
                 Some(Ok(bound)) => {
                     // bound.conv is the page's own conversation: submit_confirmed checked it.
                     let data = toolmark_broker::confirmation_event(&bound, &c.result);
-                    announce(app, &mut frame, EventType::ConfirmationResolved, conv, data).await;
+                    let once = toolmark_broker::confirmation_event_name(conv, &c.confirm_id);
+                    let kind = EventType::ConfirmationResolved;
+                    announce(app, &mut frame, kind, conv, data, &once).await;
                     Ok(())
                 }
                 Some(Err(SubmitError::Rejected(why))) => {
@@ -164,20 +167,20 @@ pub async fn dispatch(
     }
 }
 
-/// Emits the event of a frame's change, once under the frame's name however many times the
-/// broker must be asked (held like the change itself).
-async fn announce(
+/// Emits the event of a change, once under the name `once` however many times the broker must
+/// be asked (held like a page's frame, from when `frame` came).
+pub async fn announce(
     app: &AppState,
     frame: &mut crate::hold::Frame<'_>,
     kind: EventType,
     conv: &ConvKey,
     data: serde_json::Value,
+    once: &str,
 ) {
-    let once = frame.name(kind.as_str());
     let emitted = frame
         .until_known(&app.metrics, conv, kind.as_str(), |_| {
             app.broker
-                .emit_once(&conv.tenant, kind, conv, data.clone(), &once)
+                .emit_once(&conv.tenant, kind, conv, data.clone(), once)
         })
         .await;
     if let Some(Ok(Some(event))) = emitted {

@@ -125,8 +125,10 @@ impl Session {
                         .is_some_and(|t| t.incarnation == self.incarnation) =>
             {
                 let data = json!({"user": self.conv.user, "conversation": self.conv.conversation, "clientId": self.client_id});
-                app.emit(EventType::PageDisconnected, &self.conv, data)
-                    .await;
+                let kind = EventType::PageDisconnected;
+                let mut held = app.hold.frame(0);
+                let once = held.name(kind.as_str());
+                crate::inbound::announce(app, &mut held, kind, &self.conv, data, &once).await;
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "page release not recorded"),

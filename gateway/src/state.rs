@@ -2,8 +2,7 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-use toolmark_broker::{ConvKey, EventType, SharedBroker};
+use toolmark_broker::SharedBroker;
 use toolmark_process::Lifecycle;
 use toolmark_process::config::{HoldSettings, McpSettings};
 use toolmark_worker::jobs::JobMetrics;
@@ -95,20 +94,5 @@ impl AppState {
     /// 1001, new pages and calls are refused.
     pub fn is_draining(&self) -> bool {
         self.life.is_stopping()
-    }
-
-    /// Emits an event; a broker failure is logged, never fatal to the caller.
-    pub async fn emit(&self, kind: EventType, conv: &ConvKey, data: Value) {
-        match self.broker.emit(&conv.tenant, kind, conv, data).await {
-            Ok(e) => {
-                self.metrics.event(kind.as_str());
-                if e.held_for_webhooks {
-                    self.metrics.events_held_for_webhooks.inc();
-                }
-            }
-            Err(e) => {
-                tracing::warn!(tenant = %conv.tenant, event = kind.as_str(), error = %e, "event not emitted")
-            }
-        }
     }
 }

@@ -252,3 +252,38 @@ async fn a_manifest_sent_while_redis_stalls_is_stored_and_announced_once() {
         .count();
     assert_eq!(rev2, 1, "{log:?}");
 }
+
+#[tokio::test]
+async fn a_call_whose_deadline_passes_while_redis_stalls_times_out_with_one_event() {
+    let redis = RedisProc::start(&[]);
+    let (n1, n2) = two_nodes(&redis.url(), &redis.url()).await;
+    let (mut page, mut events) = page_and_events(&n1, &n2).await;
+    let pending = n2.acme().call_later(
+        "u1",
+        "c1",
+        json!({"tool": "todo.add", "input": {}, "timeoutMs": 1000}),
+    );
+    // The page never answers; its deadline passes while Redis stalls.
+    let frame = page.recv().await;
+    let id = frame["id"].as_str().unwrap().to_owned();
+    redis.pause();
+    tokio::time::sleep(STALL).await;
+    redis.resume();
+
+    let answer = pending.await.unwrap();
+    assert_eq!(
+        answer.body["outcome"]["status"], "timeout",
+        "{}",
+        answer.body
+    );
+    let ev = events.next_of("call.timeout").await;
+    assert_eq!(ev.data["data"]["id"], id.as_str());
+    let record = n2.acme().get(&format!("/calls/{id}")).await;
+    assert_eq!(record.body["outcome"]["status"], "timeout", "{}", record.body);
+    let log = log_until_manifest(&n2, &mut page, 2).await;
+    let timeouts = log
+        .iter()
+        .filter(|(k, d)| k == "call.timeout" && d["data"]["id"] == id.as_str())
+        .count();
+    assert_eq!(timeouts, 1, "{log:?}");
+}

@@ -42,7 +42,16 @@ impl DeadlineSweep {
             tracing::info!(tenant = %r.binding.conv.tenant, call_id = %r.binding.id, "orphaned call timed out by the deadline sweep");
             let outcome = r.outcome.clone().unwrap_or(Outcome::Timeout);
             for (kind, data) in toolmark_broker::outcome_events(&r.binding, &outcome) {
-                emit(&self.broker, &self.metrics, kind, &r.binding.conv, data).await;
+                let once = toolmark_broker::call_event_name(kind, &r.binding.id);
+                emit(
+                    &self.broker,
+                    &self.metrics,
+                    kind,
+                    &r.binding.conv,
+                    data,
+                    &once,
+                )
+                .await;
             }
         }
     }
@@ -81,12 +90,14 @@ impl ConfirmationExpiry {
             tracing::info!(tenant = %b.conv.tenant, confirm_id = %b.confirm_id, "confirmation of a gone page expired");
             let data =
                 toolmark_broker::confirmation_event(&b, &toolmark_broker::expired_confirmation());
+            let once = toolmark_broker::confirmation_event_name(&b.conv, &b.confirm_id);
             emit(
                 &self.broker,
                 &self.metrics,
                 EventType::ConfirmationResolved,
                 &b.conv,
                 data,
+                &once,
             )
             .await;
         }
@@ -109,19 +120,40 @@ where
     }
 }
 
+/// How long a sweep asks the broker again for an event whose emission it did not hear of: the
+/// change it announces is made and will not be swept again.
+const EMIT_HOLD: Duration = Duration::from_secs(30);
+
+/// Emits the event of a swept change once under `once`, asking again (for up to
+/// [`EMIT_HOLD`]) while the broker does not answer.
 async fn emit(
     broker: &SharedBroker,
     metrics: &JobMetrics,
     kind: EventType,
     conv: &ConvKey,
     data: serde_json::Value,
+    once: &str,
 ) {
-    match broker.emit(&conv.tenant, kind, conv, data).await {
-        Ok(_) => {
-            metrics.events.get_or_create(&metrics::kind(kind)).inc();
-        }
-        Err(e) => {
-            tracing::warn!(tenant = %conv.tenant, event = kind.as_str(), error = %e, "event not emitted");
+    let started = std::time::Instant::now();
+    let mut attempt = 0;
+    loop {
+        match broker
+            .emit_once(&conv.tenant, kind, conv, data.clone(), once)
+            .await
+        {
+            Ok(Some(_)) => {
+                metrics.events.get_or_create(&metrics::kind(kind)).inc();
+                return;
+            }
+            Ok(None) => return,
+            Err(e) if started.elapsed() >= EMIT_HOLD => {
+                tracing::error!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, event = kind.as_str(), error = %e, "event not emitted: the broker did not answer within 30 s");
+                return;
+            }
+            Err(_) => {
+                tokio::time::sleep(toolmark_broker::retry_pause(attempt)).await;
+                attempt += 1;
+            }
         }
     }
 }

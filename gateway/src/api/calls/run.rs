@@ -162,12 +162,17 @@ pub(super) async fn supervise(
 ) -> Outcome {
     let started = Instant::now();
     let mut won_timeout = false;
+    // The broker did not answer the timeout: it may have applied it, or may still.
+    let mut timeout_unknown = false;
     let outcome = tokio::select! {
         o = &mut waiter => o.unwrap_or(Outcome::Timeout),
         () = tokio::time::sleep(timeout) => {
             match app.broker.time_out(&binding.conv, &binding.id).await {
                 Ok(won) => won_timeout = won.is_some(),
-                Err(e) => tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded; the deadline sweep will retry"),
+                Err(e) => {
+                    timeout_unknown = true;
+                    tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded; the deadline sweep will retry");
+                }
             }
             // The timeout won, or the result won a moment before it: the waiter gets the
             // winner. Should its message never come (a pub/sub message lost while the
@@ -190,8 +195,10 @@ pub(super) async fn supervise(
         .call_finished(kind, status, started.elapsed().as_secs_f64());
     tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
     // A timeout is announced by whoever won it (this node, or another node's deadline sweep).
+    // When this node does not know whether its timeout was applied, the broker's record says:
+    // the event's name is the call's, so this node and the sweep announce it once between them.
     let announce = match outcome {
-        Outcome::Timeout => won_timeout,
+        Outcome::Timeout => won_timeout || (timeout_unknown && timed_out(&app, &binding).await),
         Outcome::Result(_) => binding.respond_async,
     };
     if announce {
@@ -223,9 +230,25 @@ async fn stored_outcome(app: &AppState, binding: &CallBinding) -> Outcome {
     }
 }
 
-/// Emits `call.timeout` for a timed-out call and `call.result` for an async call.
+/// Whether the broker recorded the call timed out, asked until it answers (for the hold time);
+/// a call still pending is left to the deadline sweep, which announces it.
+async fn timed_out(app: &AppState, binding: &CallBinding) -> bool {
+    let mut held = app.hold.frame(0);
+    let read = held
+        .until_known(&app.metrics, &binding.conv, "call.timeout", |_| {
+            app.broker.call(&binding.conv.tenant, &binding.id)
+        })
+        .await;
+    matches!(read, Some(Ok(Some(CallRecord { state: CallState::TimedOut, .. }))))
+}
+
+/// Emits `call.timeout` for a timed-out call and `call.result` for an async call: once per
+/// call (the deadline sweep announces under the same name), asked again while the broker does
+/// not answer.
 pub async fn announce_outcome(app: &AppState, binding: &CallBinding, outcome: &Outcome) {
     for (kind, data) in toolmark_broker::outcome_events(binding, outcome) {
-        app.emit(kind, &binding.conv, data).await;
+        let once = toolmark_broker::call_event_name(kind, &binding.id);
+        let mut held = app.hold.frame(0);
+        crate::inbound::announce(app, &mut held, kind, &binding.conv, data, &once).await;
     }
 }
