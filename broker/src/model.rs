@@ -55,6 +55,26 @@ pub fn check_result(
     }
 }
 
+/// [`check_result`] of a result submitted again by the node that received it at `received_ms`,
+/// after a submission whose outcome it did not hear: the deadline is judged at `received_ms`,
+/// and a call already answered by this page with this very outcome (`same_outcome`: the
+/// earlier submission, applied) is `Ok` (the result is recorded; nothing more is done).
+pub fn check_result_again(
+    found: Found<CallFacts<'_>>,
+    from_client: &str,
+    received_ms: u64,
+    same_outcome: bool,
+) -> Result<(), Rejection> {
+    if let Found::Here(c) = found
+        && c.state == CallState::Answered
+        && c.client_id == from_client
+        && same_outcome
+    {
+        return Ok(());
+    }
+    check_result(found, from_client, received_ms)
+}
+
 /// What a confirmId binding says about who may confirm it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConfirmFacts<'a> {
@@ -81,6 +101,24 @@ pub fn check_confirm(found: Found<ConfirmFacts<'_>>, from_client: &str) -> Resul
         return Err(Rejection::Duplicate);
     }
     Ok(())
+}
+
+/// [`check_confirm`] of a `confirmed` submitted again after a submission whose outcome the node
+/// did not hear: a confirmation its page confirmed (`confirmed_by_page`, not expired by the
+/// sweep) is `Ok` (accepted, announced once under its name).
+pub fn check_confirm_again(
+    found: Found<ConfirmFacts<'_>>,
+    from_client: &str,
+    confirmed_by_page: bool,
+) -> Result<(), Rejection> {
+    if let Found::Here(c) = found
+        && c.client_id == from_client
+        && c.used
+        && confirmed_by_page
+    {
+        return Ok(());
+    }
+    check_confirm(found, from_client)
 }
 
 /// The open sockets of one conversation on live nodes.

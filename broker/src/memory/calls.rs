@@ -60,27 +60,27 @@ impl Calls for MemoryBroker {
     ) -> Result<(), SubmitError> {
         {
             let calls = self.calls.shard(id);
-            if let Some(entry) = calls.get(id) {
-                let r = &entry.record;
-                let same = r.state == CallState::Answered
-                    && r.binding.conv == from.conv
-                    && r.binding.client_id == from.client_id
-                    && r.outcome.as_ref() == Some(&Outcome::Result(result.clone()));
-                if same {
-                    return Ok(());
-                }
-                // Judged as when the node received it: a result that came before the
-                // deadline is not late because the broker answered after it.
-                if r.state == CallState::Pending
-                    && r.binding.deadline_ms < now_ms()
-                    && received_ms <= r.binding.deadline_ms
-                {
-                    drop(calls);
-                    return self.answer(from, id, result, received_ms).map(|_| ());
-                }
+            let Some(entry) = calls.get(id) else {
+                return Err(SubmitError::Rejected(Rejection::UnknownId));
+            };
+            let r = &entry.record;
+            let same_outcome = r.outcome.as_ref() == Some(&Outcome::Result(result.clone()));
+            let found = if r.binding.conv == from.conv {
+                Found::Here(model::CallFacts {
+                    client_id: &r.binding.client_id,
+                    state: r.state,
+                    deadline_ms: r.binding.deadline_ms,
+                })
+            } else {
+                Found::Elsewhere
+            };
+            model::check_result_again(found, &from.client_id, received_ms, same_outcome)
+                .map_err(SubmitError::Rejected)?;
+            if r.state == CallState::Answered {
+                return Ok(());
             }
         }
-        self.submit_result(from, id, result).await.map(|_| ())
+        self.answer(from, id, result, received_ms).map(|_| ())
     }
 
     async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError> {

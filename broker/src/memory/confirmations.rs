@@ -39,9 +39,22 @@ impl Confirmations for MemoryBroker {
     ) -> Result<ConfirmBinding, SubmitError> {
         {
             let confirms = lock(&self.confirms);
-            if let Some(e) = confirms.get(confirm_id).and_then(|c| c.get(&from.conv))
-                && e.confirmed
-                && e.binding.client_id == from.client_id
+            let convs = confirms.get(confirm_id);
+            let known_elsewhere = convs.is_some_and(|c| !c.is_empty());
+            let entry = convs.and_then(|c| c.get(&from.conv));
+            let found = match entry {
+                Some(e) => Found::Here(model::ConfirmFacts {
+                    client_id: &e.binding.client_id,
+                    used: e.used,
+                }),
+                None if known_elsewhere => Found::Elsewhere,
+                None => Found::Nowhere,
+            };
+            let confirmed = entry.is_some_and(|e| e.confirmed);
+            model::check_confirm_again(found, &from.client_id, confirmed)
+                .map_err(SubmitError::Rejected)?;
+            if let Some(e) = entry
+                && e.used
             {
                 return Ok(e.binding.clone());
             }

@@ -4,8 +4,10 @@
 //! between them; on Redis one may die), applied to a
 //! broker and to a reference built from the pure rules of `toolmark_broker::model`; every
 //! observable outcome (the current page, presence, each result's and confirmation's acceptance
-//! or rejection reason, each timeout's winner) must be the same. Runs on memory, Redis and
-//! Redis Cluster. Failing cases are kept in `proptest-regressions/`.
+//! or rejection reason, each timeout's winner) must be the same. A result or a confirmation
+//! may lose its reply: the node submits it again (`submit_result_again`,
+//! `submit_confirmed_again`), and the answer to that must be what `model::check_result_again`
+//! and `model::check_confirm_again` say. Runs on memory, Redis and Redis Cluster. Failing cases are kept in `proptest-regressions/`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -35,20 +37,24 @@ enum Op {
     /// The agent calls the conversation through node `node` in one step
     /// (`Broker::place_call`: each node keeps what it last read of the conversation).
     Place { node: usize },
-    /// A result for the `call`-th call, from `client` (`other` = from another conversation).
+    /// A result for the `call`-th call, from `client` (`other` = from another conversation);
+    /// `lost`: its reply is lost, and the node submits it again.
     Result {
         call: usize,
         client: usize,
         confirm: bool,
         other: bool,
+        lost: bool,
     },
     /// The `call`-th call's deadline passes.
     Timeout { call: usize },
-    /// A `confirmed` for the `confirm`-th confirmation (`unknown` = a never seen id).
+    /// A `confirmed` for the `confirm`-th confirmation (`unknown` = a never seen id); `lost`:
+    /// its reply is lost, and the node submits it again.
     Confirm {
         confirm: usize,
         client: usize,
         unknown: bool,
+        lost: bool,
     },
     /// Node `node` dies (Redis only): its heartbeat stops, so its sockets stop counting.
     Kill { node: usize },
@@ -62,11 +68,11 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..8usize).prop_map(|socket| Op::Manifest { socket }),
         2 => Just(Op::Call),
         3 => (0..2usize).prop_map(|node| Op::Place { node }),
-        4 => (0..8usize, 0..3usize, any::<bool>(), prop::bool::weighted(0.1))
-            .prop_map(|(call, client, confirm, other)| Op::Result { call, client, confirm, other }),
+        4 => (0..8usize, 0..3usize, any::<bool>(), prop::bool::weighted(0.1), prop::bool::weighted(0.3))
+            .prop_map(|(call, client, confirm, other, lost)| Op::Result { call, client, confirm, other, lost }),
         1 => (0..8usize).prop_map(|call| Op::Timeout { call }),
-        3 => (0..4usize, 0..3usize, prop::bool::weighted(0.1))
-            .prop_map(|(confirm, client, unknown)| Op::Confirm { confirm, client, unknown }),
+        3 => (0..4usize, 0..3usize, prop::bool::weighted(0.1), prop::bool::weighted(0.3))
+            .prop_map(|(confirm, client, unknown, lost)| Op::Confirm { confirm, client, unknown, lost }),
         1 => (0..2usize).prop_map(|node| Op::Kill { node }),
     ]
 }
@@ -85,6 +91,8 @@ struct Reference {
     manifests: HashMap<String, u64>,
     calls: Vec<(String, String, CallState)>,
     confirms: Vec<(String, String, bool)>,
+    /// Calls answered `ok` (the outcome a page's `ok` result submitted again finds).
+    oks: std::collections::HashSet<String>,
 }
 
 impl Reference {
@@ -181,13 +189,15 @@ impl Case {
                 client,
                 confirm,
                 other,
-            } => self.result(call, client, confirm, other).await,
+                lost,
+            } => self.result(call, client, confirm, other, lost).await,
             Op::Timeout { call } => self.timeout(call).await,
             Op::Confirm {
                 confirm,
                 client,
                 unknown,
-            } => self.confirm(confirm, client, unknown).await,
+                lost,
+            } => self.confirm(confirm, client, unknown, lost).await,
         }
     }
 
@@ -324,6 +334,7 @@ impl Case {
         client: usize,
         confirm: bool,
         other: bool,
+        lost: bool,
     ) -> Result<(), TestCaseError> {
         let Some((id, bound, state)) = self.r.calls.get(call).cloned() else {
             return Ok(());
@@ -357,8 +368,37 @@ impl Case {
         if got.is_ok() {
             self.r.calls[call].2 = CallState::Answered;
             if confirm {
-                self.r.confirms.push((confirm_id, from.to_owned(), false));
+                self.r
+                    .confirms
+                    .push((confirm_id.clone(), from.to_owned(), false));
             }
+        }
+        if lost {
+            // The node did not hear that reply: it submits the same result again.
+            let state = self.r.calls[call].2;
+            let found = if other {
+                Found::Elsewhere
+            } else {
+                Found::Here(CallFacts {
+                    client_id: &bound,
+                    state,
+                    deadline_ms: u64::MAX,
+                })
+            };
+            // The first submission recorded this outcome (an `ok` from this page may also be
+            // what an earlier result of the same page recorded).
+            let same = state == CallState::Answered
+                && (got.is_ok() || !confirm && self.r.oks.contains(&id));
+            let expected = model::check_result_again(found, from, 0, same);
+            let result = if confirm { needs(&confirm_id) } else { ok() };
+            let again = rejection(
+                node.submit_result_again(&page(&from_conv, from), &id, result, 0)
+                    .await,
+            );
+            prop_assert_eq!(again, expected, "result again");
+        }
+        if got.is_ok() && !confirm {
+            self.r.oks.insert(id);
         }
         Ok(())
     }
@@ -385,6 +425,7 @@ impl Case {
         confirm: usize,
         client: usize,
         unknown: bool,
+        lost: bool,
     ) -> Result<(), TestCaseError> {
         let from = CLIENTS[client];
         let (id, expected) = if unknown {
@@ -411,6 +452,27 @@ impl Case {
         prop_assert_eq!(got, expected, "confirmed");
         if got.is_ok() {
             self.r.confirms[confirm].2 = true;
+        }
+        if lost {
+            // Submitted again: no confirmation expires here, so a used one was confirmed by
+            // its page.
+            let expected = if unknown {
+                model::check_confirm_again(Found::Nowhere, from, false)
+            } else {
+                let (_, bound, used) = &self.r.confirms[confirm];
+                let facts = ConfirmFacts {
+                    client_id: bound,
+                    used: *used,
+                };
+                model::check_confirm_again(Found::Here(facts), from, *used)
+            };
+            let again = rejection(
+                self.nodes()[0]
+                    .submit_confirmed_again(&page(&self.c, from), &id)
+                    .await
+                    .map(|_| ()),
+            );
+            prop_assert_eq!(again, expected, "confirmed again");
         }
         Ok(())
     }

@@ -279,7 +279,11 @@ async fn a_call_whose_deadline_passes_while_redis_stalls_times_out_with_one_even
     let ev = events.next_of("call.timeout").await;
     assert_eq!(ev.data["data"]["id"], id.as_str());
     let record = n2.acme().get(&format!("/calls/{id}")).await;
-    assert_eq!(record.body["outcome"]["status"], "timeout", "{}", record.body);
+    assert_eq!(
+        record.body["outcome"]["status"], "timeout",
+        "{}",
+        record.body
+    );
     let log = log_until_manifest(&n2, &mut page, 2).await;
     let timeouts = log
         .iter()

@@ -328,4 +328,14 @@ pub struct SoakArgs {
     /// A confirming page approves at most this long after it was asked (the run waits for it).
     #[arg(long, default_value_t = 240)]
     pub confirm_max_secs: u64,
+    /// Stall this `redis-server` (SIGSTOP, then SIGCONT) while the calls run: its sockets stay
+    /// open and it answers nothing, as a stalled host does.
+    #[arg(long)]
+    pub stall_redis_pid: Option<u32>,
+    /// With `--stall-redis-pid`: a stall every this many seconds.
+    #[arg(long, default_value_t = 120)]
+    pub stall_every_secs: u64,
+    /// With `--stall-redis-pid`: how long each stall lasts.
+    #[arg(long, default_value_t = 5)]
+    pub stall_secs: u64,
 }

@@ -5,7 +5,10 @@
 //! the grace); the rest answer and do nothing else. The agent calls every page regularly through
 //! either node. The run counts what an operator must never see: a 409 for a page that is
 //! connected, a call answered by the page but reported as a timeout, a confirmation expired
-//! while its page is alive, a confirmation announced twice or never.
+//! while its page is alive, a confirmation announced twice or never. With
+//! `--stall-redis-pid`, Redis stalls (`SIGSTOP`) for `--stall-secs` every `--stall-every-secs`
+//! while the calls run: a 503 `unavailable` for a request that overlapped a stall is counted
+//! apart (expected), anything else stays a fault.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +44,83 @@ struct Counts {
     errors: AtomicU64,
     moves: AtomicU64,
     confirmed_sent: AtomicU64,
+    unavailable_in_stalls: AtomicU64,
+    stalls: AtomicU64,
+}
+
+/// When Redis was stalled: (start, end); a stall under way has no end yet.
+#[derive(Debug, Default)]
+struct Stalls(std::sync::Mutex<Vec<(Instant, Option<Instant>)>>);
+
+/// How long after a stall a request may still fail of it (the node's 2 s command timeout,
+/// and a margin).
+const STALL_TAIL: Duration = Duration::from_secs(3);
+
+impl Stalls {
+    /// Whether a request from `sent` to `done` overlapped a stall (or its tail).
+    fn overlapped(&self, sent: Instant, done: Instant) -> bool {
+        let windows = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        windows.iter().any(|(start, end)| {
+            let end = end.map_or(done, |e| e + STALL_TAIL);
+            *start <= done && sent <= end
+        })
+    }
+
+    /// Stalls `pid` for `secs` every `every` seconds until `stop`; it is always resumed.
+    async fn run(
+        self: Arc<Self>,
+        pid: u32,
+        every: u64,
+        secs: u64,
+        counts: Arc<Counts>,
+        stop: CancellationToken,
+    ) {
+        let signal = |sig: &str| {
+            let _ = std::process::Command::new("kill")
+                .args([sig, &pid.to_string()])
+                .status();
+        };
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_secs(every)) => {}
+            }
+            let at = self.start();
+            signal("-STOP");
+            counts.stalls.fetch_add(1, Ordering::Relaxed);
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = tokio::time::sleep(Duration::from_secs(secs)) => {}
+            }
+            signal("-CONT");
+            self.end(at);
+            if stop.is_cancelled() {
+                return;
+            }
+        }
+    }
+
+    fn start(&self) -> usize {
+        let mut w = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        w.push((Instant::now(), None));
+        w.len() - 1
+    }
+
+    fn end(&self, at: usize) {
+        let mut w = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(s) = w.get_mut(at) {
+            s.1 = Some(Instant::now());
+        }
+    }
 }
 
 /// One page's state as the agent side sees it.
@@ -72,13 +152,28 @@ pub async fn run(args: SoakArgs) -> Result<(), LoadError> {
         stop: CancellationToken::new(),
         resolved: Arc::default(),
         sent_confirms: Arc::default(),
+        stalls: Arc::default(),
     };
     // Events: every confirmation.resolved, from the start.
     let events = soak.watch();
     let pages = page_states(args.pages);
     let tasks = soak.launch(&minter, &pages).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
+    let calls_done = CancellationToken::new();
+    let staller = args.stall_redis_pid.map(|pid| {
+        tokio::spawn(Arc::clone(&soak.stalls).run(
+            pid,
+            args.stall_every_secs,
+            args.stall_secs,
+            Arc::clone(&soak.counts),
+            calls_done.clone(),
+        ))
+    });
     soak.drive(&args, &pages).await;
+    calls_done.cancel();
+    if let Some(s) = staller {
+        let _ = s.await;
+    }
     // Confirmations still to come arrive within their delay.
     tokio::time::sleep(Duration::from_secs(args.confirm_max_secs + 15)).await;
     soak.stop.cancel();
@@ -136,6 +231,8 @@ struct Soak {
     resolved: Arc<Mutex<HashMap<String, Vec<String>>>>,
     /// Every confirmId a page sent `confirmed` for.
     sent_confirms: Arc<Mutex<Vec<String>>>,
+    /// When Redis was stalled.
+    stalls: Arc<Stalls>,
 }
 
 impl Soak {
@@ -202,6 +299,7 @@ impl Soak {
                 self.auth.clone(),
                 Arc::clone(&pages[i]),
                 Arc::clone(&self.counts),
+                Arc::clone(&self.stalls),
                 n as u64,
             )));
             inflight.retain(|t: &JoinHandle<()>| !t.is_finished());
@@ -255,6 +353,8 @@ impl Soak {
             "wrongExpirations": r.wrong_expirations,
             "doubledResolutions": r.doubled,
             "neverResolved": r.never_resolved,
+            "stalls": c.stalls.load(Ordering::Relaxed),
+            "unavailableInStalls": c.unavailable_in_stalls.load(Ordering::Relaxed),
         });
         let bad = c.no_page_live.load(Ordering::Relaxed)
             + c.timeouts_while_connected.load(Ordering::Relaxed)
@@ -289,8 +389,10 @@ async fn agent_call(
     auth: String,
     page: Arc<PageState>,
     counts: Arc<Counts>,
+    stalls: Arc<Stalls>,
     n: u64,
 ) {
+    let sent_at = Instant::now();
     let was_connected = page.connected.load(Ordering::SeqCst);
     let epoch = page.epoch.load(Ordering::SeqCst);
     counts.calls.fetch_add(1, Ordering::Relaxed);
@@ -330,6 +432,9 @@ async fn agent_call(
         }
         (409, _) => {
             counts.no_page_live.fetch_add(1, Ordering::Relaxed);
+        }
+        (503, _) if v["code"] == "unavailable" && stalls.overlapped(sent_at, Instant::now()) => {
+            counts.unavailable_in_stalls.fetch_add(1, Ordering::Relaxed);
         }
         _ => {
             log_unexpected(status, &v);

@@ -239,7 +239,13 @@ async fn timed_out(app: &AppState, binding: &CallBinding) -> bool {
             app.broker.call(&binding.conv.tenant, &binding.id)
         })
         .await;
-    matches!(read, Some(Ok(Some(CallRecord { state: CallState::TimedOut, .. }))))
+    matches!(
+        read,
+        Some(Ok(Some(CallRecord {
+            state: CallState::TimedOut,
+            ..
+        })))
+    )
 }
 
 /// Emits `call.timeout` for a timed-out call and `call.result` for an async call: once per
