@@ -97,8 +97,9 @@ profile:
 	CARGO="$(CARGO)" load-tests/profile.sh
 
 ## soak: two nodes on Redis for SOAK_MINUTES (default 15) at the real TTLs and grace periods,
-## with quiet, moving and late-confirming pages; counts faults and reports RSS and Redis memory
-## (not part of `test`)
+## with quiet, moving and late-confirming pages, Redis stalled (SIGSTOP) 5 s every 2 minutes
+## (SOAK_STALL_EVERY=0: never); counts faults, page frames held and dropped, and reports RSS and
+## Redis memory (not part of `test`)
 soak:
 	CARGO="$(CARGO)" load-tests/soak.sh
 
