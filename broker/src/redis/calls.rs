@@ -167,9 +167,18 @@ impl RedisBroker {
             args.extend(self.dead_nodes());
             let (tx, rx) = oneshot::channel();
             lock(&self.waiters).insert(binding.id.clone(), tx);
+            let sent = self.client.is_connected();
             let reply = match self.script(&self.scripts.place, keys, args).await {
                 Ok(r) => strings(r),
                 Err(e) => {
+                    // Sent, but no answer: Redis may have placed it (or may yet, from its
+                    // buffer). Not answered until known: the call's record says.
+                    if sent && self.placed_after_all(&binding).await {
+                        return Ok(Placed {
+                            binding,
+                            waiter: rx,
+                        });
+                    }
                     lock(&self.waiters).remove(&binding.id);
                     return Err(e.into());
                 }
@@ -215,6 +224,36 @@ impl RedisBroker {
         Err(PlaceError::Broker(BrokerError::Unavailable {
             retry_after: RETRY,
         }))
+    }
+
+    /// Whether a call whose placement went unanswered was placed after all: its record is read
+    /// until Redis answers (a read answered on the connection is behind the placement on it),
+    /// asking again after [`crate::retry_pause`], until the call's deadline. Unknown by then:
+    /// not placed as far as the agent is told (503).
+    async fn placed_after_all(&self, binding: &CallBinding) -> bool {
+        let mut attempt = 0;
+        loop {
+            match self
+                .client
+                .exists::<i64, _>(self.keys.call(&binding.id))
+                .await
+            {
+                Ok(n) => {
+                    if n > 0 {
+                        tracing::info!(tenant = %binding.conv.tenant, call_id = %binding.id, "call placed although its placement was not answered");
+                    }
+                    return n > 0;
+                }
+                Err(e) if now_ms() >= binding.deadline_ms => {
+                    tracing::warn!(tenant = %binding.conv.tenant, call_id = %binding.id, error = %e, "whether the call was placed is unknown at its deadline");
+                    return false;
+                }
+                Err(_) => {
+                    tokio::time::sleep(crate::retry_pause(attempt)).await;
+                    attempt += 1;
+                }
+            }
+        }
     }
 
     /// A call's record from its stored fields: conversation ref, clientId (compact), deadline,

@@ -291,3 +291,45 @@ async fn a_call_whose_deadline_passes_while_redis_stalls_times_out_with_one_even
         .count();
     assert_eq!(timeouts, 1, "{log:?}");
 }
+
+#[tokio::test]
+async fn a_call_placed_as_redis_stalls_is_answered_by_its_page_not_refused() {
+    let redis = RedisProc::start(&[]);
+    let (n1, n2) = two_nodes(&redis.url(), &redis.url()).await;
+    let (mut page, _events) = page_and_events(&n1, &n2).await;
+    // A first call: node 2 has read the conversation, so that the next call's first command
+    // is its placement.
+    let first = n2.acme().call_later(
+        "u1",
+        "c1",
+        json!({"tool": "todo.add", "input": {}, "timeoutMs": 20000}),
+    );
+    let frame = page.recv().await;
+    page.answer(frame["id"].as_str().unwrap(), json!({"status": "ok"}))
+        .await;
+    assert_eq!(first.await.unwrap().status, 200);
+    // The placement goes out while Redis stalls: Redis places the call when it resumes, and
+    // the agent must hear the page's answer, not a 503 for a call its page then runs.
+    redis.pause();
+    let pending = n2.acme().call_later(
+        "u1",
+        "c1",
+        json!({"tool": "todo.add", "input": {"title": "milk"}, "timeoutMs": 20000}),
+    );
+    tokio::time::sleep(STALL).await;
+    redis.resume();
+    let frame = page.recv().await;
+    assert_eq!(frame["input"]["title"], "milk");
+    page.answer(
+        frame["id"].as_str().unwrap(),
+        json!({"status": "ok", "data": "placed"}),
+    )
+    .await;
+    let answer = pending.await.unwrap();
+    assert_eq!(
+        (answer.status, &answer.body["outcome"]["data"]),
+        (200, &json!("placed")),
+        "{}",
+        answer.body
+    );
+}
