@@ -10,6 +10,7 @@ pub mod model;
 pub mod partition;
 pub mod rate;
 pub mod redis;
+pub mod retry;
 mod types;
 pub mod webhook;
 
@@ -51,12 +52,6 @@ pub fn confirmation_event_name(conv: &ConvKey, confirm_id: &str) -> String {
         conv.user,
         conv.conversation
     )
-}
-
-/// The pause before the `attempt`-th submission again (from 0) of a change whose outcome the
-/// node does not know: 50 ms, doubling up to 1 s.
-pub fn retry_pause(attempt: u32) -> std::time::Duration {
-    std::time::Duration::from_millis(50u64.saturating_mul(1u64 << attempt.min(5)).min(1000))
 }
 
 /// Where a node delivers agent → page frames: its own sockets of a conversation.

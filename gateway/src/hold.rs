@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use prometheus_client::metrics::gauge::Gauge;
-use toolmark_broker::{BrokerError, ConvKey, SubmitError, now_ms};
+use toolmark_broker::retry::{self, Unknown};
+use toolmark_broker::{ConvKey, now_ms};
 use toolmark_process::config::HoldSettings;
 
 use crate::metrics::Metrics;
@@ -36,25 +37,6 @@ pub struct Hold {
     gauge: Gauge,
 }
 
-/// Whether a failed submission's outcome is unknown to the node (it may have been applied, or
-/// may be applied later): the broker did not answer.
-pub trait Unknown {
-    /// The broker did not answer.
-    fn unknown(&self) -> bool;
-}
-
-impl Unknown for BrokerError {
-    fn unknown(&self) -> bool {
-        true
-    }
-}
-
-impl Unknown for SubmitError {
-    fn unknown(&self) -> bool {
-        matches!(self, SubmitError::Broker(_))
-    }
-}
-
 impl Hold {
     /// A node's hold under `settings`, showing what it holds on `gauge`.
     pub fn new(settings: HoldSettings, gauge: Gauge) -> Self {
@@ -62,7 +44,7 @@ impl Hold {
             settings,
             frames: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
-            process: crate::demo::random_hex(8),
+            process: uuid::Uuid::new_v4().simple().to_string()[..16].to_owned(),
             seq: AtomicU64::new(0),
             gauge,
         }
@@ -110,52 +92,47 @@ impl Frame<'_> {
         format!("{what}:{}:{}", self.hold.process, self.seq)
     }
 
-    /// Runs `attempt` until the broker answers: `attempt(false)` first, then, after an answer
-    /// that did not come, `attempt(true)` (a submission again) after
-    /// [`toolmark_broker::retry_pause`], until the
-    /// hold time since the frame came has passed. `None` when the frame is dropped: the node
-    /// holds too much already, or the time ran out (counted and logged, naming `what` and
-    /// the conversation).
+    /// Runs `attempt` until the broker answers ([`retry::until_answered`]), until the hold time
+    /// since the frame came has passed. `None` when the frame is dropped: the node holds too
+    /// much already, or the time ran out (counted and logged, naming `what` and the
+    /// conversation).
     pub async fn until_known<T, E, F>(
         &mut self,
         metrics: &Metrics,
         conv: &ConvKey,
         what: &'static str,
-        mut attempt: impl FnMut(bool) -> F,
+        attempt: impl FnMut(bool) -> F,
     ) -> Option<Result<T, E>>
     where
         E: Unknown + std::fmt::Display,
         F: Future<Output = Result<T, E>>,
     {
-        let mut again = false;
-        let mut attempt_no = 0;
-        loop {
-            let error = match attempt(again).await {
-                Err(e) if e.unknown() => e,
-                done => return Some(done),
-            };
-            if !self.holding {
-                if !self.take() {
-                    metrics.frame_dropped("hold_full");
-                    tracing::error!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, frame = what, bytes = self.bytes, error = %error, "page frame dropped: the node holds as many frames as broker.stall_hold_frames and broker.stall_hold_bytes allow");
-                    return None;
-                }
-                metrics.frame_held();
-                tracing::warn!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, frame = what, error = %error, "page frame held until the broker answers");
+        let until = self.received + self.hold.settings.time;
+        let mut full = false;
+        let held = |error: &E| {
+            if self.holding {
+                return true;
             }
-            again = true;
-            let left = self
-                .hold
-                .settings
-                .time
-                .saturating_sub(self.received.elapsed());
-            if left.is_zero() {
+            if !self.take() {
+                full = true;
+                return false;
+            }
+            metrics.frame_held();
+            tracing::warn!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, frame = what, error = %error, "page frame held until the broker answers");
+            true
+        };
+        match retry::until_answered(until, held, attempt).await {
+            Err(error) if error.unknown() && full => {
+                metrics.frame_dropped("hold_full");
+                tracing::error!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, frame = what, bytes = self.bytes, error = %error, "page frame dropped: the node holds as many frames as broker.stall_hold_frames and broker.stall_hold_bytes allow");
+                None
+            }
+            Err(error) if error.unknown() => {
                 metrics.frame_dropped("hold_time");
                 tracing::error!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, frame = what, held_ms = u64::try_from(self.received.elapsed().as_millis()).unwrap_or(u64::MAX), error = %error, "page frame dropped: the broker did not answer within broker.stall_hold_secs");
-                return None;
+                None
             }
-            tokio::time::sleep(toolmark_broker::retry_pause(attempt_no).min(left)).await;
-            attempt_no += 1;
+            done => Some(done),
         }
     }
 

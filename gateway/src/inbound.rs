@@ -99,7 +99,8 @@ pub async fn dispatch(
             let data = json!({"user": conv.user, "conversation": conv.conversation,
                 "clientId": m.client_id, "rev": m.rev, "tools": m.tools});
             let once = frame.name(EventType::PageManifest.as_str());
-            announce(app, &mut frame, EventType::PageManifest, conv, data, &once).await;
+            app.announce(&mut frame, EventType::PageManifest, conv, data, &once)
+                .await;
             Ok(())
         }
         PageMessage::Changed(c) => {
@@ -152,7 +153,7 @@ pub async fn dispatch(
                     let data = toolmark_broker::confirmation_event(&bound, &c.result);
                     let once = toolmark_broker::confirmation_event_name(conv, &c.confirm_id);
                     let kind = EventType::ConfirmationResolved;
-                    announce(app, &mut frame, kind, conv, data, &once).await;
+                    app.announce(&mut frame, kind, conv, data, &once).await;
                     Ok(())
                 }
                 Some(Err(SubmitError::Rejected(why))) => {
@@ -163,30 +164,6 @@ pub async fn dispatch(
                 Some(Err(SubmitError::Broker(e))) => Err(e.into()),
                 None => Err(unanswered()),
             }
-        }
-    }
-}
-
-/// Emits the event of a change, once under the name `once` however many times the broker must
-/// be asked (held like a page's frame, from when `frame` came).
-pub async fn announce(
-    app: &AppState,
-    frame: &mut crate::hold::Frame<'_>,
-    kind: EventType,
-    conv: &ConvKey,
-    data: serde_json::Value,
-    once: &str,
-) {
-    let emitted = frame
-        .until_known(&app.metrics, conv, kind.as_str(), |_| {
-            app.broker
-                .emit_once(&conv.tenant, kind, conv, data.clone(), once)
-        })
-        .await;
-    if let Some(Ok(Some(event))) = emitted {
-        app.metrics.event(kind.as_str());
-        if event.held_for_webhooks {
-            app.metrics.events_held_for_webhooks.inc();
         }
     }
 }

@@ -128,7 +128,7 @@ impl Session {
                 let kind = EventType::PageDisconnected;
                 let mut held = app.hold.frame(0);
                 let once = held.name(kind.as_str());
-                crate::inbound::announce(app, &mut held, kind, &self.conv, data, &once).await;
+                app.announce(&mut held, kind, &self.conv, data, &once).await;
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "page release not recorded"),

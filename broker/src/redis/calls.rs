@@ -228,30 +228,31 @@ impl RedisBroker {
 
     /// Whether a call whose placement went unanswered was placed after all: its record is read
     /// until Redis answers (a read answered on the connection is behind the placement on it),
-    /// asking again after [`crate::retry_pause`], until the call's deadline. Unknown by then:
-    /// not placed as far as the agent is told (503).
+    /// asking again ([`crate::retry::until_answered`]) until the call's deadline. Unknown by
+    /// then: not placed as far as the agent is told (503).
     async fn placed_after_all(&self, binding: &CallBinding) -> bool {
-        let mut attempt = 0;
-        loop {
-            match self
-                .client
-                .exists::<i64, _>(self.keys.call(&binding.id))
-                .await
-            {
-                Ok(n) => {
-                    if n > 0 {
-                        tracing::info!(tenant = %binding.conv.tenant, call_id = %binding.id, "call placed although its placement was not answered");
-                    }
-                    return n > 0;
-                }
-                Err(e) if now_ms() >= binding.deadline_ms => {
-                    tracing::warn!(tenant = %binding.conv.tenant, call_id = %binding.id, error = %e, "whether the call was placed is unknown at its deadline");
-                    return false;
-                }
-                Err(_) => {
-                    tokio::time::sleep(crate::retry_pause(attempt)).await;
-                    attempt += 1;
-                }
+        let left = Duration::from_millis(binding.deadline_ms.saturating_sub(now_ms()));
+        let key = self.keys.call(&binding.id);
+        let read = crate::retry::until_answered(
+            Instant::now() + left,
+            |_| true,
+            |_| async {
+                self.client
+                    .exists::<i64, _>(&key)
+                    .await
+                    .map_err(|e| unavailable(&e))
+            },
+        )
+        .await;
+        match read {
+            Ok(n) if n > 0 => {
+                tracing::info!(tenant = %binding.conv.tenant, call_id = %binding.id, "call placed although its placement was not answered");
+                true
+            }
+            Ok(_) => false,
+            Err(_) => {
+                tracing::warn!(tenant = %binding.conv.tenant, call_id = %binding.id, "whether the call was placed is unknown at its deadline");
+                false
             }
         }
     }

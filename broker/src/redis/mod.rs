@@ -18,6 +18,7 @@ pub mod keys;
 mod limits;
 mod node;
 mod pages;
+mod run;
 pub mod scripts;
 mod sessions;
 mod url;
@@ -50,7 +51,7 @@ use crate::{
     OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, PlaceError, Placed, RateLimited,
     Rejection, SubmitError, TakeError, Watch, event_id_after, now_ms,
 };
-use scripts::Scripts;
+use run::Scripts;
 
 /// Tunables of the Redis broker.
 #[derive(Debug, Clone)]
@@ -338,106 +339,6 @@ impl RedisBroker {
             .spawn(Arc::clone(&broker).run_resubscribe(stop.clone()));
         broker.tasks.close();
         Ok(broker)
-    }
-
-    async fn script(
-        &self,
-        script: &Script,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<Value, BrokerError> {
-        self.script_as(script, self.scripts.name_of(script), keys, args)
-            .await
-    }
-
-    /// [`RedisBroker::script`], observed under `name`.
-    async fn script_as(
-        &self,
-        script: &Script,
-        name: &'static str,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<Value, BrokerError> {
-        if !self.client.is_connected() {
-            return Err(BrokerError::Unavailable { retry_after: RETRY });
-        }
-        let started = std::time::Instant::now();
-        let answer = script
-            .evalsha_with_reload(&self.client, keys, args)
-            .await
-            .map_err(|e| unavailable(&e));
-        self.opts.observe.observe(name, started.elapsed());
-        answer
-    }
-
-    /// [`RedisBroker::script`], written once: a command whose connection closes before its
-    /// reply came is not written again by the client (it may have been applied), but fails, so
-    /// that its caller submits it again as such (`submit_result_again`,
-    /// `submit_confirmed_again`): a script that is not idempotent by itself must never run twice
-    /// unbeknown to its caller. On one Redis only, for now: see below.
-    async fn script_once(
-        &self,
-        script: &Script,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<Value, BrokerError> {
-        if !self.client.is_connected() {
-            return Err(BrokerError::Unavailable { retry_after: RETRY });
-        }
-        let name = self.scripts.name_of(script);
-        let started = std::time::Instant::now();
-        if self.client.is_clustered() {
-            // On a Cluster the client counts a write to a node it is still connecting to, or
-            // one sent where a slot moved, as an attempt: written once, such a command fails
-            // where it would have succeeded. There the client's resend stays (issue of the
-            // Cluster's failovers and reshards, `docs/architecture.md`, "Faults").
-            return self.script(script, keys, args).await;
-        }
-        let once = self.client.with_options(&fred::types::config::Options {
-            max_attempts: Some(1),
-            ..Default::default()
-        });
-        // EVALSHA sha numkeys keys… args…, sent to the slot of its first key.
-        let command =
-            fred::types::CustomCommand::new("EVALSHA", fred::types::ClusterHash::Offset(2), false);
-        let mut call: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
-        call.push(script.sha1().clone().into());
-        call.push(Value::from(i64::try_from(keys.len()).unwrap_or(i64::MAX)));
-        call.extend(keys.into_iter().map(Value::from));
-        call.extend(args.into_iter().map(Value::from));
-        let answer = match once
-            .custom::<Value, Value>(command.clone(), call.clone())
-            .await
-        {
-            Err(e) if e.details().starts_with("NOSCRIPT") => {
-                if let Err(e) = script.load(&self.client).await {
-                    Err(e)
-                } else {
-                    once.custom(command, call).await
-                }
-            }
-            answer => answer,
-        }
-        .map_err(|e| unavailable(&e));
-        self.opts.observe.observe(name, started.elapsed());
-        answer
-    }
-
-    /// Loads every script into Redis (each primary, on a Cluster) before this node uses them:
-    /// at start and when the connection comes back, so that the first calls and the
-    /// re-publication of a restarted (empty) Redis do not each fail with `NOSCRIPT` and load
-    /// the script again. A script that fails to load here is loaded by its first use.
-    async fn load_scripts(&self) {
-        // One boxed future per script, made one at a time: an array of them all would sit on
-        // the stack at once (in a debug build, past a thread's 2 MiB).
-        let loads = self.scripts.all().into_iter().map(|(script, name)| {
-            Box::pin(async move {
-                if let Err(e) = script.load(&self.client).await {
-                    tracing::warn!(script = name, error = %e, "redis script not loaded");
-                }
-            })
-        });
-        futures_util::future::join_all(loads).await;
     }
 
     fn live_nodes(&self) -> Arc<HashSet<String>> {

@@ -1,9 +1,7 @@
 //! The Lua scripts. Each touches the keys of one hash tag only (a conversation's partition, or
 //! a tenant), so it runs atomically on one Redis Cluster shard; each is the single round trip of
 //! its operation. Parts that several scripts share are Lua functions in [`PRELUDE`], so each rule
-//! is written once here too.
-
-use fred::types::scripts::Script;
+//! is written once here too. They are hashed and run by `run.rs`.
 
 /// Functions shared by the scripts below.
 ///
@@ -539,33 +537,6 @@ redis.call('SPUBLISH', ARGV[3], ARGV[1])
 return {'ok'}
 ";
 
-/// All scripts, hashed once.
-#[derive(Debug)]
-pub struct Scripts {
-    pub catalog_put: Script,
-    pub catalog_remove: Script,
-    pub bind: Script,
-    pub place: Script,
-    pub result: Script,
-    pub timeout: Script,
-    pub cancel: Script,
-    pub confirm: Script,
-    pub put_manifest: Script,
-    pub conv_read: Script,
-    pub count_up: Script,
-    pub count_down: Script,
-    pub gcra: Script,
-    pub emit: Script,
-    pub expire_confirm: Script,
-    pub pending: Script,
-    pub read_call: Script,
-    pub refresh: Script,
-    pub drained: Script,
-    pub release: Script,
-    pub places: Script,
-    pub watch: Script,
-}
-
 /// Counted sessions (bounded hosted MCP sessions): a sorted set of the tenant's and one of the
 /// holder's, member the session id, score when it lapses; lapsed members are dropped first.
 /// `take` counts the session unless a set is full (a session counted already is only kept),
@@ -596,75 +567,3 @@ redis.call('PEXPIRE', KEYS[1], ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return 'ok'
 "#;
-
-/// A script with the shared functions before it.
-fn with_prelude(body: &str) -> Script {
-    Script::from_lua(format!("{PRELUDE}{body}"))
-}
-
-impl Default for Scripts {
-    fn default() -> Self {
-        Scripts {
-            catalog_put: Script::from_lua(CATALOG_PUT),
-            catalog_remove: Script::from_lua(CATALOG_REMOVE),
-            bind: with_prelude(BIND),
-            place: with_prelude(PLACE),
-            result: with_prelude(RESULT),
-            timeout: with_prelude(TIMEOUT),
-            cancel: with_prelude(CANCEL),
-            confirm: Script::from_lua(CONFIRM),
-            put_manifest: Script::from_lua(PUT_MANIFEST),
-            conv_read: with_prelude(CONV_READ),
-            count_up: Script::from_lua(COUNT_UP),
-            count_down: Script::from_lua(COUNT_DOWN),
-            gcra: with_prelude(GCRA),
-            emit: Script::from_lua(EMIT),
-            expire_confirm: Script::from_lua(EXPIRE_CONFIRM),
-            pending: with_prelude(PENDING),
-            read_call: with_prelude(READ_CALL),
-            refresh: Script::from_lua(REFRESH),
-            drained: Script::from_lua(DRAINED),
-            release: Script::from_lua(RELEASE),
-            places: Script::from_lua(PLACES),
-            watch: with_prelude(WATCH),
-        }
-    }
-}
-
-impl Scripts {
-    /// The name of one of these scripts (the `script` label of its latency).
-    pub fn name_of(&self, script: &Script) -> &'static str {
-        self.all()
-            .iter()
-            .find(|(s, _)| std::ptr::eq(*s, script))
-            .map_or("other", |(_, n)| n)
-    }
-
-    /// Every script with its name.
-    pub fn all(&self) -> [(&Script, &'static str); 22] {
-        [
-            (&self.catalog_put, "catalog_put"),
-            (&self.catalog_remove, "catalog_remove"),
-            (&self.bind, "bind"),
-            (&self.place, "place"),
-            (&self.result, "result"),
-            (&self.timeout, "timeout"),
-            (&self.cancel, "cancel"),
-            (&self.confirm, "confirm"),
-            (&self.put_manifest, "put_manifest"),
-            (&self.conv_read, "conv_read"),
-            (&self.count_up, "count_up"),
-            (&self.count_down, "count_down"),
-            (&self.gcra, "gcra"),
-            (&self.emit, "emit"),
-            (&self.expire_confirm, "expire_confirm"),
-            (&self.pending, "pending"),
-            (&self.read_call, "read_call"),
-            (&self.refresh, "refresh"),
-            (&self.drained, "drained"),
-            (&self.release, "release"),
-            (&self.places, "places"),
-            (&self.watch, "watch"),
-        ]
-    }
-}

@@ -18,6 +18,7 @@ pub mod report;
 pub mod rss;
 pub mod soak;
 pub mod spread;
+pub mod stalls;
 pub mod storm;
 pub mod tally;
 pub mod target;

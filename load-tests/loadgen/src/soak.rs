@@ -28,6 +28,7 @@ use crate::error::LoadError;
 use crate::fleet::{conversation, user};
 use crate::frames;
 use crate::page::{PageSpec, Socket, connect};
+use crate::stalls::Stalls;
 use crate::target::Target;
 use crate::token::Minter;
 
@@ -45,82 +46,6 @@ struct Counts {
     moves: AtomicU64,
     confirmed_sent: AtomicU64,
     unavailable_in_stalls: AtomicU64,
-    stalls: AtomicU64,
-}
-
-/// When Redis was stalled: (start, end); a stall under way has no end yet.
-#[derive(Debug, Default)]
-struct Stalls(std::sync::Mutex<Vec<(Instant, Option<Instant>)>>);
-
-/// How long after a stall a request may still fail of it (the node's 2 s command timeout,
-/// and a margin).
-const STALL_TAIL: Duration = Duration::from_secs(3);
-
-impl Stalls {
-    /// Whether a request from `sent` to `done` overlapped a stall (or its tail).
-    fn overlapped(&self, sent: Instant, done: Instant) -> bool {
-        let windows = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        windows.iter().any(|(start, end)| {
-            let end = end.map_or(done, |e| e + STALL_TAIL);
-            *start <= done && sent <= end
-        })
-    }
-
-    /// Stalls `pid` for `secs` every `every` seconds until `stop`; it is always resumed.
-    async fn run(
-        self: Arc<Self>,
-        pid: u32,
-        every: u64,
-        secs: u64,
-        counts: Arc<Counts>,
-        stop: CancellationToken,
-    ) {
-        let signal = |sig: &str| {
-            let _ = std::process::Command::new("kill")
-                .args([sig, &pid.to_string()])
-                .status();
-        };
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(Duration::from_secs(every)) => {}
-            }
-            let at = self.start();
-            signal("-STOP");
-            counts.stalls.fetch_add(1, Ordering::Relaxed);
-            tokio::select! {
-                () = stop.cancelled() => {}
-                () = tokio::time::sleep(Duration::from_secs(secs)) => {}
-            }
-            signal("-CONT");
-            self.end(at);
-            if stop.is_cancelled() {
-                return;
-            }
-        }
-    }
-
-    fn start(&self) -> usize {
-        let mut w = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        w.push((Instant::now(), None));
-        w.len() - 1
-    }
-
-    fn end(&self, at: usize) {
-        let mut w = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(s) = w.get_mut(at) {
-            s.1 = Some(Instant::now());
-        }
-    }
 }
 
 /// One page's state as the agent side sees it.
@@ -165,7 +90,6 @@ pub async fn run(args: SoakArgs) -> Result<(), LoadError> {
             pid,
             args.stall_every_secs,
             args.stall_secs,
-            Arc::clone(&soak.counts),
             calls_done.clone(),
         ))
     });
@@ -353,7 +277,7 @@ impl Soak {
             "wrongExpirations": r.wrong_expirations,
             "doubledResolutions": r.doubled,
             "neverResolved": r.never_resolved,
-            "stalls": c.stalls.load(Ordering::Relaxed),
+            "stalls": self.stalls.count(),
             "unavailableInStalls": c.unavailable_in_stalls.load(Ordering::Relaxed),
         });
         let bad = c.no_page_live.load(Ordering::Relaxed)

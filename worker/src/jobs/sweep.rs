@@ -134,26 +134,20 @@ async fn emit(
     data: serde_json::Value,
     once: &str,
 ) {
-    let started = std::time::Instant::now();
-    let mut attempt = 0;
-    loop {
-        match broker
-            .emit_once(&conv.tenant, kind, conv, data.clone(), once)
-            .await
-        {
-            Ok(Some(_)) => {
-                metrics.events.get_or_create(&metrics::kind(kind)).inc();
-                return;
-            }
-            Ok(None) => return,
-            Err(e) if started.elapsed() >= EMIT_HOLD => {
-                tracing::error!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, event = kind.as_str(), error = %e, "event not emitted: the broker did not answer within 30 s");
-                return;
-            }
-            Err(_) => {
-                tokio::time::sleep(toolmark_broker::retry_pause(attempt)).await;
-                attempt += 1;
-            }
+    let until = std::time::Instant::now() + EMIT_HOLD;
+    let emitted = toolmark_broker::retry::until_answered(
+        until,
+        |_| true,
+        |_| broker.emit_once(&conv.tenant, kind, conv, data.clone(), once),
+    )
+    .await;
+    match emitted {
+        Ok(Some(_)) => {
+            metrics.events.get_or_create(&metrics::kind(kind)).inc();
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::error!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, event = kind.as_str(), error = %e, "event not emitted: the broker did not answer within 30 s");
         }
     }
 }

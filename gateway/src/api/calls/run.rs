@@ -255,6 +255,7 @@ pub async fn announce_outcome(app: &AppState, binding: &CallBinding, outcome: &O
     for (kind, data) in toolmark_broker::outcome_events(binding, outcome) {
         let once = toolmark_broker::call_event_name(kind, &binding.id);
         let mut held = app.hold.frame(0);
-        crate::inbound::announce(app, &mut held, kind, &binding.conv, data, &once).await;
+        app.announce(&mut held, kind, &binding.conv, data, &once)
+            .await;
     }
 }

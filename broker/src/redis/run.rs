@@ -1,0 +1,207 @@
+//! Running the Lua scripts of [`super::scripts`] on Redis: each observed under its name, written
+//! once where running it twice unbeknown to its caller would be wrong, and loaded on every
+//! primary before the node uses them.
+
+use super::scripts::*;
+use super::*;
+
+impl RedisBroker {
+    pub(super) async fn script(
+        &self,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, BrokerError> {
+        self.script_as(script, self.scripts.name_of(script), keys, args)
+            .await
+    }
+
+    /// [`RedisBroker::script`], observed under `name`.
+    pub(super) async fn script_as(
+        &self,
+        script: &Script,
+        name: &'static str,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, BrokerError> {
+        if !self.client.is_connected() {
+            return Err(BrokerError::Unavailable { retry_after: RETRY });
+        }
+        let started = std::time::Instant::now();
+        let answer = script
+            .evalsha_with_reload(&self.client, keys, args)
+            .await
+            .map_err(|e| unavailable(&e));
+        self.opts.observe.observe(name, started.elapsed());
+        answer
+    }
+
+    /// [`RedisBroker::script`], written once: a command whose connection closes before its
+    /// reply came is not written again by the client (it may have been applied), but fails, so
+    /// that its caller submits it again as such (`submit_result_again`,
+    /// `submit_confirmed_again`): a script that is not idempotent by itself must never run twice
+    /// unbeknown to its caller. On one Redis only, for now: see below.
+    pub(super) async fn script_once(
+        &self,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, BrokerError> {
+        if !self.client.is_connected() {
+            return Err(BrokerError::Unavailable { retry_after: RETRY });
+        }
+        let name = self.scripts.name_of(script);
+        let started = std::time::Instant::now();
+        if self.client.is_clustered() {
+            // On a Cluster the client counts a write to a node it is still connecting to, or
+            // one sent where a slot moved, as an attempt: written once, such a command fails
+            // where it would have succeeded. There the client's resend stays (issue of the
+            // Cluster's failovers and reshards, `docs/architecture.md`, "Faults").
+            return self.script(script, keys, args).await;
+        }
+        let once = self.client.with_options(&fred::types::config::Options {
+            max_attempts: Some(1),
+            ..Default::default()
+        });
+        // EVALSHA sha numkeys keys… args…, sent to the slot of its first key.
+        let command =
+            fred::types::CustomCommand::new("EVALSHA", fred::types::ClusterHash::Offset(2), false);
+        let mut call: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
+        call.push(script.sha1().clone().into());
+        call.push(Value::from(i64::try_from(keys.len()).unwrap_or(i64::MAX)));
+        call.extend(keys.into_iter().map(Value::from));
+        call.extend(args.into_iter().map(Value::from));
+        let answer = match once
+            .custom::<Value, Value>(command.clone(), call.clone())
+            .await
+        {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                if let Err(e) = script.load(&self.client).await {
+                    Err(e)
+                } else {
+                    once.custom(command, call).await
+                }
+            }
+            answer => answer,
+        }
+        .map_err(|e| unavailable(&e));
+        self.opts.observe.observe(name, started.elapsed());
+        answer
+    }
+
+    /// Loads every script into Redis (each primary, on a Cluster) before this node uses them:
+    /// at start and when the connection comes back, so that the first calls and the
+    /// re-publication of a restarted (empty) Redis do not each fail with `NOSCRIPT` and load
+    /// the script again. A script that fails to load here is loaded by its first use.
+    pub(super) async fn load_scripts(&self) {
+        // One boxed future per script, made one at a time: an array of them all would sit on
+        // the stack at once (in a debug build, past a thread's 2 MiB).
+        let loads = self.scripts.all().into_iter().map(|(script, name)| {
+            Box::pin(async move {
+                if let Err(e) = script.load(&self.client).await {
+                    tracing::warn!(script = name, error = %e, "redis script not loaded");
+                }
+            })
+        });
+        futures_util::future::join_all(loads).await;
+    }
+}
+
+/// All scripts, hashed once.
+#[derive(Debug)]
+pub struct Scripts {
+    pub catalog_put: Script,
+    pub catalog_remove: Script,
+    pub bind: Script,
+    pub place: Script,
+    pub result: Script,
+    pub timeout: Script,
+    pub cancel: Script,
+    pub confirm: Script,
+    pub put_manifest: Script,
+    pub conv_read: Script,
+    pub count_up: Script,
+    pub count_down: Script,
+    pub gcra: Script,
+    pub emit: Script,
+    pub expire_confirm: Script,
+    pub pending: Script,
+    pub read_call: Script,
+    pub refresh: Script,
+    pub drained: Script,
+    pub release: Script,
+    pub places: Script,
+    pub watch: Script,
+}
+
+/// A script with the shared functions before it.
+fn with_prelude(body: &str) -> Script {
+    Script::from_lua(format!("{PRELUDE}{body}"))
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Scripts {
+            catalog_put: Script::from_lua(CATALOG_PUT),
+            catalog_remove: Script::from_lua(CATALOG_REMOVE),
+            bind: with_prelude(BIND),
+            place: with_prelude(PLACE),
+            result: with_prelude(RESULT),
+            timeout: with_prelude(TIMEOUT),
+            cancel: with_prelude(CANCEL),
+            confirm: Script::from_lua(CONFIRM),
+            put_manifest: Script::from_lua(PUT_MANIFEST),
+            conv_read: with_prelude(CONV_READ),
+            count_up: Script::from_lua(COUNT_UP),
+            count_down: Script::from_lua(COUNT_DOWN),
+            gcra: with_prelude(GCRA),
+            emit: Script::from_lua(EMIT),
+            expire_confirm: Script::from_lua(EXPIRE_CONFIRM),
+            pending: with_prelude(PENDING),
+            read_call: with_prelude(READ_CALL),
+            refresh: Script::from_lua(REFRESH),
+            drained: Script::from_lua(DRAINED),
+            release: Script::from_lua(RELEASE),
+            places: Script::from_lua(PLACES),
+            watch: with_prelude(WATCH),
+        }
+    }
+}
+
+impl Scripts {
+    /// The name of one of these scripts (the `script` label of its latency).
+    pub fn name_of(&self, script: &Script) -> &'static str {
+        self.all()
+            .iter()
+            .find(|(s, _)| std::ptr::eq(*s, script))
+            .map_or("other", |(_, n)| n)
+    }
+
+    /// Every script with its name.
+    pub fn all(&self) -> [(&Script, &'static str); 22] {
+        [
+            (&self.catalog_put, "catalog_put"),
+            (&self.catalog_remove, "catalog_remove"),
+            (&self.bind, "bind"),
+            (&self.place, "place"),
+            (&self.result, "result"),
+            (&self.timeout, "timeout"),
+            (&self.cancel, "cancel"),
+            (&self.confirm, "confirm"),
+            (&self.put_manifest, "put_manifest"),
+            (&self.conv_read, "conv_read"),
+            (&self.count_up, "count_up"),
+            (&self.count_down, "count_down"),
+            (&self.gcra, "gcra"),
+            (&self.emit, "emit"),
+            (&self.expire_confirm, "expire_confirm"),
+            (&self.pending, "pending"),
+            (&self.read_call, "read_call"),
+            (&self.refresh, "refresh"),
+            (&self.drained, "drained"),
+            (&self.release, "release"),
+            (&self.places, "places"),
+            (&self.watch, "watch"),
+        ]
+    }
+}
