@@ -5,6 +5,7 @@
 //! connection), and the workspace's binaries started until their listening line
 //! ([`process::start_listening`]).
 
+pub mod cluster;
 pub mod fault;
 pub mod process;
 pub mod redis;

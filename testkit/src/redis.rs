@@ -213,6 +213,11 @@ impl RedisProc {
         panic!("redis-server --sentinel did not start");
     }
 
+    /// Whether the process runs (it was not killed).
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Stops the server at once (its data is gone: persistence is off).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -374,11 +379,17 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
+    /// The cluster the suite shares: a node is failed after 5 s without an answer.
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisProc> = (0..6)
-            .map(|_| {
-                RedisProc::start(&["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"])
-            })
+        Self::start_with_node_timeout(5000)
+    }
+
+    /// A cluster whose `cluster-node-timeout` is `ms` (a master failed after that long without
+    /// an answer, and its replica promoted).
+    pub fn start_with_node_timeout(ms: u32) -> RedisCluster {
+        let ms = ms.to_string();
+        let mut nodes: Vec<RedisProc> = (0..6)
+            .map(|_| RedisProc::start(&["--cluster-enabled", "yes", "--cluster-node-timeout", &ms]))
             .collect();
         let addrs: Vec<String> = nodes
             .iter()
@@ -401,12 +412,19 @@ impl RedisCluster {
                 .iter()
                 .all(|n| n.cli(&["cluster", "info"]).contains("cluster_state:ok"));
             if ok {
-                break;
+                let cluster = RedisCluster { nodes };
+                if cluster.converged() {
+                    return cluster;
+                }
+                nodes = cluster.into_nodes();
             }
             assert!(Instant::now() < deadline, "cluster never became ok");
             std::thread::sleep(Duration::from_millis(100));
         }
-        RedisCluster { nodes }
+    }
+
+    fn into_nodes(self) -> Vec<RedisProc> {
+        self.nodes
     }
 
     pub fn url(&self) -> String {

@@ -197,6 +197,15 @@ impl RedisBroker {
                         retry_after: Duration::from_micros(wait_us),
                     }));
                 }
+                Some("unreached") => {
+                    // Pages are connected but no node's channel took the frame: a subscription
+                    // being restored after a failover or a slot move. Nothing was bound.
+                    lock(&self.waiters).remove(&binding.id);
+                    tracing::debug!(call_id = %binding.id, "call frame reached no node: 503");
+                    return Err(PlaceError::Broker(BrokerError::Unavailable {
+                        retry_after: RETRY,
+                    }));
+                }
                 Some("no_page" | "ok") => {
                     lock(&self.waiters).remove(&binding.id);
                     return Err(PlaceError::NoPage);
@@ -259,7 +268,7 @@ impl RedisBroker {
 
     /// A call's record from its stored fields: conversation ref, clientId (compact), deadline,
     /// node, summary, state, outcome.
-    fn stored_record(id: &str, f: &[String]) -> Option<CallRecord> {
+    pub(super) fn stored_record(id: &str, f: &[String]) -> Option<CallRecord> {
         let [conv, client, deadline, node, summary, state, outcome] = f else {
             return None;
         };
@@ -275,6 +284,15 @@ impl RedisBroker {
             state: state_of(state),
             outcome,
         })
+    }
+
+    /// The outcome stored for call `id`, whichever tenant's it is (none while it is pending).
+    pub(super) async fn stored_outcome(&self, id: &str) -> Result<Option<Outcome>, BrokerError> {
+        let f = strings(
+            self.script(&self.scripts.read_call, vec![self.keys.call(id)], vec![])
+                .await?,
+        );
+        Ok(Self::stored_record(id, &f).and_then(|r| r.outcome))
     }
 
     /// A call of `tenant` by id, in the partition the id names.

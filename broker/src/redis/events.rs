@@ -34,19 +34,17 @@ impl Events for RedisBroker {
         let (live, first) = {
             let mut feeds = lock(&self.feeds);
             let first = !feeds.contains_key(tenant);
-            let tx = feeds
+            let feed = feeds
                 .entry(tenant.to_owned())
-                .or_insert_with(|| broadcast::channel(4096).0);
-            (tx.subscribe(), first)
+                .or_insert_with(|| subscriptions::Feed {
+                    tx: broadcast::channel(4096).0,
+                    last: None,
+                });
+            (feed.tx.subscribe(), first)
         };
-        if first
-            && let Err(e) = self
-                .subscriber
-                .ssubscribe(self.keys.events_channel(tenant))
-                .await
-        {
+        if first && let Err(e) = self.follow_feed(tenant).await {
             lock(&self.feeds).remove(tenant);
-            return Err(unavailable(&e));
+            return Err(e);
         }
         let backlog = match after {
             None => Vec::new(),
@@ -74,6 +72,30 @@ impl Events for RedisBroker {
 }
 
 impl RedisBroker {
+    /// Subscribes to the tenant's live channel, then notes the stream's last event id: what a
+    /// lost subscription missed is read from there ([`RedisBroker::resubscribe_all`]).
+    async fn follow_feed(&self, tenant: &str) -> Result<(), BrokerError> {
+        self.subscriber
+            .ssubscribe(self.keys.events_channel(tenant))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let newest: Vec<(String, HashMap<String, String>)> = self
+            .client
+            .xrevrange(self.keys.events(tenant), "+", "-", Some(1))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let newest = newest
+            .into_iter()
+            .next()
+            .map_or_else(|| "0-0".to_owned(), |(id, _)| id);
+        if let Some(feed) = lock(&self.feeds).get_mut(tenant)
+            && feed.last.is_none()
+        {
+            feed.last = Some(newest);
+        }
+        Ok(())
+    }
+
     /// One run of the emit script: the event, and whether this run recorded it (not when `once`
     /// names an emission recorded before: the event then carries that one's id).
     async fn emit_named(

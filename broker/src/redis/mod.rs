@@ -21,6 +21,7 @@ mod pages;
 mod run;
 pub mod scripts;
 mod sessions;
+mod subscriptions;
 mod url;
 pub mod webhooks;
 
@@ -31,8 +32,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fred::clients::SubscriberClient;
 use fred::interfaces::{
-    ClientLike, EventInterface, HashesInterface, KeysInterface, PubsubInterface, SetsInterface,
-    SortedSetsInterface, StreamsInterface,
+    ClientLike, ClusterInterface, EventInterface, HashesInterface, KeysInterface, PubsubInterface,
+    SetsInterface, SortedSetsInterface, StreamsInterface,
 };
 use fred::prelude::{Builder, Client, Expiration, ReconnectPolicy};
 use fred::types::Value;
@@ -162,7 +163,7 @@ pub struct RedisBroker {
     held: Mutex<HashMap<ConvKey, Held>>,
     tenant_sockets: Mutex<HashMap<String, u64>>,
     live: RwLock<Arc<HashSet<String>>>,
-    feeds: Mutex<HashMap<String, broadcast::Sender<Event>>>,
+    feeds: Mutex<HashMap<String, subscriptions::Feed>>,
     manifest_seq: std::sync::atomic::AtomicU64,
     /// Nodes with sockets in some conversation that were still not live after the live set was
     /// read again, and when: not asked about again for a heartbeat.
@@ -177,6 +178,8 @@ pub struct RedisBroker {
     /// When this node last got its own probe back through each partition's channel
     /// (delivery-verified readiness), and when it started.
     probe_seen: Mutex<Vec<std::time::Instant>>,
+    /// Since when some subscription has been lost and not restored ([`subscriptions`]).
+    unsubscribed_since: Mutex<Option<std::time::Instant>>,
     /// When the held conversations' keys were last refreshed.
     refreshed_at: Mutex<std::time::Instant>,
     /// A connection of its own for blocking reads (the webhook consumer's `XREADGROUP BLOCK`),
@@ -266,6 +269,13 @@ fn builder(config: fred::prelude::Config, command_timeout: Duration) -> Builder 
             c.internal_command_timeout = command_timeout;
             // Bounded memory while Redis is away: commands past this are refused at once.
             c.max_command_buffer_len = 100_000;
+            // A redirection is never followed by the client: its `ASK` path writes `ASKING` on
+            // a connection other commands are in flight on and takes the next reply there as
+            // its own, after which every reply on that connection goes to the wrong caller
+            // (found by the reshard test under load). On a `MOVED` the client still reads the
+            // slot map again before it fails the command; the scripts are sent again
+            // (`run::moving`), other commands are asked again by their callers.
+            c.max_redirections = 0;
             // A command goes out when written, not once Redis has acknowledged the one before
             // it (Nagle's algorithm, which the client leaves on unless told).
             c.tcp.nodelay = Some(true);
@@ -314,6 +324,7 @@ impl RedisBroker {
             reserves: crate::rate::Reserves::default(),
             expected: Mutex::default(),
             probe_seen: Mutex::new(vec![std::time::Instant::now(); usize::from(PARTITIONS)]),
+            unsubscribed_since: Mutex::default(),
             refreshed_at: Mutex::new(std::time::Instant::now()),
             blocking: tokio::sync::OnceCell::new(),
             stop: CancellationToken::new(),
@@ -336,7 +347,7 @@ impl RedisBroker {
             .spawn(Arc::clone(&broker).run_republish(stop.clone()));
         broker
             .tasks
-            .spawn(Arc::clone(&broker).run_resubscribe(stop.clone()));
+            .spawn(Arc::clone(&broker).run_subscriptions(stop.clone()));
         broker.tasks.close();
         Ok(broker)
     }
@@ -520,17 +531,10 @@ impl Broker for RedisBroker {
             .ping::<()>(None)
             .await
             .map_err(|e| unavailable(&e))?;
-        // Delivery-verified: the probes this node publishes every heartbeat must come back
-        // through its subscriber on every partition's channel; a subscriber connection that
-        // died silently fails readiness and is re-subscribed.
-        let silent = lock(&self.probe_seen)
-            .iter()
-            .map(std::time::Instant::elapsed)
-            .max()
-            .unwrap_or_default();
-        if silent > self.opts.heartbeat * 3 + Duration::from_secs(1) {
-            tracing::warn!(node = %self.node, silent_ms = silent.as_millis(), "own pub/sub probes are not coming back: re-subscribing");
-            self.resubscribe().await;
+        // Delivery-verified: the probes this node publishes on its own clock come back through
+        // its subscriber on every partition's channel, or the subscriptions are being restored
+        // (`subscriptions`); unready only when that has failed for long.
+        if !self.subscriptions_ready() {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
         Ok(())
@@ -552,6 +556,7 @@ mod tests {
             assert_eq!(c.tcp.nodelay, Some(true), "{url}");
             assert_eq!(c.connection_timeout, Duration::from_secs(2), "{url}");
             assert_eq!(c.max_command_buffer_len, 100_000, "{url}");
+            assert_eq!(c.max_redirections, 0, "{url}");
         }
     }
 }

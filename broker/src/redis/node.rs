@@ -28,13 +28,6 @@ impl RedisBroker {
             .client
             .zremrangebyscore(&self.keys.nodes(), "-inf", forget)
             .await;
-        // A probe through each of this node's channels: readiness holds only while they all
-        // come back (on Redis Cluster they travel through every shard's connection).
-        let probes = (0..PARTITIONS).map(|k| {
-            self.client
-                .spublish::<i64, _, _>(self.keys.node_channel(&self.node, k), codec::probe(k))
-        });
-        futures_util::future::join_all(probes).await;
         // Waiters whose request went away (their outcome message never came) are forgotten.
         lock(&self.waiters).retain(|_, tx| !tx.is_closed());
         lock(&self.watchers).retain(|_, txs| {
@@ -155,7 +148,7 @@ impl RedisBroker {
 
     /// Writes everything this node holds again whenever the connection comes back: socket
     /// counts, manifests (without taking `current` from a page that has it); subscriptions are
-    /// restored by [`Self::run_resubscribe`].
+    /// restored by [`Self::run_subscriptions`].
     pub(super) async fn run_republish(self: Arc<Self>, shutdown: CancellationToken) {
         let mut reconnects = self.client.reconnect_rx();
         while reconnected(&mut reconnects, &shutdown).await {
@@ -304,16 +297,19 @@ impl RedisBroker {
                     *seen = std::time::Instant::now();
                 }
             }
-            Some(codec::NodeMessage::Outcome { id, outcome }) => {
-                let watchers = lock(&self.watchers).remove(&id).unwrap_or_default();
-                for w in watchers {
-                    let _ = w.send(outcome.clone());
-                }
-                if let Some(waiter) = lock(&self.waiters).remove(&id) {
-                    let _ = waiter.send(outcome);
-                }
-            }
+            Some(codec::NodeMessage::Outcome { id, outcome }) => self.on_outcome(&id, outcome),
             None => tracing::error!(payload, "unreadable message on this node's channel"),
+        }
+    }
+
+    /// Hands a call's outcome to this node's waiter and watchers of it (once: each is taken).
+    pub(super) fn on_outcome(&self, id: &str, outcome: Outcome) {
+        let watchers = lock(&self.watchers).remove(id).unwrap_or_default();
+        for w in watchers {
+            let _ = w.send(outcome.clone());
+        }
+        if let Some(waiter) = lock(&self.waiters).remove(id) {
+            let _ = waiter.send(outcome);
         }
     }
 
@@ -324,9 +320,7 @@ impl RedisBroker {
         let Some(event) = parse_event(id, body) else {
             return;
         };
-        if let Some(tx) = lock(&self.feeds).get(tenant) {
-            let _ = tx.send(event);
-        }
+        self.to_readers(tenant, event);
     }
 
     pub(super) async fn put_manifest_script(
@@ -351,52 +345,6 @@ impl RedisBroker {
         )
         .await
         .map(|_| ())
-    }
-
-    /// Subscribes again to every channel this node listens on (its partitions, the event
-    /// channels of tenants with live readers), one `SSUBSCRIBE` each, all at once: after the
-    /// subscriber's connection came back, or when its probes stopped coming back.
-    pub(super) async fn resubscribe(&self) {
-        let channels = self.subscriber.tracked_shard_channels();
-        let count = channels.len();
-        let subs = channels
-            .into_iter()
-            .map(|c| self.subscriber.ssubscribe(c.to_string()));
-        let failed = futures_util::future::join_all(subs)
-            .await
-            .into_iter()
-            .filter(Result::is_err)
-            .count();
-        if failed > 0 {
-            tracing::warn!(node = %self.node, failed, of = count, "re-subscription failed; the next heartbeat's probes will tell");
-        }
-    }
-
-    /// Re-subscribes whenever the subscriber's connection comes back.
-    pub(super) async fn run_resubscribe(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut reconnects = self.subscriber.reconnect_rx();
-        while reconnected(&mut reconnects, &shutdown).await {
-            self.resubscribe().await;
-        }
-    }
-
-    /// Subscribes to this node's channel of every partition and to the tenant catalog's
-    /// channel: the node's only subscriptions besides the event feeds of tenants with live
-    /// readers. [`Self::run_resubscribe`] restores
-    /// them after a reconnection.
-    pub(super) async fn subscribe_partitions(&self) -> Result<(), ConnectError> {
-        let subs = (0..PARTITIONS).map(|k| {
-            self.subscriber
-                .ssubscribe(self.keys.node_channel(&self.node, k))
-        });
-        for r in futures_util::future::join_all(subs).await {
-            r.map_err(ConnectError::Connect)?;
-        }
-        self.subscriber
-            .ssubscribe(self.keys.catalog_channel())
-            .await
-            .map_err(ConnectError::Connect)?;
-        Ok(())
     }
 }
 

@@ -2,6 +2,8 @@
 //! once where running it twice unbeknown to its caller would be wrong, and loaded on every
 //! primary before the node uses them.
 
+use fred::interfaces::LuaInterface;
+
 use super::scripts::*;
 use super::*;
 
@@ -28,10 +30,38 @@ impl RedisBroker {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
         let started = std::time::Instant::now();
-        let answer = script
-            .evalsha_with_reload(&self.client, keys, args)
-            .await
-            .map_err(|e| unavailable(&e));
+        let keys = fred::types::MultipleKeys::from(keys);
+        let args: Vec<Value> = args.into_iter().map(Value::from).collect();
+        let mut pause = Duration::from_millis(10);
+        let answer = loop {
+            let answer: Result<Value, fred::error::Error> = match self
+                .client
+                .evalsha(script.sha1().clone(), keys.clone(), args.clone())
+                .await
+            {
+                Err(e) if e.details().starts_with("NOSCRIPT") => {
+                    match script.load(&self.client).await {
+                        Ok(()) => {
+                            self.client
+                                .evalsha(script.sha1().clone(), keys.clone(), args.clone())
+                                .await
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                answer => answer,
+            };
+            match answer {
+                // Not run: the slot moved or is moving (the client read the slot map again on
+                // a MOVED); asked again at its owner within the command timeout.
+                Err(e) if moving(&e) && started.elapsed() + pause < self.opts.command_timeout => {
+                    tracing::debug!(script = name, error = %e, "slot moving: the script is sent again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                answer => break answer.map_err(|e| unavailable(&e)),
+            }
+        };
         self.opts.observe.observe(name, started.elapsed());
         answer
     }
@@ -204,4 +234,16 @@ impl Scripts {
             (&self.watch, "watch"),
         ]
     }
+}
+
+/// Whether a command was refused, not run, because its slot moved or is moving: a redirection
+/// the client does not follow itself (`MOVED` once the slot map was read again, `ASK` during a
+/// migration: see `builder`), `TRYAGAIN` (keys split between the two masters of a migration),
+/// or `CLUSTERDOWN` while a failover completes.
+pub(super) fn moving(e: &fred::error::Error) -> bool {
+    let d = e.details();
+    *e.kind() == fred::error::ErrorKind::Routing
+        || ["TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK"]
+            .iter()
+            .any(|p| d.starts_with(p))
 }

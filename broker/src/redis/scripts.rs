@@ -8,7 +8,8 @@
 /// - `socket_nodes(socks)`: the nodes holding sockets of a conversation (per-node counts, the
 ///   fields without `|`), whether or not they are live: a frame for a dead node reaches no one.
 /// - `to_nodes(nodes, prefix, suffix, message)`: `SPUBLISH`es `message` on each node's channel
-///   of this partition (`prefix .. node .. suffix`), which shares the script's slot.
+///   of this partition (`prefix .. node .. suffix`), which shares the script's slot; returns how
+///   many subscribers received it.
 /// - `conv_state(conv, socks, manifests, live)`: the conversation as the agent API sees it,
 ///   counting only sockets of live nodes, with D23's choice of the current page
 ///   (`model::current_page`). The current page's manifest `seq` comes from the manifests
@@ -48,7 +49,11 @@ local function socket_nodes(socks)
   return out
 end
 local function to_nodes(nodes, prefix, suffix, message)
-  for _, node in ipairs(nodes) do redis.call('SPUBLISH', prefix .. node .. suffix, message) end
+  local reached = 0
+  for _, node in ipairs(nodes) do
+    reached = reached + redis.call('SPUBLISH', prefix .. node .. suffix, message)
+  end
+  return reached
 end
 local function conv_state(conv, socks_key, manifests, live)
   local socks = redis.call('HGETALL', socks_key)
@@ -174,7 +179,13 @@ return 1
 /// when the rate is taken elsewhere). ARGV: the 12 of [`BIND`], then manifest prefix, expected
 /// clientId or '', expected seq or '', now ms, reconnect grace ms, rate interval µs or '',
 /// burst, how many live node ids follow, the live node ids, then the nodes known dead.
-/// Returns `{'ok'}`, `{'stale'}`, `{'unknown', nodes…}`, `{'no_page'}` or `{'rate', µs}`.
+/// The page message is published before the bind (a node hears it only once the script ended):
+/// when pages are connected but no node's channel took it (a subscription lost in a failover or
+/// a slot move, the node not yet subscribed again), nothing is bound, the rate token is given
+/// back and the answer is `{'unreached'}`: the agent is told 503, never a timeout for a frame
+/// no page received.
+/// Returns `{'ok'}`, `{'stale'}`, `{'unknown', nodes…}`, `{'no_page'}`, `{'unreached'}` or
+/// `{'rate', µs}`.
 pub const PLACE: &str = r"
 local live, dead = {}, {}
 local nlive = tonumber(ARGV[20])
@@ -193,8 +204,11 @@ if ARGV[18] ~= '' then
 end
 local reconnecting = st.total == 0 and st.drained and tonumber(ARGV[16]) - tonumber(st.drained) < tonumber(ARGV[17])
 if not st.effective or (st.total == 0 and not reconnecting) then return {'no_page'} end
+if to_nodes(st.nodes, ARGV[11], ARGV[12], ARGV[7]) == 0 and st.total > 0 then
+  if ARGV[18] ~= '' then gcra(KEYS[6], ARGV[18], ARGV[19], 0, 1) end
+  return {'unreached'}
+end
 bind(KEYS[1], KEYS[2], KEYS[3], ARGV)
-to_nodes(st.nodes, ARGV[11], ARGV[12], ARGV[7])
 return {'ok'}
 ";
 
