@@ -5,7 +5,7 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit api examples chart-test image-test image browser mcp-e2e pusher bench bench-compare admin-propagation scale-sim profile load-test soak fuzz clean
+.PHONY: run test deps lint unit api examples chart-test image-test image browser mcp-e2e pusher bench bench-compare admin-propagation scale-sim profile load-test soak cluster-faults fuzz clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
@@ -102,6 +102,17 @@ profile:
 ## Redis memory (not part of `test`)
 soak:
 	CARGO="$(CARGO)" load-tests/soak.sh
+
+## cluster-faults: the Redis Cluster fault tests (gateway/tests/cluster) with each fault done
+## FAULT_ROUNDS times, one test at a time, each on a six-node cluster of its own under call load
+## through two nodes: prints the table of counts and slowest recoveries (docs/benchmarks.md)
+FAULT_ROUNDS ?= 5
+cluster-faults:
+	TOOLMARK_FAULT_ROUNDS=$(FAULT_ROUNDS) $(CARGO) test --locked -p toolmark-gateway --test cluster -- --nocapture --test-threads 1 2>&1 | tee target/cluster-faults.log
+	@echo "| fault | faults | calls | answered | 503 | timeouts | slowest recovery (after the topology change) |"
+	@echo "|---|---|---|---|---|---|---|"
+	@grep -o 'FIGURES.*' target/cluster-faults.log | sed 's/^FIGURES //'
+	@! grep -q 'test result: FAILED' target/cluster-faults.log
 
 ## fuzz: every cargo-fuzz target for FUZZ_SECONDS each (stable toolchain, RUSTC_BOOTSTRAP):
 ## the page frame decoder (proto/fuzz), then the Pusher client frame, the /inbound body, the

@@ -138,13 +138,22 @@ impl RedisCluster {
     /// every server sees it and the cluster is ok.
     pub fn failover(&self, master: usize) -> usize {
         let replica = self.replica_of(master);
-        let out = self.nodes[replica].cli(&["cluster", "failover"]);
-        assert!(out.trim() == "OK", "CLUSTER FAILOVER answered {out}");
-        self.settle(|c| {
-            let t = c.topology();
-            let port = c.nodes[replica].port;
-            t.iter().any(|l| l.port == port && l.master)
-        });
+        let port = self.nodes[replica].port;
+        let promoted = |c: &Self| c.topology().iter().any(|l| l.port == port && l.master);
+        // A manual failover that does not complete in time (the replica not caught up yet,
+        // right after another one) is given up by Redis: asked again, as an operator would.
+        for _ in 0..3 {
+            let out = self.nodes[replica].cli(&["cluster", "failover"]);
+            assert!(out.trim() == "OK", "CLUSTER FAILOVER answered {out}");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && !promoted(self) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if promoted(self) {
+                break;
+            }
+        }
+        self.settle(promoted);
         replica
     }
 

@@ -286,6 +286,29 @@ impl RedisBroker {
         })
     }
 
+    /// The frames of the conversation's calls still pending, each with the clientId it is for.
+    pub(super) async fn pending_messages(
+        &self,
+        conv: &ConvKey,
+    ) -> Result<Vec<(String, Arc<str>)>, BrokerError> {
+        let reply = self
+            .script(
+                &self.scripts.pending,
+                vec![self.keys.pending(conv)],
+                vec![self.keys.call_prefix(partition::of_conv(conv))],
+            )
+            .await?;
+        Ok(strings(reply)
+            .into_iter()
+            .filter_map(|m| match codec::parse_node_message(&m) {
+                Some(codec::NodeMessage::Page {
+                    client_id, frame, ..
+                }) => Some((client_id, Arc::from(frame))),
+                _ => None,
+            })
+            .collect())
+    }
+
     /// The outcome stored for call `id`, whichever tenant's it is (none while it is pending).
     pub(super) async fn stored_outcome(&self, id: &str) -> Result<Option<Outcome>, BrokerError> {
         let f = strings(
@@ -451,19 +474,11 @@ impl Calls for RedisBroker {
     }
 
     async fn pending_frames(&self, conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError> {
-        let reply = self
-            .script(
-                &self.scripts.pending,
-                vec![self.keys.pending(conv)],
-                vec![self.keys.call_prefix(partition::of_conv(conv))],
-            )
-            .await?;
-        Ok(strings(reply)
+        Ok(self
+            .pending_messages(conv)
+            .await?
             .into_iter()
-            .filter_map(|m| match codec::parse_node_message(&m) {
-                Some(codec::NodeMessage::Page { frame, .. }) => Some(Arc::from(frame)),
-                _ => None,
-            })
+            .map(|(_, frame)| frame)
             .collect())
     }
 }

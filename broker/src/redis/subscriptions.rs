@@ -60,64 +60,75 @@ impl RedisBroker {
     pub(super) async fn run_subscriptions(self: Arc<Self>, shutdown: CancellationToken) {
         let mut topology = self.client.cluster_change_rx();
         let mut reconnects = self.subscriber.reconnect_rx();
-        let mut commands_back = self.client.reconnect_rx();
         let mut tick = tokio::time::interval(PROBE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let everything = tokio::select! {
+            let why = tokio::select! {
                 () = shutdown.cancelled() => return,
-                r = topology.recv() => !closed(&r),
-                r = reconnects.recv() => !closed(&r),
-                r = commands_back.recv() => !closed(&r),
-                _ = tick.tick() => false,
+                r = topology.recv() => (!closed(&r)).then_some(Why::Topology),
+                r = reconnects.recv() => (!closed(&r)).then_some(Why::Reconnected),
+                _ = tick.tick() => Some(Why::Probe),
             };
-            if shutdown.is_cancelled() {
-                return;
+            let Some(mut why) = why else { return };
+            // Several changes often come together: one pass answers them all.
+            while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = reconnects.try_recv()
+            {
+                why = Why::Reconnected;
             }
-            if everything {
-                // Several changes often come together: one pass answers them all.
-                while topology.try_recv().is_ok() || reconnects.try_recv().is_ok() {}
-                self.resubscribe_all("topology changed").await;
-            } else {
-                self.probe().await;
+            while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = topology.try_recv() {
             }
+            self.mend(why).await;
         }
     }
 
-    /// Publishes a probe on each of this node's partition channels; those no subscriber took,
-    /// or whose probes stopped coming back, are subscribed again.
-    async fn probe(&self) {
+    /// Probes this node's partition channels and subscribes again where needed: everything
+    /// after a topology change or a reconnection (event channels move with their tenant's slot,
+    /// which no probe covers), else the channels whose probe no subscriber took or that stopped
+    /// coming back. Then hands over what the lost channels may have carried meanwhile.
+    async fn mend(&self, why: Why) {
         let probes = (0..PARTITIONS).map(|k| {
             self.client
                 .spublish::<i64, _, _>(self.keys.node_channel(&self.node, k), codec::probe(k))
         });
         let published = futures_util::future::join_all(probes).await;
+        if why == Why::Probe
+            && published
+                .iter()
+                .all(|p| p.as_ref().is_err_and(|e| !run::moving(e)))
+        {
+            // Redis does not answer at all: nothing to mend until it does.
+            return;
+        }
         let lost: Vec<u16> = {
             let seen = lock(&self.probe_seen);
             (0..PARTITIONS)
                 .filter(|k| {
                     let i = usize::from(*k);
-                    matches!(published[i], Ok(0))
+                    why == Why::Reconnected
+                        || match &published[i] {
+                            Ok(n) => *n == 0,
+                            Err(e) => run::moving(e),
+                        }
                         || seen.get(i).is_some_and(|t| t.elapsed() > PROBE_SILENT)
                 })
                 .collect()
         };
-        if lost.is_empty() {
+        if lost.is_empty() && why == Why::Probe {
             *lock(&self.unsubscribed_since) = None;
             return;
         }
-        if published.iter().all(Result::is_err) {
-            // Redis does not answer at all: nothing to mend until it does.
-            return;
+        if !lost.is_empty() {
+            lock(&self.unsubscribed_since).get_or_insert_with(std::time::Instant::now);
+            tracing::warn!(node = %self.node, partitions = lost.len(), why = why.as_str(), "partition channels without their subscription: subscribing again");
         }
-        lock(&self.unsubscribed_since).get_or_insert_with(std::time::Instant::now);
-        tracing::warn!(node = %self.node, partitions = lost.len(), "partition channels lost their subscription: subscribing again");
-        self.resubscribe_all("probes not received").await;
+        if self.resubscribe_all(why.as_str()).await {
+            self.catch_up(&lost).await;
+        }
     }
 
-    /// Reads the slot map again (Redis Cluster), subscribes again to every channel this node
-    /// listens on, then reads what may have been published meanwhile.
-    pub(super) async fn resubscribe_all(&self, why: &'static str) {
+    /// Reads the slot map again (Redis Cluster) and subscribes again to every channel this
+    /// node listens on; whether all of them are.
+    async fn resubscribe_all(&self, why: &'static str) -> bool {
         if self.cluster
             && let Err(e) = self.subscriber.sync_cluster().await
         {
@@ -136,24 +147,46 @@ impl RedisBroker {
         if failed > 0 {
             tracing::warn!(node = %self.node, why, failed, of = count, "subscribing again failed; the probes try again");
             lock(&self.unsubscribed_since).get_or_insert_with(std::time::Instant::now);
-            return;
+            return false;
         }
         tracing::debug!(node = %self.node, why, channels = count, "subscribed again");
-        self.catch_up().await;
+        true
     }
 
-    /// Hands over what was published while a channel may not have been subscribed: the stored
-    /// outcome of each call this node waits on or watches, and each tenant's events after the
-    /// last one its readers got.
-    async fn catch_up(&self) {
+    /// Hands over what was published while channels may not have been subscribed: for the
+    /// `lost` partitions, the stored outcome of each call this node waits on or watches and the
+    /// frames of calls still pending for its pages (a page ignores a call id it already has);
+    /// for every tenant with live readers, the events after the last one they got.
+    async fn catch_up(&self, lost: &[u16]) {
         let ids: Vec<String> = {
             let mut ids: Vec<String> = lock(&self.waiters).keys().cloned().collect();
             ids.extend(lock(&self.watchers).keys().cloned());
+            ids.retain(|id| lost.contains(&partition::of_call(id)));
             ids
         };
-        for id in ids {
-            if let Ok(Some(outcome)) = self.stored_outcome(&id).await {
-                self.on_outcome(&id, outcome);
+        for chunk in ids.chunks(256) {
+            let reads = chunk
+                .iter()
+                .map(|id| async move { (id, self.stored_outcome(id).await) });
+            for (id, read) in futures_util::future::join_all(reads).await {
+                if let Ok(Some(outcome)) = read {
+                    self.on_outcome(id, outcome);
+                }
+            }
+        }
+        let convs: Vec<ConvKey> = lock(&self.held)
+            .keys()
+            .filter(|c| lost.contains(&partition::of_conv(c)))
+            .cloned()
+            .collect();
+        for chunk in convs.chunks(256) {
+            let reads = chunk
+                .iter()
+                .map(|c| async move { (c, self.pending_messages(c).await) });
+            for (conv, frames) in futures_util::future::join_all(reads).await {
+                for (client, frame) in frames.unwrap_or_default() {
+                    self.sink.deliver(conv, &client, frame);
+                }
             }
         }
         let feeds: Vec<(String, Option<String>)> = lock(&self.feeds)
@@ -199,6 +232,27 @@ impl RedisBroker {
     /// Whether the subscriptions hold, or have not been lost for long: `/readyz` reads it.
     pub(super) fn subscriptions_ready(&self) -> bool {
         lock(&self.unsubscribed_since).is_none_or(|t| t.elapsed() < UNREADY_AFTER)
+    }
+}
+
+/// What set a round of [`RedisBroker::mend`] off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// The node's own clock.
+    Probe,
+    /// The command client followed a topology change (a `MOVED`, a reconnection).
+    Topology,
+    /// The subscriber's connection came back: what it carried meanwhile is lost.
+    Reconnected,
+}
+
+impl Why {
+    fn as_str(self) -> &'static str {
+        match self {
+            Why::Probe => "probes not received",
+            Why::Topology => "topology changed",
+            Why::Reconnected => "subscriber reconnected",
+        }
     }
 }
 

@@ -119,6 +119,15 @@ impl Pages {
 
 /// One call of `spot` through the node that does not hold it, answered within `timeout_ms`.
 pub async fn call(nodes: &[Gateway], spot: &Spot, timeout_ms: u64) -> Got {
+    call_with_id(nodes, spot, timeout_ms).await.0
+}
+
+/// [`call`], with the call's id when the page answered.
+pub async fn call_with_id(
+    nodes: &[Gateway],
+    spot: &Spot,
+    timeout_ms: u64,
+) -> (Got, Option<String>) {
     let via = &nodes[(spot.on + 1) % nodes.len()];
     let a = via
         .acme()
@@ -130,21 +139,23 @@ pub async fn call(nodes: &[Gateway], spot: &Spot, timeout_ms: u64) -> Got {
             json!({"tool": "todo.add", "input": {}, "timeoutMs": timeout_ms}),
         )
         .await;
-    match (a.status, a.body["outcome"]["status"].as_str()) {
-        (200, Some("ok")) => Got::Ok,
+    let id = a.body["id"].as_str().map(str::to_owned);
+    let got = match (a.status, a.body["outcome"]["status"].as_str()) {
+        (200, Some("ok")) if a.body["outcome"]["data"].as_str() == id.as_deref() => Got::Ok,
         (200, Some("timeout")) => Got::Timeout,
         (503, _) if a.body["code"] == "unavailable" && a.headers.contains_key("retry-after") => {
             Got::Unavailable
         }
         (status, _) => Got::Other(format!("{status} {}", a.body)),
-    }
+    };
+    (got, id)
 }
 
 /// Calls every page in turn, `workers` at a time with `pause` between a worker's calls, until
 /// stopped: every answer with when it came.
 pub struct Load {
     stop: Arc<AtomicBool>,
-    workers: Vec<JoinHandle<Vec<(Instant, Got)>>>,
+    workers: Vec<JoinHandle<Vec<(Instant, Got, Answered)>>>,
 }
 
 /// Starts calling `spots` through `nodes` (shared with the test by `Arc`).
@@ -159,7 +170,9 @@ pub fn start(nodes: Arc<Vec<Gateway>>, spots: Vec<Spot>, workers: usize, pause: 
                 let mut i = w;
                 while !stop.load(Ordering::Relaxed) {
                     let spot = &spots[i % spots.len()];
-                    got.push((Instant::now(), call(&nodes, spot, 3000).await));
+                    let (g, id) = call_with_id(&nodes, spot, 3000).await;
+                    let answered = id.filter(|_| g == Got::Ok).map(|id| (spot.clone(), id));
+                    got.push((Instant::now(), g, answered));
                     i += 1;
                     tokio::time::sleep(pause).await;
                 }
@@ -170,10 +183,15 @@ pub fn start(nodes: Arc<Vec<Gateway>>, spots: Vec<Spot>, workers: usize, pause: 
     Load { stop, workers }
 }
 
+/// The page and id of a call the page answered.
+type Answered = Option<(Spot, String)>;
+
 /// Every answer of a load, in the order they came.
 #[derive(Debug)]
 pub struct Tally {
     pub got: Vec<(Instant, Got)>,
+    /// The calls the pages answered.
+    pub answered: Vec<(Spot, String)>,
 }
 
 impl Tally {
@@ -195,11 +213,15 @@ impl Load {
     pub async fn stop(self) -> Tally {
         self.stop.store(true, Ordering::Relaxed);
         let mut got = Vec::new();
+        let mut answered = Vec::new();
         for w in self.workers {
-            got.extend(w.await.unwrap());
+            for (t, g, a) in w.await.unwrap() {
+                got.push((t, g));
+                answered.extend(a);
+            }
         }
         got.sort_by_key(|(t, _)| *t);
-        Tally { got }
+        Tally { got, answered }
     }
 }
 
@@ -223,4 +245,23 @@ pub async fn every_page_answers(nodes: &[Gateway], spots: &[Spot], bound: Durati
         }
     }
     started.elapsed()
+}
+
+/// `GET /calls/{id}` on the node of each call's page (not the one that placed it) agrees with
+/// what the agent was told, for `n` of the answered calls spread over the run.
+pub async fn records_agree(nodes: &[Gateway], tally: &Tally, n: usize) {
+    let step = (tally.answered.len() / n.max(1)).max(1);
+    for (spot, id) in tally.answered.iter().step_by(step) {
+        let record = nodes[spot.on].acme().get(&format!("/calls/{id}")).await;
+        assert_eq!(
+            (
+                record.status,
+                record.body["outcome"]["status"].as_str(),
+                record.body["outcome"]["data"].as_str()
+            ),
+            (200, Some("ok"), Some(id.as_str())),
+            "call {id}: {}",
+            record.body
+        );
+    }
 }
