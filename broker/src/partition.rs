@@ -11,8 +11,10 @@ use uuid::Uuid;
 
 use crate::ConvKey;
 
-/// How many partitions there are. 64 keeps a six-shard Redis Cluster within 3% of an even
-/// spread (10 or 11 partitions each) while a node's subscriptions stay at 64.
+/// How many partitions there are: a node holds this many subscriptions, whatever its pages.
+/// Partition `k`'s keys hash by the tag `p<k>`, so where the 64 fall depends on the Cluster's
+/// slot ranges: on six shards with the even ranges `redis-cli --cluster create` makes, 8 to 13
+/// each (`docs/scaling.md`, "Growing the Cluster").
 pub const PARTITIONS: u16 = 64;
 
 /// The partition of a conversation: its Redis Cluster key slot (CRC16 of the conversation's

@@ -21,10 +21,10 @@
 use super::*;
 
 /// How often the node probes its own partition channels.
-pub(super) const PROBE_EVERY: Duration = Duration::from_millis(500);
+pub(super) const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 /// A probe not back for this long has its channel subscribed again.
-const PROBE_SILENT: Duration = Duration::from_secs(2);
+const PROBE_SILENT: Duration = Duration::from_secs(3);
 
 /// How long the node may fail to restore a subscription before `/readyz` says so: well past
 /// what a failover or a reshard takes, so that every node does not turn unready together over
