@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 
 use crate::{BrokerError, SubmitError};
 
+/// The longest pause between two attempts: once the broker answers again, every frame held
+/// anywhere lands within about this long.
+pub const LONGEST_PAUSE: Duration = Duration::from_secs(1);
+
 /// Whether a failed broker operation's outcome is unknown to the caller: the broker did not
 /// answer (it may have applied it, or may still).
 pub trait Unknown {
@@ -29,7 +33,7 @@ impl Unknown for SubmitError {
 
 /// The pause before the `attempt`-th submission again (from 0): 50 ms, doubling up to 1 s.
 pub fn pause(attempt: u32) -> Duration {
-    Duration::from_millis(50u64.saturating_mul(1u64 << attempt.min(5)).min(1000))
+    Duration::from_millis(50u64.saturating_mul(1u64 << attempt.min(5))).min(LONGEST_PAUSE)
 }
 
 /// Runs `attempt(false)`, then, while its outcome is unknown, `attempt(true)` (a submission

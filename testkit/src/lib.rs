@@ -9,3 +9,15 @@ pub mod cluster;
 pub mod fault;
 pub mod process;
 pub mod redis;
+
+/// Logs of the code under test on stderr, filtered by `TOOLMARK_TEST_LOG` (an `EnvFilter`
+/// directive such as `toolmark_broker=debug,toolmark_gateway=info`); nothing when it is unset.
+/// For reading what happened in a failing run.
+pub fn logs() {
+    if let Ok(filter) = std::env::var("TOOLMARK_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}

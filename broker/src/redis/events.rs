@@ -51,13 +51,14 @@ impl Events for RedisBroker {
             Some(after) => {
                 let start = format!("({after}");
                 let entries: Vec<(String, HashMap<String, String>)> = self
-                    .client
-                    .xrange(
-                        self.keys.events(tenant),
-                        start,
-                        "+",
-                        Some(self.opts.retention.events_per_tenant),
-                    )
+                    .again("xrange", || {
+                        self.client.xrange(
+                            self.keys.events(tenant),
+                            start.clone(),
+                            "+",
+                            Some(self.opts.retention.events_per_tenant),
+                        )
+                    })
                     .await
                     .map_err(|e| unavailable(&e))?;
                 entries
@@ -80,8 +81,10 @@ impl RedisBroker {
             .await
             .map_err(|e| unavailable(&e))?;
         let newest: Vec<(String, HashMap<String, String>)> = self
-            .client
-            .xrevrange(self.keys.events(tenant), "+", "-", Some(1))
+            .again("xrevrange", || {
+                self.client
+                    .xrevrange(self.keys.events(tenant), "+", "-", Some(1))
+            })
             .await
             .map_err(|e| unavailable(&e))?;
         let newest = newest

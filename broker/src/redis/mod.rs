@@ -175,9 +175,9 @@ pub struct RedisBroker {
     reserves: crate::rate::Reserves,
     /// Per conversation, what this node last read of its current page ([`Broker::place_call`]).
     expected: Mutex<HashMap<ConvKey, Arc<calls::Expected>>>,
-    /// When this node last got its own probe back through each partition's channel
-    /// (delivery-verified readiness), and when it started.
-    probe_seen: Mutex<Vec<std::time::Instant>>,
+    /// Per partition, since when a probe a subscriber took has been awaited back through this
+    /// node's channel (`None` once one came back): delivery-verified subscriptions.
+    probe_awaited: Mutex<Vec<Option<std::time::Instant>>>,
     /// Since when some subscription has been lost and not restored ([`subscriptions`]).
     unsubscribed_since: Mutex<Option<std::time::Instant>>,
     /// When the held conversations' keys were last refreshed.
@@ -323,7 +323,7 @@ impl RedisBroker {
             cluster,
             reserves: crate::rate::Reserves::default(),
             expected: Mutex::default(),
-            probe_seen: Mutex::new(vec![std::time::Instant::now(); usize::from(PARTITIONS)]),
+            probe_awaited: Mutex::new(vec![None; usize::from(PARTITIONS)]),
             unsubscribed_since: Mutex::default(),
             refreshed_at: Mutex::new(std::time::Instant::now()),
             blocking: tokio::sync::OnceCell::new(),
@@ -505,7 +505,9 @@ impl Broker for RedisBroker {
     }
 
     async fn place_call(&self, req: CallRequest) -> Result<Placed, PlaceError> {
-        self.place(req).await
+        // Boxed: the placement's loop over scripts sent again while a slot moves makes its
+        // future large (clippy `large_futures`).
+        Box::pin(self.place(req)).await
     }
 
     async fn close(&self) {

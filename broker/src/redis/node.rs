@@ -293,8 +293,8 @@ impl RedisBroker {
                 frame,
             }) => self.sink.deliver(&conv, &client_id, frame.into()),
             Some(codec::NodeMessage::Probe(k)) => {
-                if let Some(seen) = lock(&self.probe_seen).get_mut(usize::from(k)) {
-                    *seen = std::time::Instant::now();
+                if let Some(awaited) = lock(&self.probe_awaited).get_mut(usize::from(k)) {
+                    *awaited = None;
                 }
             }
             Some(codec::NodeMessage::Outcome { id, outcome }) => self.on_outcome(&id, outcome),

@@ -32,36 +32,20 @@ impl RedisBroker {
         let started = std::time::Instant::now();
         let keys = fred::types::MultipleKeys::from(keys);
         let args: Vec<Value> = args.into_iter().map(Value::from).collect();
-        let mut pause = Duration::from_millis(10);
-        let answer = loop {
-            let answer: Result<Value, fred::error::Error> = match self
-                .client
-                .evalsha(script.sha1().clone(), keys.clone(), args.clone())
-                .await
-            {
-                Err(e) if e.details().starts_with("NOSCRIPT") => {
-                    match script.load(&self.client).await {
-                        Ok(()) => {
-                            self.client
-                                .evalsha(script.sha1().clone(), keys.clone(), args.clone())
-                                .await
-                        }
-                        Err(e) => Err(e),
+        let answer = self
+            .again(name, || async {
+                let sha = script.sha1().clone();
+                match self.client.evalsha(sha, keys.clone(), args.clone()).await {
+                    Err(e) if e.details().starts_with("NOSCRIPT") => {
+                        script.load(&self.client).await?;
+                        let sha = script.sha1().clone();
+                        self.client.evalsha(sha, keys.clone(), args.clone()).await
                     }
+                    answer => answer,
                 }
-                answer => answer,
-            };
-            match answer {
-                // Not run: the slot moved or is moving (the client read the slot map again on
-                // a MOVED); asked again at its owner within the command timeout.
-                Err(e) if moving(&e) && started.elapsed() + pause < self.opts.command_timeout => {
-                    tracing::debug!(script = name, error = %e, "slot moving: the script is sent again");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(200));
-                }
-                answer => break answer.map_err(|e| unavailable(&e)),
-            }
-        };
+            })
+            .await
+            .map_err(|e| unavailable(&e));
         self.opts.observe.observe(name, started.elapsed());
         answer
     }
@@ -117,6 +101,33 @@ impl RedisBroker {
         .map_err(|e| unavailable(&e));
         self.opts.observe.observe(name, started.elapsed());
         answer
+    }
+
+    /// Runs `command` again while Redis refuses it because its slot moved or is moving
+    /// ([`moving`]: such a command did not run), pausing 10 ms, doubling up to 200 ms, within
+    /// the command timeout: the client follows no redirection itself (see `builder`). `what`
+    /// names it in the debug log.
+    pub(super) async fn again<T, F, Fut>(
+        &self,
+        what: &'static str,
+        mut command: F,
+    ) -> Result<T, fred::error::Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, fred::error::Error>>,
+    {
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match command().await {
+                Err(e) if moving(&e) && started.elapsed() + pause < self.opts.command_timeout => {
+                    tracing::debug!(command = what, error = %e, "slot moving: sent again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                answer => return answer,
+            }
+        }
     }
 
     /// Loads every script into Redis (each primary, on a Cluster) before this node uses them:

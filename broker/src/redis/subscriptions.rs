@@ -9,11 +9,12 @@
 //!   reconnection), the subscriber's slot map is read again and every channel subscribed again
 //!   at its slot's owner (subscribing again where a subscription holds is harmless);
 //! - every [`PROBE_EVERY`] the node publishes a probe on its own channel of each partition: a
-//!   probe no subscriber received (`SPUBLISH` answers 0), or one that stopped coming back, has
-//!   its channel subscribed again;
+//!   probe no subscriber received (`SPUBLISH` answers 0), or one a subscriber took that has not
+//!   come back for [`PROBE_SILENT`], has its channel subscribed again;
 //! - after a channel is back, what may have been published while it was not is read from where
-//!   it is kept: the outcome of each call this node waits on or watches, and the events after
-//!   the last one each tenant's readers got (an event is handed to readers once, in id order).
+//!   it is kept: the outcome of each call this node waits on or watches, the frames of calls
+//!   still pending for its pages, and the events after the last one each tenant's readers got
+//!   (an event is handed to readers once, in id order).
 //!
 //! `/readyz` reads the state this task keeps ([`RedisBroker::subscriptions_ready`]) and triggers
 //! nothing.
@@ -100,8 +101,8 @@ impl RedisBroker {
             return;
         }
         let lost: Vec<u16> = {
-            let seen = lock(&self.probe_seen);
-            (0..PARTITIONS)
+            let mut awaited = lock(&self.probe_awaited);
+            let lost = (0..PARTITIONS)
                 .filter(|k| {
                     let i = usize::from(*k);
                     why == Why::Reconnected
@@ -109,9 +110,18 @@ impl RedisBroker {
                             Ok(n) => *n == 0,
                             Err(e) => run::moving(e),
                         }
-                        || seen.get(i).is_some_and(|t| t.elapsed() > PROBE_SILENT)
+                        || awaited[i].is_some_and(|t| t.elapsed() > PROBE_SILENT)
                 })
-                .collect()
+                .collect();
+            // A probe a subscriber took is awaited from now on, unless one is already (its
+            // arrival clears it): only probes Redis answered for count as silent, so a stall
+            // (nothing answered) is no reason to subscribe again.
+            for (i, p) in published.iter().enumerate() {
+                if matches!(p, Ok(n) if *n > 0) && awaited[i].is_none() {
+                    awaited[i] = Some(std::time::Instant::now());
+                }
+            }
+            lost
         };
         if lost.is_empty() && why == Why::Probe {
             *lock(&self.unsubscribed_since) = None;
@@ -196,13 +206,14 @@ impl RedisBroker {
         for (tenant, last) in feeds {
             let Some(last) = last else { continue };
             let entries: Result<Vec<(String, HashMap<String, String>)>, _> = self
-                .client
-                .xrange(
-                    self.keys.events(&tenant),
-                    format!("({last}"),
-                    "+",
-                    Some(self.opts.retention.events_per_tenant),
-                )
+                .again("xrange", || {
+                    self.client.xrange(
+                        self.keys.events(&tenant),
+                        format!("({last}"),
+                        "+",
+                        Some(self.opts.retention.events_per_tenant),
+                    )
+                })
                 .await;
             for (id, fields) in entries.unwrap_or_default() {
                 if let Some(event) = fields.get("e").and_then(|e| parse_event(&id, e)) {

@@ -1,6 +1,8 @@
 //! Starting a call or describe on the page (the rate, the conversation, the binding, the
 //! deadline) and supervising it to its outcome.
 
+use toolmark_broker::retry::LONGEST_PAUSE;
+
 use super::*;
 
 /// A request to start on the page.
@@ -167,19 +169,30 @@ pub(super) async fn supervise(
     let outcome = tokio::select! {
         o = &mut waiter => o.unwrap_or(Outcome::Timeout),
         () = tokio::time::sleep(timeout) => {
+            let mut arrived = None;
             match app.broker.time_out(&binding.conv, &binding.id).await {
                 Ok(won) => won_timeout = won.is_some(),
                 Err(e) => {
+                    // Not answered until known: the timeout is asked again until the broker
+                    // answers (held, like a page's frame), while the outcome may still arrive.
+                    // A second run of a timeout already applied finds the call finished.
                     timeout_unknown = true;
-                    tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded; the deadline sweep will retry");
+                    tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded: asked again until the broker answers");
+                    tokio::select! {
+                        o = &mut waiter => arrived = Some(o.unwrap_or(Outcome::Timeout)),
+                        won = time_out_again(&app, &binding) => won_timeout = won,
+                    }
                 }
             }
             // The timeout won, or the result won a moment before it: the waiter gets the
             // winner. Should its message never come (a pub/sub message lost while the
             // subscriber reconnected), the stored outcome decides, not a guess.
-            match tokio::time::timeout(OUTCOME_WAIT, waiter).await {
-                Ok(Ok(o)) => o,
-                _ => stored_outcome(&app, &binding).await,
+            match arrived {
+                Some(o) => o,
+                None => match tokio::time::timeout(OUTCOME_WAIT, waiter).await {
+                    Ok(Ok(o)) => o,
+                    _ => stored_outcome(&app, &binding).await,
+                },
             }
         }
     };
@@ -228,6 +241,31 @@ async fn stored_outcome(app: &AppState, binding: &CallBinding) -> Outcome {
         }
         _ => Outcome::Timeout,
     }
+}
+
+/// The timeout of a call asked again once the broker answers (held, like a page's frame):
+/// first a read until it answers, then a moment for the result a page sent before the
+/// deadline to land (its node holds it and asks again at most [`LONGEST_PAUSE`] apart; the
+/// page's answer then wins, as it would have without the outage), then the timeout. Whether
+/// this node's timeout won.
+async fn time_out_again(app: &AppState, binding: &CallBinding) -> bool {
+    let mut held = app.hold.frame(0);
+    let conv = &binding.conv;
+    let read = held
+        .until_known(&app.metrics, conv, "call.timeout", |_| {
+            app.broker.call(&conv.tenant, &binding.id)
+        })
+        .await;
+    if read.is_none() {
+        return false;
+    }
+    tokio::time::sleep(LONGEST_PAUSE + Duration::from_millis(500)).await;
+    let again = held
+        .until_known(&app.metrics, conv, "call.timeout", |_| {
+            app.broker.time_out(conv, &binding.id)
+        })
+        .await;
+    matches!(again, Some(Ok(Some(_))))
 }
 
 /// Whether the broker recorded the call timed out, asked until it answers (for the hold time);
