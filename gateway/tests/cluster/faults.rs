@@ -1,6 +1,6 @@
 //! The faults of a Redis Cluster's ordinary life, each under call load through two nodes.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -44,15 +44,49 @@ fn slowest(recoveries: &[Duration]) -> Duration {
 
 /// Two gateway nodes on `cluster` under one fresh prefix.
 async fn two_nodes(cluster: &RedisCluster) -> Arc<Vec<Gateway>> {
+    two_nodes_with(cluster, "").await
+}
+
+/// [`two_nodes`] with `extra` at the end of the config (in the last tenant's table: acme's).
+async fn two_nodes_with(cluster: &RedisCluster, extra: &str) -> Arc<Vec<Gateway>> {
     toolmark_testkit::logs();
     let broker = redis_broker(&cluster.url(), &fresh_prefix());
     let mut nodes = Vec::new();
     for i in 1..=2 {
-        nodes.push(
-            Gateway::start_config(&config_with(&broker, ""), Some(format!("node-{i}"))).await,
-        );
+        let text = config_with(&broker, extra);
+        nodes.push(Gateway::start_config(&text, Some(format!("node-{i}"))).await);
     }
     Arc::new(nodes)
+}
+
+/// A webhook receiver on loopback answering 200: the `webhook-id` and body of every request,
+/// and the tenant settings that send acme's events there.
+async fn webhook_receiver() -> (Arc<Mutex<Vec<(String, String)>>>, String) {
+    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let sink = Arc::clone(&seen);
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |h: axum::http::HeaderMap, body: axum::body::Bytes| {
+            let sink = Arc::clone(&sink);
+            async move {
+                let id = h
+                    .get("webhook-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                let body = String::from_utf8_lossy(&body).into_owned();
+                sink.lock().unwrap().push((id, body));
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let tenant = format!(
+        "webhook_url = \"{hook}\"\nwebhook_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nwebhook_allow_private = true"
+    );
+    (seen, tenant)
 }
 
 /// What every fault test asserts of the load it ran: answers and 503s only, never a call that
@@ -190,7 +224,8 @@ async fn killed_pubsub_connections_are_restored_without_any_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reshard_of_live_conversations_and_of_the_event_stream_loses_no_page_and_no_event() {
     let cluster = RedisCluster::start_with_node_timeout(NODE_TIMEOUT_MS);
-    let nodes = two_nodes(&cluster).await;
+    let (hooks, tenant) = webhook_receiver().await;
+    let nodes = two_nodes_with(&cluster, &tenant).await;
     let pages = load::pages(&nodes, PAGES_PER_NODE).await;
     // An event reader opened before anything moves, on node 2.
     let mut events = nodes[1].acme().events("", None).await;
@@ -237,6 +272,20 @@ async fn a_reshard_of_live_conversations_and_of_the_event_stream_loses_no_page_a
             e.data
         );
     }
+    // The webhook consumer follows the stream to its new owner: the event is delivered once.
+    let deadline = Instant::now() + RECOVERY;
+    let delivered = |hooks: &Mutex<Vec<(String, String)>>| {
+        hooks
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(id, body)| *id == first.id && body.contains("reshard"))
+            .count()
+    };
+    while delivered(&hooks) == 0 {
+        assert!(Instant::now() < deadline, "the event's webhook never came");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // A reader opened now reads the stream at its new owner: it replays what followed an id.
     let mut later = nodes[1].acme().events("", Some("0-0")).await;
     let replayed = later.next_of("page.manifest").await;
@@ -246,4 +295,6 @@ async fn a_reshard_of_live_conversations_and_of_the_event_stream_loses_no_page_a
     only_answers_and_503s(&tally, what, recoveries.len(), slowest(&recoveries), false);
     load::records_agree(&nodes, &tally, 30, None).await;
     assert_eq!(pages.stop().await, 0, "pages were closed");
+    // Seconds after it was first delivered, still once.
+    assert_eq!(delivered(&hooks), 1, "the event's webhook came twice");
 }
