@@ -17,6 +17,9 @@ const NODE_TIMEOUT_MS: u32 = 2000;
 /// Agents calling at once.
 const WORKERS: usize = 4;
 
+/// How long a worker waits between two calls.
+const PAUSE: Duration = Duration::from_millis(50);
+
 /// Pages on each node.
 const PAGES_PER_NODE: usize = 5;
 
@@ -42,12 +45,8 @@ fn slowest(recoveries: &[Duration]) -> Duration {
     recoveries.iter().max().copied().unwrap_or_default()
 }
 
-/// Two gateway nodes on `cluster` under one fresh prefix.
-async fn two_nodes(cluster: &RedisCluster) -> Arc<Vec<Gateway>> {
-    two_nodes_with(cluster, "").await
-}
-
-/// [`two_nodes`] with `extra` at the end of the config (in the last tenant's table: acme's).
+/// Two gateway nodes on `cluster` under one fresh prefix, with `extra` at the end of the config
+/// (in the last tenant's table: acme's).
 async fn two_nodes_with(cluster: &RedisCluster, extra: &str) -> Arc<Vec<Gateway>> {
     toolmark_testkit::logs();
     let broker = redis_broker(&cluster.url(), &fresh_prefix());
@@ -57,6 +56,20 @@ async fn two_nodes_with(cluster: &RedisCluster, extra: &str) -> Arc<Vec<Gateway>
         nodes.push(Gateway::start_config(&text, Some(format!("node-{i}"))).await);
     }
     Arc::new(nodes)
+}
+
+/// A cluster of the test's own, two nodes on it (with `extra` config), their pages, and the
+/// agents' load started: `workers` calling, `pause` between a worker's calls.
+async fn under_load(
+    extra: &str,
+    workers: usize,
+    pause: Duration,
+) -> (RedisCluster, Arc<Vec<Gateway>>, load::Pages, load::Load) {
+    let cluster = RedisCluster::start_with_node_timeout(NODE_TIMEOUT_MS);
+    let nodes = two_nodes_with(&cluster, extra).await;
+    let pages = load::pages(&nodes, PAGES_PER_NODE).await;
+    let running = load::start(Arc::clone(&nodes), pages.spots.clone(), workers, pause);
+    (cluster, nodes, pages, running)
 }
 
 /// A webhook receiver on loopback answering 200: the `webhook-id` and body of every request,
@@ -122,15 +135,7 @@ fn only_answers_and_503s(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_planned_failover_of_each_master_leaves_every_page_reachable_and_no_call_timed_out() {
-    let cluster = RedisCluster::start_with_node_timeout(NODE_TIMEOUT_MS);
-    let nodes = two_nodes(&cluster).await;
-    let pages = load::pages(&nodes, PAGES_PER_NODE).await;
-    let running = load::start(
-        Arc::clone(&nodes),
-        pages.spots.clone(),
-        WORKERS,
-        Duration::from_millis(50),
-    );
+    let (cluster, nodes, pages, running) = under_load("", WORKERS, PAUSE).await;
     let mut recoveries = Vec::new();
     for _ in 0..rounds() {
         for master in cluster.masters() {
@@ -147,15 +152,7 @@ async fn a_planned_failover_of_each_master_leaves_every_page_reachable_and_no_ca
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_master_is_replaced_and_every_page_answers_again() {
-    let mut cluster = RedisCluster::start_with_node_timeout(NODE_TIMEOUT_MS);
-    let nodes = two_nodes(&cluster).await;
-    let pages = load::pages(&nodes, PAGES_PER_NODE).await;
-    let running = load::start(
-        Arc::clone(&nodes),
-        pages.spots.clone(),
-        WORKERS,
-        Duration::from_millis(50),
-    );
+    let (mut cluster, nodes, pages, running) = under_load("", WORKERS, PAUSE).await;
     // The master of the first page's partition: its calls cannot be placed until the replica
     // takes over.
     let first = &pages.spots[0];
@@ -196,15 +193,7 @@ async fn a_killed_master_is_replaced_and_every_page_answers_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_pubsub_connections_are_restored_without_any_request() {
-    let cluster = RedisCluster::start_with_node_timeout(NODE_TIMEOUT_MS);
-    let nodes = two_nodes(&cluster).await;
-    let pages = load::pages(&nodes, PAGES_PER_NODE).await;
-    let running = load::start(
-        Arc::clone(&nodes),
-        pages.spots.clone(),
-        2,
-        Duration::from_millis(20),
-    );
+    let (cluster, nodes, pages, running) = under_load("", 2, Duration::from_millis(20)).await;
     let mut recoveries = Vec::new();
     for _ in 0..rounds() {
         let killed = tokio::task::block_in_place(|| cluster.kill_pubsub_clients());
@@ -223,18 +212,10 @@ async fn killed_pubsub_connections_are_restored_without_any_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reshard_of_live_conversations_and_of_the_event_stream_loses_no_page_and_no_event() {
-    let cluster = RedisCluster::start_with_node_timeout(NODE_TIMEOUT_MS);
     let (hooks, tenant) = webhook_receiver().await;
-    let nodes = two_nodes_with(&cluster, &tenant).await;
-    let pages = load::pages(&nodes, PAGES_PER_NODE).await;
+    let (cluster, nodes, pages, running) = under_load(&tenant, WORKERS, PAUSE).await;
     // An event reader opened before anything moves, on node 2.
     let mut events = nodes[1].acme().events("", None).await;
-    let running = load::start(
-        Arc::clone(&nodes),
-        pages.spots.clone(),
-        WORKERS,
-        Duration::from_millis(50),
-    );
     // Every slot holding a live conversation's partition moves to the next master, then the
     // slot of the tenant's event stream.
     let mut slots: Vec<u16> = pages
