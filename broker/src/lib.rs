@@ -4,6 +4,7 @@
 //! a Redis implementation serves many nodes with the same contract.
 
 pub mod catalog;
+mod change;
 mod error;
 pub mod memory;
 pub mod model;
@@ -22,6 +23,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
 use toolmark_proto::{AgentMessage, Manifest, ToolResult};
 
+pub use change::{Announcement, Change, expired_confirmation};
 pub use error::{
     AdmitError, BrokerError, PlaceError, RateLimited, Rejection, SubmitError, TakeError,
 };
@@ -29,30 +31,12 @@ pub use model::{CONFIRM_ABANDON_GRACE, RECONNECT_GRACE, Retention};
 pub use types::{
     AdmitLimits, CallBinding, CallKind, CallRecord, CallRequest, CallState, CallTarget,
     ConfirmBinding, ConvKey, ConversationState, Event, EventType, Outcome, PageIdentity, PageInfo,
-    PageLeft, Placed, confirmation_event, event_id_after, expired_confirmation, now_ms,
-    outcome_events,
+    PageLeft, Placed, event_id_after, now_ms,
 };
 
 /// How long [`Events::emit_once`] remembers a name: past the longest a node holds a page's
 /// frame for an unanswering broker (`broker.stall_hold_secs`, at most 300 s).
 pub const ONCE_TTL: std::time::Duration = std::time::Duration::from_secs(600);
-
-/// The name of a call's outcome event for [`Events::emit_once`]: one `call.result` or
-/// `call.timeout` per call, whichever node or sweep announces it, however many times.
-pub fn call_event_name(kind: EventType, call_id: &str) -> String {
-    format!("{}:{call_id}", kind.as_str())
-}
-
-/// The name of a confirmation's `confirmation.resolved` for [`Events::emit_once`]: one per
-/// confirmId of a conversation, confirmed by its page or expired by the sweep.
-pub fn confirmation_event_name(conv: &ConvKey, confirm_id: &str) -> String {
-    format!(
-        "{}:{}\n{}\n{confirm_id}",
-        EventType::ConfirmationResolved.as_str(),
-        conv.user,
-        conv.conversation
-    )
-}
 
 /// Where a node delivers agent → page frames: its own sockets of a conversation.
 pub trait PageSink: Send + Sync + 'static {
@@ -145,7 +129,8 @@ pub trait Calls: Send + Sync {
     ) -> Result<OutcomeWaiter, BrokerError>;
 
     /// Checks a page's `result` against the call's binding ([`model::check_result`]) and marks
-    /// it answered; the outcome goes to the waiting node.
+    /// it answered; the outcome goes to the waiting node. An async call's `call.result` is
+    /// recorded with it ([`Change::Call`]).
     async fn submit_result(
         &self,
         from: &PageIdentity,
@@ -166,12 +151,16 @@ pub trait Calls: Send + Sync {
     ) -> Result<(), SubmitError>;
 
     /// Marks a pending call timed out, sends the page a `cancel` and resolves the waiter with
-    /// [`Outcome::Timeout`]. `None` when the call was no longer pending (its result won).
+    /// [`Outcome::Timeout`]; its `call.timeout` (and an async call's `call.result`) is recorded
+    /// with it. `None` when the call was no longer pending (its result won).
     async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError>;
 
     /// Times out pending calls whose deadline passed ([`model::SWEEP_GRACE`] ago) with nobody
     /// left to do it (the waiting node died, or the call is async). Safe to run on every node:
     /// only one sweeps at a time, and each call is timed out once. Returns what it timed out.
+    /// The same sweep emits the events of changes whose node did not (it stalled or died between
+    /// its change and the event, [`change`]): on Redis, what stayed in the partitions' outboxes
+    /// for [`RELAY_AFTER`].
     async fn sweep_deadlines(&self) -> Result<Vec<CallRecord>, BrokerError>;
 
     /// Sends the protocol `cancel` for a pending call; its own result stays the outcome.
@@ -196,11 +185,13 @@ pub trait Calls: Send + Sync {
 #[async_trait]
 pub trait Confirmations: Send + Sync {
     /// Accepts a page's `confirmed` once per confirmId, only from the page that sent the
-    /// `needs_confirmation` ([`model::check_confirm`]); returns what it was bound to.
+    /// `needs_confirmation` ([`model::check_confirm`]); returns what it was bound to. Its
+    /// `confirmation.resolved`, with the page's final `outcome`, is recorded with it.
     async fn submit_confirmed(
         &self,
         from: &PageIdentity,
         confirm_id: &str,
+        outcome: &ToolResult,
     ) -> Result<ConfirmBinding, SubmitError>;
 
     /// [`Confirmations::submit_confirmed`] again, after a submission whose outcome the node does
@@ -211,12 +202,14 @@ pub trait Confirmations: Send + Sync {
         &self,
         from: &PageIdentity,
         confirm_id: &str,
+        outcome: &ToolResult,
     ) -> Result<ConfirmBinding, SubmitError>;
 
     /// Confirmations still pending from pages that have been gone (no socket anywhere that may
     /// be them, [`model::Presence::possibly`]) for at least `grace` without a break
-    /// ([`model::sweep_confirm`]): marked used (a late `confirmed` is rejected) and returned, so
-    /// that the caller announces them as expired. Safe on every node; each is returned once.
+    /// ([`model::sweep_confirm`]): marked used (a late `confirmed` is rejected), each with its
+    /// `confirmation.resolved` ([`expired_confirmation`]), and returned. Safe on every node;
+    /// each is returned once.
     async fn expire_abandoned_confirmations(
         &self,
         grace: std::time::Duration,
@@ -239,16 +232,26 @@ pub trait Pages: Send + Sync {
     /// Records that a socket of `conv` is the page load `client_id`.
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError>;
 
-    /// Releases a socket admitted by [`Pages::admit_page`].
+    /// Releases a socket admitted by [`Pages::admit_page`]. When it was the last socket of its
+    /// page and `announce` names the release, `page.disconnected` is recorded with it
+    /// ([`Change::PageLeft`]).
     async fn release_page(
         &self,
         conv: &ConvKey,
         client_id: Option<&str>,
+        announce: Option<&str>,
     ) -> Result<PageLeft, BrokerError>;
 
     /// Keeps `manifest` as the latest of its page and makes that page the conversation's
-    /// current one (new calls go there; D23).
-    async fn put_manifest(&self, conv: &ConvKey, manifest: &Manifest) -> Result<(), BrokerError>;
+    /// current one (new calls go there; D23); its `page.manifest` is recorded with it under
+    /// the frame's `name` ([`Change::Manifest`]: stored again under the same name, a manifest
+    /// is announced once).
+    async fn put_manifest(
+        &self,
+        conv: &ConvKey,
+        manifest: &Manifest,
+        name: &str,
+    ) -> Result<(), BrokerError>;
 
     /// The conversation's current page ([`model::current_page`]), its latest manifest and the
     /// connected pages.
@@ -287,6 +290,65 @@ pub trait Events: Send + Sync {
 
     /// The tenant's events after `after` (an event id; `None` means only live ones).
     async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError>;
+
+    /// What this process emitted so far (for the processes' metrics).
+    fn emitted(&self) -> &Emitted;
+}
+
+/// How long a change's events may wait for the node that made the change before the deadline
+/// sweep emits them from the outbox instead (the node stalled or died in between).
+pub const RELAY_AFTER: Duration = Duration::from_secs(2);
+
+/// Events one process emitted, by type, and how many of them found the tenant's log at its
+/// bound with events not yet delivered to webhooks (kept anyway). Cumulative.
+#[derive(Debug, Default)]
+pub struct Emitted {
+    by_kind: [std::sync::atomic::AtomicU64; 5],
+    held_for_webhooks: std::sync::atomic::AtomicU64,
+}
+
+impl Emitted {
+    /// Counts an event this process emitted.
+    pub fn count(&self, event: &Event) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.by_kind[event.kind as usize].fetch_add(1, Relaxed);
+        if event.held_for_webhooks {
+            self.held_for_webhooks.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Events emitted so far, per type.
+    pub fn by_kind(&self) -> Vec<(EventType, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        EventType::ALL
+            .iter()
+            .map(|k| (*k, self.by_kind[*k as usize].load(Relaxed)))
+            .collect()
+    }
+
+    /// Events emitted while the log was held at its bound for webhooks.
+    pub fn held_for_webhooks(&self) -> u64 {
+        self.held_for_webhooks
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Emits each event of `change` once ([`Events::emit_once`]), counting what this process
+/// emitted. Both brokers announce their changes here.
+pub(crate) async fn announce<E: Events + ?Sized>(
+    events: &E,
+    change: &Change,
+) -> Result<(), BrokerError> {
+    let conv = change.conv();
+    for a in change.events() {
+        if let Some(event) = events
+            .emit_once(&conv.tenant, a.kind, conv, a.data, &a.once)
+            .await?
+        {
+            events.emitted().count(&event);
+        }
+    }
+    Ok(())
 }
 
 /// Cluster-wide rates.

@@ -320,6 +320,15 @@ pub enum EventType {
 }
 
 impl EventType {
+    /// Every type.
+    pub const ALL: [EventType; 5] = [
+        EventType::PageManifest,
+        EventType::PageDisconnected,
+        EventType::CallResult,
+        EventType::CallTimeout,
+        EventType::ConfirmationResolved,
+    ];
+
     /// The wire name.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -361,53 +370,6 @@ impl Event {
     /// `{"type", "id", "timestamp", "data"}`.
     pub fn body(&self) -> Value {
         json!({"type": self.kind.as_str(), "id": self.id, "timestamp": self.timestamp, "data": self.data})
-    }
-}
-
-/// The events that announce a finished call, with their data: `call.timeout` when the deadline
-/// won, and `call.result` for an async call (`Prefer: respond-async`).
-pub fn outcome_events(binding: &CallBinding, outcome: &Outcome) -> Vec<(EventType, Value)> {
-    let data = json!({
-        "id": binding.id, "user": binding.conv.user, "conversation": binding.conv.conversation,
-        "clientId": binding.client_id, "tool": binding.tool, "outcome": outcome,
-    });
-    let mut events = Vec::new();
-    if *outcome == Outcome::Timeout {
-        events.push((EventType::CallTimeout, data.clone()));
-    }
-    if binding.respond_async {
-        events.push((EventType::CallResult, data));
-    }
-    events
-}
-
-/// The data of a `confirmation.resolved` event: the outcome, and the tool-result message to
-/// append to the conversation, its content wrapped as untrusted page data.
-pub fn confirmation_event(binding: &ConfirmBinding, outcome: &ToolResult) -> Value {
-    json!({
-        "confirmId": binding.confirm_id,
-        "callId": binding.call_id,
-        "tool": binding.tool,
-        "clientId": binding.client_id,
-        "user": binding.conv.user,
-        "conversation": binding.conv.conversation,
-        "outcome": outcome,
-        "toolResultMessage": {
-            "role": "tool",
-            "callId": binding.call_id,
-            "confirmId": binding.confirm_id,
-            "tool": binding.tool,
-            "content": toolmark_proto::llm::wrap_untrusted(outcome),
-        },
-    })
-}
-
-/// The outcome of a confirmation whose page went away before it was approved.
-pub fn expired_confirmation() -> ToolResult {
-    ToolResult::Refused {
-        code: toolmark_proto::codes::RefusedCode::ConfirmationExpired,
-        message: toolmark_proto::codes::CONFIRMATION_EXPIRED_MESSAGE.to_owned(),
-        rev: None,
     }
 }
 

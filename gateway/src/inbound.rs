@@ -3,7 +3,6 @@
 //! then the broker's binding, single-use and deadline checks and the manifest, result and
 //! confirmed handling, with one set of metrics and events, so the transports cannot drift.
 
-use serde_json::json;
 use toolmark_broker::{BrokerError, ConvKey, EventType, PageIdentity, Rejection, SubmitError};
 use toolmark_proto::{DecodeError, Limits, PageMessage, decode_to_agent};
 
@@ -85,23 +84,18 @@ pub async fn dispatch(
     match message {
         PageMessage::Manifest(m) => {
             // Stored again, a manifest is stored once: the page's latest, in the order its
-            // socket sent them.
+            // socket sent them, announced once under the frame's name.
+            let name = frame.name(EventType::PageManifest.as_str());
             let stored = frame
                 .until_known(&app.metrics, conv, "manifest", |_| {
-                    app.broker.put_manifest(conv, &m)
+                    app.broker.put_manifest(conv, &m, &name)
                 })
                 .await;
             match stored {
-                Some(Ok(())) => {}
-                Some(Err(e)) => return Err(e.into()),
-                None => return Err(unanswered()),
+                Some(Ok(())) => Ok(()),
+                Some(Err(e)) => Err(e.into()),
+                None => Err(unanswered()),
             }
-            let data = json!({"user": conv.user, "conversation": conv.conversation,
-                "clientId": m.client_id, "rev": m.rev, "tools": m.tools});
-            let once = frame.name(EventType::PageManifest.as_str());
-            app.announce(&mut frame, EventType::PageManifest, conv, data, &once)
-                .await;
-            Ok(())
         }
         PageMessage::Changed(c) => {
             tracing::debug!(client_id = %c.client_id, rev = c.rev, "page changed (no manifest)");
@@ -137,25 +131,18 @@ pub async fn dispatch(
         PageMessage::Confirmed(c) => {
             let submitted = frame
                 .until_known(&app.metrics, conv, "confirmed", |again| {
-                    let (from, id) = (&from, &c.confirm_id);
+                    let (from, id, outcome) = (&from, &c.confirm_id, &c.result);
                     async move {
                         if again {
-                            app.broker.submit_confirmed_again(from, id).await
+                            app.broker.submit_confirmed_again(from, id, outcome).await
                         } else {
-                            app.broker.submit_confirmed(from, id).await
+                            app.broker.submit_confirmed(from, id, outcome).await
                         }
                     }
                 })
                 .await;
             match submitted {
-                Some(Ok(bound)) => {
-                    // bound.conv is the page's own conversation: submit_confirmed checked it.
-                    let data = toolmark_broker::confirmation_event(&bound, &c.result);
-                    let once = toolmark_broker::confirmation_event_name(conv, &c.confirm_id);
-                    let kind = EventType::ConfirmationResolved;
-                    app.announce(&mut frame, kind, conv, data, &once).await;
-                    Ok(())
-                }
+                Some(Ok(_)) => Ok(()),
                 Some(Err(SubmitError::Rejected(why))) => {
                     app.metrics.result_rejected(why.as_str());
                     tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");

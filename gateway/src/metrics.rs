@@ -117,6 +117,8 @@ pub struct Metrics {
     /// Events emitted while the tenant's log was at its retention bound and its oldest events
     /// were kept for webhook delivery instead of trimmed.
     pub events_held_for_webhooks: Counter,
+    /// One [`Metrics::sync_events`] at a time.
+    events_synced: std::sync::Mutex<()>,
     /// Page frames held now until the broker answers.
     pub frames_holding: Gauge,
     /// Page frames that were held (the broker did not answer their first submission).
@@ -252,6 +254,7 @@ impl Metrics {
             inbound_rejected,
             events,
             events_held_for_webhooks,
+            events_synced: std::sync::Mutex::default(),
             frames_holding,
             frames_held,
             frames_dropped,
@@ -330,9 +333,30 @@ impl Metrics {
         self.call_latency.observe(seconds);
     }
 
-    /// Counts an emitted event.
-    pub fn event(&self, kind: &'static str) {
-        self.events.get_or_create(&TypeLabel { r#type: kind }).inc();
+    /// Brings the event counters up to what this process's broker emitted (the broker counts
+    /// them where it emits them: every event is emitted by the broker's transitions and sweeps).
+    pub fn sync_events(&self, emitted: &toolmark_broker::Emitted) {
+        let raise = |c: &Counter, to: u64| {
+            let seen = c.get();
+            if to > seen {
+                c.inc_by(to - seen);
+            }
+        };
+        let _one = self
+            .events_synced
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (kind, n) in emitted.by_kind() {
+            if n > 0 {
+                raise(
+                    &self.events.get_or_create(&TypeLabel {
+                        r#type: kind.as_str(),
+                    }),
+                    n,
+                );
+            }
+        }
+        raise(&self.events_held_for_webhooks, emitted.held_for_webhooks());
     }
 
     /// Every family this process may expose, as `(name, type)`: the gateway's, then the jobs'.

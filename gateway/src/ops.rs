@@ -25,6 +25,7 @@ pub async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
 
 /// `GET /metrics`
 pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
+    app.metrics.sync_events(app.broker.emitted());
     (
         [(
             header::CONTENT_TYPE,

@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
 use toolmark_broker::{AdmitError, AdmitLimits, ConvKey, EventType};
 
 use crate::registry::Outbox;
@@ -104,34 +103,31 @@ impl Session {
         self.client_id = Some(client_id.to_owned());
     }
 
-    /// Ends the session: its slot, its admission, and `page.disconnected` when the page is gone.
+    /// Ends the session: its slot, its admission, and `page.disconnected` when the page is gone
+    /// (recorded by the broker with the release). A page of a deleted tenant announces nothing:
+    /// the tenant's log is gone, and another tenant may hold its id by now; nor does a Pusher
+    /// socket, whose pages speak through the tenant's bridge.
     pub async fn close(self, app: &AppState) {
         self.outbox.close();
         app.registry.leave(&self.conv, self.slot);
         app.metrics.sockets(self.transport.label()).dec();
-        match app
+        let announce = self.transport == Transport::WebSocket
+            && app
+                .tenants
+                .get(&self.conv.tenant)
+                .is_some_and(|t| t.incarnation == self.incarnation);
+        let name = app.hold.frame(0).name(EventType::PageDisconnected.as_str());
+        if let Err(e) = app
             .broker
-            .release_page(&self.conv, self.client_id.as_deref())
+            .release_page(
+                &self.conv,
+                self.client_id.as_deref(),
+                announce.then_some(name.as_str()),
+            )
             .await
         {
-            // A page of a deleted tenant announces nothing: the tenant's log is gone, and
-            // another tenant may hold its id by now.
-            Ok(left)
-                if left.page_gone
-                    && self.transport == Transport::WebSocket
-                    && app
-                        .tenants
-                        .get(&self.conv.tenant)
-                        .is_some_and(|t| t.incarnation == self.incarnation) =>
-            {
-                let data = json!({"user": self.conv.user, "conversation": self.conv.conversation, "clientId": self.client_id});
-                let kind = EventType::PageDisconnected;
-                let mut held = app.hold.frame(0);
-                let once = held.name(kind.as_str());
-                app.announce(&mut held, kind, &self.conv, data, &once).await;
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "page release not recorded"),
+            let conv = &self.conv;
+            tracing::warn!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, error = %e, "page release not recorded");
         }
     }
 }

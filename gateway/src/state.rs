@@ -2,8 +2,7 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-use toolmark_broker::{ConvKey, EventType, SharedBroker};
+use toolmark_broker::SharedBroker;
 use toolmark_process::Lifecycle;
 use toolmark_process::config::{HoldSettings, McpSettings};
 use toolmark_worker::jobs::JobMetrics;
@@ -95,30 +94,5 @@ impl AppState {
     /// 1001, new pages and calls are refused.
     pub fn is_draining(&self) -> bool {
         self.life.is_stopping()
-    }
-
-    /// Emits the event of a change once under the name `once`, however many times the broker
-    /// must be asked: held like a page's frame, from when `frame` came. Every event the gateway
-    /// emits goes out here.
-    pub async fn announce(
-        &self,
-        frame: &mut crate::hold::Frame<'_>,
-        kind: EventType,
-        conv: &ConvKey,
-        data: Value,
-        once: &str,
-    ) {
-        let emitted = frame
-            .until_known(&self.metrics, conv, kind.as_str(), |_| {
-                self.broker
-                    .emit_once(&conv.tenant, kind, conv, data.clone(), once)
-            })
-            .await;
-        if let Some(Ok(Some(event))) = emitted {
-            self.metrics.event(kind.as_str());
-            if event.held_for_webhooks {
-                self.metrics.events_held_for_webhooks.inc();
-            }
-        }
     }
 }

@@ -95,6 +95,7 @@ impl Calls for MemoryBroker {
             entry.record.state = CallState::TimedOut;
             entry.record.outcome = Some(Outcome::Timeout);
             entry.finished = Some(Instant::now());
+            self.announce_now(&crate::Change::Call(entry.record.clone()));
             (entry.record.clone(), entry.listeners())
         };
         tell(waiter, &Outcome::Timeout);
@@ -199,6 +200,9 @@ impl MemoryBroker {
             entry.finished = Some(Instant::now());
             let waiter = entry.listeners();
             let record = entry.record.clone();
+            if record.binding.respond_async {
+                self.announce_now(&crate::Change::Call(record.clone()));
+            }
             if let Some(confirm_id) = result.confirm_id() {
                 let expires = Instant::now() + self.retention.confirmations;
                 lock(&self.confirms)

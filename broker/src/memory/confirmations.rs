@@ -10,6 +10,7 @@ impl Confirmations for MemoryBroker {
         &self,
         from: &PageIdentity,
         confirm_id: &str,
+        outcome: &ToolResult,
     ) -> Result<ConfirmBinding, SubmitError> {
         let mut confirms = lock(&self.confirms);
         let convs = confirms.get_mut(confirm_id);
@@ -29,6 +30,10 @@ impl Confirmations for MemoryBroker {
         };
         entry.used = true;
         entry.confirmed = true;
+        self.announce_now(&crate::Change::Confirmation {
+            binding: entry.binding.clone(),
+            outcome: outcome.clone(),
+        });
         Ok(entry.binding.clone())
     }
 
@@ -36,6 +41,7 @@ impl Confirmations for MemoryBroker {
         &self,
         from: &PageIdentity,
         confirm_id: &str,
+        outcome: &ToolResult,
     ) -> Result<ConfirmBinding, SubmitError> {
         {
             let confirms = lock(&self.confirms);
@@ -59,7 +65,7 @@ impl Confirmations for MemoryBroker {
                 return Ok(e.binding.clone());
             }
         }
-        self.submit_confirmed(from, confirm_id).await
+        self.submit_confirmed(from, confirm_id, outcome).await
     }
 
     async fn expire_abandoned_confirmations(
@@ -84,6 +90,10 @@ impl Confirmations for MemoryBroker {
                 ConfirmSweep::Keep { absent_since } => entry.absent_since = absent_since,
                 ConfirmSweep::Expire => {
                     entry.used = true;
+                    self.announce_now(&crate::Change::Confirmation {
+                        binding: b.clone(),
+                        outcome: crate::expired_confirmation(),
+                    });
                     expired.push(b.clone());
                 }
             }

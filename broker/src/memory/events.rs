@@ -13,6 +13,75 @@ impl Events for MemoryBroker {
         conv: &ConvKey,
         data: Value,
     ) -> Result<Event, BrokerError> {
+        Ok(self.emit_now(tenant, kind, conv, data))
+    }
+
+    async fn emit_once(
+        &self,
+        tenant: &str,
+        kind: EventType,
+        conv: &ConvKey,
+        data: Value,
+        once: &str,
+    ) -> Result<Option<Event>, BrokerError> {
+        Ok(self.emit_once_now(tenant, kind, conv, data, once))
+    }
+
+    async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError> {
+        let mut logs = lock(&self.logs);
+        let log = logs.entry(tenant.to_owned()).or_insert_with(TenantLog::new);
+        let live = log.live.subscribe();
+        let backlog = match after {
+            None => Vec::new(),
+            Some(after) => log
+                .events
+                .iter()
+                .filter(|e| event_id_after(&e.id, after))
+                .map(StoredEvent::to_event)
+                .collect(),
+        };
+        Ok(EventFeed { backlog, live })
+    }
+
+    fn emitted(&self) -> &crate::Emitted {
+        &self.emitted
+    }
+}
+
+impl MemoryBroker {
+    /// Emits the events of `change` once each, counted: called by the transitions while they
+    /// hold the lock of the state they changed, so that no reader sees one without the other.
+    pub(super) fn announce_now(&self, change: &crate::Change) {
+        let conv = change.conv();
+        for a in change.events() {
+            if let Some(e) = self.emit_once_now(&conv.tenant, a.kind, conv, a.data, &a.once) {
+                self.emitted.count(&e);
+            }
+        }
+    }
+
+    fn emit_once_now(
+        &self,
+        tenant: &str,
+        kind: EventType,
+        conv: &ConvKey,
+        data: Value,
+        once: &str,
+    ) -> Option<Event> {
+        {
+            let mut logs = lock(&self.logs);
+            let log = logs.entry(tenant.to_owned()).or_insert_with(TenantLog::new);
+            let now = Instant::now();
+            log.once.retain(|_, until| *until > now);
+            if log.once.contains_key(once) {
+                return None;
+            }
+            log.once.insert(once.to_owned(), now + crate::ONCE_TTL);
+        }
+        Some(self.emit_now(tenant, kind, conv, data))
+    }
+
+    fn emit_now(&self, tenant: &str, kind: EventType, conv: &ConvKey, data: Value) -> Event {
         let mut logs = lock(&self.logs);
         let log = logs.entry(tenant.to_owned()).or_insert_with(TenantLog::new);
         let ms = now_ms().max(log.last.0);
@@ -44,43 +113,6 @@ impl Events for MemoryBroker {
         if let Some(t) = lock(&self.webhooks).get_mut(tenant) {
             t.capture(&event);
         }
-        Ok(event)
-    }
-
-    async fn emit_once(
-        &self,
-        tenant: &str,
-        kind: EventType,
-        conv: &ConvKey,
-        data: Value,
-        once: &str,
-    ) -> Result<Option<Event>, BrokerError> {
-        {
-            let mut logs = lock(&self.logs);
-            let log = logs.entry(tenant.to_owned()).or_insert_with(TenantLog::new);
-            let now = Instant::now();
-            log.once.retain(|_, until| *until > now);
-            if log.once.contains_key(once) {
-                return Ok(None);
-            }
-            log.once.insert(once.to_owned(), now + crate::ONCE_TTL);
-        }
-        self.emit(tenant, kind, conv, data).await.map(Some)
-    }
-
-    async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError> {
-        let mut logs = lock(&self.logs);
-        let log = logs.entry(tenant.to_owned()).or_insert_with(TenantLog::new);
-        let live = log.live.subscribe();
-        let backlog = match after {
-            None => Vec::new(),
-            Some(after) => log
-                .events
-                .iter()
-                .filter(|e| event_id_after(&e.id, after))
-                .map(StoredEvent::to_event)
-                .collect(),
-        };
-        Ok(EventFeed { backlog, live })
+        event
     }
 }

@@ -212,6 +212,7 @@ pub struct MemoryBroker {
     sessions: Mutex<HashMap<String, (String, Instant)>>,
     /// Counted sessions per tenant set.
     places: Mutex<HashMap<String, PlaceSet>>,
+    emitted: crate::Emitted,
 }
 
 impl std::fmt::Debug for MemoryBroker {
@@ -258,6 +259,7 @@ impl MemoryBroker {
             webhooks: Mutex::default(),
             limiters: Mutex::default(),
             catalog: Mutex::default(),
+            emitted: crate::Emitted::default(),
             sessions: Mutex::default(),
             places: Mutex::default(),
         }
@@ -290,6 +292,7 @@ impl MemoryBroker {
                         e.record.binding.client_id.clone(),
                         cancel_frame(&e.record.binding),
                     ));
+                    self.announce_now(&crate::Change::Call(e.record.clone()));
                     timed_out.push(e.record.clone());
                 }
             }
@@ -522,7 +525,12 @@ mod tests {
             Err(AdmitError::TenantConnections)
         );
         b.page_identified(&conv, "p1").await.unwrap();
-        assert!(b.release_page(&conv, Some("p1")).await.unwrap().page_gone);
+        assert!(
+            b.release_page(&conv, Some("p1"), None)
+                .await
+                .unwrap()
+                .page_gone
+        );
         b.admit_page(&other, &limits).await.unwrap();
     }
 

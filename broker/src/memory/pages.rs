@@ -55,6 +55,7 @@ impl Pages for MemoryBroker {
         &self,
         conv: &ConvKey,
         client_id: Option<&str>,
+        announce: Option<&str>,
     ) -> Result<PageLeft, BrokerError> {
         let mut st = lock(&self.state);
         if let Some(n) = st.tenant_sockets.get_mut(&conv.tenant) {
@@ -75,10 +76,23 @@ impl Pages for MemoryBroker {
                 }
             }
         }
+        if page_gone && let (Some(client_id), Some(name)) = (client_id, announce) {
+            self.announce_now(&crate::Change::PageLeft {
+                conv: conv.clone(),
+                client_id: client_id.to_owned(),
+                name: name.to_owned(),
+            });
+        }
+        drop(st);
         Ok(PageLeft { page_gone })
     }
 
-    async fn put_manifest(&self, conv: &ConvKey, manifest: &Manifest) -> Result<(), BrokerError> {
+    async fn put_manifest(
+        &self,
+        conv: &ConvKey,
+        manifest: &Manifest,
+        name: &str,
+    ) -> Result<(), BrokerError> {
         let mut st = lock(&self.state);
         let c = st.convs.entry(conv.clone()).or_default();
         c.next_seq += 1;
@@ -88,6 +102,8 @@ impl Pages for MemoryBroker {
             (c.next_seq, manifest.clone()),
         );
         c.current = Some(manifest.client_id.clone());
+        self.announce_now(&crate::Change::manifest(conv, manifest, name));
+        drop(st);
         Ok(())
     }
 

@@ -7,6 +7,7 @@
 use std::time::Instant;
 
 use super::*;
+use crate::Change;
 use crate::prelude::*;
 use crate::rate::{Batch, Reserved};
 
@@ -377,31 +378,38 @@ impl Calls for RedisBroker {
                     self.keys.pending(conv),
                     self.keys.deadlines(k),
                     self.keys.sockets(conv),
+                    self.keys.outbox(k),
                 ],
-                vec![
+                [
                     codec::compact_id(id),
                     serde_json::to_string(&Outcome::Timeout).unwrap_or_default(),
                     self.keys.node_channel_prefix(),
                     format!(":{}", keys::partition_tag(k)),
                     codec::outcome_message(id, &Outcome::Timeout),
                     codec::deadline_member(conv, id),
-                ],
+                ]
+                .into_iter()
+                .chain(Self::outbox_args(&codec::Outboxed::Call(id.to_owned())))
+                .collect(),
             )
             .await?,
         );
-        match &reply[..] {
+        let record = match &reply[..] {
             [ok, conv, client, deadline, node, summary] if ok == "ok" => {
-                Ok(
-                    codec::binding(id, conv, &codec::expand_id(client), deadline, node, summary)
-                        .map(|binding| CallRecord {
-                            binding,
-                            state: CallState::TimedOut,
-                            outcome: Some(Outcome::Timeout),
-                        }),
+                codec::binding(id, conv, &codec::expand_id(client), deadline, node, summary).map(
+                    |binding| CallRecord {
+                        binding,
+                        state: CallState::TimedOut,
+                        outcome: Some(Outcome::Timeout),
+                    },
                 )
             }
-            _ => Ok(None),
+            _ => None,
+        };
+        if let Some(r) = &record {
+            self.relay(&Change::Call(r.clone())).await;
         }
+        Ok(record)
     }
 
     async fn sweep_deadlines(&self) -> Result<Vec<CallRecord>, BrokerError> {
@@ -527,6 +535,7 @@ impl RedisBroker {
                     confirm_key,
                     self.keys.pending(&from.conv),
                     self.keys.deadlines(k),
+                    self.keys.outbox(k),
                 ],
                 vec![
                     codec::conv_ref(&from.conv),
@@ -542,7 +551,10 @@ impl RedisBroker {
                     codec::compact_id(id),
                     codec::compact_id(&from.client_id),
                     again.map(|ms| ms.to_string()).unwrap_or_default(),
-                ],
+                ]
+                .into_iter()
+                .chain(Self::outbox_args(&codec::Outboxed::Call(id.to_owned())))
+                .collect(),
             )
             .await?;
         let reply = strings(reply);
@@ -572,11 +584,15 @@ impl RedisBroker {
                     _ => None,
                 }
                 .ok_or(SubmitError::Rejected(Rejection::UnknownId))?;
-                Ok(CallRecord {
+                let record = CallRecord {
                     binding,
                     state: CallState::Answered,
                     outcome: Some(Outcome::Result(result)),
-                })
+                };
+                if record.binding.respond_async {
+                    self.relay(&Change::Call(record.clone())).await;
+                }
+                Ok(record)
             }
             Some(code) => Err(SubmitError::Rejected(
                 rejection(code).unwrap_or(Rejection::UnknownId),

@@ -10,16 +10,18 @@ impl Confirmations for RedisBroker {
         &self,
         from: &PageIdentity,
         confirm_id: &str,
+        outcome: &ToolResult,
     ) -> Result<ConfirmBinding, SubmitError> {
-        self.confirm(from, confirm_id, false).await
+        self.confirm(from, confirm_id, outcome, false).await
     }
 
     async fn submit_confirmed_again(
         &self,
         from: &PageIdentity,
         confirm_id: &str,
+        outcome: &ToolResult,
     ) -> Result<ConfirmBinding, SubmitError> {
-        self.confirm(from, confirm_id, true).await
+        self.confirm(from, confirm_id, outcome, true).await
     }
 
     async fn expire_abandoned_confirmations(
@@ -31,32 +33,58 @@ impl Confirmations for RedisBroker {
 }
 
 impl RedisBroker {
-    /// One run of the confirm script; `again` after a run whose outcome is unknown.
+    /// One run of the confirm script, with the page's final `outcome`; `again` after a run
+    /// whose outcome is unknown.
     async fn confirm(
         &self,
         from: &PageIdentity,
         confirm_id: &str,
+        outcome: &ToolResult,
         again: bool,
     ) -> Result<ConfirmBinding, SubmitError> {
+        let change = codec::Outboxed::Confirmation {
+            conv: from.conv.clone(),
+            client_id: from.client_id.clone(),
+            confirm_id: confirm_id.to_owned(),
+            outcome: outcome.clone(),
+        };
         let reply = strings(
             self.script_once(
                 &self.scripts.confirm,
-                vec![self.keys.confirm(&from.conv, confirm_id)],
                 vec![
+                    self.keys.confirm(&from.conv, confirm_id),
+                    self.keys.outbox(partition::of_conv(&from.conv)),
+                ],
+                [
                     from.client_id.clone(),
                     if again { "again" } else { "" }.to_owned(),
-                ],
+                ]
+                .into_iter()
+                .chain(Self::outbox_args(&change))
+                .collect(),
             )
             .await?,
         );
         match reply.first().map(String::as_str) {
-            Some("ok") => match &reply[..] {
-                [_, call_id, summary] => {
-                    Self::confirm_binding(confirm_id, &from.conv, &from.client_id, call_id, summary)
+            Some("ok") => {
+                let binding = match &reply[..] {
+                    [_, call_id, summary] => Self::confirm_binding(
+                        confirm_id,
+                        &from.conv,
+                        &from.client_id,
+                        call_id,
+                        summary,
+                    ),
+                    _ => None,
                 }
-                _ => None,
+                .ok_or(SubmitError::Rejected(Rejection::UnknownConfirm))?;
+                self.relay(&crate::Change::Confirmation {
+                    binding: binding.clone(),
+                    outcome: outcome.clone(),
+                })
+                .await;
+                Ok(binding)
             }
-            .ok_or(SubmitError::Rejected(Rejection::UnknownConfirm)),
             Some("unknown_confirm") => {
                 let elsewhere: bool = self
                     .client
@@ -154,6 +182,12 @@ impl RedisBroker {
                     .await;
                 continue;
             };
+            let change = codec::Outboxed::Confirmation {
+                conv: conv.clone(),
+                client_id: client.clone(),
+                confirm_id: confirm_id.clone(),
+                outcome: crate::expired_confirmation(),
+            };
             let mut args = vec![
                 client.clone(),
                 now.to_string(),
@@ -161,6 +195,7 @@ impl RedisBroker {
                     .unwrap_or(u64::MAX)
                     .to_string(),
             ];
+            args.extend(Self::outbox_args(&change));
             args.extend(live.iter().cloned());
             let reply = strings(
                 self.script(
@@ -168,6 +203,7 @@ impl RedisBroker {
                     vec![
                         self.keys.confirm(&conv, &confirm_id),
                         self.keys.sockets(&conv),
+                        self.keys.outbox(partition::of_conv(&conv)),
                     ],
                     args,
                 )
@@ -193,6 +229,11 @@ impl RedisBroker {
                         && let Some(b) =
                             Self::confirm_binding(&confirm_id, &conv, &client, call_id, summary)
                     {
+                        self.relay(&crate::Change::Confirmation {
+                            binding: b.clone(),
+                            outcome: crate::expired_confirmation(),
+                        })
+                        .await;
                         expired.push(b);
                     }
                 }

@@ -70,6 +70,10 @@ impl Events for RedisBroker {
         };
         Ok(EventFeed { backlog, live })
     }
+
+    fn emitted(&self) -> &crate::Emitted {
+        &self.emitted
+    }
 }
 
 impl RedisBroker {

@@ -148,6 +148,12 @@ impl Keys {
         format!("{}{}:deadlines", self.p, partition_tag(k))
     }
 
+    /// The outbox of partition `k`: changes whose events are not emitted yet, by name
+    /// (`codec::outbox_entry`), written by the script that made the change.
+    pub fn outbox(&self, k: u16) -> String {
+        format!("{}{}:outbox", self.p, partition_tag(k))
+    }
+
     /// A node's channel of partition `k`: frames for its pages of that partition's
     /// conversations, outcomes of the calls it waits for, its own probes.
     pub fn node_channel(&self, node: &str, k: u16) -> String {

@@ -17,6 +17,7 @@ mod events;
 pub mod keys;
 mod limits;
 mod node;
+mod outbox;
 mod pages;
 mod run;
 pub mod scripts;
@@ -164,6 +165,8 @@ pub struct RedisBroker {
     tenant_sockets: Mutex<HashMap<String, u64>>,
     live: RwLock<Arc<HashSet<String>>>,
     feeds: Mutex<HashMap<String, subscriptions::Feed>>,
+    /// Events this process emitted.
+    emitted: crate::Emitted,
     manifest_seq: std::sync::atomic::AtomicU64,
     /// Nodes with sockets in some conversation that were still not live after the live set was
     /// read again, and when: not asked about again for a heartbeat.
@@ -318,6 +321,7 @@ impl RedisBroker {
             held: Mutex::default(),
             tenant_sockets: Mutex::default(),
             feeds: Mutex::default(),
+            emitted: crate::Emitted::default(),
             manifest_seq: std::sync::atomic::AtomicU64::new(1),
             dead_seen: Mutex::default(),
             cluster,
@@ -433,6 +437,10 @@ impl RedisBroker {
     pub async fn sweep(&self) -> Result<Vec<CallRecord>, BrokerError> {
         if !self.lease(self.keys.sweep_lease()).await? {
             return Ok(Vec::new());
+        }
+        if let Err(e) = self.relay_outboxes().await {
+            self.release_lease(self.keys.sweep_lease()).await;
+            return Err(e);
         }
         #[allow(clippy::cast_precision_loss)]
         let max = now_ms().saturating_sub(model::millis(model::SWEEP_GRACE)) as f64;

@@ -248,7 +248,7 @@ impl RedisBroker {
                 .sadd(self.keys.node_keys(&self.node), socks.as_str()),
         );
         for m in manifests {
-            let _ = self.put_manifest_script(&conv, &m, ttl, true).await;
+            let _ = self.put_manifest_script(&conv, &m, ttl, true, None).await;
         }
     }
 
@@ -329,22 +329,25 @@ impl RedisBroker {
         m: &Manifest,
         ttl: &str,
         keep_current: bool,
+        change: Option<&crate::Change>,
     ) -> Result<(), BrokerError> {
         let json = serde_json::to_string(m).unwrap_or_default();
         let manifest_key = format!("{}{}", self.keys.manifest_prefix(conv), m.client_id);
-        self.script(
-            &self.scripts.put_manifest,
-            vec![manifest_key, self.keys.conv(conv)],
-            vec![
-                json,
-                m.rev.to_string(),
-                ttl.to_owned(),
-                if keep_current { "1" } else { "0" }.into(),
-                m.client_id.clone(),
-            ],
-        )
-        .await
-        .map(|_| ())
+        let mut keys = vec![manifest_key, self.keys.conv(conv)];
+        let mut args = vec![
+            json,
+            m.rev.to_string(),
+            ttl.to_owned(),
+            if keep_current { "1" } else { "0" }.into(),
+            m.client_id.clone(),
+        ];
+        if let Some(change) = change {
+            keys.push(self.keys.outbox(partition::of_conv(conv)));
+            args.extend(Self::outbox_args(&codec::Outboxed::Ready(change.clone())));
+        }
+        self.script(&self.scripts.put_manifest, keys, args)
+            .await
+            .map(|_| ())
     }
 }
 

@@ -108,6 +108,7 @@ impl Pages for RedisBroker {
         &self,
         conv: &ConvKey,
         client_id: Option<&str>,
+        announce: Option<&str>,
     ) -> Result<PageLeft, BrokerError> {
         {
             let mut held = lock(&self.held);
@@ -131,27 +132,51 @@ impl Pages for RedisBroker {
             *n = n.saturating_sub(1);
         }
         let tenant_key = self.keys.tenant_sockets(&conv.tenant);
-        let (c, _) = tokio::join!(
-            self.script(
-                &self.scripts.count_down,
-                vec![self.keys.sockets(conv)],
-                self.count_fields(client_id)
-            ),
+        let Some(client) = client_id else {
+            let (c, _) = tokio::join!(
+                self.script(
+                    &self.scripts.count_down,
+                    vec![self.keys.sockets(conv)],
+                    self.count_fields(None)
+                ),
+                self.count_down(&tenant_key),
+            );
+            c?;
+            return Ok(PageLeft { page_gone: false });
+        };
+        let change = announce.map(|name| crate::Change::PageLeft {
+            conv: conv.clone(),
+            client_id: client.to_owned(),
+            name: name.to_owned(),
+        });
+        let mut keys = vec![self.keys.sockets(conv)];
+        let mut args = self.count_fields(client_id);
+        args.push(client.to_owned());
+        match &change {
+            Some(change) => {
+                keys.push(self.keys.outbox(partition::of_conv(conv)));
+                args.extend(Self::outbox_args(&codec::Outboxed::Ready(change.clone())));
+            }
+            None => args.extend([String::new(), String::new()]),
+        }
+        args.extend(self.live_nodes().iter().cloned());
+        let (gone, _) = tokio::join!(
+            self.script(&self.scripts.leave, keys, args),
             self.count_down(&tenant_key),
         );
-        let fields = pairs(c?);
-        let live = self.live_nodes();
-        let page_gone = client_id.is_some_and(|client| {
-            !fields.iter().any(|(f, n)| {
-                *n > 0
-                    && f.split_once('|')
-                        .is_some_and(|(node, c)| c == client && live.contains(node))
-            })
-        });
+        let page_gone = matches!(gone?, Value::Integer(1));
+        if page_gone && let Some(change) = &change {
+            self.relay(change).await;
+        }
         Ok(PageLeft { page_gone })
     }
 
-    async fn put_manifest(&self, conv: &ConvKey, manifest: &Manifest) -> Result<(), BrokerError> {
+    async fn put_manifest(
+        &self,
+        conv: &ConvKey,
+        manifest: &Manifest,
+        name: &str,
+    ) -> Result<(), BrokerError> {
         let seq = self
             .manifest_seq
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -160,7 +185,11 @@ impl Pages for RedisBroker {
                 .insert(manifest.client_id.clone(), (seq, manifest.clone()));
         }
         let ttl = model::millis(self.opts.retention.conversations).to_string();
-        self.put_manifest_script(conv, manifest, &ttl, false).await
+        let change = crate::Change::manifest(conv, manifest, name);
+        self.put_manifest_script(conv, manifest, &ttl, false, Some(&change))
+            .await?;
+        self.relay(&change).await;
+        Ok(())
     }
 
     async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError> {
@@ -192,7 +221,7 @@ impl RedisBroker {
             .unwrap_or(None);
         let m = parse_manifest(old.as_deref()?)?;
         let ttl = model::millis(self.opts.retention.conversations).to_string();
-        let _ = self.put_manifest_script(conv, &m, &ttl, true).await;
+        let _ = self.put_manifest_script(conv, &m, &ttl, true, None).await;
         old
     }
 

@@ -163,6 +163,7 @@ pub struct Scripts {
     pub conv_read: Script,
     pub count_up: Script,
     pub count_down: Script,
+    pub leave: Script,
     pub gcra: Script,
     pub emit: Script,
     pub expire_confirm: Script,
@@ -195,6 +196,7 @@ impl Default for Scripts {
             conv_read: with_prelude(CONV_READ),
             count_up: Script::from_lua(COUNT_UP),
             count_down: Script::from_lua(COUNT_DOWN),
+            leave: Script::from_lua(LEAVE),
             gcra: with_prelude(GCRA),
             emit: Script::from_lua(EMIT),
             expire_confirm: Script::from_lua(EXPIRE_CONFIRM),
@@ -219,7 +221,7 @@ impl Scripts {
     }
 
     /// Every script with its name.
-    pub fn all(&self) -> [(&Script, &'static str); 22] {
+    pub fn all(&self) -> [(&Script, &'static str); 23] {
         [
             (&self.catalog_put, "catalog_put"),
             (&self.catalog_remove, "catalog_remove"),
@@ -233,6 +235,7 @@ impl Scripts {
             (&self.conv_read, "conv_read"),
             (&self.count_up, "count_up"),
             (&self.count_down, "count_down"),
+            (&self.leave, "leave"),
             (&self.gcra, "gcra"),
             (&self.emit, "emit"),
             (&self.expire_confirm, "expire_confirm"),

@@ -34,6 +34,8 @@
 ///   `state`, the binding's fields and the outcome joined by `\n`, keeping its time to live, for
 ///   the rest of its retention: the smallest form Redis keeps (no hash, no field names), for a
 ///   finished call that still answers `GET /calls/{id}` and a late or duplicate result.
+/// - `is_async(summary)`: whether a call's tool/kind/flags (`codec::call_summary`) mark it
+///   async: its outcome is announced as `call.result`.
 /// - `bind(call, pending, deadlines, a)`: stores a call's binding with its page message and its
 ///   `cancel` in one hash, in the conversation's pending set and the partition's deadline set
 ///   (`a` is ARGV, whose first 10 values are the binding's, in the order [`BIND`] documents).
@@ -146,6 +148,9 @@ local function finish(call, f, state, outcome)
   if f[5] == 'p' and not f[8] then redis.call('DEL', call .. ':p') end
   redis.call('SET', call, table.concat({state, f[1], f[2], f[3], f[6], outcome}, '\n'), 'KEEPTTL')
 end
+local function is_async(summary)
+  return string.find(string.match(summary, '[^\n]*$'), 'a', 1, true) ~= nil
+end
 local function bind(call, pending, deadlines, a)
   redis.call('HSET', call, 'v', a[2], 'c', a[3], 'd', a[4], 'n', a[5], 's', 'p', 't', a[6], 'f', a[7], 'x', a[8])
   redis.call('PEXPIRE', call, a[9])
@@ -216,13 +221,15 @@ return {'ok'}
 /// answered, keeping only what a finished call must still answer, packed (`finish`: the page
 /// message, the cancel and the waiting node go, and so does its deadline entry); stores the confirmId binding of a needs_confirmation (with the call's id and tool,
 /// so that the confirmation is announced with its tool however late it comes); sends the
-/// outcome to the waiting node. A call key missing here is `unknown_id`.
-/// KEYS: call, confirm, pending set, deadline set. ARGV: conversation ref, clientId, outcome,
+/// outcome to the waiting node. An async call's change is recorded in the outbox, to be
+/// announced as `call.result` (`change::Change::Call`). A call key missing here is `unknown_id`.
+/// KEYS: call, confirm, pending set, deadline set, outbox. ARGV: conversation ref, clientId, outcome,
 /// confirmId or '', confirm ttl ms, call id, node channel prefix, partition suffix, outcome
 /// message, deadline member, then the call id and the clientId in their compact forms (as the
 /// call's hash and the pending set hold them), then '' or, for a result submitted again after
 /// an unknown outcome, the ms at which the node received it: the deadline is judged then, and
-/// the same outcome already recorded is `before` (the earlier submission was applied).
+/// the same outcome already recorded is `before` (the earlier submission was applied), then the
+/// call's outbox name and entry.
 /// Returns `{'ok' or 'before', tool/kind/flags, deadline, node}` or a rejection's code.
 pub const RESULT: &str = r"
 local f = call_fields(KEYS[1])
@@ -244,15 +251,18 @@ if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('HSET', KEYS[2], 'k', ARGV[6], 't', f[6], 'c', ARGV[2], 'u', '0')
   redis.call('PEXPIRE', KEYS[2], ARGV[5])
 end
+if is_async(f[6]) then redis.call('HSET', KEYS[5], ARGV[14], ARGV[15]) end
 redis.call('SPUBLISH', ARGV[7] .. f[4] .. ARGV[8], ARGV[9])
 to_watchers(f, ARGV[7], ARGV[8], ARGV[9])
 return {'ok', f[6], f[3], f[4]}
 ";
 
-/// Marks a pending call timed out (packed as a result is), sends the pages its stored cancel
-/// and the waiting node the outcome.
-/// KEYS: call, pending set, deadline set, sockets. ARGV: call id (compact), timeout outcome,
-/// node channel prefix, partition suffix, outcome message, deadline member.
+/// Marks a pending call timed out (packed as a result is), records its change in the outbox (to
+/// be announced as `call.timeout`), sends the pages its stored cancel and the waiting node the
+/// outcome.
+/// KEYS: call, pending set, deadline set, sockets, outbox. ARGV: call id (compact), timeout
+/// outcome, node channel prefix, partition suffix, outcome message, deadline member, the call's
+/// outbox name and entry.
 /// Returns `{'ok', conversation ref, clientId, deadline, node, tool/kind/flags}` or the state.
 pub const TIMEOUT: &str = r"
 local f = call_fields(KEYS[1])
@@ -260,6 +270,7 @@ if not f[1] then return {'missing'} end
 if f[5] ~= 'p' then return {f[5]} end
 local cancel = page_part(KEYS[1], f, 'x')
 finish(KEYS[1], f, 't', ARGV[2])
+redis.call('HSET', KEYS[5], ARGV[7], ARGV[8])
 redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[6])
 if cancel then to_nodes(socket_nodes(KEYS[4]), ARGV[3], ARGV[4], cancel) end
@@ -307,8 +318,9 @@ return {f[1], f[2], f[3], f[4] or '', f[6], f[5], f[7] or ''}
 /// missing key is `unknown_confirm`; the caller tells a confirmId of another conversation
 /// through its index. `u` is `0` pending, `c` confirmed by its page, `1` expired by the sweep (or
 /// confirmed, by an earlier build). Submitted `again` (the node did not learn the outcome of an
-/// earlier submission), a confirmation its page confirmed answers as accepted.
-/// KEYS: confirm. ARGV: clientId, '' or 'again'.
+/// earlier submission), a confirmation its page confirmed answers as accepted. Accepted, its
+/// change is recorded in the outbox, to be announced as `confirmation.resolved`.
+/// KEYS: confirm, outbox. ARGV: clientId, '' or 'again', outbox name, outbox entry.
 pub const CONFIRM: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'k', 'c', 'u', 't')
 if not f[1] then return {'unknown_confirm'} end
@@ -316,13 +328,16 @@ if f[2] ~= ARGV[1] then return {'mismatch'} end
 if f[3] == 'c' and ARGV[2] == 'again' then return {'ok', f[1], f[4] or ''} end
 if f[3] == '1' or f[3] == 'c' then return {'duplicate'} end
 redis.call('HSET', KEYS[1], 'u', 'c')
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
 return {'ok', f[1], f[4] or ''}
 ";
 
 /// Keeps a page's latest manifest (a hash per page load: `m` the manifest, `s` its order, `r`
 /// its revision) and makes the page current (only if none is, when re-publishing after Redis
 /// lost its data). Per-page-load state lives in that key alone, so it goes when its page does.
-/// KEYS: manifest, conv. ARGV: manifest, rev, ttl ms, '1' to keep an existing current, clientId.
+/// With an outbox key, the change is recorded there, to be announced as `page.manifest`.
+/// KEYS: manifest, conv[, outbox]. ARGV: manifest, rev, ttl ms, '1' to keep an existing current,
+/// clientId[, outbox name, outbox entry].
 pub const PUT_MANIFEST: &str = r"
 local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
 redis.call('DEL', KEYS[1])
@@ -334,6 +349,7 @@ else
   redis.call('HSET', KEYS[2], 'current', ARGV[5])
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+if KEYS[3] then redis.call('HSET', KEYS[3], ARGV[6], ARGV[7]) end
 return 1
 ";
 
@@ -373,6 +389,30 @@ for i = 1, #ARGV do
   if redis.call('HINCRBY', KEYS[1], ARGV[i], -1) <= 0 then redis.call('HDEL', KEYS[1], ARGV[i]) end
 end
 return redis.call('HGETALL', KEYS[1])
+";
+
+/// A page socket closed: counts it down (`<node>` and `<node>|<clientId>`, fields reaching 0
+/// removed). Its page is gone when no socket of its clientId is left on a live node
+/// (`model::Presence`); with an outbox key, the page's leaving is then recorded there, to be
+/// announced as `page.disconnected`.
+/// KEYS: sockets[, outbox]. ARGV: node, node|clientId, clientId, outbox name, outbox entry, live
+/// node ids… Returns 1 when the page is gone, else 0.
+pub const LEAVE: &str = r"
+for i = 1, 2 do
+  if redis.call('HINCRBY', KEYS[1], ARGV[i], -1) <= 0 then redis.call('HDEL', KEYS[1], ARGV[i]) end
+end
+local live = {}
+for i = 6, #ARGV do live[ARGV[i]] = true end
+local socks = redis.call('HGETALL', KEYS[1])
+for i = 1, #socks, 2 do
+  local bar = string.find(socks[i], '|', 1, true)
+  if bar and tonumber(socks[i + 1]) > 0 and string.sub(socks[i], bar + 1) == ARGV[3]
+      and live[string.sub(socks[i], 1, bar - 1)] then
+    return 0
+  end
+end
+if KEYS[2] then redis.call('HSET', KEYS[2], ARGV[4], ARGV[5]) end
+return 1
 ";
 
 /// GCRA: gives back unspent calls of the tenant's rate, then takes up to `want` at once (a
@@ -444,13 +484,15 @@ return {id, held}
 /// `grace` of certain absence without a break, it is marked used and returned as expired.
 /// Returns `{'keep'}` (may be present), `{'keep', absent since ms}`, `{'expired', call id,
 /// tool/kind/flags}`
-/// or `{'drop'}` (used or gone).
-/// KEYS: confirm, sockets. ARGV: clientId, now ms, grace ms, live node ids…
+/// or `{'drop'}` (used or gone). Expired, its change is recorded in the outbox, to be
+/// announced as `confirmation.resolved`.
+/// KEYS: confirm, sockets, outbox. ARGV: clientId, now ms, grace ms, outbox name, outbox
+/// entry, live node ids…
 pub const EXPIRE_CONFIRM: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'k', 'u', 'a', 't')
 if not f[1] or f[2] == '1' or f[2] == 'c' then return {'drop'} end
 local live = {}
-for i = 4, #ARGV do live[ARGV[i]] = true end
+for i = 6, #ARGV do live[ARGV[i]] = true end
 local socks = redis.call('HGETALL', KEYS[2])
 local total, identified, mine = 0, 0, 0
 for i = 1, #socks, 2 do
@@ -477,6 +519,7 @@ if not f[3] then
 end
 if tonumber(ARGV[2]) - tonumber(f[3]) < tonumber(ARGV[3]) then return {'keep', f[3]} end
 redis.call('HSET', KEYS[1], 'u', '1')
+redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
 return {'expired', f[1], f[4] or ''}
 ";
 

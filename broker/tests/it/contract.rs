@@ -10,8 +10,8 @@ use toolmark_proto::Manifest;
 
 use crate::contract;
 use crate::support::{
-    Backend, LIMITS, Nodes, call, connected_page, conv, eventually, needs, ok, page, request,
-    short, until_refused,
+    Backend, LIMITS, Nodes, call, call_as, confirmed_ok, connected_page, conv, eventually, needs,
+    ok, page, request, short, until_refused,
 };
 
 fn rejected(r: Rejection) -> Result<(), SubmitError> {
@@ -145,7 +145,10 @@ async fn confirmations_are_bound_single_use_and_keep_their_tool(backend: Backend
     let confirm = |from, k: &str| {
         let b = b.clone();
         let k = k.to_owned();
-        async move { b.submit_confirmed(&from, &k).await }
+        async move {
+            b.submit_confirmed(&from, &k, &crate::support::confirmed_ok())
+                .await
+        }
     };
     assert_eq!(
         confirm(page(&c, "p1"), "k2").await,
@@ -245,23 +248,33 @@ async fn a_silent_socket_keeps_confirmations_and_their_expiry_needs_the_page_gon
         .await
         .unwrap();
     // A network blip: the page's socket goes, it comes back and is silent.
-    assert!(b.release_page(&c, Some("p1")).await.unwrap().page_gone);
+    assert!(
+        b.release_page(&c, Some("p1"), None)
+            .await
+            .unwrap()
+            .page_gone
+    );
     b.admit_page(&c, &LIMITS).await.unwrap();
     sweep_keeps(&b, backend).await;
     // The user approves: the confirmed is accepted.
     b.page_identified(&c, "p1").await.unwrap();
-    assert!(b.submit_confirmed(&page(&c, "p1"), "k1").await.is_ok());
+    assert!(
+        b.submit_confirmed(&page(&c, "p1"), "k1", &crate::support::confirmed_ok())
+            .await
+            .is_ok()
+    );
 
     // A page that is really gone: its confirmation expires, once.
     let (id, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
     b.submit_result(&page(&c, "p1"), &id, needs("k2"))
         .await
         .unwrap();
-    b.release_page(&c, Some("p1")).await.unwrap();
-    b.release_page(&c, None).await.unwrap();
+    b.release_page(&c, Some("p1"), None).await.unwrap();
+    b.release_page(&c, None, None).await.unwrap();
     sweep_until_expired(&b, "k2").await;
     assert_eq!(
-        b.submit_confirmed(&page(&c, "p1"), "k2").await,
+        b.submit_confirmed(&page(&c, "p1"), "k2", &crate::support::confirmed_ok())
+            .await,
         Err(SubmitError::Rejected(Rejection::Duplicate))
     );
 }
@@ -278,7 +291,7 @@ async fn an_echo_subscription_keeps_its_pages_confirmations_until_it_is_gone(bac
         .await
         .unwrap();
     sweep_keeps(&b, backend).await;
-    b.release_page(&c, None).await.unwrap();
+    b.release_page(&c, None, None).await.unwrap();
     sweep_until_expired(&b, "k1").await;
 }
 contract!(an_echo_subscription_keeps_its_pages_confirmations_until_it_is_gone);
@@ -298,7 +311,9 @@ async fn a_quiet_page_stays_reachable_past_every_ttl(backend: Backend) {
     let c = conv();
     b.admit_page(&c, &LIMITS).await.unwrap();
     b.page_identified(&c, "p1").await.unwrap();
-    b.put_manifest(&c, &manifest("p1", 3)).await.unwrap();
+    b.put_manifest(&c, &manifest("p1", 3), &crate::support::frame_name())
+        .await
+        .unwrap();
     // Quiet for three times the conversation TTL: the node's heartbeat keeps the page alive.
     tokio::time::sleep(retention.conversations * 3).await;
     let _ = b.sweep_deadlines().await;
@@ -313,7 +328,7 @@ async fn a_quiet_page_stays_reachable_past_every_ttl(backend: Backend) {
         None
     ));
     // A page that reconnected and stayed silent keeps the conversation too.
-    b.release_page(&c, Some("p1")).await.unwrap();
+    b.release_page(&c, Some("p1"), None).await.unwrap();
     b.admit_page(&c, &LIMITS).await.unwrap();
     tokio::time::sleep(retention.conversations * 3).await;
     let s = b.conversation(&c).await.unwrap();
@@ -335,13 +350,15 @@ async fn calls_go_to_the_latest_connected_page_and_a_silent_socket_keeps_the_cur
     for id in ["a", "b"] {
         b.admit_page(&c, &LIMITS).await.unwrap();
         b.page_identified(&c, id).await.unwrap();
-        b.put_manifest(&c, &manifest(id, 1)).await.unwrap();
+        b.put_manifest(&c, &manifest(id, 1), &crate::support::frame_name())
+            .await
+            .unwrap();
     }
     assert_eq!(
         b.conversation(&c).await.unwrap().client_id.as_deref(),
         Some("b")
     );
-    b.release_page(&c, Some("b")).await.unwrap();
+    b.release_page(&c, Some("b"), None).await.unwrap();
     assert_eq!(
         b.conversation(&c).await.unwrap().client_id.as_deref(),
         Some("a")
@@ -702,7 +719,7 @@ async fn sockets_without_a_conversation_share_the_tenants_connection_limit(backe
         match n1.admit_page(&other, &limits).await {
             Err(toolmark_broker::AdmitError::TenantConnections) => Some(()),
             Ok(()) => {
-                n1.release_page(&other, None).await.unwrap();
+                n1.release_page(&other, None, None).await.unwrap();
                 None
             }
             Err(e) => panic!("{e}"),
@@ -761,15 +778,23 @@ async fn a_frame_submitted_again_is_applied_once_and_its_event_recorded_once(bac
     assert_eq!(record.outcome, Some(Outcome::Result(ok())));
     // A confirmation: again, after it was applied, it answers its binding; a plain second
     // submission is the page's duplicate.
-    let bound = b.submit_confirmed(&from, "k1").await.unwrap();
-    let again = b.submit_confirmed_again(&from, "k1").await.unwrap();
+    let bound = b
+        .submit_confirmed(&from, "k1", &crate::support::confirmed_ok())
+        .await
+        .unwrap();
+    let again = b
+        .submit_confirmed_again(&from, "k1", &crate::support::confirmed_ok())
+        .await
+        .unwrap();
     assert_eq!(again, bound);
     assert_eq!(
-        b.submit_confirmed(&from, "k1").await,
+        b.submit_confirmed(&from, "k1", &crate::support::confirmed_ok())
+            .await,
         Err(SubmitError::Rejected(Rejection::Duplicate))
     );
     assert_eq!(
-        b.submit_confirmed_again(&page(&c, "p2"), "k1").await,
+        b.submit_confirmed_again(&page(&c, "p2"), "k1", &crate::support::confirmed_ok())
+            .await,
         Err(SubmitError::Rejected(Rejection::Mismatch))
     );
     // An event under a name is recorded once; another name is another event.
@@ -790,3 +815,76 @@ async fn a_frame_submitted_again_is_applied_once_and_its_event_recorded_once(bac
     assert_eq!(feed.backlog.len(), before + 2);
 }
 contract!(a_frame_submitted_again_is_applied_once_and_its_event_recorded_once);
+
+/// Every change an agent must hear of records its events with it, once however many times it
+/// is submitted: a manifest, a confirmation, a timeout, an async call's result, a page leaving.
+async fn every_change_records_its_events_once(backend: Backend) {
+    let mut nodes = Nodes::new(backend, short());
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    let start = b.events("t", None).await.unwrap();
+    drop(start);
+    connected_page(&b, &c, "p1").await;
+    let m = Manifest {
+        client_id: "p1".into(),
+        rev: 2,
+        tools: vec![],
+    };
+    b.put_manifest(&c, &m, "manifest-2").await.unwrap();
+    b.put_manifest(&c, &m, "manifest-2").await.unwrap();
+    let from = page(&c, "p1");
+    let (confirmed, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    b.submit_result(&from, &confirmed, needs("k1"))
+        .await
+        .unwrap();
+    b.submit_confirmed(&from, "k1", &confirmed_ok())
+        .await
+        .unwrap();
+    b.submit_confirmed_again(&from, "k1", &confirmed_ok())
+        .await
+        .unwrap();
+    let (timed_out, _w) = call_as(&b, &c, "p1", Duration::from_secs(30), true).await;
+    assert!(b.time_out(&c, &timed_out).await.unwrap().is_some());
+    assert!(b.time_out(&c, &timed_out).await.unwrap().is_none());
+    let (answered, _w) = call_as(&b, &c, "p1", Duration::from_secs(30), true).await;
+    b.submit_result(&from, &answered, ok()).await.unwrap();
+    let (sync, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    b.submit_result(&from, &sync, ok()).await.unwrap();
+    assert!(
+        b.release_page(&c, Some("p1"), Some("left-1"))
+            .await
+            .unwrap()
+            .page_gone
+    );
+    let events = b.events("t", Some("0-0")).await.unwrap().backlog;
+    let kinds: Vec<(&str, String)> = events
+        .iter()
+        .map(|e| {
+            let id = e.data.get("id").or_else(|| e.data.get("callId"));
+            let id = id.and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+            (e.kind.as_str(), id)
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("page.manifest", String::new()),
+            ("page.manifest", String::new()),
+            ("confirmation.resolved", confirmed.clone()),
+            ("call.timeout", timed_out.clone()),
+            ("call.result", timed_out.clone()),
+            ("call.result", answered.clone()),
+            ("page.disconnected", String::new()),
+        ],
+        "{events:#?}"
+    );
+    let resolved = &events[2].data;
+    assert_eq!(resolved["tool"], "todo.add");
+    assert_eq!(resolved["outcome"]["data"], "done");
+    assert_eq!(events[5].data["outcome"]["status"], "ok");
+    assert_eq!(events[6].data["clientId"], "p1");
+    // Nothing is left for the sweep to emit again.
+    b.sweep_deadlines().await.unwrap();
+    assert_eq!(b.events("t", Some("0-0")).await.unwrap().backlog.len(), 7);
+}
+contract!(every_change_records_its_events_once);

@@ -259,7 +259,7 @@ impl Case {
         let still = self.r.sockets.iter().any(|o| o.client == s.client);
         let left = self.all[s.node]
             .broker
-            .release_page(&self.c, s.client.as_deref())
+            .release_page(&self.c, s.client.as_deref(), None)
             .await
             .unwrap();
         prop_assert_eq!(left.page_gone, s.client.is_some() && !still, "page_gone");
@@ -278,7 +278,7 @@ impl Case {
         };
         self.all[self.r.sockets[socket].node]
             .broker
-            .put_manifest(&self.c, &m)
+            .put_manifest(&self.c, &m, &crate::support::frame_name())
             .await
             .unwrap();
         self.r.manifests.insert(client.clone(), self.r.seq);
@@ -445,7 +445,7 @@ impl Case {
         };
         let got = rejection(
             self.nodes()[0]
-                .submit_confirmed(&page(&self.c, from), &id)
+                .submit_confirmed(&page(&self.c, from), &id, &crate::support::confirmed_ok())
                 .await
                 .map(|_| ()),
         );
@@ -468,7 +468,11 @@ impl Case {
             };
             let again = rejection(
                 self.nodes()[0]
-                    .submit_confirmed_again(&page(&self.c, from), &id)
+                    .submit_confirmed_again(
+                        &page(&self.c, from),
+                        &id,
+                        &crate::support::confirmed_ok(),
+                    )
                     .await
                     .map(|_| ()),
             );
@@ -520,7 +524,7 @@ fn check(backend: Backend, cases: u32) {
                         },
                     )
                     .await;
-                    b.release_page(&probe, None).await.unwrap();
+                    b.release_page(&probe, None, None).await.unwrap();
                 }
             }
             let killable = backend != Backend::Memory;

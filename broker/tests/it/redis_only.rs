@@ -68,7 +68,7 @@ async fn a_page_moving_to_a_node_that_just_started_is_not_reported_gone() {
     let (n2, _) = nodes.node("n2").await;
     // The page reconnects to node 2 and has not spoken yet; its old socket on node 1 goes.
     n2.admit_page(&c, &LIMITS).await.unwrap();
-    n1.release_page(&c, Some("p1")).await.unwrap();
+    n1.release_page(&c, Some("p1"), None).await.unwrap();
     let s = n1.conversation(&c).await.unwrap();
     assert_eq!(s.client_id.as_deref(), Some("p1"));
     assert_eq!(s.sockets, 1, "node 2's silent socket counts");
@@ -155,6 +155,7 @@ fn without_ttl_allowed(key: &str) -> bool {
         || key.ends_with(":events")
         || key.ends_with(":events:bytes")
         || key.contains(":events:wh:")
+        || key.ends_with(":outbox")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,7 +187,7 @@ async fn every_key_has_a_ttl_except_the_documented_ones() {
         .unwrap();
     let _ = b.expire_abandoned_confirmations(Duration::ZERO).await;
     b.mark_drained(&c).await.unwrap();
-    b.release_page(&c, Some("p1")).await.unwrap();
+    b.release_page(&c, Some("p1"), None).await.unwrap();
     let _ = b.conversation(&c).await.unwrap();
     b.admit_page(&c, &LIMITS).await.unwrap();
     redis.restart();
@@ -205,7 +206,7 @@ async fn every_key_has_a_ttl_except_the_documented_ones() {
         },
     )
     .await;
-    b.release_page(&c, None).await.unwrap();
+    b.release_page(&c, None, None).await.unwrap();
     b.mark_drained(&c).await.unwrap();
     let mut without = Vec::new();
     for key in redis.cli(&["--scan", "--pattern", "tm:*"]).lines() {
@@ -359,7 +360,7 @@ async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_
     )
     .await;
     for c in &convs {
-        b.release_page(c, Some("p1")).await.unwrap();
+        b.release_page(c, Some("p1"), None).await.unwrap();
     }
     assert_eq!(channels(), partitions, "pages leaving cost no unsubscribe");
     b.close().await;
@@ -632,4 +633,139 @@ async fn calls_an_older_node_stored_are_resent_cancelled_and_answered() {
         "the older layout's page message and cancel went with the call"
     );
     b.close().await;
+}
+
+/// A node that made a change and never emitted its events (here: the change's reply lost with
+/// its connection, as when the node dies or stalls right after it): the deadline sweep, on
+/// another node, emits them from the partition's outbox once they waited `RELAY_AFTER`; the
+/// node asking again afterwards emits nothing more. A confirmation, a timeout and an async
+/// call's result, each across a lost reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_whose_node_never_emitted_its_events_is_announced_once_by_the_sweep() {
+    let redis = RedisProc::start(&[]);
+    let proxy = toolmark_testkit::fault::FaultProxy::to(&redis);
+    let opts = RedisOptions {
+        retention: short(),
+        heartbeat: Duration::from_millis(200),
+        prefix: "tm".into(),
+        command_timeout: Duration::from_millis(500),
+        ..RedisOptions::default()
+    };
+    let sink = std::sync::Arc::new(Sink::default());
+    let lossy: toolmark_broker::SharedBroker =
+        RedisBroker::connect(&proxy.url(), "n1", sink.clone(), opts.clone())
+            .await
+            .unwrap();
+    let (sweeper, _) = on_own_redis(&redis, opts).await;
+    let sweeper: toolmark_broker::SharedBroker = sweeper;
+    let c = conv();
+    connected_page(&lossy, &c, "p1").await;
+    let from = page(&c, "p1");
+    let kinds = || {
+        let b = sweeper.clone();
+        async move {
+            let events = b.events("t", Some("0-0")).await.unwrap().backlog;
+            events
+                .iter()
+                .map(|e| e.kind.as_str())
+                .filter(|k| *k != "page.manifest")
+                .collect::<Vec<_>>()
+        }
+    };
+    let swept_until = |n: usize| {
+        let b = sweeper.clone();
+        async move {
+            eventually(
+                Duration::from_secs(15),
+                "the sweep emits the change's events",
+                || {
+                    let b = b.clone();
+                    async move {
+                        let _ = b.sweep_deadlines().await;
+                        let events = b.events("t", Some("0-0")).await.ok()?.backlog;
+                        (events
+                            .iter()
+                            .filter(|e| e.kind.as_str() != "page.manifest")
+                            .count()
+                            >= n)
+                            .then_some(())
+                    }
+                },
+            )
+            .await;
+        }
+    };
+
+    // A confirmation: applied, its reply lost.
+    let (id, _w) = call(&lossy, &c, "p1", Duration::from_secs(30)).await;
+    lossy.submit_result(&from, &id, needs("k1")).await.unwrap();
+    proxy.drop_reply_and_cut(":confirm:k1", 1);
+    assert!(
+        lossy
+            .submit_confirmed(&from, "k1", &crate::support::confirmed_ok())
+            .await
+            .is_err()
+    );
+    assert!(kinds().await.is_empty(), "the node emitted nothing");
+    swept_until(1).await;
+    let again = eventually(Duration::from_secs(10), "the node answers again", || {
+        let (b, from) = (lossy.clone(), from.clone());
+        async move {
+            b.submit_confirmed_again(&from, "k1", &crate::support::confirmed_ok())
+                .await
+                .ok()
+        }
+    })
+    .await;
+    assert_eq!(again.call_id, id);
+    assert_eq!(kinds().await, ["confirmation.resolved"]);
+    let resolved = sweeper.events("t", Some("0-0")).await.unwrap().backlog;
+    let resolved = resolved.last().unwrap();
+    assert_eq!(resolved.data["tool"], "todo.add");
+    assert_eq!(resolved.data["outcome"]["data"], "done");
+
+    // An async call timed out: the timeout applied, its reply lost.
+    let (late, _w) = crate::support::call_as(&lossy, &c, "p1", Duration::from_secs(30), true).await;
+    proxy.drop_reply_and_cut(&late, 1);
+    // The client may send the script again on its new connection: that run finds the call
+    // timed out already. Either way this node never learns that its timeout won.
+    assert!(!matches!(lossy.time_out(&c, &late).await, Ok(Some(_))));
+    swept_until(3).await;
+    assert_eq!(
+        kinds().await,
+        ["confirmation.resolved", "call.timeout", "call.result"]
+    );
+
+    // An async call answered: the result applied, its reply lost.
+    let (answered, _w) =
+        crate::support::call_as(&lossy, &c, "p1", Duration::from_secs(30), true).await;
+    proxy.drop_reply_and_cut(&answered, 1);
+    assert!(lossy.submit_result(&from, &answered, ok()).await.is_err());
+    swept_until(4).await;
+    eventually(Duration::from_secs(10), "the node answers again", || {
+        let (b, from, id) = (lossy.clone(), from.clone(), answered.clone());
+        async move {
+            b.submit_result_again(&from, &id, ok(), toolmark_broker::now_ms())
+                .await
+                .ok()
+        }
+    })
+    .await;
+    // Swept again: nothing is emitted twice, and the outboxes are empty.
+    let _ = sweeper.sweep_deadlines().await;
+    assert_eq!(
+        kinds().await,
+        [
+            "confirmation.resolved",
+            "call.timeout",
+            "call.result",
+            "call.result"
+        ]
+    );
+    assert_eq!(
+        redis.cli(&["--scan", "--pattern", "tm:*:outbox"]).trim(),
+        ""
+    );
+    lossy.close().await;
+    sweeper.close().await;
 }

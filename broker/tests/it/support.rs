@@ -159,6 +159,17 @@ pub async fn call(
     client: &str,
     timeout: Duration,
 ) -> (String, toolmark_broker::OutcomeWaiter) {
+    call_as(b, conv, client, timeout, false).await
+}
+
+/// [`call`], async (`Prefer: respond-async`) when `respond_async`.
+pub async fn call_as(
+    b: &SharedBroker,
+    conv: &ConvKey,
+    client: &str,
+    timeout: Duration,
+    respond_async: bool,
+) -> (String, toolmark_broker::OutcomeWaiter) {
     let id = toolmark_broker::partition::new_call_id(conv);
     let binding = CallBinding {
         id: id.clone(),
@@ -169,7 +180,7 @@ pub async fn call(
         deadline_ms: now_ms() + u64::try_from(timeout.as_millis()).unwrap(),
         node: b.node_id().into(),
         untrusted: true,
-        respond_async: false,
+        respond_async,
     };
     let frame = AgentMessage::Call(Call {
         client_id: client.into(),
@@ -209,7 +220,7 @@ pub async fn connected_page(b: &SharedBroker, conv: &ConvKey, client: &str) {
         rev: 1,
         tools: vec![],
     };
-    b.put_manifest(conv, &m).await.unwrap();
+    b.put_manifest(conv, &m, &frame_name()).await.unwrap();
 }
 
 pub fn needs(confirm_id: &str) -> ToolResult {
@@ -222,6 +233,24 @@ pub fn needs(confirm_id: &str) -> ToolResult {
 
 pub fn ok() -> ToolResult {
     ToolResult::Ok { data: None }
+}
+
+/// A page's final outcome of a confirmation.
+pub fn confirmed_ok() -> ToolResult {
+    ToolResult::Ok {
+        data: Some(json!("done")),
+    }
+}
+
+/// A name for a page's frame, unique in this test process and between processes (as a node's
+/// frame names are).
+pub fn frame_name() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static PROCESS: OnceLock<String> = OnceLock::new();
+    let process =
+        PROCESS.get_or_init(|| format!("{}-{}", std::process::id(), toolmark_broker::now_ms()));
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("frame:{process}:{n}")
 }
 
 /// Polls `check` until it returns `Some`, failing after `within`.

@@ -2,7 +2,7 @@
 //! with problem+json errors, and the routes.
 
 pub(crate) mod calls;
-pub use calls::{CallBody, DescribeBody, InvokeBody, announce_outcome};
+pub use calls::{CallBody, DescribeBody, InvokeBody};
 pub use conversations::TokenRequest;
 pub(crate) mod conversations;
 pub(crate) mod events;

@@ -6,15 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use toolmark_broker::{CONFIRM_ABANDON_GRACE, ConvKey, EventType, Outcome, SharedBroker};
+use toolmark_broker::{CONFIRM_ABANDON_GRACE, Change, SharedBroker};
 
 use super::metrics::{self, JobMetrics};
 
 /// How often each sweep runs.
 const EVERY: Duration = Duration::from_secs(1);
 
-/// Times out calls whose deadline passed with nobody left to do it and announces them
-/// (`call.timeout`, or `call.result` for an async call), sending the page its `cancel`.
+/// Times out calls whose deadline passed with nobody left to do it, sending the page its
+/// `cancel` (the broker records `call.timeout`, and `call.result` for an async call, with each),
+/// and emits the events of changes whose node did not.
 #[derive(Debug)]
 pub struct DeadlineSweep {
     broker: SharedBroker,
@@ -40,24 +41,12 @@ impl DeadlineSweep {
         for r in records {
             self.metrics.swept.inc();
             tracing::info!(tenant = %r.binding.conv.tenant, call_id = %r.binding.id, "orphaned call timed out by the deadline sweep");
-            let outcome = r.outcome.clone().unwrap_or(Outcome::Timeout);
-            for (kind, data) in toolmark_broker::outcome_events(&r.binding, &outcome) {
-                let once = toolmark_broker::call_event_name(kind, &r.binding.id);
-                emit(
-                    &self.broker,
-                    &self.metrics,
-                    kind,
-                    &r.binding.conv,
-                    data,
-                    &once,
-                )
-                .await;
-            }
+            count(&self.metrics, &Change::Call(r));
         }
     }
 }
 
-/// Expires the confirmations of pages that are gone (D23) and announces each as a
+/// Expires the confirmations of pages that are gone (D23); the broker records each one's
 /// `confirmation.resolved` with `confirmation_expired`.
 #[derive(Debug)]
 pub struct ConfirmationExpiry {
@@ -88,18 +77,13 @@ impl ConfirmationExpiry {
         for b in expired {
             self.metrics.confirmations_expired.inc();
             tracing::info!(tenant = %b.conv.tenant, confirm_id = %b.confirm_id, "confirmation of a gone page expired");
-            let data =
-                toolmark_broker::confirmation_event(&b, &toolmark_broker::expired_confirmation());
-            let once = toolmark_broker::confirmation_event_name(&b.conv, &b.confirm_id);
-            emit(
-                &self.broker,
+            count(
                 &self.metrics,
-                EventType::ConfirmationResolved,
-                &b.conv,
-                data,
-                &once,
-            )
-            .await;
+                &Change::Confirmation {
+                    binding: b,
+                    outcome: toolmark_broker::expired_confirmation(),
+                },
+            );
         }
     }
 }
@@ -120,34 +104,9 @@ where
     }
 }
 
-/// How long a sweep asks the broker again for an event whose emission it did not hear of: the
-/// change it announces is made and will not be swept again.
-const EMIT_HOLD: Duration = Duration::from_secs(30);
-
-/// Emits the event of a swept change once under `once`, asking again (for up to
-/// [`EMIT_HOLD`]) while the broker does not answer.
-async fn emit(
-    broker: &SharedBroker,
-    metrics: &JobMetrics,
-    kind: EventType,
-    conv: &ConvKey,
-    data: serde_json::Value,
-    once: &str,
-) {
-    let until = std::time::Instant::now() + EMIT_HOLD;
-    let emitted = toolmark_broker::retry::until_answered(
-        until,
-        |_| true,
-        |_| broker.emit_once(&conv.tenant, kind, conv, data.clone(), once),
-    )
-    .await;
-    match emitted {
-        Ok(Some(_)) => {
-            metrics.events.get_or_create(&metrics::kind(kind)).inc();
-        }
-        Ok(None) => {}
-        Err(e) => {
-            tracing::error!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, event = kind.as_str(), error = %e, "event not emitted: the broker did not answer within 30 s");
-        }
+/// Counts the events a swept change announced (the broker recorded them with the change).
+fn count(metrics: &JobMetrics, change: &Change) {
+    for a in change.events() {
+        metrics.events.get_or_create(&metrics::kind(a.kind)).inc();
     }
 }

@@ -352,7 +352,7 @@ async fn confirmations_of_a_page_gone_from_every_node_expire_once() {
             .is_empty(),
         "the page is still there"
     );
-    broker.release_page(&conv, Some("p1")).await.unwrap();
+    broker.release_page(&conv, Some("p1"), None).await.unwrap();
     // Leased sweeps: wait out the lease of the previous one.
     let deadline = Instant::now() + Duration::from_secs(10);
     let expired = loop {
@@ -375,7 +375,10 @@ async fn confirmations_of_a_page_gone_from_every_node_expire_once() {
         ("k1", call_id.as_str(), "signup.submit")
     );
     assert!(
-        broker.submit_confirmed(&from, "k1").await.is_err(),
+        broker
+            .submit_confirmed(&from, "k1", &ToolResult::Ok { data: None })
+            .await
+            .is_err(),
         "a late confirmed is rejected"
     );
 }

@@ -27,7 +27,6 @@ mod run;
 
 pub use bodies::{Accepted, CallAnswer, CallBody, CallView, DescribeBody, InvokeBody, Invoked};
 use bodies::{CallHeaders, IdempotencyHeader, PageCallInput, PageDescribeInput};
-pub use run::announce_outcome;
 #[cfg(test)]
 use run::supervise;
 pub(crate) use run::{Request, start};

@@ -154,7 +154,8 @@ pub(crate) async fn start(
 }
 
 /// Waits for the call's outcome or its deadline, whichever comes first; the broker's atomic
-/// check-and-mark decides the winner. Emits `call.timeout`, and `call.result` for async calls.
+/// check-and-mark decides the winner and records its events (`call.timeout`, and `call.result`
+/// for async calls) with it.
 pub(super) async fn supervise(
     app: AppState,
     binding: CallBinding,
@@ -163,24 +164,20 @@ pub(super) async fn supervise(
     remembered: Option<(String, idempotency::Record)>,
 ) -> Outcome {
     let started = Instant::now();
-    let mut won_timeout = false;
-    // The broker did not answer the timeout: it may have applied it, or may still.
-    let mut timeout_unknown = false;
     let outcome = tokio::select! {
         o = &mut waiter => o.unwrap_or(Outcome::Timeout),
         () = tokio::time::sleep(timeout) => {
             let mut arrived = None;
             match app.broker.time_out(&binding.conv, &binding.id).await {
-                Ok(won) => won_timeout = won.is_some(),
+                Ok(_) => {}
                 Err(e) => {
                     // Not answered until known: the timeout is asked again until the broker
                     // answers (held, like a page's frame), while the outcome may still arrive.
                     // A second run of a timeout already applied finds the call finished.
-                    timeout_unknown = true;
                     tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded: asked again until the broker answers");
                     tokio::select! {
                         o = &mut waiter => arrived = Some(o.unwrap_or(Outcome::Timeout)),
-                        won = time_out_again(&app, &binding) => won_timeout = won,
+                        () = time_out_again(&app, &binding) => {}
                     }
                 }
             }
@@ -207,16 +204,6 @@ pub(super) async fn supervise(
     app.metrics
         .call_finished(kind, status, started.elapsed().as_secs_f64());
     tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
-    // A timeout is announced by whoever won it (this node, or another node's deadline sweep).
-    // When this node does not know whether its timeout was applied, the broker's record says:
-    // the event's name is the call's, so this node and the sweep announce it once between them.
-    let announce = match outcome {
-        Outcome::Timeout => won_timeout || (timeout_unknown && timed_out(&app, &binding).await),
-        Outcome::Result(_) => binding.respond_async,
-    };
-    if announce {
-        announce_outcome(&app, &binding, &outcome).await;
-    }
     // A repeat of the request within 24 h answers with this outcome, even once the call itself
     // left the broker's retention.
     if let Some((key, mut record)) = remembered {
@@ -246,9 +233,8 @@ async fn stored_outcome(app: &AppState, binding: &CallBinding) -> Outcome {
 /// The timeout of a call asked again once the broker answers (held, like a page's frame):
 /// first a read until it answers, then a moment for the result a page sent before the
 /// deadline to land (its node holds it and asks again at most [`LONGEST_PAUSE`] apart; the
-/// page's answer then wins, as it would have without the outage), then the timeout. Whether
-/// this node's timeout won.
-async fn time_out_again(app: &AppState, binding: &CallBinding) -> bool {
+/// page's answer then wins, as it would have without the outage), then the timeout.
+async fn time_out_again(app: &AppState, binding: &CallBinding) {
     let mut held = app.hold.frame(0);
     let conv = &binding.conv;
     let read = held
@@ -257,43 +243,11 @@ async fn time_out_again(app: &AppState, binding: &CallBinding) -> bool {
         })
         .await;
     if read.is_none() {
-        return false;
+        return;
     }
     tokio::time::sleep(LONGEST_PAUSE + Duration::from_millis(500)).await;
-    let again = held
-        .until_known(&app.metrics, conv, "call.timeout", |_| {
-            app.broker.time_out(conv, &binding.id)
-        })
-        .await;
-    matches!(again, Some(Ok(Some(_))))
-}
-
-/// Whether the broker recorded the call timed out, asked until it answers (for the hold time);
-/// a call still pending is left to the deadline sweep, which announces it.
-async fn timed_out(app: &AppState, binding: &CallBinding) -> bool {
-    let mut held = app.hold.frame(0);
-    let read = held
-        .until_known(&app.metrics, &binding.conv, "call.timeout", |_| {
-            app.broker.call(&binding.conv.tenant, &binding.id)
-        })
-        .await;
-    matches!(
-        read,
-        Some(Ok(Some(CallRecord {
-            state: CallState::TimedOut,
-            ..
-        })))
-    )
-}
-
-/// Emits `call.timeout` for a timed-out call and `call.result` for an async call: once per
-/// call (the deadline sweep announces under the same name), asked again while the broker does
-/// not answer.
-pub async fn announce_outcome(app: &AppState, binding: &CallBinding, outcome: &Outcome) {
-    for (kind, data) in toolmark_broker::outcome_events(binding, outcome) {
-        let once = toolmark_broker::call_event_name(kind, &binding.id);
-        let mut held = app.hold.frame(0);
-        app.announce(&mut held, kind, &binding.conv, data, &once)
-            .await;
-    }
+    held.until_known(&app.metrics, conv, "call.timeout", |_| {
+        app.broker.time_out(conv, &binding.id)
+    })
+    .await;
 }
