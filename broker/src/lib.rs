@@ -232,14 +232,15 @@ pub trait Pages: Send + Sync {
     /// Records that a socket of `conv` is the page load `client_id`.
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError>;
 
-    /// Releases a socket admitted by [`Pages::admit_page`]. When it was the last socket of its
-    /// page and `announce` names the release, `page.disconnected` is recorded with it
-    /// ([`Change::PageLeft`]).
+    /// Releases a socket admitted by [`Pages::admit_page`], once per `release` however many
+    /// times it is asked ([`Release::again`]: the answer of the first is returned). When it was
+    /// the last socket of its page and the release is announced, `page.disconnected` is recorded
+    /// with it ([`Change::PageLeft`]).
     async fn release_page(
         &self,
         conv: &ConvKey,
         client_id: Option<&str>,
-        announce: Option<&str>,
+        release: &Release,
     ) -> Result<PageLeft, BrokerError>;
 
     /// Keeps `manifest` as the latest of its page and makes that page the conversation's
@@ -298,6 +299,28 @@ pub trait Events: Send + Sync {
 /// How long a change's events may wait for the node that made the change before the deadline
 /// sweep emits them from the outbox instead (the node stalled or died in between).
 pub const RELAY_AFTER: Duration = Duration::from_secs(2);
+
+/// The release of a page socket ([`Pages::release_page`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// Its name, unique among every node's releases: asked again under it, it is applied once.
+    pub name: String,
+    /// Announce `page.disconnected` when it was its page's last socket.
+    pub announce: bool,
+    /// Asked again after an attempt whose outcome the node does not know.
+    pub again: bool,
+}
+
+impl Release {
+    /// A first attempt of the release `name`.
+    pub fn new(name: impl Into<String>, announce: bool) -> Self {
+        Release {
+            name: name.into(),
+            announce,
+            again: false,
+        }
+    }
+}
 
 /// Events one process emitted, by type, and how many of them found the tenant's log at its
 /// bound with events not yet delivered to webhooks (kept anyway). Cumulative.

@@ -3,9 +3,9 @@
 //! on it when Redis stalls, restarts or loses a reply: it submits it again until Redis answers,
 //! for up to `broker.stall_hold_secs` from when the frame came. The broker's transitions are
 //! idempotent when submitted again (`submit_result_again`, `submit_confirmed_again`, a manifest
-//! stored twice is stored once) and an event is emitted under the frame's name
-//! (`Events::emit_once`), so an attempt that was applied without its reply reaching the node
-//! is neither applied nor announced twice.
+//! stored twice is stored once) and each records its events with its state, emitted once under
+//! a name of the change (`toolmark_broker::Change`), so an attempt that was applied without its
+//! reply reaching the node is neither applied nor announced twice.
 //!
 //! Frames are held in place: each page's frames are handled in order by its own socket task, so
 //! a frame held keeps the page's later frames behind it (in order, in the socket's buffers). The
@@ -86,7 +86,7 @@ impl Frame<'_> {
         self.received_ms
     }
 
-    /// The name of what this frame changes, for [`toolmark_broker::Events::emit_once`]: unique
+    /// The name of what this frame changes (its events are emitted once under it): unique
     /// among every node's frames.
     pub fn name(&self, what: &str) -> String {
         format!("{what}:{}:{}", self.hold.process, self.seq)

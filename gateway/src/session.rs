@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use toolmark_broker::{AdmitError, AdmitLimits, ConvKey, EventType};
+use toolmark_broker::{AdmitError, AdmitLimits, ConvKey, EventType, Release};
 
 use crate::registry::Outbox;
 use crate::state::AppState;
@@ -116,16 +116,19 @@ impl Session {
                 .tenants
                 .get(&self.conv.tenant)
                 .is_some_and(|t| t.incarnation == self.incarnation);
-        let name = app.hold.frame(0).name(EventType::PageDisconnected.as_str());
-        if let Err(e) = app
-            .broker
-            .release_page(
-                &self.conv,
-                self.client_id.as_deref(),
-                announce.then_some(name.as_str()),
-            )
-            .await
-        {
+        // Held like a page's frame: asked again under its name until the broker answers, it
+        // is applied once, with its `page.disconnected`.
+        let mut held = app.hold.frame(0);
+        let mut release = Release::new(held.name(EventType::PageDisconnected.as_str()), announce);
+        let released = held
+            .until_known(&app.metrics, &self.conv, "page.left", |again| {
+                release.again = again;
+                let release = release.clone();
+                let (conv, client) = (&self.conv, self.client_id.as_deref());
+                async move { app.broker.release_page(conv, client, &release).await }
+            })
+            .await;
+        if let Some(Err(e)) = released {
             let conv = &self.conv;
             tracing::warn!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, error = %e, "page release not recorded");
         }

@@ -128,6 +128,9 @@ impl CallShards {
 struct State {
     convs: HashMap<ConvKey, Conv>,
     tenant_sockets: HashMap<String, u64>,
+    /// Releases of page sockets by name, with what each meant, until they expire: a release
+    /// asked again is applied once.
+    released: HashMap<String, (PageLeft, Instant)>,
 }
 
 /// An event as the log keeps it: the payload serialized (a fraction of a `Value` tree's size).
@@ -526,7 +529,7 @@ mod tests {
         );
         b.page_identified(&conv, "p1").await.unwrap();
         assert!(
-            b.release_page(&conv, Some("p1"), None)
+            b.release_page(&conv, Some("p1"), &crate::Release::new("r", false))
                 .await
                 .unwrap()
                 .page_gone

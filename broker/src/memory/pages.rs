@@ -55,9 +55,14 @@ impl Pages for MemoryBroker {
         &self,
         conv: &ConvKey,
         client_id: Option<&str>,
-        announce: Option<&str>,
+        release: &crate::Release,
     ) -> Result<PageLeft, BrokerError> {
         let mut st = lock(&self.state);
+        let now = Instant::now();
+        st.released.retain(|_, (_, until)| *until > now);
+        if let Some((left, _)) = st.released.get(&release.name) {
+            return Ok(*left);
+        }
         if let Some(n) = st.tenant_sockets.get_mut(&conv.tenant) {
             *n = n.saturating_sub(1);
         }
@@ -76,15 +81,21 @@ impl Pages for MemoryBroker {
                 }
             }
         }
-        if page_gone && let (Some(client_id), Some(name)) = (client_id, announce) {
+        if page_gone
+            && release.announce
+            && let Some(client_id) = client_id
+        {
             self.announce_now(&crate::Change::PageLeft {
                 conv: conv.clone(),
                 client_id: client_id.to_owned(),
-                name: name.to_owned(),
+                name: release.name.clone(),
             });
         }
+        let left = PageLeft { page_gone };
+        st.released
+            .insert(release.name.clone(), (left, now + crate::ONCE_TTL));
         drop(st);
-        Ok(PageLeft { page_gone })
+        Ok(left)
     }
 
     async fn put_manifest(

@@ -103,6 +103,12 @@ impl Keys {
         format!("{}{}:socks", self.p, conv_base(c))
     }
 
+    /// The marker of one release of a page socket (`Pages::release_page`): whether it meant
+    /// the page gone; a release asked again under its name is applied once.
+    pub fn released(&self, c: &ConvKey, name: &str) -> String {
+        format!("{}{}:left:{name}", self.p, conv_base(c))
+    }
+
     /// Ids of the conversation's calls that may still be pending ([`codec::compact_id`]s).
     pub fn pending(&self, c: &ConvKey) -> String {
         format!("{}{}:pending", self.p, conv_base(c))

@@ -472,14 +472,6 @@ impl RedisBroker {
         self.release_lease(self.keys.sweep_lease()).await;
         Ok(swept)
     }
-
-    fn count_fields(&self, client_id: Option<&str>) -> Vec<String> {
-        let mut f = vec![self.node.clone()];
-        if let Some(c) = client_id {
-            f.push(format!("{}|{c}", self.node));
-        }
-        f
-    }
 }
 
 /// A manifest as stored (what `put_manifest` wrote).

@@ -108,50 +108,27 @@ impl Pages for RedisBroker {
         &self,
         conv: &ConvKey,
         client_id: Option<&str>,
-        announce: Option<&str>,
+        release: &crate::Release,
     ) -> Result<PageLeft, BrokerError> {
-        {
-            let mut held = lock(&self.held);
-            if let Some(h) = held.get_mut(conv) {
-                h.sockets = h.sockets.saturating_sub(1);
-                if let Some(c) = client_id
-                    && let Some(n) = h.clients.get_mut(c)
-                {
-                    *n = n.saturating_sub(1);
-                    if *n == 0 {
-                        h.clients.remove(c);
-                        h.manifests.remove(c);
-                    }
-                }
-                if h.sockets == 0 {
-                    held.remove(conv);
-                }
-            }
+        if !release.again {
+            self.forget_socket(conv, client_id);
         }
-        if let Some(n) = lock(&self.tenant_sockets).get_mut(&conv.tenant) {
-            *n = n.saturating_sub(1);
-        }
-        let tenant_key = self.keys.tenant_sockets(&conv.tenant);
-        let Some(client) = client_id else {
-            let (c, _) = tokio::join!(
-                self.script(
-                    &self.scripts.count_down,
-                    vec![self.keys.sockets(conv)],
-                    self.count_fields(None)
-                ),
-                self.count_down(&tenant_key),
-            );
-            c?;
-            return Ok(PageLeft { page_gone: false });
-        };
-        let change = announce.map(|name| crate::Change::PageLeft {
-            conv: conv.clone(),
-            client_id: client.to_owned(),
-            name: name.to_owned(),
-        });
-        let mut keys = vec![self.keys.sockets(conv)];
-        let mut args = self.count_fields(client_id);
-        args.push(client.to_owned());
+        let change = client_id
+            .filter(|_| release.announce)
+            .map(|client| crate::Change::PageLeft {
+                conv: conv.clone(),
+                client_id: client.to_owned(),
+                name: release.name.clone(),
+            });
+        let mut keys = vec![
+            self.keys.sockets(conv),
+            self.keys.released(conv, &release.name),
+        ];
+        let mut args = vec![
+            self.node.clone(),
+            client_id.unwrap_or_default().to_owned(),
+            millis(crate::ONCE_TTL).to_string(),
+        ];
         match &change {
             Some(change) => {
                 keys.push(self.keys.outbox(partition::of_conv(conv)));
@@ -160,10 +137,14 @@ impl Pages for RedisBroker {
             None => args.extend([String::new(), String::new()]),
         }
         args.extend(self.live_nodes().iter().cloned());
-        let (gone, _) = tokio::join!(
-            self.script(&self.scripts.leave, keys, args),
-            self.count_down(&tenant_key),
-        );
+        let leave = self.script(&self.scripts.leave, keys, args);
+        // The tenant's count is on another slot: taken down by the first attempt only.
+        let gone = if release.again {
+            leave.await
+        } else {
+            let tenant_key = self.keys.tenant_sockets(&conv.tenant);
+            tokio::join!(leave, self.count_down(&tenant_key)).0
+        };
         let page_gone = matches!(gone?, Value::Integer(1));
         if page_gone && let Some(change) = &change {
             self.relay(change).await;
@@ -211,6 +192,31 @@ impl Pages for RedisBroker {
 }
 
 impl RedisBroker {
+    /// What this node holds forgets one socket of `conv` (the page load `client_id`).
+    fn forget_socket(&self, conv: &ConvKey, client_id: Option<&str>) {
+        {
+            let mut held = lock(&self.held);
+            if let Some(h) = held.get_mut(conv) {
+                h.sockets = h.sockets.saturating_sub(1);
+                if let Some(c) = client_id
+                    && let Some(n) = h.clients.get_mut(c)
+                {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        h.clients.remove(c);
+                        h.manifests.remove(c);
+                    }
+                }
+                if h.sockets == 0 {
+                    held.remove(conv);
+                }
+            }
+        }
+        if let Some(n) = lock(&self.tenant_sockets).get_mut(&conv.tenant) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
     /// The manifest a build before the partitioned layout stored for a page, written again in
     /// this layout (without taking `current` from a page that has it).
     async fn legacy_manifest(&self, conv: &ConvKey, client_id: &str) -> Option<String> {

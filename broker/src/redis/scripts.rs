@@ -391,28 +391,39 @@ end
 return redis.call('HGETALL', KEYS[1])
 ";
 
-/// A page socket closed: counts it down (`<node>` and `<node>|<clientId>`, fields reaching 0
-/// removed). Its page is gone when no socket of its clientId is left on a live node
-/// (`model::Presence`); with an outbox key, the page's leaving is then recorded there, to be
-/// announced as `page.disconnected`.
-/// KEYS: sockets[, outbox]. ARGV: node, node|clientId, clientId, outbox name, outbox entry, live
-/// node ids… Returns 1 when the page is gone, else 0.
+/// A page socket closed, released once under its name: counts it down (`<node>`, and
+/// `<node>|<clientId>` for an identified socket; fields reaching 0 removed). Its page is gone
+/// when no socket of its clientId is left on a live node (`model::Presence`); with an outbox
+/// key, the page's leaving is then recorded there, to be announced as `page.disconnected`. The
+/// release's marker keeps what it meant: asked again, it changes nothing and answers the same.
+/// KEYS: sockets, release marker[, outbox]. ARGV: node, clientId or '', marker ttl ms, outbox
+/// name, outbox entry, live node ids… Returns 1 when the page is gone, else 0.
 pub const LEAVE: &str = r"
-for i = 1, 2 do
-  if redis.call('HINCRBY', KEYS[1], ARGV[i], -1) <= 0 then redis.call('HDEL', KEYS[1], ARGV[i]) end
+local done = redis.call('GET', KEYS[2])
+if done then return tonumber(done) end
+local fields = {ARGV[1]}
+if ARGV[2] ~= '' then table.insert(fields, ARGV[1] .. '|' .. ARGV[2]) end
+for _, field in ipairs(fields) do
+  if redis.call('HINCRBY', KEYS[1], field, -1) <= 0 then redis.call('HDEL', KEYS[1], field) end
 end
-local live = {}
-for i = 6, #ARGV do live[ARGV[i]] = true end
-local socks = redis.call('HGETALL', KEYS[1])
-for i = 1, #socks, 2 do
-  local bar = string.find(socks[i], '|', 1, true)
-  if bar and tonumber(socks[i + 1]) > 0 and string.sub(socks[i], bar + 1) == ARGV[3]
-      and live[string.sub(socks[i], 1, bar - 1)] then
-    return 0
+local gone = 0
+if ARGV[2] ~= '' then
+  gone = 1
+  local live = {}
+  for i = 6, #ARGV do live[ARGV[i]] = true end
+  local socks = redis.call('HGETALL', KEYS[1])
+  for i = 1, #socks, 2 do
+    local bar = string.find(socks[i], '|', 1, true)
+    if bar and tonumber(socks[i + 1]) > 0 and string.sub(socks[i], bar + 1) == ARGV[2]
+        and live[string.sub(socks[i], 1, bar - 1)] then
+      gone = 0
+      break
+    end
   end
 end
-if KEYS[2] then redis.call('HSET', KEYS[2], ARGV[4], ARGV[5]) end
-return 1
+if gone == 1 and KEYS[3] then redis.call('HSET', KEYS[3], ARGV[4], ARGV[5]) end
+redis.call('SET', KEYS[2], gone, 'PX', ARGV[3])
+return gone
 ";
 
 /// GCRA: gives back unspent calls of the tenant's rate, then takes up to `want` at once (a

@@ -249,7 +249,7 @@ async fn a_silent_socket_keeps_confirmations_and_their_expiry_needs_the_page_gon
         .unwrap();
     // A network blip: the page's socket goes, it comes back and is silent.
     assert!(
-        b.release_page(&c, Some("p1"), None)
+        b.release_page(&c, Some("p1"), &crate::support::release())
             .await
             .unwrap()
             .page_gone
@@ -269,8 +269,12 @@ async fn a_silent_socket_keeps_confirmations_and_their_expiry_needs_the_page_gon
     b.submit_result(&page(&c, "p1"), &id, needs("k2"))
         .await
         .unwrap();
-    b.release_page(&c, Some("p1"), None).await.unwrap();
-    b.release_page(&c, None, None).await.unwrap();
+    b.release_page(&c, Some("p1"), &crate::support::release())
+        .await
+        .unwrap();
+    b.release_page(&c, None, &crate::support::release())
+        .await
+        .unwrap();
     sweep_until_expired(&b, "k2").await;
     assert_eq!(
         b.submit_confirmed(&page(&c, "p1"), "k2", &crate::support::confirmed_ok())
@@ -291,7 +295,9 @@ async fn an_echo_subscription_keeps_its_pages_confirmations_until_it_is_gone(bac
         .await
         .unwrap();
     sweep_keeps(&b, backend).await;
-    b.release_page(&c, None, None).await.unwrap();
+    b.release_page(&c, None, &crate::support::release())
+        .await
+        .unwrap();
     sweep_until_expired(&b, "k1").await;
 }
 contract!(an_echo_subscription_keeps_its_pages_confirmations_until_it_is_gone);
@@ -328,7 +334,9 @@ async fn a_quiet_page_stays_reachable_past_every_ttl(backend: Backend) {
         None
     ));
     // A page that reconnected and stayed silent keeps the conversation too.
-    b.release_page(&c, Some("p1"), None).await.unwrap();
+    b.release_page(&c, Some("p1"), &crate::support::release())
+        .await
+        .unwrap();
     b.admit_page(&c, &LIMITS).await.unwrap();
     tokio::time::sleep(retention.conversations * 3).await;
     let s = b.conversation(&c).await.unwrap();
@@ -358,7 +366,9 @@ async fn calls_go_to_the_latest_connected_page_and_a_silent_socket_keeps_the_cur
         b.conversation(&c).await.unwrap().client_id.as_deref(),
         Some("b")
     );
-    b.release_page(&c, Some("b"), None).await.unwrap();
+    b.release_page(&c, Some("b"), &crate::support::release())
+        .await
+        .unwrap();
     assert_eq!(
         b.conversation(&c).await.unwrap().client_id.as_deref(),
         Some("a")
@@ -719,7 +729,9 @@ async fn sockets_without_a_conversation_share_the_tenants_connection_limit(backe
         match n1.admit_page(&other, &limits).await {
             Err(toolmark_broker::AdmitError::TenantConnections) => Some(()),
             Ok(()) => {
-                n1.release_page(&other, None, None).await.unwrap();
+                n1.release_page(&other, None, &crate::support::release())
+                    .await
+                    .unwrap();
                 None
             }
             Err(e) => panic!("{e}"),
@@ -851,10 +863,14 @@ async fn every_change_records_its_events_once(backend: Backend) {
     let (sync, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
     b.submit_result(&from, &sync, ok()).await.unwrap();
     assert!(
-        b.release_page(&c, Some("p1"), Some("left-1"))
-            .await
-            .unwrap()
-            .page_gone
+        b.release_page(
+            &c,
+            Some("p1"),
+            &toolmark_broker::Release::new("left-1", true)
+        )
+        .await
+        .unwrap()
+        .page_gone
     );
     let events = b.events("t", Some("0-0")).await.unwrap().backlog;
     let kinds: Vec<(&str, String)> = events
@@ -888,3 +904,58 @@ async fn every_change_records_its_events_once(backend: Backend) {
     assert_eq!(b.events("t", Some("0-0")).await.unwrap().backlog.len(), 7);
 }
 contract!(every_change_records_its_events_once);
+
+/// A page socket's release asked again under its name (the node did not hear whether the first
+/// was applied) is applied once, answers the same, and announces its page's leaving once.
+async fn a_release_asked_again_is_applied_once(backend: Backend) {
+    use toolmark_broker::Release;
+    let mut nodes = Nodes::new(backend, short());
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    connected_page(&b, &c, "p1").await;
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    b.page_identified(&c, "p1").await.unwrap();
+    let again = |r: &Release| Release {
+        again: true,
+        ..r.clone()
+    };
+    let first = Release::new("release-1", true);
+    assert!(
+        !b.release_page(&c, Some("p1"), &first)
+            .await
+            .unwrap()
+            .page_gone
+    );
+    assert!(
+        !b.release_page(&c, Some("p1"), &again(&first))
+            .await
+            .unwrap()
+            .page_gone
+    );
+    assert_eq!(
+        b.conversation(&c).await.unwrap().sockets,
+        1,
+        "released twice"
+    );
+    let last = Release::new("release-2", true);
+    assert!(
+        b.release_page(&c, Some("p1"), &last)
+            .await
+            .unwrap()
+            .page_gone
+    );
+    assert!(
+        b.release_page(&c, Some("p1"), &again(&last))
+            .await
+            .unwrap()
+            .page_gone
+    );
+    let left = b.events("t", Some("0-0")).await.unwrap().backlog;
+    let left: Vec<_> = left
+        .iter()
+        .filter(|e| e.kind == EventType::PageDisconnected)
+        .collect();
+    assert_eq!(left.len(), 1, "{left:#?}");
+    assert_eq!(left[0].data["clientId"], "p1");
+}
+contract!(a_release_asked_again_is_applied_once);

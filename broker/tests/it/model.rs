@@ -259,7 +259,7 @@ impl Case {
         let still = self.r.sockets.iter().any(|o| o.client == s.client);
         let left = self.all[s.node]
             .broker
-            .release_page(&self.c, s.client.as_deref(), None)
+            .release_page(&self.c, s.client.as_deref(), &crate::support::release())
             .await
             .unwrap();
         prop_assert_eq!(left.page_gone, s.client.is_some() && !still, "page_gone");
@@ -524,7 +524,9 @@ fn check(backend: Backend, cases: u32) {
                         },
                     )
                     .await;
-                    b.release_page(&probe, None, None).await.unwrap();
+                    b.release_page(&probe, None, &crate::support::release())
+                        .await
+                        .unwrap();
                 }
             }
             let killable = backend != Backend::Memory;

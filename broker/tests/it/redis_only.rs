@@ -68,7 +68,9 @@ async fn a_page_moving_to_a_node_that_just_started_is_not_reported_gone() {
     let (n2, _) = nodes.node("n2").await;
     // The page reconnects to node 2 and has not spoken yet; its old socket on node 1 goes.
     n2.admit_page(&c, &LIMITS).await.unwrap();
-    n1.release_page(&c, Some("p1"), None).await.unwrap();
+    n1.release_page(&c, Some("p1"), &crate::support::release())
+        .await
+        .unwrap();
     let s = n1.conversation(&c).await.unwrap();
     assert_eq!(s.client_id.as_deref(), Some("p1"));
     assert_eq!(s.sockets, 1, "node 2's silent socket counts");
@@ -187,7 +189,9 @@ async fn every_key_has_a_ttl_except_the_documented_ones() {
         .unwrap();
     let _ = b.expire_abandoned_confirmations(Duration::ZERO).await;
     b.mark_drained(&c).await.unwrap();
-    b.release_page(&c, Some("p1"), None).await.unwrap();
+    b.release_page(&c, Some("p1"), &crate::support::release())
+        .await
+        .unwrap();
     let _ = b.conversation(&c).await.unwrap();
     b.admit_page(&c, &LIMITS).await.unwrap();
     redis.restart();
@@ -206,7 +210,9 @@ async fn every_key_has_a_ttl_except_the_documented_ones() {
         },
     )
     .await;
-    b.release_page(&c, None, None).await.unwrap();
+    b.release_page(&c, None, &crate::support::release())
+        .await
+        .unwrap();
     b.mark_drained(&c).await.unwrap();
     let mut without = Vec::new();
     for key in redis.cli(&["--scan", "--pattern", "tm:*"]).lines() {
@@ -360,7 +366,9 @@ async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_
     )
     .await;
     for c in &convs {
-        b.release_page(c, Some("p1"), None).await.unwrap();
+        b.release_page(c, Some("p1"), &crate::support::release())
+            .await
+            .unwrap();
     }
     assert_eq!(channels(), partitions, "pages leaving cost no unsubscribe");
     b.close().await;

@@ -242,6 +242,11 @@ pub fn confirmed_ok() -> ToolResult {
     }
 }
 
+/// A release of a page socket that announces nothing, under a name of its own.
+pub fn release() -> toolmark_broker::Release {
+    toolmark_broker::Release::new(frame_name(), false)
+}
+
 /// A name for a page's frame, unique in this test process and between processes (as a node's
 /// frame names are).
 pub fn frame_name() -> String {

@@ -1,4 +1,4 @@
-//! Nothing a page says is lost: a `confirmed`, a `result` and a manifest a node accepted while
+//! Nothing a page says is lost: a `confirmed`, a `result`, a manifest and a page leaving that a node accepted while
 //! its Redis stalled (`SIGSTOP` of the test's own `redis-server`, longer than the node's 2 s
 //! command timeout) or lost the reply of its write (the fault proxy drops the reply and cuts
 //! the connection there) are applied once, with their events, and the agent hears the page's
@@ -251,6 +251,33 @@ async fn a_manifest_sent_while_redis_stalls_is_stored_and_announced_once() {
         .filter(|(k, d)| k == "page.manifest" && d["data"]["rev"] == 2)
         .count();
     assert_eq!(rev2, 1, "{log:?}");
+}
+
+#[tokio::test]
+async fn a_page_that_leaves_while_redis_stalls_is_gone_and_announced_once() {
+    let redis = RedisProc::start(&[]);
+    let (n1, n2) = two_nodes(&redis.url(), &redis.url()).await;
+    let (page, mut events) = page_and_events(&n1, &n2).await;
+    let client_id = page.client_id.clone();
+
+    redis.pause();
+    drop(page);
+    n1.wait_metric("toolmark_frames_held_total", 1.0).await;
+    tokio::time::sleep(STALL).await;
+    redis.resume();
+
+    let ev = events.next_of("page.disconnected").await;
+    assert_eq!(ev.data["data"]["clientId"], client_id.as_str());
+    // Its socket is counted out once: the conversation has no page left.
+    crate::admin::until("the page is gone for the agent", || async {
+        let state = n2.acme().get("/users/u1/conversations/c1").await;
+        state.body["pages"].as_array().is_some_and(Vec::is_empty)
+    })
+    .await;
+    let mut next = n1.page("acme", "u1", "c1").await;
+    let log = log_until_manifest(&n2, &mut next, 2).await;
+    assert_eq!(count(&log, "page.disconnected"), 1, "{log:?}");
+    n1.wait_metric("toolmark_frames_holding", 0.0).await;
 }
 
 #[tokio::test]

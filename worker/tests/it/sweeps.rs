@@ -183,7 +183,11 @@ async fn a_confirmation_of_a_gone_page_expires_after_the_grace_and_is_announced(
     let gone_at = Instant::now();
     assert!(
         gateway
-            .release_page(&conv, Some("p1"), None)
+            .release_page(
+                &conv,
+                Some("p1"),
+                &toolmark_broker::Release::new("r", false)
+            )
             .await
             .unwrap()
             .page_gone

@@ -352,7 +352,14 @@ async fn confirmations_of_a_page_gone_from_every_node_expire_once() {
             .is_empty(),
         "the page is still there"
     );
-    broker.release_page(&conv, Some("p1"), None).await.unwrap();
+    broker
+        .release_page(
+            &conv,
+            Some("p1"),
+            &toolmark_broker::Release::new("r", false),
+        )
+        .await
+        .unwrap();
     // Leased sweeps: wait out the lease of the previous one.
     let deadline = Instant::now() + Duration::from_secs(10);
     let expired = loop {
