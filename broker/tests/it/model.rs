@@ -7,7 +7,10 @@
 //! or rejection reason, each timeout's winner) must be the same. A result or a confirmation
 //! may lose its reply: the node submits it again (`submit_result_again`,
 //! `submit_confirmed_again`), and the answer to that must be what `model::check_result_again`
-//! and `model::check_confirm_again` say. Runs on memory, Redis and Redis Cluster. Failing cases are kept in `proptest-regressions/`.
+//! and `model::check_confirm_again` say; a release may lose its reply too, and is asked again.
+//! At the end of each sequence the tenant's event log holds exactly one event per change that
+//! announces one (a manifest, a page gone, a timeout won, a confirmation accepted), lost
+//! replies included. Runs on memory, Redis and Redis Cluster. Failing cases are kept in `proptest-regressions/`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -28,8 +31,9 @@ enum Op {
     Admit { node: usize },
     /// The `socket`-th open socket speaks for the first time as `client`.
     Identify { socket: usize, client: usize },
-    /// The `socket`-th open socket closes.
-    Release { socket: usize },
+    /// The `socket`-th open socket closes; `lost`: the reply of its release is lost, and the
+    /// node asks again.
+    Release { socket: usize, lost: bool },
     /// An identified socket sends a manifest.
     Manifest { socket: usize },
     /// The agent calls the conversation.
@@ -64,7 +68,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (0..2usize).prop_map(|node| Op::Admit { node }),
         3 => (0..8usize, 0..3usize).prop_map(|(socket, client)| Op::Identify { socket, client }),
-        2 => (0..8usize).prop_map(|socket| Op::Release { socket }),
+        2 => (0..8usize, prop::bool::weighted(0.3)).prop_map(|(socket, lost)| Op::Release { socket, lost }),
         2 => (0..8usize).prop_map(|socket| Op::Manifest { socket }),
         2 => Just(Op::Call),
         3 => (0..2usize).prop_map(|node| Op::Place { node }),
@@ -93,6 +97,8 @@ struct Reference {
     confirms: Vec<(String, String, bool)>,
     /// Calls answered `ok` (the outcome a page's `ok` result submitted again finds).
     oks: std::collections::HashSet<String>,
+    /// The events the changes so far announce: (type, what it names) → how many.
+    events: BTreeMap<(&'static str, String), usize>,
 }
 
 impl Reference {
@@ -109,6 +115,11 @@ impl Reference {
             identified,
             unidentified,
         }
+    }
+
+    /// A change announced one more event.
+    fn announce(&mut self, kind: &'static str, named: String) {
+        *self.events.entry((kind, named)).or_default() += 1;
     }
 
     fn current_page(&self) -> Option<String> {
@@ -141,7 +152,7 @@ async fn run(all: Vec<Node>, ops: Vec<Op>) -> Result<(), TestCaseError> {
     for op in ops {
         case.step(op).await?;
     }
-    Ok(())
+    case.events().await
 }
 
 /// One case: the nodes, the reference model, the conversation.
@@ -180,7 +191,7 @@ impl Case {
                 Ok(())
             }
             Op::Identify { socket, client } => self.identify(socket, client).await,
-            Op::Release { socket } => self.release(socket).await,
+            Op::Release { socket, lost } => self.release(socket, lost).await,
             Op::Manifest { socket } => self.manifest(socket).await,
             Op::Call => self.call().await,
             Op::Place { node } => self.place(node).await,
@@ -251,18 +262,48 @@ impl Case {
         Ok(())
     }
 
-    async fn release(&mut self, socket: usize) -> Result<(), TestCaseError> {
+    async fn release(&mut self, socket: usize, lost: bool) -> Result<(), TestCaseError> {
         if socket >= self.r.sockets.len() {
             return Ok(());
         }
         let s = self.r.sockets.remove(socket);
         let still = self.r.sockets.iter().any(|o| o.client == s.client);
-        let left = self.all[s.node]
-            .broker
-            .release_page(&self.c, s.client.as_deref(), &crate::support::release())
+        let mut release = toolmark_broker::Release::new(crate::support::frame_name(), true);
+        let broker = &self.all[s.node].broker;
+        let left = broker
+            .release_page(&self.c, s.client.as_deref(), &release)
             .await
             .unwrap();
-        prop_assert_eq!(left.page_gone, s.client.is_some() && !still, "page_gone");
+        let gone = s.client.is_some() && !still;
+        prop_assert_eq!(left.page_gone, gone, "page_gone");
+        if lost {
+            release.again = true;
+            let again = broker
+                .release_page(&self.c, s.client.as_deref(), &release)
+                .await
+                .unwrap();
+            prop_assert_eq!(again.page_gone, gone, "page_gone again");
+        }
+        if let (true, Some(client)) = (gone, s.client) {
+            self.r.announce("page.disconnected", client);
+        }
+        Ok(())
+    }
+
+    /// The tenant's log holds exactly the events the changes announce, each once.
+    async fn events(&self) -> Result<(), TestCaseError> {
+        let log = self.nodes()[0].events("t", Some("0-0")).await.unwrap();
+        let mut got: BTreeMap<(&'static str, String), usize> = BTreeMap::new();
+        for e in log.backlog {
+            let named = match e.kind.as_str() {
+                "page.manifest" => e.data["rev"].to_string(),
+                "page.disconnected" => e.data["clientId"].as_str().unwrap_or("").to_owned(),
+                "confirmation.resolved" => e.data["confirmId"].as_str().unwrap_or("").to_owned(),
+                _ => e.data["id"].as_str().unwrap_or("").to_owned(),
+            };
+            *got.entry((e.kind.as_str(), named)).or_default() += 1;
+        }
+        prop_assert_eq!(&got, &self.r.events, "events");
         Ok(())
     }
 
@@ -282,6 +323,8 @@ impl Case {
             .await
             .unwrap();
         self.r.manifests.insert(client.clone(), self.r.seq);
+        let rev = self.r.seq.to_string();
+        self.r.announce("page.manifest", rev);
         self.r.current = Some(client);
         Ok(())
     }
@@ -416,6 +459,7 @@ impl Case {
         prop_assert_eq!(won, state == CallState::Pending, "timeout won");
         if won {
             self.r.calls[call].2 = CallState::TimedOut;
+            self.r.announce("call.timeout", id);
         }
         Ok(())
     }
@@ -452,6 +496,7 @@ impl Case {
         prop_assert_eq!(got, expected, "confirmed");
         if got.is_ok() {
             self.r.confirms[confirm].2 = true;
+            self.r.announce("confirmation.resolved", id.clone());
         }
         if lost {
             // Submitted again: no confirmation expires here, so a used one was confirmed by

@@ -777,3 +777,65 @@ async fn a_change_whose_node_never_emitted_its_events_is_announced_once_by_the_s
     lossy.close().await;
     sweeper.close().await;
 }
+
+/// What a change's events cost in round trips to Redis, as the node sends them: the change's
+/// script (which writes the outbox entry with the state), the emit script on the tenant's slot,
+/// and the outbox entry taken out. A call answered in time and not async writes no entry: one
+/// round trip, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_with_events_costs_two_round_trips_more_and_a_plain_result_none() {
+    let redis = RedisProc::start(&[]);
+    let (b, _) = quiet_node(&redis, "ev").await;
+    eventually(Duration::from_secs(5), "the node is ready", || {
+        let b = b.clone();
+        async move { b.ready().await.ok() }
+    })
+    .await;
+    let c = conv();
+    let from = page(&c, "p1");
+    connected_page(&b, &c, "p1").await;
+    // Each script's first use loads it: done before counting.
+    let (id, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    b.submit_result(&from, &id, needs("k0")).await.unwrap();
+    b.submit_confirmed(&from, "k0", &crate::support::confirmed_ok())
+        .await
+        .unwrap();
+    let (sync, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    let (answered, _w) = crate::support::call_as(&b, &c, "p1", Duration::from_secs(30), true).await;
+    let (timed_out, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    let (confirmed, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    b.submit_result(&from, &confirmed, needs("k1"))
+        .await
+        .unwrap();
+    let monitor = redis.monitor();
+    let steps: [(&str, Vec<&str>); 5] = [
+        ("sync result", vec!["evalsha"]),
+        ("async result", vec!["evalsha", "evalsha", "hdel"]),
+        ("timeout", vec!["evalsha", "evalsha", "hdel"]),
+        ("confirmed", vec!["evalsha", "evalsha", "hdel"]),
+        ("manifest", vec!["evalsha", "evalsha", "hdel"]),
+    ];
+    monitor.mark(steps[0].0);
+    b.submit_result(&from, &sync, ok()).await.unwrap();
+    monitor.mark(steps[1].0);
+    b.submit_result(&from, &answered, ok()).await.unwrap();
+    monitor.mark(steps[2].0);
+    b.time_out(&c, &timed_out).await.unwrap().unwrap();
+    monitor.mark(steps[3].0);
+    b.submit_confirmed(&from, "k1", &crate::support::confirmed_ok())
+        .await
+        .unwrap();
+    monitor.mark(steps[4].0);
+    let m = toolmark_proto::Manifest {
+        client_id: "p1".into(),
+        rev: 2,
+        tools: vec![],
+    };
+    b.put_manifest(&c, &m, "manifest-2").await.unwrap();
+    monitor.mark("done");
+    let ends: Vec<&str> = steps.iter().skip(1).map(|s| s.0).chain(["done"]).collect();
+    for ((step, want), end) in steps.iter().zip(ends) {
+        assert_eq!(&monitor.client_commands(step, end), want, "{step}");
+    }
+    b.close().await;
+}
