@@ -4,7 +4,8 @@
 //! (`toolmark_testkit::cluster`), with two gateway nodes and pages on both, every page called
 //! through the other node. What each asserts is what an agent and a page would notice: no
 //! page closed, no `timeout` for a call whose frame never reached its page (a `503` instead),
-//! every page answering again within the bound, and events neither lost nor doubled.
+//! every page answering again within the bound, and events neither lost nor doubled. And a
+//! master that stalls while a page speaks: what the page said is applied and announced once.
 //!
 //! A target of its own, run once by `make unit` (each test starts its own cluster, whatever
 //! `TOOLMARK_TEST_BROKER` says).
@@ -18,3 +19,4 @@ mod harness;
 
 mod faults;
 mod load;
+mod stall;
