@@ -28,7 +28,7 @@ fn matches(if_none_match: &str, etag: &str) -> bool {
         .any(|tag| tag == "*" || tag == etag)
 }
 
-/// `GET /v1/webmcp.js` (no key).
+/// The WebMCP page module (no key; cacheable, revalidated by its ETag).
 #[utoipa::path(get, path = "/v1/webmcp.js", tag = "meta",
     params(("If-None-Match" = Option<String>, Header, description = "An ETag of a copy already held")),
     responses(
@@ -36,7 +36,7 @@ fn matches(if_none_match: &str, etag: &str) -> bool {
             content_type = "text/javascript; charset=utf-8",
             headers(("ETag" = String, description = "The content hash"), ("Cache-Control" = String))),
         (status = 304, description = "The copy named by If-None-Match is current")))]
-pub async fn module(headers: HeaderMap) -> Response {
+pub async fn webmcp_js(headers: HeaderMap) -> Response {
     let etag = HeaderValue::from_str(&ETAG).unwrap_or(HeaderValue::from_static("\"\""));
     let cache = (header::CACHE_CONTROL, HeaderValue::from_static(CACHE_CONTROL));
     let held = headers

@@ -246,8 +246,10 @@ after(async () => {
 
 let clientId;
 
-test('the page\'s WebMCP tools are listed with their hints, through llm-tools and MCP', { timeout: TEST_TIMEOUT_MS }, async () => {
+test('the page\'s WebMCP tools are listed with their hints, through llm-tools and MCP', { timeout: TEST_TIMEOUT_MS }, async (t) => {
   clientId = await openTestPage();
+  const polyfilled = await page.evaluate(() => document.modelContext.__isWebMCPPolyfill === true);
+  t.diagnostic(`document.modelContext: ${polyfilled ? '@mcp-b/webmcp-polyfill' : 'native'}`);
   const state = await toolsAre(clientId, ['notes.clear', 'notes.read', 'report.slow']);
   const byName = Object.fromEntries(state.tools.map((t) => [t.name, t]));
   assert.deepEqual(byName['notes.read'].hints, { readOnly: true, untrustedContent: true });
@@ -341,4 +343,32 @@ test('a reload is a new page load: a new clientId gets the calls', { timeout: TE
   const read = await callTool('notes.read');
   assert.equal(read.clientId, reloaded);
   assert.deepEqual(read.outcome.data.notes, ['first note', 'second note']);
+});
+
+test('the demo with ?transport=webmcp runs its tools through WebMCP and /v1/webmcp.js', { timeout: TEST_TIMEOUT_MS }, async () => {
+  const demoConversation = `wd-${randomUUID()}`;
+  const demoUrl = `${apiBase}/users/${user}/conversations/${demoConversation}`;
+  const demo = await browser.newPage();
+  demo.setDefaultTimeout(WAIT_MS);
+  demo.on('pageerror', (err) => pageProblems.push(`demo pageerror: ${err.message}`));
+  try {
+    await demo.goto(`${BASE_URL}/demo?user=${user}&conversation=${demoConversation}&transport=webmcp`, { timeout: WAIT_MS });
+    await demo.waitForFunction(() => document.getElementById('status')?.dataset.state === 'connected', null, { timeout: WAIT_MS });
+    assert.equal(await demo.$eval('#status', (el) => el.dataset.transport), 'webmcp');
+    const demoClient = await demo.$eval('#client-id', (el) => el.textContent);
+    const state = await eventually('the WebMCP demo manifest', async () => {
+      const { status, body } = await api('GET', demoUrl);
+      return status === 200 && body.clientId === demoClient && body.tools.length === 5 ? body : null;
+    });
+    assert.deepEqual(state.tools.find((t) => t.name === 'todo.list').hints, { readOnly: true, untrustedContent: true });
+    const { status, body } = await api('POST', `${demoUrl}/calls`, { tool: 'todo.add', input: { text: 'Over WebMCP' }, timeoutMs: 10000 });
+    assert.equal(status, 200, JSON.stringify(body));
+    assert.deepEqual(body.outcome, { status: 'ok', data: { id: 1, text: 'Over WebMCP', count: 1 } });
+    await demo.waitForFunction(
+      () => [...document.querySelectorAll('#todo-list li')].some((li) => li.textContent === 'Over WebMCP'), null, { timeout: WAIT_MS });
+    const wrong = await api('POST', `${demoUrl}/calls`, { tool: 'todo.add', input: { text: 42 }, timeoutMs: 10000 });
+    assert.deepEqual(wrong.body.outcome, { status: 'error', message: 'Tool failed' });
+  } finally {
+    await demo.close();
+  }
 });
