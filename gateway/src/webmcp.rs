@@ -1,6 +1,7 @@
 //! `GET /v1/webmcp.js`: the page-side module that puts a page's WebMCP tools on the gateway
 //! (`webmcp/`, embedded at build time). Public and cacheable: an ETag of the content hash, and
-//! 304 when the browser or CDN already holds that version.
+//! 304 when the browser or CDN already holds that version. Apps import it from their own
+//! origin, so it is shared with every origin (CORS `*`, no credentials involved).
 
 use std::sync::LazyLock;
 
@@ -34,21 +35,35 @@ fn matches(if_none_match: &str, etag: &str) -> bool {
     responses(
         (status = 200, description = "The WebMCP module (docs/integrate.md, \"WebMCP sites\"): an ES module exporting `connectWebMCP({url, token, modelContext?})`",
             content_type = "text/javascript; charset=utf-8",
-            headers(("ETag" = String, description = "The content hash"), ("Cache-Control" = String))),
+            headers(("ETag" = String, description = "The content hash"), ("Cache-Control" = String),
+                ("Access-Control-Allow-Origin" = String, description = "`*`: apps import it from their own origin"))),
         (status = 304, description = "The copy named by If-None-Match is current")))]
 pub async fn webmcp_js(headers: HeaderMap) -> Response {
     let etag = HeaderValue::from_str(&ETAG).unwrap_or(HeaderValue::from_static("\"\""));
     let cache = (header::CACHE_CONTROL, HeaderValue::from_static(CACHE_CONTROL));
+    let cors = (
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
     let held = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| matches(v, &ETAG));
     if held {
-        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag), cache]).into_response();
+        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag), cache, cors]).into_response();
     }
     let mime = HeaderValue::from_static("text/javascript; charset=utf-8");
     (
-        [(header::CONTENT_TYPE, mime), (header::ETAG, etag), cache],
+        [
+            (header::CONTENT_TYPE, mime),
+            (header::ETAG, etag),
+            cache,
+            cors,
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
         SOURCE,
     )
         .into_response()

@@ -28,6 +28,9 @@ const conversation = `w-${randomUUID()}`;
 const apiBase = `${BASE_URL}/v1/tenants/${TENANT}`;
 const conversationUrl = `${apiBase}/users/${user}/conversations/${conversation}`;
 const PAGE_URL = `${BASE_URL}/webmcp-test/page.html`; // served by this test (page.route), same origin as the gateway
+// The page imports the module from the gateway's other loopback name, another origin, as an app
+// does from its own site: the module's CORS header is part of what is tested.
+const MODULE_URL = `${BASE_URL.replace('//127.0.0.1:', '//localhost:')}/v1/webmcp.js`;
 
 let polyfill;
 try {
@@ -41,7 +44,7 @@ const TEST_PAGE = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>WebMCP test page</title><link rel="icon" href="data:,">
 <script src="/webmcp-test/polyfill.js"></script>
 <script type="module">
-import { connectWebMCP } from '/v1/webmcp.js';
+import { connectWebMCP } from '${MODULE_URL}';
 
 const context = document.modelContext;
 const connection = connectWebMCP({ url: '/v1/tenants/${TENANT}/page', token: () => window.mintPageToken() });

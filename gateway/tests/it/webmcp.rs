@@ -19,6 +19,9 @@ async fn webmcp_module_is_served_with_an_etag_and_revalidates_with_304() {
         etag.len() > 2 && etag.starts_with('"') && etag.ends_with('"'),
         "a strong ETag: {etag}"
     );
+    // Imported by apps from their own origins: a module script needs CORS.
+    assert_eq!(headers["access-control-allow-origin"], "*");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
     let body = r.text().await.unwrap();
     assert!(body.contains("export function connectWebMCP"), "an ES module");
     assert_eq!(body, toolmark_gateway::webmcp::SOURCE);
