@@ -40,7 +40,10 @@ fn matches(if_none_match: &str, etag: &str) -> bool {
         (status = 304, description = "The copy named by If-None-Match is current")))]
 pub async fn webmcp_js(headers: HeaderMap) -> Response {
     let etag = HeaderValue::from_str(&ETAG).unwrap_or(HeaderValue::from_static("\"\""));
-    let cache = (header::CACHE_CONTROL, HeaderValue::from_static(CACHE_CONTROL));
+    let cache = (
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(CACHE_CONTROL),
+    );
     let cors = (
         header::ACCESS_CONTROL_ALLOW_ORIGIN,
         HeaderValue::from_static("*"),
@@ -50,7 +53,11 @@ pub async fn webmcp_js(headers: HeaderMap) -> Response {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| matches(v, &ETAG));
     if held {
-        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag), cache, cors]).into_response();
+        return (
+            StatusCode::NOT_MODIFIED,
+            [(header::ETAG, etag), cache, cors],
+        )
+            .into_response();
     }
     let mime = HeaderValue::from_static("text/javascript; charset=utf-8");
     (

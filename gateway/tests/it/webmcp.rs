@@ -23,7 +23,10 @@ async fn webmcp_module_is_served_with_an_etag_and_revalidates_with_304() {
     assert_eq!(headers["access-control-allow-origin"], "*");
     assert_eq!(headers["x-content-type-options"], "nosniff");
     let body = r.text().await.unwrap();
-    assert!(body.contains("export function connectWebMCP"), "an ES module");
+    assert!(
+        body.contains("export function connectWebMCP"),
+        "an ES module"
+    );
     assert_eq!(body, toolmark_gateway::webmcp::SOURCE);
 
     // The same version again: 304, no body, the same validators.
