@@ -258,11 +258,13 @@ export function connectWebMCP({ url, token, modelContext } = {}) {
       return;
     }
     if (!isObject(m) || (typeof m.clientId === 'string' && m.clientId !== clientId)) return;
+    if (new TextEncoder().encode(text).length > MAX_MESSAGE_BYTES || depthOf(m) > MAX_DEPTH) {
+      return console.warn('webmcp: dropped a message over the size or depth limit');
+    }
     if (m.protocol !== PROTOCOL) {
       if (m.clientId === clientId && typeof m.id === 'string') answer(m.id, { status: 'error', message: 'unsupported protocol' });
       return;
     }
-    if (new TextEncoder().encode(text).length > MAX_MESSAGE_BYTES || depthOf(m) > MAX_DEPTH) return;
     const why = m.clientId === clientId ? invalidReason(m) : 'no clientId';
     if (why) return console.warn(`webmcp: dropped an invalid message (${why})`);
     if (m.type === 'cancel') return pending.get(m.id)?.abort();

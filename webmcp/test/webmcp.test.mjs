@@ -119,6 +119,10 @@ test('frames for other clientIds, invalid frames and other protocols', async () 
   socket.receive({ protocol: 1, type: 'call', clientId, id: 'c', tool: 'echo.say' }); // no input
   socket.receive({ protocol: 2, type: 'call', clientId: 'another', id: 'd' });
   socket.receive({ protocol: 2, type: 'call', clientId, id: 'e' });
+  let deep = {};
+  for (let i = 0; i < 70; i += 1) deep = { deep };
+  socket.receive({ ...call(clientId, 'f', 'echo.say', deep), protocol: 2 }); // over the depth limit: dropped first
+  socket.receive({ ...call(clientId, 'g', 'echo.say'), tool: 'no such name!' });
   await new Promise((resolve) => setTimeout(resolve, 50));
   assert.deepEqual(results(socket), [
     { protocol: 1, type: 'result', clientId, id: 'e', result: { status: 'error', message: 'unsupported protocol' } },
