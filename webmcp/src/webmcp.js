@@ -185,10 +185,13 @@ export function connectWebMCP({ url, token, modelContext } = {}) {
     });
   }
   // With getTools, toolchange also drops tools removed some other way (e.g. by the browser).
+  // Only tools known when the event fired are judged: one registered meanwhile may be missing
+  // from an older listing.
   const onToolChange = async () => {
     if (typeof context.getTools !== 'function') return;
+    const known = [...tools.values()];
     const names = new Set((await context.getTools()).map((t) => t.name));
-    for (const tool of [...tools.values()]) if (!names.has(tool.name)) remove(tool);
+    for (const tool of known) if (!names.has(tool.name)) remove(tool);
   };
   context.addEventListener?.('toolchange', onToolChange);
   Promise.resolve(context.getTools?.())
