@@ -1,5 +1,6 @@
 // webmcp.test.mjs: a WebMCP page reaches server agents. In headless Chromium, a test page loads
-// @mcp-b/webmcp-polyfill (native WebMCP wins where the browser has it), registers three tools
+// @mcp-b/webmcp-polyfill (and, in the last test, Chromium's native WebMCP with
+// --enable-features=WebMCP, which the polyfill leaves in place), registers three tools
 // through document.modelContext and connects them with the gateway's GET /v1/webmcp.js. This test
 // plays the agent over HTTP (dev API key): llm-tools, calls, a cancel, the hosted MCP endpoint;
 // the page swaps a tool and reloads.
@@ -206,10 +207,38 @@ async function mcpSession() {
   return { request };
 }
 
-async function openTestPage() {
-  await page.goto(PAGE_URL, { timeout: WAIT_MS });
-  await page.waitForFunction(() => window.testPage?.clientId, null, { timeout: WAIT_MS });
-  const clientId = await page.evaluate(() => window.testPage.clientId);
+/** Headless Chromium with these extra flags. */
+function launch(extraArgs = []) {
+  return chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    timeout: WAIT_MS,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+      '--disable-component-update', '--disable-quic', '--no-first-run', '--disable-sync',
+      // The test page is fulfilled by page.route, so Chromium cannot tell it comes from the
+      // loopback gateway and would block its socket as a public page reaching a local address.
+      '--disable-features=LocalNetworkAccessChecks', ...extraArgs],
+  });
+}
+
+/** A tab of `on` that serves the test page and the polyfill, and mints page tokens. */
+async function testTab(on, label) {
+  const tab = await on.newPage();
+  tab.setDefaultTimeout(WAIT_MS);
+  tab.on('console', (msg) => msg.type() === 'error' && pageProblems.push(`${label} console: ${msg.text()}`));
+  tab.on('pageerror', (err) => pageProblems.push(`${label} pageerror: ${err.message}`));
+  await tab.route(PAGE_URL, (route) => route.fulfill({ contentType: 'text/html; charset=utf-8', body: TEST_PAGE }));
+  await tab.route(`${BASE_URL}/webmcp-test/polyfill.js`, (route) =>
+    route.fulfill({ contentType: 'text/javascript; charset=utf-8', body: polyfill }));
+  // The token step: the page asks its backend (here, this test) for a page token on every attempt.
+  await tab.exposeFunction('mintPageToken', () => mint('page'));
+  return tab;
+}
+
+async function openTestPage(tab = page) {
+  await tab.goto(PAGE_URL, { timeout: WAIT_MS });
+  await tab.waitForFunction(() => window.testPage?.clientId, null, { timeout: WAIT_MS });
+  const clientId = await tab.evaluate(() => window.testPage.clientId);
   assert.match(clientId, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
   return clientId;
 }
@@ -219,25 +248,8 @@ async function openTestPage() {
 before(async () => {
   assert.ok(BASE_URL, 'set BASE_URL to the gateway, e.g. http://127.0.0.1:8080');
   assert.ok(API_KEY, 'set API_KEY to the dev tenant API key printed by toolmark-gateway at start');
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    timeout: WAIT_MS,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--disable-quic', '--no-first-run', '--disable-sync',
-      // The test page is fulfilled by page.route, so Chromium cannot tell it comes from the
-      // loopback gateway and would block its socket as a public page reaching a local address.
-      '--disable-features=LocalNetworkAccessChecks'],
-  });
-  page = await browser.newPage();
-  page.setDefaultTimeout(WAIT_MS);
-  page.on('console', (msg) => msg.type() === 'error' && pageProblems.push(`console: ${msg.text()}`));
-  page.on('pageerror', (err) => pageProblems.push(`pageerror: ${err.message}`));
-  await page.route(PAGE_URL, (route) => route.fulfill({ contentType: 'text/html; charset=utf-8', body: TEST_PAGE }));
-  await page.route(`${BASE_URL}/webmcp-test/polyfill.js`, (route) =>
-    route.fulfill({ contentType: 'text/javascript; charset=utf-8', body: polyfill }));
-  // The token step: the page asks its backend (here, this test) for a page token on every attempt.
-  await page.exposeFunction('mintPageToken', () => mint('page'));
+  browser = await launch();
+  page = await testTab(browser, 'page');
 });
 
 after(async () => {
@@ -373,5 +385,24 @@ test('the demo with ?transport=webmcp runs its tools through WebMCP and /v1/webm
     assert.deepEqual(wrong.body.outcome, { status: 'error', message: 'Tool failed' });
   } finally {
     await demo.close();
+  }
+});
+
+test('with Chromium\'s native WebMCP (--enable-features=WebMCP) the same page works without the polyfill', { timeout: TEST_TIMEOUT_MS }, async () => {
+  const native = await launch(['--enable-features=WebMCP']);
+  try {
+    const tab = await testTab(native, 'native');
+    const nativeClient = await openTestPage(tab);
+    assert.equal(await tab.evaluate(() => document.modelContext.__isWebMCPPolyfill === true), false, 'the native context');
+    await toolsAre(nativeClient, ['notes.clear', 'notes.read', 'report.slow']);
+    const read = await callTool('notes.read');
+    assert.equal(read.clientId, nativeClient);
+    assert.deepEqual(read.outcome.data.notes, ['first note', 'second note']);
+    await tab.evaluate(() => window.testPage.swap());
+    await toolsAre(nativeClient, ['notes.add', 'notes.read', 'report.slow']);
+    const added = await callTool('notes.add', { text: 'native' });
+    assert.deepEqual(added.outcome, { status: 'ok', data: { count: 3 } });
+  } finally {
+    await native.close();
   }
 });
