@@ -190,7 +190,12 @@ export function connectWebMCP({ url, token, modelContext } = {}) {
   const onToolChange = async () => {
     if (typeof context.getTools !== 'function') return;
     const known = [...tools.values()];
-    const names = new Set((await context.getTools()).map((t) => t.name));
+    let names;
+    try {
+      names = new Set((await context.getTools()).map((t) => t.name));
+    } catch {
+      return; // the registrations' signals still tell
+    }
     for (const tool of known) if (!names.has(tool.name)) remove(tool);
   };
   context.addEventListener?.('toolchange', onToolChange);
@@ -220,7 +225,12 @@ export function connectWebMCP({ url, token, modelContext } = {}) {
   function describe(m) {
     const tool = visible().find((t) => t.name === m.tool);
     if (!tool) return answer(m.id, refused('unknown_tool', 'No such tool'));
-    const inputSchema = isObject(tool.inputSchema) ? tool.inputSchema : { type: 'object', properties: {} };
+    let inputSchema = { type: 'object', properties: {} };
+    try {
+      if (isObject(tool.inputSchema)) inputSchema = JSON.parse(toJsonText(tool.inputSchema));
+    } catch (err) {
+      console.warn(`webmcp: the inputSchema of ${tool.name} is not JSON; described as an object`, err);
+    }
     answer(m.id, { status: 'ok', data: { ...summaryOf(tool), inputSchema } });
   }
 
