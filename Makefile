@@ -54,7 +54,7 @@ image:
 	$(CARGO) build --release --locked -p toolmark-gateway -p toolmark-worker -p toolmark-mcp
 	BIN_DIR=target/release KEEP_IMAGE=target/toolmark-image.tar CARGO="$(CARGO)" scripts/image-test.sh
 
-## browser: the demo page end to end in headless Chromium
+## browser: the demo page and a WebMCP page (polyfilled and native) end to end in headless Chromium
 browser:
 	scripts/browser-test.sh
 

@@ -118,6 +118,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../assets/demo/echo.js"),
     ),
     (
+        "webmcp-demo.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/demo/webmcp-demo.js"),
+    ),
+    (
         "app.js",
         "text/javascript; charset=utf-8",
         include_str!("../assets/demo/app.js"),

@@ -29,6 +29,7 @@ pub mod session;
 pub mod state;
 pub mod tenants;
 pub mod tls;
+pub mod webmcp;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -46,6 +47,7 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
         .route("/v1/openapi.json", get(openapi::openapi_json))
+        .route("/v1/webmcp.js", get(webmcp::webmcp_js))
         .route("/v1/tenants/{tenant}/page", get(page::upgrade))
         .route("/app/{key}", get(pusher::upgrade))
         .merge(api::router())

@@ -261,6 +261,7 @@ impl Modify for Security {
         mcp_get,
         mcp_delete,
         openapi_json,
+        crate::webmcp::webmcp_js,
         crate::admin::tenants::create,
         crate::admin::tenants::list,
         crate::admin::tenants::read,

@@ -9,6 +9,7 @@
 import { REDACTED, attachBridge, createRegistry, ok, websocketTransport } from './bridge.js';
 import { DEFAULT_MCP_PORT, mcpPairing } from './mcp-pairing.js';
 import { echoTransport } from './echo.js';
+import { startWebMCP } from './webmcp-demo.js';
 
 const $ = (id) => document.getElementById(id);
 const SIGNUP_FIELDS = ['name', 'email', 'password'];
@@ -302,11 +303,14 @@ async function start() {
   const query = new URLSearchParams({ user: session.user, conversation: session.conversation });
   $('agent-link').href = `/demo/agent?${query}`;
 
+  const transportName = new URLSearchParams(location.search).get('transport');
+  if (transportName === 'webmcp') return startWebMCPDemo(session);
+
   const registry = createRegistry();
   for (const tool of tools) registry.register(tool);
 
   // ?transport=echo: Laravel Echo's way (Pusher channel in, POST to the app's bridge out).
-  const useEcho = new URLSearchParams(location.search).get('transport') === 'echo';
+  const useEcho = transportName === 'echo';
   $('status').dataset.transport = useEcho ? 'echo' : 'websocket';
   // The first attempt uses the session already fetched; reconnects fetch a fresh token.
   let fresh = session;
@@ -336,6 +340,32 @@ async function start() {
   startMcpPairing(registry);
   // A page restored from the back/forward cache has a detached bridge: start over as a new page load.
   addEventListener('pageshow', (event) => event.persisted && location.reload());
+}
+
+// ?transport=webmcp: the same tools through WebMCP and /v1/webmcp.js. The module reports no
+// socket state, so the status names the transport; the agent console shows the manifest.
+async function startWebMCPDemo(session) {
+  const status = $('status');
+  status.dataset.transport = 'webmcp';
+  renderPending(); // WebMCP tools ask with confirm(): nothing waits here
+  let fresh = session;
+  const token = async () => {
+    const current = fresh ?? (await fetchSession());
+    fresh = null;
+    return current.token;
+  };
+  try {
+    const connection = await startWebMCP(tools, session.pagePath, token);
+    $('client-id').textContent = connection.clientId;
+    status.dataset.state = 'connected';
+    status.textContent = 'WebMCP (/v1/webmcp.js)';
+    log('out', `WebMCP: ${plural(tools.length, 'tool')} registered through the modelContext`);
+    addEventListener('pagehide', () => connection.close());
+    addEventListener('pageshow', (event) => event.persisted && location.reload());
+  } catch (err) {
+    status.dataset.state = 'closed';
+    status.textContent = `WebMCP failed (${err.message})`;
+  }
 }
 
 // ---------------------------------------------------------------- desktop MCP pairing

@@ -438,6 +438,7 @@ async fn the_openapi_document_is_served_committed_and_lists_every_route_and_code
         "/v1/tenants/{tenant}/webhooks/failed/{id}/retry",
         "/v1/tenants/{tenant}/mcp",
         "/v1/openapi.json",
+        "/v1/webmcp.js",
         "/admin/v1/tenants",
         "/admin/v1/tenants/{id}",
         "/admin/v1/tenants/{id}/api-keys",

@@ -21,3 +21,4 @@ mod stall;
 mod tls;
 mod tokens;
 mod webhooks;
+mod webmcp;
