@@ -128,9 +128,38 @@ impl CallShards {
 struct State {
     convs: HashMap<ConvKey, Conv>,
     tenant_sockets: HashMap<String, u64>,
-    /// Releases of page sockets by name, with what each meant, until they expire: a release
-    /// asked again is applied once.
-    released: HashMap<String, (PageLeft, Instant)>,
+    /// Releases of page sockets by name, with what each meant: a release asked again is
+    /// applied once. This broker always answers, so nothing asks again in practice: the last
+    /// [`RELEASES_KEPT`] are kept, for [`crate::ONCE_TTL`] at most.
+    released: Released,
+}
+
+/// How many releases the memory broker remembers by name.
+const RELEASES_KEPT: usize = 4096;
+
+/// The latest releases by name, oldest first.
+#[derive(Default)]
+struct Released {
+    order: VecDeque<(String, Instant)>,
+    meant: HashMap<String, PageLeft>,
+}
+
+impl Released {
+    fn get(&self, name: &str) -> Option<PageLeft> {
+        self.meant.get(name).copied()
+    }
+
+    /// Remembers a release, forgetting the oldest past either bound.
+    fn insert(&mut self, name: String, left: PageLeft, now: Instant) {
+        while let Some((old, at)) = self.order.front()
+            && (self.order.len() >= RELEASES_KEPT || now.duration_since(*at) > crate::ONCE_TTL)
+        {
+            self.meant.remove(old);
+            self.order.pop_front();
+        }
+        self.meant.insert(name.clone(), left);
+        self.order.push_back((name, now));
+    }
 }
 
 /// An event as the log keeps it: the payload serialized (a fraction of a `Value` tree's size).

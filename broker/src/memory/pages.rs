@@ -58,10 +58,8 @@ impl Pages for MemoryBroker {
         release: &crate::Release,
     ) -> Result<PageLeft, BrokerError> {
         let mut st = lock(&self.state);
-        let now = Instant::now();
-        st.released.retain(|_, (_, until)| *until > now);
-        if let Some((left, _)) = st.released.get(&release.name) {
-            return Ok(*left);
+        if let Some(left) = st.released.get(&release.name) {
+            return Ok(left);
         }
         if let Some(n) = st.tenant_sockets.get_mut(&conv.tenant) {
             *n = n.saturating_sub(1);
@@ -93,7 +91,7 @@ impl Pages for MemoryBroker {
         }
         let left = PageLeft { page_gone };
         st.released
-            .insert(release.name.clone(), (left, now + crate::ONCE_TTL));
+            .insert(release.name.clone(), left, Instant::now());
         drop(st);
         Ok(left)
     }
