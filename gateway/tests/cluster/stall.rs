@@ -9,29 +9,16 @@ use serde_json::{Value, json};
 use toolmark_broker::{ConvKey, partition};
 use toolmark_testkit::redis::RedisCluster;
 
-use crate::harness::{Gateway, Page, config_with, fresh_prefix, redis_broker, tool};
+use crate::agent::{confirmed, count, log_until_manifest, needs_confirmation};
+use crate::harness::{Gateway, config_with, fresh_prefix, redis_broker, tool};
+
+/// The page's tools: the one the call names.
+fn tools() -> Value {
+    json!([tool("signup.submit", json!({}))])
+}
 
 /// How long the master stalls: three times a node's command timeout.
 const STALL: Duration = Duration::from_secs(6);
-
-/// Every event of acme's log up to the manifest of `rev` that `page` sends now (its frames are
-/// applied in order), read from the start on `node`: (type, data).
-async fn log_until_manifest(node: &Gateway, page: &mut Page, rev: u64) -> Vec<(String, Value)> {
-    page.manifest(rev, json!([tool("signup.submit", json!({}))]))
-        .await;
-    let mut log = node.acme().events("", Some("0-0")).await;
-    let mut seen = Vec::new();
-    loop {
-        let ev = log
-            .next_within(crate::harness::WAIT)
-            .await
-            .unwrap_or_else(|| panic!("the manifest of rev {rev} never came; saw {seen:?}"));
-        if ev.event == "page.manifest" && ev.data["data"]["rev"] == rev {
-            return seen;
-        }
-        seen.push((ev.event, ev.data));
-    }
-}
 
 #[tokio::test]
 async fn a_confirmation_and_a_page_leaving_while_the_master_stalls_are_applied_and_announced_once()
@@ -41,37 +28,17 @@ async fn a_confirmation_and_a_page_leaving_while_the_master_stalls_are_applied_a
     let broker = redis_broker(&cluster.url(), &fresh_prefix());
     let n1 = Gateway::start_config(&config_with(&broker, ""), Some("node-1".into())).await;
     let n2 = Gateway::start_config(&config_with(&broker, ""), Some("node-2".into())).await;
-    let tools = json!([tool("signup.submit", json!({}))]);
     let mut page = n1.page("acme", "u1", "c1").await;
-    page.manifest(1, tools).await;
+    page.manifest(1, tools()).await;
     n2.acme().wait_current("u1", "c1", &page.client_id).await;
     let mut events = n2.acme().events("", None).await;
     let k = partition::of_conv(&ConvKey::new("acme", "u1", "c1"));
     let master = cluster.owner_of(cluster.slot_of(&format!("{{p{k}}}")));
 
     // The page answers needs_confirmation, then the user approves while the master stalls.
-    let pending = n2.acme().call_later(
-        "u1",
-        "c1",
-        json!({"tool": "signup.submit", "input": {}, "timeoutMs": 20000}),
-    );
-    let frame = page.recv().await;
-    let confirm_id = uuid::Uuid::new_v4().to_string();
-    page.answer(
-        frame["id"].as_str().unwrap(),
-        json!({"status": "needs_confirmation", "confirmId": confirm_id, "summary": "Sign up?"}),
-    )
-    .await;
-    assert_eq!(
-        pending.await.unwrap().body["outcome"]["status"],
-        "needs_confirmation"
-    );
+    let confirm_id = needs_confirmation(&n2, &mut page).await;
     cluster.nodes[master].pause();
-    page.send(
-        json!({"protocol": 1, "type": "confirmed", "clientId": page.client_id,
-        "confirmId": confirm_id, "result": {"status": "ok", "data": "signed up"}}),
-    )
-    .await;
+    page.send(confirmed(&page, &confirm_id)).await;
     n1.wait_metric("toolmark_frames_held_total", 1.0).await;
     tokio::time::sleep(STALL).await;
     cluster.nodes[master].resume();
@@ -91,10 +58,9 @@ async fn a_confirmation_and_a_page_leaving_while_the_master_stalls_are_applied_a
 
     // Once each in the log.
     let mut next = n1.page("acme", "u1", "c1").await;
-    let log = log_until_manifest(&n2, &mut next, 2).await;
-    let count = |kind: &str| log.iter().filter(|(k, _)| k == kind).count();
-    assert_eq!(count("confirmation.resolved"), 1, "{log:?}");
-    assert_eq!(count("page.disconnected"), 1, "{log:?}");
+    let log = log_until_manifest(&n2, &mut next, 2, tools()).await;
+    assert_eq!(count(&log, "confirmation.resolved"), 1, "{log:?}");
+    assert_eq!(count(&log, "page.disconnected"), 1, "{log:?}");
     n1.wait_metric("toolmark_frames_holding", 0.0).await;
     assert_eq!(
         n1.metric("toolmark_frames_dropped_total{reason=\"hold_time\"}")

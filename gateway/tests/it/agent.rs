@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use futures_util::StreamExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-use crate::harness::WAIT;
+use crate::harness::{Gateway, Page, WAIT};
 
 /// The agent backend side: HTTP with a tenant's API key.
 #[derive(Clone)]
@@ -192,4 +192,63 @@ impl Events {
             }
         }
     }
+}
+
+/// A call through `agent_node` to acme's u1/c1 that `page` answers `needs_confirmation`: its
+/// confirmId.
+pub async fn needs_confirmation(agent_node: &Gateway, page: &mut Page) -> String {
+    let pending = agent_node.acme().call_later(
+        "u1",
+        "c1",
+        json!({"tool": "signup.submit", "input": {}, "timeoutMs": 20000}),
+    );
+    let frame = page.recv().await;
+    let confirm_id = uuid::Uuid::new_v4().to_string();
+    page.answer(
+        frame["id"].as_str().unwrap(),
+        json!({"status": "needs_confirmation", "confirmId": confirm_id, "summary": "Sign up?"}),
+    )
+    .await;
+    let answer = pending.await.unwrap();
+    assert_eq!(
+        answer.body["outcome"]["status"], "needs_confirmation",
+        "{}",
+        answer.body
+    );
+    confirm_id
+}
+
+/// The page's `confirmed` of `confirm_id`: approved, "signed up".
+pub fn confirmed(page: &Page, confirm_id: &str) -> Value {
+    json!({"protocol": 1, "type": "confirmed", "clientId": page.client_id,
+        "confirmId": confirm_id, "result": {"status": "ok", "data": "signed up"}})
+}
+
+/// Every event of acme's log up to the manifest of `rev` (with `tools`) that `page` sends now
+/// (after the frame under test: a page's frames are applied in order, so anything the earlier
+/// frame emits is before it), read again from the start on `node`: (type, data).
+pub async fn log_until_manifest(
+    node: &Gateway,
+    page: &mut Page,
+    rev: u64,
+    tools: Value,
+) -> Vec<(String, Value)> {
+    page.manifest(rev, tools).await;
+    let mut log = node.acme().events("", Some("0-0")).await;
+    let mut seen = Vec::new();
+    loop {
+        let ev = log
+            .next_within(WAIT)
+            .await
+            .unwrap_or_else(|| panic!("the manifest of rev {rev} never came; saw {seen:?}"));
+        if ev.event == "page.manifest" && ev.data["data"]["rev"] == rev {
+            return seen;
+        }
+        seen.push((ev.event, ev.data));
+    }
+}
+
+/// How many events of `kind` `log` holds.
+pub fn count(log: &[(String, Value)], kind: &str) -> usize {
+    log.iter().filter(|(k, _)| k == kind).count()
 }

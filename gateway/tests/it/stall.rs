@@ -6,12 +6,12 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use toolmark_testkit::fault::FaultProxy;
 use toolmark_testkit::redis::RedisProc;
 
-use crate::agent::Events;
+use crate::agent::{Events, confirmed, count, log_until_manifest, needs_confirmation};
 use crate::harness::{Gateway, Page, config_with, fresh_prefix, redis_broker};
 use crate::nodes::tools;
 
@@ -44,57 +44,6 @@ async fn page_and_events(n1: &Gateway, n2: &Gateway) -> (Page, Events) {
     (page, events)
 }
 
-/// A call from node 2 answered `needs_confirmation` by the page: its confirmId.
-async fn needs_confirmation(n2: &Gateway, page: &mut Page) -> String {
-    let pending = n2.acme().call_later(
-        "u1",
-        "c1",
-        json!({"tool": "signup.submit", "input": {}, "timeoutMs": 20000}),
-    );
-    let frame = page.recv().await;
-    let confirm_id = uuid::Uuid::new_v4().to_string();
-    page.answer(
-        frame["id"].as_str().unwrap(),
-        json!({"status": "needs_confirmation", "confirmId": confirm_id, "summary": "Sign up?"}),
-    )
-    .await;
-    let answer = pending.await.unwrap();
-    assert_eq!(
-        answer.body["outcome"]["status"], "needs_confirmation",
-        "{}",
-        answer.body
-    );
-    confirm_id
-}
-
-fn confirmed(page: &Page, confirm_id: &str) -> Value {
-    json!({"protocol": 1, "type": "confirmed", "clientId": page.client_id,
-        "confirmId": confirm_id, "result": {"status": "ok", "data": "signed up"}})
-}
-
-/// Every event of the tenant's log up to the page's manifest of `rev` (sent after the frame
-/// under test: the page's frames are applied in order, so anything the earlier frame emits is
-/// before it), read again from the start on node 2.
-async fn log_until_manifest(n2: &Gateway, page: &mut Page, rev: u64) -> Vec<(String, Value)> {
-    page.manifest(rev, tools()).await;
-    let mut log = n2.acme().events("", Some("0-0")).await;
-    let mut seen = Vec::new();
-    loop {
-        let ev = log
-            .next_within(crate::harness::WAIT)
-            .await
-            .unwrap_or_else(|| panic!("the manifest of rev {rev} never came; saw {seen:?}"));
-        if ev.event == "page.manifest" && ev.data["data"]["rev"] == rev {
-            return seen;
-        }
-        seen.push((ev.event, ev.data));
-    }
-}
-
-fn count(log: &[(String, Value)], kind: &str) -> usize {
-    log.iter().filter(|(k, _)| k == kind).count()
-}
-
 #[tokio::test]
 async fn a_confirmation_approved_while_redis_stalls_is_recorded_and_announced_once() {
     let redis = RedisProc::start(&[]);
@@ -111,7 +60,7 @@ async fn a_confirmation_approved_while_redis_stalls_is_recorded_and_announced_on
     let ev = events.next_of("confirmation.resolved").await;
     assert_eq!(ev.data["data"]["confirmId"], confirm_id.as_str());
     assert_eq!(ev.data["data"]["outcome"]["data"], "signed up");
-    let log = log_until_manifest(&n2, &mut page, 2).await;
+    let log = log_until_manifest(&n2, &mut page, 2, tools()).await;
     assert_eq!(count(&log, "confirmation.resolved"), 1, "{log:?}");
     n1.wait_metric("toolmark_frames_holding", 0.0).await;
     assert_eq!(
@@ -140,7 +89,7 @@ async fn a_confirmation_whose_reply_is_lost_is_announced_once() {
     let ev = events.next_of("confirmation.resolved").await;
     assert_eq!(ev.data["data"]["confirmId"], confirm_id.as_str());
     assert_eq!(proxy.dropped(), 1);
-    let log = log_until_manifest(&n2, &mut page, 2).await;
+    let log = log_until_manifest(&n2, &mut page, 2, tools()).await;
     assert_eq!(count(&log, "confirmation.resolved"), 1, "{log:?}");
     assert_eq!(n1.metric("toolmark_frames_held_total").await, 1.0);
 }
@@ -245,7 +194,7 @@ async fn a_manifest_sent_while_redis_stalls_is_stored_and_announced_once() {
         "{}",
         state.body
     );
-    let log = log_until_manifest(&n2, &mut page, 3).await;
+    let log = log_until_manifest(&n2, &mut page, 3, tools()).await;
     let rev2 = log
         .iter()
         .filter(|(k, d)| k == "page.manifest" && d["data"]["rev"] == 2)
@@ -275,7 +224,7 @@ async fn a_page_that_leaves_while_redis_stalls_is_gone_and_announced_once() {
     })
     .await;
     let mut next = n1.page("acme", "u1", "c1").await;
-    let log = log_until_manifest(&n2, &mut next, 2).await;
+    let log = log_until_manifest(&n2, &mut next, 2, tools()).await;
     assert_eq!(count(&log, "page.disconnected"), 1, "{log:?}");
     n1.wait_metric("toolmark_frames_holding", 0.0).await;
 }
@@ -311,7 +260,7 @@ async fn a_call_whose_deadline_passes_while_redis_stalls_times_out_with_one_even
         "{}",
         record.body
     );
-    let log = log_until_manifest(&n2, &mut page, 2).await;
+    let log = log_until_manifest(&n2, &mut page, 2, tools()).await;
     let timeouts = log
         .iter()
         .filter(|(k, d)| k == "call.timeout" && d["data"]["id"] == id.as_str())
