@@ -19,6 +19,7 @@ mod limits;
 mod node;
 mod outbox;
 mod pages;
+mod results;
 mod run;
 pub mod scripts;
 mod sessions;
