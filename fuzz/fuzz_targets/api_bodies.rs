@@ -4,10 +4,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use toolmark_gateway::api::{
-    CallBody, DescribeBody, InvokeBody, TokenRequest, parse_json,
-};
-use toolmark_gateway::problem::{CODES, Problem};
+use toolmark_gateway::api::{CallBody, DescribeBody, InvokeBody, TokenRequest};
+use toolmark_gateway::http::parse_json;
+use toolmark_gateway::http::problem::{CODES, Problem};
 
 fn check<T>(result: Result<T, Problem>) {
     if let Err(p) = result {

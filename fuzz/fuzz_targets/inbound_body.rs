@@ -5,8 +5,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use toolmark_gateway::api::inbound::problem;
-use toolmark_gateway::inbound::Refused;
-use toolmark_gateway::problem::CODES;
+use toolmark_gateway::page::frames::Refused;
+use toolmark_gateway::http::problem::CODES;
 use toolmark_proto::{Limits, decode_to_agent};
 
 fuzz_target!(|data: &[u8]| {

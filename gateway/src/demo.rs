@@ -210,12 +210,12 @@ async fn session(
         return StatusCode::NOT_FOUND.into_response();
     };
     if let Some(why) = refuse_session(&headers) {
-        return crate::problem::Problem::forbidden(why).into_response();
+        return crate::http::problem::Problem::forbidden(why).into_response();
     }
     let user = q.user.unwrap_or_else(|| "demo".into());
     let conversation = q.conversation.unwrap_or_else(|| "c1".into());
     if !crate::ids::is_valid_id(&user) || !crate::ids::is_valid_id(&conversation) {
-        return crate::problem::Problem::invalid("/user", "ids match ^[A-Za-z0-9_-]{1,128}$")
+        return crate::http::problem::Problem::invalid("/user", "ids match ^[A-Za-z0-9_-]{1,128}$")
             .into_response();
     }
     let now_ms = toolmark_broker::now_ms();

@@ -5,30 +5,30 @@
 //!
 //! [`run`] takes a bound listener and a stop future, so tests start real servers on port 0.
 
-pub mod admin;
-pub mod admin_doc;
+mod admin;
+mod admin_doc;
 pub mod api;
 pub mod auth;
-pub mod catalog;
+mod calls;
 pub mod close;
-pub mod demo;
-pub mod hold;
-pub mod hosted_mcp;
+mod demo;
+mod hold;
+mod hosted_mcp;
+pub mod http;
 pub mod ids;
-pub mod inbound;
 pub mod metrics;
-pub mod openapi;
-pub mod ops;
+mod openapi;
+mod ops;
 pub mod page;
-pub mod problem;
 pub mod pusher;
-pub mod rate;
-pub mod registry;
+mod rate;
+mod registry;
 mod serve;
-pub mod session;
-pub mod state;
-pub mod tenants;
-pub mod tls;
+mod state;
+mod tcp;
+mod tenant_sync;
+mod tenants;
+mod tls;
 pub mod webmcp;
 
 use axum::Router;
@@ -48,7 +48,7 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/v1/openapi.json", get(openapi::openapi_json))
         .route("/v1/webmcp.js", get(webmcp::webmcp_js))
-        .route("/v1/tenants/{tenant}/page", get(page::upgrade))
+        .route("/v1/tenants/{tenant}/page", get(page::socket::upgrade))
         .route("/app/{key}", get(pusher::upgrade))
         .merge(api::router())
         .merge(hosted_mcp::router(&app));
@@ -57,8 +57,8 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
             .merge(demo::router())
             .route("/", get(|| async { Redirect::temporary("/demo") }));
     }
-    r.fallback(|| async { problem::Problem::not_found("Route") })
-        .method_not_allowed_fallback(|| async { problem::Problem::method_not_allowed() })
+    r.fallback(|| async { http::Problem::not_found("Route") })
+        .method_not_allowed_fallback(|| async { http::Problem::method_not_allowed() })
         .layer(DefaultBodyLimit::max(
             toolmark_process::config::MAX_FRAME_BYTES,
         ))

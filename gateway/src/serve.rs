@@ -7,7 +7,6 @@ use std::future::{Future, IntoFuture};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use toolmark_broker::SharedBroker;
@@ -20,10 +19,10 @@ use toolmark_process::config::{BrokerSettings, Settings};
 use toolmark_worker::jobs::{JobMetrics, Jobs, JobsError};
 
 use crate::admin::AdminState;
-use crate::catalog::Loader;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::state::{AppState, DevInfo};
+use crate::tenant_sync::Loader;
 use crate::tenants::{Tenant, Tenants};
 
 /// A node that could not start.
@@ -97,22 +96,6 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(LISTEN_BACKLOG)
-}
-
-/// Turns Nagle's algorithm off on an accepted connection. Frames and answers are written
-/// whole, so Nagle could only hold back a second small write (a Pusher handshake's
-/// `connection_established` right after the 101) until the peer's ACK.
-pub(crate) fn no_delay(tcp: &mut tokio::net::TcpStream) {
-    if let Err(e) = tcp.set_nodelay(true) {
-        tracing::debug!(error = %e, "TCP_NODELAY not set");
-    }
-}
-
-/// The plain listener as the node serves it: [`no_delay`] on every connection.
-fn accepting(
-    listener: TcpListener,
-) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
-    listener.tap_io(no_delay)
 }
 
 /// How long the listener gets to close its connections after the drain.
@@ -191,7 +174,7 @@ async fn serve_until_stopped(
         None => None,
     };
     let tenants = Tenants::new(settings.tenants.iter().map(Tenant::new).collect());
-    let mcp_live = Arc::new(crate::hosted_mcp::Live::new(
+    let mcp_live = Arc::new(crate::hosted_mcp::live::Live::new(
         Arc::clone(&broker),
         settings.mcp.clone(),
     ));
@@ -249,7 +232,7 @@ async fn serve_until_stopped(
             )
         }
         None => tokio::spawn(
-            axum::serve(accepting(listener), service)
+            axum::serve(crate::tcp::accepting(listener), service)
                 .with_graceful_shutdown(graceful)
                 .into_future(),
         ),
@@ -329,24 +312,4 @@ async fn connect(
             (redis.clone(), queue, redis)
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use axum::serve::Listener;
-
-    use super::*;
-
-    #[tokio::test]
-    async fn every_accepted_connection_has_nagle_off() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut served = accepting(listener);
-        for _ in 0..2 {
-            let client = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let (io, peer) = served.accept().await;
-            assert_eq!(peer, client.local_addr().unwrap());
-            assert!(io.nodelay().unwrap(), "TCP_NODELAY on the accepted socket");
-        }
-    }
 }

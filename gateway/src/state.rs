@@ -46,7 +46,7 @@ pub struct Inner {
     /// `[mcp]`: the hosted MCP endpoint's sessions and stream limits.
     pub hosted_mcp: McpSettings,
     /// The hosted MCP sessions, streams and listing followers of this node.
-    pub mcp_live: Arc<crate::hosted_mcp::Live>,
+    pub mcp_live: Arc<crate::hosted_mcp::live::Live>,
     /// Page frames held while the broker does not answer.
     pub hold: crate::hold::Hold,
 }
@@ -71,7 +71,7 @@ impl AppState {
         job_metrics: Option<Arc<JobMetrics>>,
         public_url: Option<String>,
         hosted_mcp: McpSettings,
-        mcp_live: Arc<crate::hosted_mcp::Live>,
+        mcp_live: Arc<crate::hosted_mcp::live::Live>,
         hold: HoldSettings,
     ) -> Self {
         let hold = crate::hold::Hold::new(hold, metrics.frames_holding.clone());

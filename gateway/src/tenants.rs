@@ -1,6 +1,6 @@
 //! Tenants as a node serves them: API key hashes, the page-token verifiers by `kid` (and the
 //! signer for HS256), revocations, the exact origin allow-list and limits. The set is a
-//! snapshot swapped whole when the catalog changes (`crate::catalog`): a lookup on the hot
+//! snapshot swapped whole when the catalog changes (`crate::tenant_sync`): a lookup on the hot
 //! path is one atomic load, with no lock and no broker round trip.
 
 use std::collections::{HashMap, HashSet};

@@ -47,7 +47,7 @@ impl TlsListener {
                 if tx.is_closed() {
                     return;
                 }
-                crate::serve::no_delay(&mut stream);
+                crate::tcp::no_delay(&mut stream);
                 let acceptor = acceptor.clone();
                 let done = tx.clone();
                 tokio::spawn(async move {

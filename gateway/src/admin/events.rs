@@ -9,7 +9,7 @@ const AUDIT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 /// `tenant.updated`, `tenant.deleted`, `tenant.key_rotated`), from the oldest kept or after
 /// `Last-Event-ID`, then live. The log is the broker's, so every node streams the same.
 #[utoipa::path(get, path = "/admin/v1/events", tag = "admin",
-    responses((status = 200, description = "Server-Sent Events of the audit log: tenant.created, tenant.updated, tenant.deleted, tenant.key_rotated", content_type = "text/event-stream"), crate::openapi::Problems),
+    responses((status = 200, description = "Server-Sent Events of the audit log: tenant.created, tenant.updated, tenant.deleted, tenant.key_rotated", content_type = "text/event-stream"), crate::http::doc::Problems),
     security(("adminKey" = [])))]
 pub(crate) async fn events(
     State(s): State<AdminState>,

@@ -1,6 +1,6 @@
 //! The admin API (`/admin/v1/…`, on its own listener): tenants created, changed, rotated and
 //! deleted at run time, stored in the broker's catalog and applied on every node by
-//! [`crate::catalog::Loader`]. Secrets are generated here, shown once in the answer that
+//! [`crate::tenant_sync::Loader`]. Secrets are generated here, shown once in the answer that
 //! created them, and stored hashed (API keys) or sealed (everything else). Every write is a
 //! compare-and-set on the tenant's version, so concurrent changes never lose one another.
 
@@ -29,9 +29,9 @@ use toolmark_process::config::{
     is_valid_tenant_id,
 };
 
-use crate::api::Body;
-use crate::catalog::Loader;
-use crate::problem::Problem;
+use crate::http::Body;
+use crate::http::problem::Problem;
+use crate::tenant_sync::Loader;
 
 pub(crate) mod events;
 pub(crate) mod secrets;

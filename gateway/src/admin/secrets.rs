@@ -11,7 +11,7 @@ pub(crate) struct ApiKeyBody {
 
 #[utoipa::path(post, path = "/admin/v1/tenants/{id}/api-keys", tag = "admin", params(crate::admin_doc::TenantId),
     request_body = ApiKeyBody,
-    responses((status = 201, description = "The new key, shown once", body = crate::admin_doc::CreatedApiKey), crate::openapi::Problems),
+    responses((status = 201, description = "The new key, shown once", body = crate::admin_doc::CreatedApiKey), crate::http::doc::Problems),
     security(("adminKey" = [])))]
 pub(crate) async fn add_api_key(
     State(s): State<AdminState>,
@@ -52,7 +52,7 @@ pub(crate) async fn add_api_key(
 
 #[utoipa::path(delete, path = "/admin/v1/tenants/{id}/api-keys/{key}", tag = "admin",
     params(crate::admin_doc::TenantId, ("key" = String, Path, description = "The apiKeyId")),
-    responses((status = 204, description = "Removed"), crate::openapi::Problems),
+    responses((status = 204, description = "Removed"), crate::http::doc::Problems),
     security(("adminKey" = [])))]
 pub(crate) async fn remove_api_key(
     State(s): State<AdminState>,
@@ -80,7 +80,7 @@ pub(crate) struct TokenKeyBody {
 
 #[utoipa::path(post, path = "/admin/v1/tenants/{id}/token-keys", tag = "admin", params(crate::admin_doc::TenantId),
     request_body = TokenKeyBody,
-    responses((status = 201, description = "The new key (its HS256 secret shown once)", body = crate::admin_doc::CreatedTokenKey), crate::openapi::Problems),
+    responses((status = 201, description = "The new key (its HS256 secret shown once)", body = crate::admin_doc::CreatedTokenKey), crate::http::doc::Problems),
     security(("adminKey" = [])))]
 pub(crate) async fn add_token_key(
     State(s): State<AdminState>,
@@ -107,7 +107,7 @@ pub(crate) async fn add_token_key(
 
 #[utoipa::path(delete, path = "/admin/v1/tenants/{id}/token-keys/{kid}", tag = "admin",
     params(crate::admin_doc::TenantId, ("kid" = String, Path, description = "The key's kid")),
-    responses((status = 204, description = "Removed: pages whose token it signed are closed with 4401"), crate::openapi::Problems),
+    responses((status = 204, description = "Removed: pages whose token it signed are closed with 4401"), crate::http::doc::Problems),
     security(("adminKey" = [])))]
 pub(crate) async fn remove_token_key(
     State(s): State<AdminState>,
@@ -132,7 +132,7 @@ pub(crate) async fn remove_token_key(
 }
 
 #[utoipa::path(post, path = "/admin/v1/tenants/{id}/webhook-secrets", tag = "admin", params(crate::admin_doc::TenantId),
-    responses((status = 201, description = "The new secret, shown once", body = crate::admin_doc::CreatedWebhookSecret), crate::openapi::Problems),
+    responses((status = 201, description = "The new secret, shown once", body = crate::admin_doc::CreatedWebhookSecret), crate::http::doc::Problems),
     security(("adminKey" = [])))]
 pub(crate) async fn add_webhook_secret(
     State(s): State<AdminState>,
@@ -157,7 +157,7 @@ pub(crate) async fn add_webhook_secret(
 
 #[utoipa::path(delete, path = "/admin/v1/tenants/{id}/webhook-secrets/{sid}", tag = "admin",
     params(crate::admin_doc::TenantId, ("sid" = String, Path, description = "The webhookSecretId")),
-    responses((status = 204, description = "Removed"), crate::openapi::Problems),
+    responses((status = 204, description = "Removed"), crate::http::doc::Problems),
     security(("adminKey" = [])))]
 pub(crate) async fn remove_webhook_secret(
     State(s): State<AdminState>,
@@ -190,7 +190,7 @@ pub(crate) struct DisconnectBody {
 #[utoipa::path(post, path = "/admin/v1/tenants/{id}/users/{user}/disconnect", tag = "admin",
     params(crate::admin_doc::TenantId, ("user" = String, Path, description = "The user", pattern = "^[A-Za-z0-9_-]{1,128}$")),
     request_body = DisconnectBody,
-    responses((status = 202, description = "The user's pages are being closed with 4401 everywhere"), crate::openapi::Problems),
+    responses((status = 202, description = "The user's pages are being closed with 4401 everywhere"), crate::http::doc::Problems),
     security(("adminKey" = [])))]
 pub(crate) async fn disconnect(
     State(s): State<AdminState>,

@@ -22,7 +22,7 @@ pub(crate) struct CreateBody {
 }
 
 #[utoipa::path(post, path = "/admin/v1/tenants", tag = "admin", request_body = CreateBody,
-    responses((status = 201, description = "Created; its secrets are shown once", body = crate::admin_doc::CreatedTenant), crate::openapi::Problems),
+    responses((status = 201, description = "Created; its secrets are shown once", body = crate::admin_doc::CreatedTenant), crate::http::doc::Problems),
     security(("adminKey" = [])))]
 pub(crate) async fn create(
     State(s): State<AdminState>,
@@ -118,12 +118,12 @@ pub(crate) struct ListQuery {
 }
 
 #[utoipa::path(get, path = "/admin/v1/tenants", tag = "admin", params(ListQuery),
-    responses((status = 200, description = "A page of tenants, by id", body = crate::admin_doc::TenantPage), crate::openapi::Problems),
+    responses((status = 200, description = "A page of tenants, by id", body = crate::admin_doc::TenantPage), crate::http::doc::Problems),
     security(("adminKey" = [])))]
 pub(crate) async fn list(
     State(s): State<AdminState>,
     _who: Admin,
-    crate::api::QueryOf(q): crate::api::QueryOf<ListQuery>,
+    crate::http::QueryOf(q): crate::http::QueryOf<ListQuery>,
 ) -> Result<Response, Problem> {
     let limit = match q.limit.as_deref() {
         None => 100,
@@ -166,7 +166,7 @@ pub(crate) async fn list(
 }
 
 #[utoipa::path(get, path = "/admin/v1/tenants/{id}", tag = "admin", params(crate::admin_doc::TenantId),
-    responses((status = 200, description = "The tenant, with an ETag", body = crate::admin_doc::TenantView), crate::openapi::Problems),
+    responses((status = 200, description = "The tenant, with an ETag", body = crate::admin_doc::TenantView), crate::http::doc::Problems),
     security(("adminKey" = [])))]
 pub(crate) async fn read(
     State(s): State<AdminState>,
@@ -182,7 +182,7 @@ pub(crate) async fn read(
 
 #[utoipa::path(patch, path = "/admin/v1/tenants/{id}", tag = "admin", params(crate::admin_doc::TenantId, crate::admin_doc::IfMatch),
     request_body(content = Object, description = "A JSON Merge Patch of allowedOrigins, limits, webhookUrl, webhookAllowPrivate", content_type = "application/merge-patch+json"),
-    responses((status = 200, description = "The tenant", body = crate::admin_doc::TenantView), crate::openapi::AdminProblems),
+    responses((status = 200, description = "The tenant", body = crate::admin_doc::TenantView), crate::http::doc::AdminProblems),
     security(("adminKey" = [])))]
 pub(crate) async fn patch(
     State(s): State<AdminState>,
@@ -225,7 +225,7 @@ pub(crate) async fn patch(
             expected,
             |t| {
                 if let Some(v) = fields.get("allowedOrigins") {
-                    t.allowed_origins = crate::api::parse_value("/allowedOrigins", v.clone())?;
+                    t.allowed_origins = crate::http::parse_value("/allowedOrigins", v.clone())?;
                 }
                 match fields.get("limits") {
                     None => {}
@@ -243,7 +243,7 @@ pub(crate) async fn patch(
                             set.insert(k.clone(), v);
                         }
                         let body: LimitsBody =
-                            crate::api::parse_value("/limits", Value::Object(set))?;
+                            crate::http::parse_value("/limits", Value::Object(set))?;
                         t.limits = body.onto(t.limits);
                     }
                     Some(_) => return Err(Problem::invalid("/limits", "an object")),
@@ -276,7 +276,9 @@ pub(crate) async fn patch(
                     None => {}
                     Some(Value::Null) => t.mcp_oauth = None,
                     // Replaced whole: its fields depend on each other (a JWK Set or a key).
-                    Some(v) => t.mcp_oauth = Some(crate::api::parse_value("/mcpOAuth", v.clone())?),
+                    Some(v) => {
+                        t.mcp_oauth = Some(crate::http::parse_value("/mcpOAuth", v.clone())?)
+                    }
                 }
                 Ok(())
             },
@@ -286,7 +288,7 @@ pub(crate) async fn patch(
 }
 
 #[utoipa::path(delete, path = "/admin/v1/tenants/{id}", tag = "admin", params(crate::admin_doc::TenantId, crate::admin_doc::IfMatch),
-    responses((status = 204, description = "Deleted: its pages closed with 4401 on every node"), crate::openapi::AdminProblems),
+    responses((status = 204, description = "Deleted: its pages closed with 4401 on every node"), crate::http::doc::AdminProblems),
     security(("adminKey" = [])))]
 pub(crate) async fn remove(
     State(s): State<AdminState>,

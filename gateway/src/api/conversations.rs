@@ -11,8 +11,9 @@ use toolmark_broker::ConvKey;
 use toolmark_proto::llm::{LlmFormat, tool_definitions};
 use utoipa::ToSchema;
 
-use super::{Authed, Body, check_ids, parse_body};
-use crate::problem::Problem;
+use super::request::{Authed, parse_body};
+use crate::http::problem::Problem;
+use crate::http::{Body, check_ids};
 use crate::state::AppState;
 use crate::tenants::{MCP_SCOPE, PageClaims};
 
@@ -42,8 +43,8 @@ pub struct ConversationView {
 
 /// `GET /users/{u}/conversations/{c}`
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}",
-    tag = "conversations", params(crate::openapi::TenantPath, crate::openapi::ConversationPath),
-    responses((status = 200, description = "The conversation's current page, manifest and pages", body = ConversationView), crate::openapi::Problems),
+    tag = "conversations", params(crate::http::doc::TenantPath, crate::http::doc::ConversationPath),
+    responses((status = 200, description = "The conversation's current page, manifest and pages", body = ConversationView), crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn state(
     State(app): State<AppState>,
@@ -85,15 +86,15 @@ pub struct LlmTools {
 
 /// `GET /users/{u}/conversations/{c}/llm-tools?format=anthropic|openai`
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/llm-tools",
-    tag = "llm-tools", params(crate::openapi::TenantPath, crate::openapi::ConversationPath, FormatQuery),
+    tag = "llm-tools", params(crate::http::doc::TenantPath, crate::http::doc::ConversationPath, FormatQuery),
     responses((status = 200, description = "page_call and page_describe", body = LlmTools), (status = 304, description = "Unchanged since If-None-Match"),
-        crate::openapi::Problems),
+        crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn llm_tools(
     State(app): State<AppState>,
     Authed(tenant): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
-    super::QueryOf(q): super::QueryOf<FormatQuery>,
+    crate::http::QueryOf(q): crate::http::QueryOf<FormatQuery>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     check_ids(&user, &conversation)?;
@@ -162,8 +163,8 @@ pub struct Token {
 /// `POST /tokens`: a page token, or with `"scope": "mcp"` an MCP token, for a user and
 /// conversation (HS256 tenants).
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/tokens", tag = "tokens",
-    params(crate::openapi::TenantPath), request_body = TokenRequest,
-    responses((status = 201, description = "The minted token", body = Token), crate::openapi::Problems),
+    params(crate::http::doc::TenantPath), request_body = TokenRequest,
+    responses((status = 201, description = "The minted token", body = Token), crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn mint_token(
     State(app): State<AppState>,

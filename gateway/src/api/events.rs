@@ -12,8 +12,8 @@ use serde::Deserialize;
 use tokio_stream::wrappers::BroadcastStream;
 use toolmark_broker::{Event, event_id_after};
 
-use super::Authed;
-use crate::problem::Problem;
+use super::request::Authed;
+use crate::http::problem::Problem;
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -44,14 +44,14 @@ fn to_sse(e: &Event) -> SseEvent {
 
 /// The SSE handler.
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/events", tag = "events",
-    params(crate::openapi::TenantPath, EventQuery, ResumeHeader),
+    params(crate::http::doc::TenantPath, EventQuery, ResumeHeader),
     responses((status = 200, description = "Server-Sent Events: page.manifest, page.disconnected, call.result, call.timeout, confirmation.resolved (docs/events.md)", content_type = "text/event-stream"),
-        crate::openapi::Problems),
+        crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn stream(
     State(app): State<AppState>,
     Authed(tenant): Authed,
-    super::QueryOf(q): super::QueryOf<EventQuery>,
+    crate::http::QueryOf(q): crate::http::QueryOf<EventQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, Problem> {
     let last_id = headers

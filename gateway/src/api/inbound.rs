@@ -1,6 +1,6 @@
 //! `POST /users/{u}/conversations/{c}/inbound`: a page → agent message forwarded by the
 //! tenant's own same-origin bridge endpoint (Laravel Echo pages), after its session and CSRF
-//! checks. It gets exactly the checks a page WebSocket frame gets (`crate::inbound`): 202 when
+//! checks. It gets exactly the checks a page WebSocket frame gets (`crate::page::frames`): 202 when
 //! accepted, problem+json `invalid_request` with the `reason` when refused.
 
 use axum::extract::{Path, State};
@@ -10,18 +10,19 @@ use std::time::Duration;
 use toolmark_broker::{ConvKey, RateLimited};
 use toolmark_proto::{DecodeError, Limits};
 
-use super::{Authed, Body, check_ids};
-use crate::inbound::{self, Refused};
-use crate::problem::Problem;
+use super::request::Authed;
+use crate::http::problem::Problem;
+use crate::http::{Body, check_ids};
+use crate::page::frames::{self, Refused};
 use crate::state::AppState;
 use crate::tenants::Tenant;
 
 /// `POST /users/{u}/conversations/{c}/inbound`
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/inbound",
     tag = "inbound",
-    params(crate::openapi::TenantPath, crate::openapi::ConversationPath),
+    params(crate::http::doc::TenantPath, crate::http::doc::ConversationPath),
     request_body(content = Object, description = "One bridge protocol v1 page message (manifest, result, confirmed, changed), forwarded by the app's backend for a Laravel Echo page"),
-    responses((status = 202, description = "Accepted and applied"), crate::openapi::Problems),
+    responses((status = 202, description = "Accepted and applied"), crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn inbound(
     State(app): State<AppState>,
@@ -53,7 +54,7 @@ pub async fn accept(
         .with_reason("rate_limited"));
     }
     let limits = Limits::with_max_bytes(tenant.limits.max_message_bytes);
-    let message = inbound::decode(app, body, &limits).map_err(problem)?;
+    let message = frames::decode(app, body, &limits).map_err(problem)?;
     // An Echo page never binds a socket, so its clientId is checked the other way round: a
     // clientId bound to a live page socket (any node) belongs to that page, not to this one.
     let state = app.broker.conversation(conv).await?;
@@ -62,9 +63,9 @@ pub async fn accept(
         .iter()
         .any(|p| p.client_id == message.client_id())
     {
-        return Err(problem(inbound::client_mismatch(app)));
+        return Err(problem(frames::client_mismatch(app)));
     }
-    inbound::dispatch(app, conv, message, body.len())
+    frames::dispatch(app, conv, message, body.len())
         .await
         .map_err(problem)
 }

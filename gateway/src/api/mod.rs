@@ -6,22 +6,14 @@ pub use calls::{CallBody, DescribeBody, InvokeBody};
 pub use conversations::TokenRequest;
 pub(crate) mod conversations;
 pub(crate) mod events;
-pub mod idempotency;
 pub mod inbound;
+pub(crate) mod request;
 pub(crate) mod webhooks;
 
-use std::sync::Arc;
-
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
-use axum::http::request::Parts;
 use axum::routing::{get, post};
-use serde::de::DeserializeOwned;
 
-use crate::problem::Problem;
 use crate::state::AppState;
-use crate::tenants::Tenant;
 
 /// The agent API routes.
 pub fn router() -> Router<AppState> {
@@ -68,144 +60,4 @@ pub fn router() -> Router<AppState> {
             "/v1/tenants/{tenant}/webhooks/failed/{id}/retry",
             post(webhooks::retry),
         )
-}
-
-/// A request body read up to the largest message any tenant may send; larger bodies get a
-/// problem+json 413 (the tenant's own limit is checked by [`parse_body`]).
-#[derive(Debug)]
-pub struct Body(pub Bytes);
-
-impl<S: Send + Sync> FromRequest<S> for Body {
-    type Rejection = Problem;
-
-    async fn from_request(req: Request, _: &S) -> Result<Self, Problem> {
-        let limit = toolmark_process::config::MAX_FRAME_BYTES;
-        axum::body::to_bytes(req.into_body(), limit)
-            .await
-            .map(Body)
-            .map_err(|_| Problem::too_large(limit))
-    }
-}
-
-/// A query string, parsed strictly; a bad one is a problem+json 400 (pointer `""`, the
-/// parser's reason in `detail`), never the framework's plain-text rejection.
-#[derive(Debug)]
-pub struct QueryOf<T>(pub T);
-
-impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryOf<T> {
-    type Rejection = Problem;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Problem> {
-        axum::extract::Query::<T>::try_from_uri(&parts.uri)
-            .map(|q| QueryOf(q.0))
-            .map_err(|e| Problem::invalid("", format!("bad query string: {}", e.body_text())))
-    }
-}
-
-/// A request authenticated with one of the path tenant's API keys.
-#[derive(Debug, Clone)]
-pub struct Authed(pub Arc<Tenant>);
-
-impl FromRequestParts<AppState> for Authed {
-    type Rejection = Problem;
-
-    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Problem> {
-        let params = RawPathParams::from_request_parts(parts, app)
-            .await
-            .map_err(|_| Problem::unauthorized())?;
-        let tenant_id = params
-            .iter()
-            .find(|(k, _)| *k == "tenant")
-            .map(|(_, v)| v.to_owned())
-            .ok_or_else(Problem::unauthorized)?;
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        let key = crate::auth::bearer(header).ok_or_else(Problem::unauthorized)?;
-        let tenant = app
-            .tenants
-            .get(&tenant_id)
-            .ok_or_else(Problem::unauthorized)?;
-        if !tenant.key_matches(key) {
-            return Err(Problem::unauthorized());
-        }
-        Ok(Authed(tenant))
-    }
-}
-
-/// Parses a JSON body strictly, under the tenant's message size limit; errors carry the JSON
-/// pointer of the offending field.
-pub fn parse_body<T: DeserializeOwned>(tenant: &Tenant, Body(body): &Body) -> Result<T, Problem> {
-    parse_json(body, tenant.limits.max_message_bytes)
-}
-
-/// [`parse_body`] under the size limit `limit` (the part the fuzz targets drive).
-pub fn parse_json<T: DeserializeOwned>(body: &[u8], limit: usize) -> Result<T, Problem> {
-    if body.len() > limit {
-        return Err(Problem::too_large(limit));
-    }
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| path_problem("", e))?;
-    de.end().map_err(|e| Problem::invalid("", e.to_string()))?;
-    Ok(value)
-}
-
-/// Deserializes a JSON value found at `base` (a pointer) of the request body.
-pub fn parse_value<T: DeserializeOwned>(
-    base: &str,
-    value: serde_json::Value,
-) -> Result<T, Problem> {
-    serde_path_to_error::deserialize(value).map_err(|e| path_problem(base, e))
-}
-
-fn path_problem<E: std::fmt::Display>(base: &str, e: serde_path_to_error::Error<E>) -> Problem {
-    let mut pointer = format!("{base}{}", pointer_of(e.path()));
-    let detail = e.into_inner().to_string();
-    // serde reports a missing field at its parent: point at the field itself.
-    if let Some(name) = detail
-        .strip_prefix("missing field `")
-        .and_then(|rest| rest.split('`').next())
-    {
-        pointer.push('/');
-        pointer.push_str(&name.replace('~', "~0").replace('/', "~1"));
-    }
-    Problem::invalid(pointer, detail)
-}
-
-fn pointer_of(path: &serde_path_to_error::Path) -> String {
-    use serde_path_to_error::Segment;
-    let mut out = String::new();
-    for seg in path.iter() {
-        match seg {
-            Segment::Seq { index } => out.push_str(&format!("/{index}")),
-            Segment::Map { key } => {
-                out.push('/');
-                out.push_str(&key.replace('~', "~0").replace('/', "~1"));
-            }
-            Segment::Enum { variant } => {
-                out.push('/');
-                out.push_str(variant);
-            }
-            Segment::Unknown => {}
-        }
-    }
-    out
-}
-
-/// Checks the user and conversation path segments.
-pub fn check_ids(user: &str, conversation: &str) -> Result<(), Problem> {
-    if !crate::ids::is_valid_id(user) {
-        return Err(Problem::invalid(
-            "/user",
-            "user ids match ^[A-Za-z0-9_-]{1,128}$",
-        ));
-    }
-    if !crate::ids::is_valid_id(conversation) {
-        return Err(Problem::invalid(
-            "/conversation",
-            "conversation ids match ^[A-Za-z0-9_-]{1,128}$",
-        ));
-    }
-    Ok(())
 }

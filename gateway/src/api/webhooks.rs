@@ -6,8 +6,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::Authed;
-use crate::problem::Problem;
+use super::request::Authed;
+use crate::http::problem::Problem;
 use crate::state::AppState;
 
 /// The tenant's webhook dead letters.
@@ -29,8 +29,8 @@ struct DeadLetterPath {
 
 /// `GET /webhooks/failed`
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/webhooks/failed", tag = "webhooks",
-    params(crate::openapi::TenantPath),
-    responses((status = 200, description = "The dead letters", body = DeadLetters), crate::openapi::Problems),
+    params(crate::http::doc::TenantPath),
+    responses((status = 200, description = "The dead letters", body = DeadLetters), crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn failed(
     State(app): State<AppState>,
@@ -42,8 +42,8 @@ pub async fn failed(
 
 /// `POST /webhooks/failed/{id}/retry`
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/webhooks/failed/{id}/retry", tag = "webhooks",
-    params(crate::openapi::TenantPath, DeadLetterPath),
-    responses((status = 202, description = "Back in its conversation's queue"), crate::openapi::Problems),
+    params(crate::http::doc::TenantPath, DeadLetterPath),
+    responses((status = 202, description = "Back in its conversation's queue"), crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn retry(
     State(app): State<AppState>,

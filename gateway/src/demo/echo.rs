@@ -13,8 +13,8 @@ use serde_json::json;
 use toolmark_broker::ConvKey;
 
 use super::DEV_TENANT;
-use crate::api::Body;
-use crate::problem::Problem;
+use crate::http::Body;
+use crate::http::problem::Problem;
 use crate::state::AppState;
 
 /// The routes.
@@ -62,7 +62,7 @@ async fn bridge(
         .tenants
         .get(DEV_TENANT)
         .ok_or_else(|| Problem::not_found("Tenant"))?;
-    crate::api::check_ids(&q.user, &q.conversation)?;
+    crate::http::check_ids(&q.user, &q.conversation)?;
     let conv = ConvKey::new(DEV_TENANT, &q.user, &q.conversation);
     crate::api::inbound::accept(&app, &tenant, &conv, &body).await?;
     Ok(StatusCode::ACCEPTED)

@@ -16,64 +16,12 @@ use axum::extract::{RawPathParams, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use toolmark_broker::ConvKey;
 
+use super::grant::{McpGrant, Owner};
 use super::sessions::{SESSION_HEADER, owner_key};
-use crate::problem::Problem;
+use crate::http::problem::Problem;
 use crate::state::AppState;
 use crate::tenants::{Grant, Tenant};
-
-/// What an MCP request may reach: one conversation of one user of one tenant.
-#[derive(Debug, Clone)]
-pub struct McpGrant {
-    /// The tenant.
-    pub tenant: Arc<Tenant>,
-    /// The user (`sub`).
-    pub user: String,
-    /// The conversation (`cnv`).
-    pub conversation: String,
-    /// The key that signed the token (none for an access token) and when it was issued.
-    pub grant: Grant,
-    /// Whether it is an access token of the tenant's authorization server.
-    pub oauth: bool,
-}
-
-impl McpGrant {
-    /// Whether `tenant` (the grant's tenant as it is now) still admits this credential: the
-    /// same tenant (not one re-created under its id), its key still the tenant's (or, for an
-    /// access token, its authorization server still configured), no revocation covering it.
-    pub fn admitted_by(&self, tenant: &Tenant) -> bool {
-        tenant.incarnation == self.tenant.incarnation
-            && (!self.oauth || tenant.mcp_oauth.is_some())
-            && tenant.admits(&self.user, &self.conversation, &self.grant)
-    }
-
-    /// The conversation's broker key.
-    pub fn conv(&self) -> ConvKey {
-        ConvKey::new(&self.tenant.id, &self.user, &self.conversation)
-    }
-
-    fn owner(&self) -> Owner {
-        Owner {
-            tenant: self.tenant.id.clone(),
-            incarnation: self.tenant.incarnation,
-            user: self.user.clone(),
-            conversation: self.conversation.clone(),
-        }
-    }
-}
-
-/// Who began a session, kept beside it in the broker: a tenant re-created under the same id
-/// (another incarnation) does not own it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Owner {
-    tenant: String,
-    #[serde(default)]
-    incarnation: u64,
-    user: String,
-    conversation: String,
-}
 
 /// The auth layer's state: the node's handles.
 #[derive(Debug, Clone)]

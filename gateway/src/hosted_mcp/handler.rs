@@ -3,7 +3,6 @@
 //! (revisions with sessions) or to a `subscriptions/listen` stream (2026-07-28).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Extensions, ListToolsResult, PaginatedRequestParams,
@@ -12,40 +11,37 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
-use tokio::sync::broadcast;
-use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::{CancellationToken, DropGuard};
-use toolmark_broker::{CallKind, EventType, Outcome};
+use toolmark_broker::{CallKind, Outcome};
 use toolmark_mcp_tools::outcome::NO_PAGE;
 use toolmark_mcp_tools::{CallEnd, call_result};
 
-use super::McpGrant;
-use super::tools::{self, Schemas, footprint, open_page};
-use crate::api::calls::{self, Request};
-use crate::problem::Problem;
+use super::grant::McpGrant;
+use super::listings::{Listings, forward};
+use super::tools::{self, Schemas, open_page};
+use crate::calls::{self, Request};
+use crate::http::problem::Problem;
 use crate::state::AppState;
 
 const INSTRUCTIONS: &str = "Tools of the app page the user has open in the browser. With no page open the list is empty: ask the user to open the app. Consequential tools wait for the user's confirmation in the page.";
-
-/// How long a page that left may take to come back before the listing is re-read (a reload
-/// with the same tools changes nothing): the desktop CLI's grace.
-const RELOAD_GRACE: Duration = Duration::from_millis(2000);
 
 /// One session's (or one stateless request's) handler.
 #[derive(Debug, Clone)]
 pub struct HostedMcp {
     app: AppState,
     schemas: Arc<Schemas>,
+    listings: Arc<Listings>,
     /// Stops the session's forwarding of `list_changed` when the session ends.
     follower: Arc<Mutex<Option<DropGuard>>>,
 }
 
 impl HostedMcp {
-    /// A handler of `app`, sharing the node's schema cache.
-    pub fn new(app: AppState, schemas: Arc<Schemas>) -> Self {
+    /// A handler of `app`, sharing the node's schema cache and listing followers.
+    pub fn new(app: AppState, schemas: Arc<Schemas>, listings: Arc<Listings>) -> Self {
         HostedMcp {
             app,
             schemas,
+            listings,
             follower: Arc::default(),
         }
     }
@@ -216,7 +212,7 @@ impl ServerHandler for HostedMcp {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .replace(stop.clone().drop_guard());
         drop(previous);
-        let changes = self.app.mcp_live.listing(&self.app, &grant);
+        let changes = self.listings.listen(&self.app, &grant);
         let peer = context.peer.clone();
         let stopping = self.app.life.stopping().clone();
         self.app.life.spawn(async move {
@@ -241,7 +237,7 @@ impl ServerHandler for HostedMcp {
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let grant = grant_of(&context.request_context().extensions)?;
         let sink = context.sink().clone();
-        let changes = self.app.mcp_live.listing(&self.app, &grant);
+        let changes = self.listings.listen(&self.app, &grant);
         let stopping = self.app.life.stopping().clone();
         tokio::select! {
             () = forward(changes, || {
@@ -252,96 +248,5 @@ impl ServerHandler for HostedMcp {
             () = stopping.cancelled() => {}
         }
         Ok(())
-    }
-}
-
-/// Calls `notify` for every change `changes` announces, until the follower stops or a
-/// `notify` fails (the stream is gone).
-async fn forward<F, Fut>(mut changes: broadcast::Receiver<()>, mut notify: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    loop {
-        match changes.recv().await {
-            Ok(()) | Err(RecvError::Lagged(_)) => {
-                if !notify().await {
-                    return;
-                }
-            }
-            Err(RecvError::Closed) => return,
-        }
-    }
-}
-
-/// How often an idle follower looks whether anyone still listens.
-const LISTENERS_CHECK: Duration = Duration::from_secs(10);
-
-/// Calls `notify` whenever the conversation's listing changes, until the node's drain, a
-/// failed `notify`, or `nobody_listens` (looked at on every event and every
-/// [`LISTENERS_CHECK`]). Follows the tenant's event log, so the page may be on any node; a page
-/// that left is given [`RELOAD_GRACE`] to come back first.
-pub(super) async fn follow_listing<F, Fut>(
-    app: &AppState,
-    grant: &McpGrant,
-    mut notify: F,
-    nobody_listens: impl Fn() -> bool,
-) where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let conv = grant.conv();
-    let read = || async {
-        app.broker
-            .conversation(&conv)
-            .await
-            .ok()
-            .map(|s| footprint(&s))
-    };
-    let Ok(mut feed) = app.broker.events(&grant.tenant.id, None).await else {
-        return;
-    };
-    let mut last = read().await;
-    let stopping = app.life.stopping().clone();
-    let mut check = tokio::time::interval(LISTENERS_CHECK);
-    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let event = tokio::select! {
-            () = stopping.cancelled() => return,
-            _ = check.tick() => {
-                if nobody_listens() {
-                    return;
-                }
-                continue;
-            }
-            e = feed.live.recv() => e,
-        };
-        if nobody_listens() {
-            return;
-        }
-        let left = match event {
-            Ok(e) if e.user == grant.user && e.conversation == grant.conversation => match e.kind {
-                EventType::PageManifest => false,
-                EventType::PageDisconnected => true,
-                _ => continue,
-            },
-            Ok(_) => continue,
-            // Missed events: read the state again.
-            Err(RecvError::Lagged(_)) => false,
-            Err(RecvError::Closed) => return,
-        };
-        if left {
-            tokio::select! {
-                () = stopping.cancelled() => return,
-                () = tokio::time::sleep(RELOAD_GRACE) => {}
-            }
-        }
-        let now = read().await;
-        if now.is_some() && now != last {
-            last = now;
-            if !notify().await {
-                return;
-            }
-        }
     }
 }

@@ -4,9 +4,7 @@
 //!   token's (user and conversation) live sessions (`mcp.max_sessions_per_tenant`,
 //!   `mcp.max_sessions_per_token`, across the nodes), and ended here, in the broker and in
 //!   rmcp's memory, when a revocation covers the credential last used in it;
-//! - its open streams ([`Streams`]), bounded on this node and closed by a revocation;
-//! - one follower of each conversation's listing, shared by every session and stream of that
-//!   conversation on this node ([`Live::listing`]).
+//! - its open streams ([`Streams`]), bounded on this node and closed by a revocation.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,14 +12,12 @@ use std::time::{Duration, Instant};
 
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use tokio::sync::broadcast;
-use toolmark_broker::{BrokerError, ConvKey, PlaceBound, Places, SharedBroker};
+use toolmark_broker::{BrokerError, PlaceBound, Places, SharedBroker};
 use toolmark_process::config::McpSettings;
 
-use super::McpGrant;
+use super::grant::McpGrant;
 use super::streams::Streams;
-use crate::problem::Problem;
-use crate::state::AppState;
+use crate::http::problem::Problem;
 use crate::tenants::Tenant;
 
 /// Above this many remembered sessions, a new one first forgets those unused past their time.
@@ -38,7 +34,7 @@ struct Served {
     kept: Instant,
 }
 
-/// The hosted MCP endpoint's sessions, streams and listing followers on this node.
+/// The hosted MCP endpoint's sessions and streams on this node.
 pub struct Live {
     broker: SharedBroker,
     settings: McpSettings,
@@ -48,7 +44,6 @@ pub struct Live {
     /// Open streams.
     pub streams: Arc<Streams>,
     sessions: Mutex<HashMap<String, Served>>,
-    listings: Mutex<HashMap<ConvKey, broadcast::Sender<()>>>,
 }
 
 impl std::fmt::Debug for Live {
@@ -72,7 +67,6 @@ impl Live {
             manager: Arc::new(manager),
             streams: Arc::default(),
             sessions: Mutex::default(),
-            listings: Mutex::default(),
         }
     }
 
@@ -237,57 +231,5 @@ impl Live {
     /// Sessions this node remembers (for tests and metrics).
     pub fn sessions(&self) -> usize {
         lock(&self.sessions).len()
-    }
-
-    /// Hears every change of `grant`'s conversation listing: one follower per conversation
-    /// on this node reads the tenant's event log and the conversation's state, whatever
-    /// number of sessions and streams listen; it stops once none does.
-    pub fn listing(self: &Arc<Self>, app: &AppState, grant: &McpGrant) -> broadcast::Receiver<()> {
-        let conv = grant.conv();
-        let mut listings = lock(&self.listings);
-        if let Some(tx) = listings.get(&conv) {
-            return tx.subscribe();
-        }
-        let (tx, rx) = broadcast::channel(16);
-        listings.insert(conv.clone(), tx.clone());
-        drop(listings);
-        let me = Arc::clone(self);
-        let follower = app.clone();
-        let grant = grant.clone();
-        app.life.spawn(async move {
-            let notify = || {
-                let tx = tx.clone();
-                async move { tx.send(()).is_ok() || tx.receiver_count() > 0 }
-            };
-            super::handler::follow_listing(&follower, &grant, notify, || me.nobody_listens(&conv))
-                .await;
-            me.forget_listing(&conv, &tx);
-        });
-        rx
-    }
-
-    /// Whether no one listens to `conv` any more; the follower is then forgotten, so that the
-    /// next listener starts a new one.
-    fn nobody_listens(&self, conv: &ConvKey) -> bool {
-        let mut listings = lock(&self.listings);
-        let idle = listings.get(conv).is_none_or(|tx| tx.receiver_count() == 0);
-        if idle {
-            listings.remove(conv);
-        }
-        idle
-    }
-
-    /// The follower of `conv` stopped (the node drains, or the event log is gone): forgotten,
-    /// so that the next listener starts a new one.
-    fn forget_listing(&self, conv: &ConvKey, tx: &broadcast::Sender<()>) {
-        let mut listings = lock(&self.listings);
-        if listings.get(conv).is_some_and(|t| t.same_channel(tx)) {
-            listings.remove(conv);
-        }
-    }
-
-    /// Listing followers running on this node (for tests and metrics).
-    pub fn followers(&self) -> usize {
-        lock(&self.listings).len()
     }
 }

@@ -9,10 +9,13 @@
 //! - Tools are listed by the shared [`toolmark_mcp_tools`] module, exactly as `toolmark-mcp`
 //!   lists them ([`tools`]); a call is an agent call (bound, deadlined, rate-limited, counted).
 //! - `notifications/tools/list_changed` follows the tenant's event log (`page.manifest`,
-//!   `page.disconnected`), which every node reads, so the stream may be on any node.
+//!   `page.disconnected`), which every node reads, so the stream may be on any node
+//!   ([`listings`]).
 
 pub mod auth;
+pub mod grant;
 mod handler;
+mod listings;
 pub mod live;
 pub mod oauth;
 pub mod sessions;
@@ -28,11 +31,8 @@ use axum::{Json, Router, middleware};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
 
-use crate::problem::Problem;
+use crate::http::problem::Problem;
 use crate::state::AppState;
-
-pub use auth::McpGrant;
-pub use live::Live;
 
 /// The endpoint's path.
 pub const PATH: &str = "/v1/tenants/{tenant}/mcp";
@@ -93,12 +93,14 @@ pub fn router(app: &AppState) -> Router<AppState> {
         settings.session_idle,
     )));
     let schemas = Arc::new(tools::Schemas::default());
+    let listings = Arc::new(listings::Listings::default());
     let factory_app = app.clone();
     let service = StreamableHttpService::new(
         move || {
             Ok(handler::HostedMcp::new(
                 factory_app.clone(),
                 Arc::clone(&schemas),
+                Arc::clone(&listings),
             ))
         },
         Arc::clone(&app.mcp_live.manager),

@@ -12,8 +12,8 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::McpGrant;
-use crate::problem::Problem;
+use super::grant::McpGrant;
+use crate::http::problem::Problem;
 
 /// The open streams, by tenant and by token, and each with the credential that opened it.
 #[derive(Debug, Default)]

@@ -15,9 +15,9 @@ use toolmark_mcp_tools::listing::MAX_TOOLS;
 use toolmark_mcp_tools::{LISTING_WAIT, PageTool, page_listing};
 use toolmark_proto::{ToolManifest, ToolManifestSummary, ToolResult};
 
-use super::McpGrant;
-use crate::api::calls::{self, Request};
-use crate::problem::Problem;
+use super::grant::McpGrant;
+use crate::calls::{self, Request};
+use crate::http::problem::Problem;
 use crate::state::AppState;
 
 /// How long a `describe` may take (the desktop CLI's too); a listing waits for it at most

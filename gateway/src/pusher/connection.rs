@@ -16,8 +16,8 @@ use toolmark_broker::ConvKey;
 use tracing::Instrument;
 
 use super::protocol::{self, ACTIVITY_TIMEOUT_SECS, ClientEvent, code};
+use crate::page::session::{Session, Transport};
 use crate::registry::{Outbox, Outgoing};
-use crate::session::{Session, Transport};
 use crate::state::AppState;
 use crate::tenants::Tenant;
 
@@ -92,7 +92,10 @@ pub(super) async fn serve(
             .await
         {
             Ok(()) => None,
-            Err(e) => Some((code::OVER_CAPACITY, crate::session::refusal_reason(&e))),
+            Err(e) => Some((
+                code::OVER_CAPACITY,
+                crate::page::session::refusal_reason(&e),
+            )),
         };
     }
     let (Some(tenant), None) = (tenant, refusal) else {
@@ -288,7 +291,7 @@ impl Connection {
             match Session::open(&self.app, &self.tenant, conv, Transport::Echo, grant).await {
                 Ok(s) => s,
                 Err(e) => {
-                    let why = crate::session::refusal_reason(&e);
+                    let why = crate::page::session::refusal_reason(&e);
                     if self.subs.is_empty() && !self.take_slot().await {
                         self.app.metrics.closed(code::OVER_CAPACITY);
                         return Flow::Close(code::OVER_CAPACITY, why);

@@ -453,7 +453,7 @@ async fn the_openapi_document_is_served_committed_and_lists_every_route_and_code
         assert!(paths.contains(&route), "{route} is not in the document");
     }
     let codes = &doc["components"]["schemas"]["ProblemCode"]["enum"];
-    for (code, _) in toolmark_gateway::problem::CODES {
+    for (code, _) in toolmark_gateway::http::problem::CODES {
         assert!(codes.as_array().unwrap().contains(&json!(code)), "{code}");
     }
     // An answer carries a listed code.

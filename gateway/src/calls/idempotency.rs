@@ -18,9 +18,9 @@ use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use toolmark_broker::{Outcome, Watch, now_ms};
+use toolmark_broker::{CallBinding, Outcome, Watch, now_ms};
 
-use crate::problem::Problem;
+use crate::http::problem::Problem;
 use crate::state::AppState;
 
 /// The request header.
@@ -225,18 +225,65 @@ async fn claim_scoped(
     }
 }
 
-/// Records the call the first request started.
-pub async fn started(app: &AppState, tenant: &str, key: &str, record: &Record) {
-    let body = serde_json::to_string(record).unwrap_or_default();
-    if let Err(e) = app.broker.update_idempotency(tenant, key, &body).await {
-        tracing::warn!(tenant, error = %e, "idempotency key not bound to its call; a repeat waits for it, then runs");
+/// A key claimed by the request that carries it (the first with it): the engine binds it to
+/// the call that request starts ([`Claim::bind`]), or gives it back when it started none
+/// ([`Claim::release`]).
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// The key as the broker keeps it ([`scoped`]).
+    pub key: String,
+    /// The request's [`fingerprint`].
+    pub fingerprint: String,
+}
+
+impl Claim {
+    /// Names the call the first request started in the key's record: a repeat answers from it
+    /// from here on.
+    pub async fn bind(self, app: &AppState, binding: &CallBinding) -> Bound {
+        let record = Record {
+            f: self.fingerprint,
+            id: Some(binding.id.clone()),
+            client: Some(binding.client_id.clone()),
+            untrusted: binding.untrusted,
+            deadline_ms: Some(binding.deadline_ms),
+            outcome: None,
+        };
+        write(app, &binding.conv.tenant, &self.key, &record).await;
+        Bound {
+            key: self.key,
+            record,
+        }
+    }
+
+    /// Gives the key back: the first request failed before it started a call.
+    pub async fn release(self, app: &AppState, tenant: &str) {
+        if let Err(e) = app.broker.release_idempotency(tenant, &self.key).await {
+            tracing::warn!(tenant, error = %e, "idempotency key of a failed request not released; it expires in 24 h");
+        }
     }
 }
 
-/// Gives the key back: the first request failed before it started a call.
-pub async fn release(app: &AppState, tenant: &str, key: &str) {
-    if let Err(e) = app.broker.release_idempotency(tenant, key).await {
-        tracing::warn!(tenant, error = %e, "idempotency key of a failed request not released; it expires in 24 h");
+/// A key bound to its call, written its outcome by the call's supervisor ([`Bound::finish`]).
+#[derive(Debug)]
+pub struct Bound {
+    key: String,
+    record: Record,
+}
+
+impl Bound {
+    /// Writes the call's outcome to the key: a repeat within 24 h answers with it, even once
+    /// the call itself left the broker's retention.
+    pub async fn finish(mut self, app: &AppState, tenant: &str, outcome: &Outcome) {
+        self.record.outcome = Some(outcome.clone());
+        write(app, tenant, &self.key, &self.record).await;
+    }
+}
+
+/// Writes the key's record.
+async fn write(app: &AppState, tenant: &str, key: &str, record: &Record) {
+    let body = serde_json::to_string(record).unwrap_or_default();
+    if let Err(e) = app.broker.update_idempotency(tenant, key, &body).await {
+        tracing::warn!(tenant, error = %e, "idempotency key not bound to its call; a repeat waits for it, then runs");
     }
 }
 
@@ -300,7 +347,10 @@ mod tests {
         let mcp = toolmark_process::config::McpConfig::default()
             .parse()
             .expect("default [mcp]");
-        let live = std::sync::Arc::new(crate::hosted_mcp::Live::new(broker.clone(), mcp.clone()));
+        let live = std::sync::Arc::new(crate::hosted_mcp::live::Live::new(
+            broker.clone(),
+            mcp.clone(),
+        ));
         AppState::new(
             crate::tenants::Tenants::new(Vec::new()),
             broker,

@@ -22,7 +22,7 @@ pub struct Loader {
     statics: Vec<Arc<Tenant>>,
     follower: Arc<Follower>,
     registry: Arc<Registry>,
-    mcp: Arc<crate::hosted_mcp::Live>,
+    mcp: Arc<crate::hosted_mcp::live::Live>,
     /// The admin API's tenants, ready to serve.
     stored: Mutex<BTreeMap<String, Arc<Tenant>>>,
 }
@@ -34,7 +34,7 @@ impl Loader {
         catalog: Arc<dyn Catalog>,
         sealer: Sealer,
         registry: Arc<Registry>,
-        mcp: Arc<crate::hosted_mcp::Live>,
+        mcp: Arc<crate::hosted_mcp::live::Live>,
     ) -> Self {
         let statics = tenants.snapshot().all().cloned().collect();
         Loader {

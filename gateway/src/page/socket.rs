@@ -17,9 +17,9 @@ use toolmark_proto::Limits;
 use tracing::Instrument;
 
 use crate::close;
-use crate::inbound;
+use crate::page::frames;
+use crate::page::session::{Session, Transport, refusal_reason};
 use crate::registry::Outgoing;
-use crate::session::{Session, Transport, refusal_reason};
 use crate::state::AppState;
 use crate::tenants::{Grant, Tenant};
 use toolmark_process::config::MAX_FRAME_BYTES;
@@ -328,7 +328,7 @@ impl PageSocket {
             self.app.metrics.inbound_rejected("rate_limited");
             return self.strike();
         }
-        let Ok(message) = inbound::decode(&self.app, text.as_bytes(), &self.limits) else {
+        let Ok(message) = frames::decode(&self.app, text.as_bytes(), &self.limits) else {
             return self.strike();
         };
         let claimed = message.client_id();
@@ -338,7 +338,7 @@ impl PageSocket {
                 if self.app.registry.claimed_by_other(conv, slot, claimed) {
                     return Flow::Close(close::POLICY, "frame claims another page's clientId");
                 }
-                inbound::client_mismatch(&self.app);
+                frames::client_mismatch(&self.app);
                 return self.strike();
             }
             Some(_) => {}
@@ -348,7 +348,7 @@ impl PageSocket {
                 // it. Only a live page answers a ping within the probe's time.
                 if let Some(other) = self.app.registry.bound_elsewhere(conv, slot, claimed) {
                     if answers_ping(&other).await {
-                        inbound::client_mismatch(&self.app);
+                        frames::client_mismatch(&self.app);
                         return Flow::Close(close::POLICY, "frame claims another page's clientId");
                     }
                     other.evict();
@@ -357,7 +357,7 @@ impl PageSocket {
             }
         }
         // Refusals are counted and logged by `dispatch`; a page is never answered.
-        let _ = inbound::dispatch(&self.app, &self.session.conv, message, text.len()).await;
+        let _ = frames::dispatch(&self.app, &self.session.conv, message, text.len()).await;
         Flow::Continue
     }
 }

@@ -1,28 +1,16 @@
-//! Starting a call or describe on the page (the rate, the conversation, the binding, the
-//! deadline) and supervising it to its outcome.
+//! A started call supervised to its outcome: the page's answer or the deadline, whichever the
+//! broker's atomic check-and-mark lets win; the outcome counted, and written to the call's
+//! `Idempotency-Key`. [`Supervision`] runs inside the request that awaits it and goes on alone
+//! when that request goes away.
 
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
 use toolmark_broker::retry::LONGEST_PAUSE;
+use toolmark_broker::{CallBinding, CallKind, CallRecord, Outcome};
 
-use super::*;
-
-/// A request to start on the page.
-pub(crate) struct Request {
-    pub kind: CallKind,
-    pub tool: String,
-    pub input: Value,
-    pub rev: Option<u64>,
-    pub timeout_ms: Option<u64>,
-    /// The request's `Idempotency-Key` and fingerprint, when it claimed one.
-    pub idempotency: Option<(String, String)>,
-}
-
-/// A call that was bound and sent.
-pub(crate) struct Started {
-    pub id: String,
-    pub client_id: String,
-    pub untrusted: bool,
-    pub outcome: Supervision,
-}
+use super::idempotency::Bound;
+use crate::state::AppState;
 
 /// A call's supervision ([`supervise`]), awaited for its outcome. It runs inside the task that
 /// awaits it, so that the page's answer wakes the agent's request directly rather than through
@@ -33,6 +21,19 @@ pub(crate) struct Started {
 pub(crate) struct Supervision {
     run: Option<std::pin::Pin<Box<dyn Future<Output = Outcome> + Send>>>,
     life: toolmark_process::Lifecycle,
+}
+
+impl Supervision {
+    /// The supervision `run`, handed to a task of `life` should it be dropped before its end.
+    pub(super) fn new(
+        run: impl Future<Output = Outcome> + Send + 'static,
+        life: toolmark_process::Lifecycle,
+    ) -> Self {
+        Self {
+            run: Some(Box::pin(run)),
+            life,
+        }
+    }
 }
 
 impl Future for Supervision {
@@ -65,103 +66,15 @@ impl Drop for Supervision {
     }
 }
 
-/// Binds and sends a call or describe (the tenant's rate, the conversation, the deadline) and
-/// supervises it; the agent API and the hosted MCP endpoint both start calls here.
-pub(crate) async fn start(
-    app: &AppState,
-    tenant: &Tenant,
-    conv: ConvKey,
-    req: Request,
-    respond_async: bool,
-) -> Result<Started, Problem> {
-    if app.is_draining() {
-        return Err(Problem::unavailable(Duration::from_secs(1)));
-    }
-    let limits = &tenant.limits;
-    let timeout_ms = req.timeout_ms.unwrap_or(limits.default_call_timeout_ms);
-    if timeout_ms == 0 || timeout_ms > limits.max_call_timeout_ms {
-        if let Some((key, _)) = &req.idempotency {
-            idempotency::release(app, &tenant.id, key).await;
-        }
-        return Err(Problem::invalid(
-            "/timeoutMs",
-            format!("timeoutMs is between 1 and {}", limits.max_call_timeout_ms),
-        ));
-    }
-    // The rate, the conversation read and the bind, in the broker's order (one Redis round
-    // trip when the conversation's current page is the one this node last saw).
-    let deadline_ms = now_ms() + timeout_ms;
-    let placed = app
-        .broker
-        .place_call(CallRequest {
-            id: partition::new_call_id(&conv),
-            conv,
-            kind: req.kind,
-            tool: req.tool,
-            input: req.input,
-            rev: req.rev,
-            deadline_ms,
-            respond_async,
-            calls_per_second: limits.calls_per_second,
-        })
-        .await;
-    let Placed { binding, waiter } = match placed {
-        Ok(p) => p,
-        Err(e) => {
-            if let Some((key, _)) = &req.idempotency {
-                idempotency::release(app, &tenant.id, key).await;
-            }
-            return Err(e.into());
-        }
-    };
-    // The key now names this call: a repeat answers from it from here on.
-    let remembered = match req.idempotency {
-        Some((key, f)) => {
-            let record = idempotency::Record {
-                f,
-                id: Some(binding.id.clone()),
-                client: Some(binding.client_id.clone()),
-                untrusted: binding.untrusted,
-                deadline_ms: Some(deadline_ms),
-                outcome: None,
-            };
-            idempotency::started(app, &tenant.id, &key, &record).await;
-            Some((key, record))
-        }
-        None => None,
-    };
-    let (id, client_id, untrusted) = (
-        binding.id.clone(),
-        binding.client_id.clone(),
-        binding.untrusted,
-    );
-    let run = supervise(
-        app.clone(),
-        binding,
-        Duration::from_millis(timeout_ms),
-        waiter,
-        remembered,
-    );
-    Ok(Started {
-        id,
-        client_id,
-        untrusted,
-        outcome: Supervision {
-            run: Some(Box::pin(run)),
-            life: app.life.clone(),
-        },
-    })
-}
-
 /// Waits for the call's outcome or its deadline, whichever comes first; the broker's atomic
 /// check-and-mark decides the winner and records its events (`call.timeout`, and `call.result`
 /// for async calls) with it.
-pub(super) async fn supervise(
+pub(crate) async fn supervise(
     app: AppState,
     binding: CallBinding,
     timeout: Duration,
     mut waiter: oneshot::Receiver<Outcome>,
-    remembered: Option<(String, idempotency::Record)>,
+    bound: Option<Bound>,
 ) -> Outcome {
     let started = Instant::now();
     let outcome = tokio::select! {
@@ -206,9 +119,8 @@ pub(super) async fn supervise(
     tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
     // A repeat of the request within 24 h answers with this outcome, even once the call itself
     // left the broker's retention.
-    if let Some((key, mut record)) = remembered {
-        record.outcome = Some(outcome.clone());
-        idempotency::started(&app, &binding.conv.tenant, &key, &record).await;
+    if let Some(bound) = bound {
+        bound.finish(&app, &binding.conv.tenant, &outcome).await;
     }
     outcome
 }
@@ -250,4 +162,87 @@ async fn time_out_again(app: &AppState, binding: &CallBinding) {
         app.broker.time_out(conv, &binding.id)
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use toolmark_broker::PageIdentity;
+    use toolmark_broker::memory::MemoryBroker;
+    use toolmark_broker::prelude::*;
+    use toolmark_proto::ToolResult;
+    use toolmark_proto::{AgentMessage, Describe, ids};
+
+    use toolmark_broker::{ConvKey, now_ms};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_whose_outcome_message_is_lost_is_answered_from_the_stored_outcome() {
+        let registry = Arc::new(crate::registry::Registry::default());
+        let broker = Arc::new(MemoryBroker::new("n1", registry.clone()));
+        let mcp = toolmark_process::config::McpConfig::default()
+            .parse()
+            .expect("default [mcp]");
+        let live = Arc::new(crate::hosted_mcp::live::Live::new(
+            broker.clone(),
+            mcp.clone(),
+        ));
+        let app = AppState::new(
+            crate::tenants::Tenants::new(Vec::new()),
+            broker.clone(),
+            registry,
+            Arc::new(crate::metrics::Metrics::new()),
+            toolmark_process::Lifecycle::new(),
+            None,
+            None,
+            None,
+            mcp,
+            live,
+            toolmark_process::config::HoldSettings::default(),
+        );
+        let conv = ConvKey::new("t", "u", "c");
+        let binding = CallBinding {
+            id: ids::new_call_id(),
+            conv: conv.clone(),
+            client_id: "p1".into(),
+            tool: "todo.add".into(),
+            kind: CallKind::Call,
+            // Time enough for the answer below on a busy machine; the supervisor waits it out.
+            deadline_ms: now_ms() + 1000,
+            node: "n1".into(),
+            untrusted: false,
+            respond_async: false,
+        };
+        let frame = AgentMessage::Describe(Describe {
+            client_id: "p1".into(),
+            id: binding.id.clone(),
+            tool: "todo.add".into(),
+        });
+        // The broker's own outcome message is the one that gets lost: the supervisor waits on
+        // a channel nobody ever sends on.
+        drop(app.broker.send_call(binding.clone(), frame).await.unwrap());
+        let (_never_sent, lost) = oneshot::channel();
+        let outcome = app.life.spawn(supervise(
+            app.clone(),
+            binding.clone(),
+            Duration::from_millis(1000),
+            lost,
+            None,
+        ));
+        let from = PageIdentity {
+            conv,
+            client_id: "p1".into(),
+        };
+        broker
+            .submit_result(&from, &binding.id, ToolResult::Ok { data: None })
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome.await.unwrap(),
+            Outcome::Result(ToolResult::Ok { data: None }),
+            "the page answered: the agent must not be told `timeout`"
+        );
+    }
 }

@@ -1,0 +1,13 @@
+//! The call engine, below both front doors (the agent API and the hosted MCP endpoint): a
+//! call's life from its `Idempotency-Key` claimed ([`once`]) to its start on the page ([`start`]:
+//! the deadline, the rate, the binding) and its supervision to the outcome ([`supervise`]),
+//! the key bound to the call, written its outcome or given back. The doors only parse what
+//! they were sent and render what the engine answers.
+
+pub mod idempotency;
+mod once;
+mod start;
+mod supervise;
+
+pub(crate) use once::{Once, Route, once};
+pub(crate) use start::{Request, start};

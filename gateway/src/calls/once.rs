@@ -1,0 +1,74 @@
+//! A request with an `Idempotency-Key` runs once: the first claims the key and runs; a repeat
+//! answers as the first did ([`Repeat`]), whichever door it came through.
+
+use serde_json::Value;
+use toolmark_broker::Outcome;
+
+use super::idempotency::{self, Claim, Claimed, Record};
+use super::start::Request;
+use crate::http::Problem;
+use crate::state::AppState;
+use crate::tenants::Tenant;
+
+/// Where a request was made, part of its fingerprint: the route's name, the user and the
+/// conversation.
+pub(crate) type Route<'a> = (&'a str, &'a str, &'a str);
+
+/// What the key says of a request.
+pub(crate) enum Once {
+    /// Run it (it carries the key it claimed, if any).
+    Run(Request),
+    /// Answer as the first request with the key.
+    Repeat(Repeat),
+}
+
+/// The first request's call, as a repeat answers it.
+pub(crate) struct Repeat {
+    /// The call's id.
+    pub id: String,
+    /// Its page.
+    pub client_id: String,
+    /// Whether its tool is marked untrusted.
+    pub untrusted: bool,
+    key: String,
+    record: Record,
+}
+
+impl Repeat {
+    /// The call's outcome, once it has one (waiting as the first request does).
+    pub(crate) async fn outcome(self, app: &AppState, tenant: &Tenant) -> Outcome {
+        idempotency::outcome(app, &tenant.id, &self.key, self.record).await
+    }
+}
+
+/// With an `Idempotency-Key` (`key`): claims it for this request, or finds the first request's
+/// call. Without one: run.
+pub(crate) async fn once(
+    app: &AppState,
+    tenant: &Tenant,
+    key: Option<String>,
+    (route, user, conversation): Route<'_>,
+    body: &[u8],
+    mut req: Request,
+) -> Result<Once, Problem> {
+    let Some(sent) = key else {
+        return Ok(Once::Run(req));
+    };
+    let key = idempotency::scoped(tenant, &sent);
+    let legacy = (key != sent).then_some(sent.as_str());
+    let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let fingerprint = idempotency::fingerprint(route, user, conversation, &value);
+    match idempotency::claim(app, &tenant.id, &key, legacy, &fingerprint).await? {
+        Claimed::First => {
+            req.idempotency = Some(Claim { key, fingerprint });
+            Ok(Once::Run(req))
+        }
+        Claimed::Repeat(record) => Ok(Once::Repeat(Repeat {
+            id: record.id.clone().unwrap_or_default(),
+            client_id: record.client.clone().unwrap_or_default(),
+            untrusted: record.untrusted,
+            key,
+            record,
+        })),
+    }
+}

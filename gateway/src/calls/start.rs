@@ -1,0 +1,112 @@
+//! Starting a call or describe on the page: the deadline checked, the rate, the conversation
+//! and the binding in the broker's order, the `Idempotency-Key` bound to the call it started or
+//! given back when none started, and the call's [`Supervision`] handed to the door.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use toolmark_broker::{CallKind, CallRequest, ConvKey, Placed, now_ms, partition};
+
+use super::idempotency::Claim;
+use super::supervise::{Supervision, supervise};
+use crate::http::Problem;
+use crate::state::AppState;
+use crate::tenants::Tenant;
+
+/// A request to start on the page.
+pub(crate) struct Request {
+    pub kind: CallKind,
+    pub tool: String,
+    pub input: Value,
+    pub rev: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    /// The request's `Idempotency-Key`, when it claimed one ([`super::once`]).
+    pub idempotency: Option<Claim>,
+}
+
+/// A call that was bound and sent.
+pub(crate) struct Started {
+    pub id: String,
+    pub client_id: String,
+    pub untrusted: bool,
+    pub outcome: Supervision,
+}
+
+/// Binds and sends a call or describe (the tenant's rate, the conversation, the deadline) and
+/// supervises it; the agent API and the hosted MCP endpoint both start calls here. A request
+/// that started no call gives its `Idempotency-Key` back, here and nowhere else.
+pub(crate) async fn start(
+    app: &AppState,
+    tenant: &Tenant,
+    conv: ConvKey,
+    mut req: Request,
+    respond_async: bool,
+) -> Result<Started, Problem> {
+    let claim = req.idempotency.take();
+    let placed = place(app, tenant, conv, req, respond_async).await;
+    let (placed, timeout) = match placed {
+        Ok(p) => p,
+        Err(problem) => {
+            if let Some(claim) = claim {
+                claim.release(app, &tenant.id).await;
+            }
+            return Err(problem);
+        }
+    };
+    let Placed { binding, waiter } = placed;
+    // The key now names this call: a repeat answers from it from here on.
+    let bound = match claim {
+        Some(claim) => Some(claim.bind(app, &binding).await),
+        None => None,
+    };
+    let (id, client_id, untrusted) = (
+        binding.id.clone(),
+        binding.client_id.clone(),
+        binding.untrusted,
+    );
+    let run = supervise(app.clone(), binding, timeout, waiter, bound);
+    Ok(Started {
+        id,
+        client_id,
+        untrusted,
+        outcome: Supervision::new(run, app.life.clone()),
+    })
+}
+
+/// The deadline checked, then the rate, the conversation read and the bind, in the broker's
+/// order (one Redis round trip when the conversation's current page is the one this node last
+/// saw).
+async fn place(
+    app: &AppState,
+    tenant: &Tenant,
+    conv: ConvKey,
+    req: Request,
+    respond_async: bool,
+) -> Result<(Placed, Duration), Problem> {
+    if app.is_draining() {
+        return Err(Problem::unavailable(Duration::from_secs(1)));
+    }
+    let limits = &tenant.limits;
+    let timeout_ms = req.timeout_ms.unwrap_or(limits.default_call_timeout_ms);
+    if timeout_ms == 0 || timeout_ms > limits.max_call_timeout_ms {
+        return Err(Problem::invalid(
+            "/timeoutMs",
+            format!("timeoutMs is between 1 and {}", limits.max_call_timeout_ms),
+        ));
+    }
+    let placed = app
+        .broker
+        .place_call(CallRequest {
+            id: partition::new_call_id(&conv),
+            conv,
+            kind: req.kind,
+            tool: req.tool,
+            input: req.input,
+            rev: req.rev,
+            deadline_ms: now_ms() + timeout_ms,
+            respond_async,
+            calls_per_second: limits.calls_per_second,
+        })
+        .await?;
+    Ok((placed, Duration::from_millis(timeout_ms)))
+}
