@@ -19,7 +19,7 @@ deps:
 	@scripts/deps.sh
 
 ## lint: formatting and clippy, warnings are errors; then cargo-deny on licenses, duplicate
-## versions and sources (deny.toml; advisories are not checked, docs/security.md)
+## versions, sources and advisories (deny.toml, scripts/deny.sh)
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings

