@@ -221,6 +221,7 @@ mod tests {
             },
             state,
             outcome,
+            resolution: None,
         }
     }
 

@@ -31,7 +31,7 @@ pub use model::{CONFIRM_ABANDON_GRACE, RECONNECT_GRACE, Retention};
 pub use types::{
     AdmitLimits, CallBinding, CallKind, CallRecord, CallRequest, CallState, CallTarget,
     ConfirmBinding, ConvKey, ConversationState, Event, EventType, Outcome, PageIdentity, PageInfo,
-    PageLeft, Placed, event_id_after, now_ms,
+    PageLeft, Placed, Resolution, event_id_after, now_ms,
 };
 
 /// How long [`Events::emit_once`] remembers a name: past the longest a node holds a page's

@@ -129,6 +129,19 @@ pub struct CallRecord {
     pub state: CallState,
     /// Set once `state` is not pending.
     pub outcome: Option<Outcome>,
+    /// For a call answered `needs_confirmation`: how its confirmation ended, once it did (the
+    /// same atomic step records it and its `confirmation.resolved`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<Resolution>,
+}
+
+/// How a call's deferred confirmation ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resolution {
+    /// The page's final result (`refused confirmation_expired` when the sweep expired it).
+    pub outcome: ToolResult,
+    /// When (ms since the epoch).
+    pub at_ms: u64,
 }
 
 /// What a confirmId is bound to, stored when its `needs_confirmation` result is accepted.

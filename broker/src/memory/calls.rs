@@ -26,6 +26,7 @@ impl Calls for MemoryBroker {
                 binding,
                 state: CallState::Pending,
                 outcome: None,
+                resolution: None,
             };
             self.calls.shard(&record.binding.id).insert(
                 record.binding.id.clone(),
@@ -33,7 +34,7 @@ impl Calls for MemoryBroker {
                     record,
                     waiter: Some(tx),
                     watchers: Vec::new(),
-                    finished: None,
+                    kept_until: None,
                     frame: Arc::clone(&frame),
                 },
             );
@@ -94,7 +95,7 @@ impl Calls for MemoryBroker {
             }
             entry.record.state = CallState::TimedOut;
             entry.record.outcome = Some(Outcome::Timeout);
-            entry.finished = Some(Instant::now());
+            entry.kept_until = Some(Instant::now() + self.retention.finished_calls);
             self.announce_now(&crate::Change::Call(entry.record.clone()));
             (entry.record.clone(), entry.listeners())
         };
@@ -197,35 +198,43 @@ impl MemoryBroker {
             model::check_result(found, &from.client_id, now_ms).map_err(SubmitError::Rejected)?;
             entry.record.state = CallState::Answered;
             entry.record.outcome = Some(Outcome::Result(result.clone()));
-            entry.finished = Some(Instant::now());
+            // A call awaiting its confirmation is kept as long as the confirmation can be.
+            let kept_for = if result.confirm_id().is_some() {
+                self.retention.confirmations
+            } else {
+                self.retention.finished_calls
+            };
+            entry.kept_until = Some(Instant::now() + kept_for);
             let waiter = entry.listeners();
             let record = entry.record.clone();
             if record.binding.respond_async {
                 self.announce_now(&crate::Change::Call(record.clone()));
             }
-            if let Some(confirm_id) = result.confirm_id() {
-                let expires = Instant::now() + self.retention.confirmations;
-                lock(&self.confirms)
-                    .entry(confirm_id.to_owned())
-                    .or_default()
-                    .entry(record.binding.conv.clone())
-                    .or_insert_with(|| ConfirmEntry {
-                        binding: ConfirmBinding {
-                            confirm_id: confirm_id.to_owned(),
-                            call_id: record.binding.id.clone(),
-                            tool: record.binding.tool.clone(),
-                            conv: record.binding.conv.clone(),
-                            client_id: record.binding.client_id.clone(),
-                            untrusted: record.binding.untrusted,
-                        },
-                        used: false,
-                        confirmed: false,
-                        expires,
-                        absent_since: None,
-                    });
-            }
             (record, waiter)
         };
+        // The confirmation's binding, once the call's shard is let go (confirmations, then a
+        // shard: the order every path takes both in).
+        if let Some(confirm_id) = result.confirm_id() {
+            let expires = Instant::now() + self.retention.confirmations;
+            lock(&self.confirms)
+                .entry(confirm_id.to_owned())
+                .or_default()
+                .entry(record.binding.conv.clone())
+                .or_insert_with(|| ConfirmEntry {
+                    binding: ConfirmBinding {
+                        confirm_id: confirm_id.to_owned(),
+                        call_id: record.binding.id.clone(),
+                        tool: record.binding.tool.clone(),
+                        conv: record.binding.conv.clone(),
+                        client_id: record.binding.client_id.clone(),
+                        untrusted: record.binding.untrusted,
+                    },
+                    used: false,
+                    confirmed: false,
+                    expires,
+                    absent_since: None,
+                });
+        }
         tell(waiter, &Outcome::Result(result));
         Ok(record)
     }

@@ -30,10 +30,7 @@ impl Confirmations for MemoryBroker {
         };
         entry.used = true;
         entry.confirmed = true;
-        self.announce_now(&crate::Change::Confirmation {
-            binding: entry.binding.clone(),
-            outcome: outcome.clone(),
-        });
+        self.resolve(&entry.binding, outcome.clone());
         Ok(entry.binding.clone())
     }
 
@@ -90,14 +87,31 @@ impl Confirmations for MemoryBroker {
                 ConfirmSweep::Keep { absent_since } => entry.absent_since = absent_since,
                 ConfirmSweep::Expire => {
                     entry.used = true;
-                    self.announce_now(&crate::Change::Confirmation {
-                        binding: b.clone(),
-                        outcome: crate::expired_confirmation(),
-                    });
+                    self.resolve(b, crate::expired_confirmation());
                     expired.push(b.clone());
                 }
             }
         }
         Ok(expired)
+    }
+}
+
+impl MemoryBroker {
+    /// A confirmation ended with `outcome`: written to its call (kept
+    /// `retention.finished_calls` from now) and announced as `confirmation.resolved`, in one
+    /// step under the call's shard (the caller holds the confirmations, taken first).
+    fn resolve(&self, binding: &ConfirmBinding, outcome: ToolResult) {
+        let mut calls = self.calls.shard(&binding.call_id);
+        if let Some(entry) = calls.get_mut(&binding.call_id) {
+            entry.record.resolution = Some(crate::Resolution {
+                outcome: outcome.clone(),
+                at_ms: now_ms(),
+            });
+            entry.kept_until = Some(Instant::now() + self.retention.finished_calls);
+        }
+        self.announce_now(&crate::Change::Confirmation {
+            binding: binding.clone(),
+            outcome,
+        });
     }
 }

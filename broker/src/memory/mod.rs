@@ -37,7 +37,10 @@ struct CallEntry {
     waiter: Option<oneshot::Sender<Outcome>>,
     /// Watchers of its outcome ([`Calls::watch`]).
     watchers: Vec<oneshot::Sender<Outcome>>,
-    finished: Option<Instant>,
+    /// Until when a finished call is kept (`None` while pending): `retention.finished_calls`
+    /// after it finished, or, answered `needs_confirmation`, `retention.confirmations` and then
+    /// `retention.finished_calls` after its confirmation ended.
+    kept_until: Option<Instant>,
     /// The frame sent, for a page that reconnects while the call is pending.
     frame: Arc<str>,
 }
@@ -307,17 +310,14 @@ impl MemoryBroker {
         let finished_for = self.retention.finished_calls;
         for shard in &self.calls.shards {
             let mut calls = lock(shard);
-            calls.retain(|_, e| {
-                e.finished
-                    .is_none_or(|t| now.duration_since(t) < finished_for)
-            });
+            calls.retain(|_, e| e.kept_until.is_none_or(|t| now < t));
             for e in calls.values_mut() {
                 if e.record.state == CallState::Pending
                     && now_ms > e.record.binding.deadline_ms + model::millis(model::SWEEP_GRACE)
                 {
                     e.record.state = CallState::TimedOut;
                     e.record.outcome = Some(Outcome::Timeout);
-                    e.finished = Some(now);
+                    e.kept_until = Some(now + finished_for);
                     tell(e.listeners(), &Outcome::Timeout);
                     frames.push((
                         e.record.binding.conv.clone(),

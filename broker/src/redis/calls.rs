@@ -269,8 +269,13 @@ impl RedisBroker {
 
     /// A call's record from its stored fields: conversation ref, clientId (compact), deadline,
     /// node, summary, state, outcome.
+    /// A resolution follows where the script read it (`READ_CALL`).
     pub(super) fn stored_record(id: &str, f: &[String]) -> Option<CallRecord> {
-        let [conv, client, deadline, node, summary, state, outcome] = f else {
+        let (fields, resolution) = match f.len() {
+            8 => (&f[..7], f.get(7)),
+            _ => (f, None),
+        };
+        let [conv, client, deadline, node, summary, state, outcome] = fields else {
             return None;
         };
         let client = codec::expand_id(client);
@@ -284,6 +289,7 @@ impl RedisBroker {
             binding,
             state: state_of(state),
             outcome,
+            resolution: resolution.and_then(|r| codec::parse_resolution(r)),
         })
     }
 
@@ -401,6 +407,7 @@ impl Calls for RedisBroker {
                         binding,
                         state: CallState::TimedOut,
                         outcome: Some(Outcome::Timeout),
+                        resolution: None,
                     },
                 )
             }

@@ -315,6 +315,16 @@ pub fn parse_confirm_member(m: &str) -> Option<(ConvKey, String, String)> {
     ))
 }
 
+/// How a call's confirmation ended, as the confirm and expiry scripts store it beside the call
+/// (`<at ms>\n<final outcome>`); `None` for '' (not ended) or a value that does not parse.
+pub fn parse_resolution(stored: &str) -> Option<crate::Resolution> {
+    let (at, outcome) = stored.split_once('\n')?;
+    Some(crate::Resolution {
+        outcome: serde_json::from_str(outcome).ok()?,
+        at_ms: at.parse().ok()?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

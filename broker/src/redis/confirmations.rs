@@ -61,6 +61,10 @@ impl RedisBroker {
                 ]
                 .into_iter()
                 .chain(Self::outbox_args(&change))
+                .chain([
+                    serde_json::to_string(outcome).unwrap_or_default(),
+                    millis(self.opts.retention.finished_calls).to_string(),
+                ])
                 .collect(),
             )
             .await?,
@@ -196,6 +200,8 @@ impl RedisBroker {
                     .to_string(),
             ];
             args.extend(Self::outbox_args(&change));
+            args.push(serde_json::to_string(&crate::expired_confirmation()).unwrap_or_default());
+            args.push(model::millis(self.opts.retention.finished_calls).to_string());
             args.extend(live.iter().cloned());
             let reply = strings(
                 self.script(

@@ -102,6 +102,7 @@ impl RedisBroker {
                     binding,
                     state: CallState::Answered,
                     outcome: Some(Outcome::Result(result)),
+                    resolution: None,
                 };
                 if record.binding.respond_async {
                     self.relay(&Change::Call(record.clone())).await;

@@ -164,23 +164,11 @@ async fn confirmations_are_bound_single_use_and_keep_their_tool(backend: Backend
         confirm(page(&other, "p1"), "k1").await,
         Err(SubmitError::Rejected(Rejection::Mismatch))
     );
-    // Long after the call itself is forgotten, the confirmation still knows its tool.
-    eventually(
-        Duration::from_secs(10),
-        "the finished call is forgotten",
-        || {
-            let b = b.clone();
-            let id = id.clone();
-            async move {
-                if let Backend::Memory = backend {
-                    // The memory broker forgets at its sweep.
-                    let _ = b.sweep_deadlines().await;
-                }
-                b.call("t", &id).await.unwrap().is_none().then_some(())
-            }
-        },
-    )
-    .await;
+    // Past the call's deadline and `finished_calls`, the call is kept while its confirmation
+    // pends (it tells how the confirmation ends), and the confirmation still knows its tool.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    b.sweep_deadlines().await.unwrap();
+    assert!(b.call("t", &id).await.unwrap().is_some());
     let bound = confirm(page(&c, "p1"), "k1").await.unwrap();
     assert_eq!(
         (bound.call_id.as_str(), bound.tool.as_str()),
@@ -258,11 +246,10 @@ async fn a_silent_socket_keeps_confirmations_and_their_expiry_needs_the_page_gon
     sweep_keeps(&b, backend).await;
     // The user approves: the confirmed is accepted.
     b.page_identified(&c, "p1").await.unwrap();
-    assert!(
-        b.submit_confirmed(&page(&c, "p1"), "k1", &crate::support::confirmed_ok())
-            .await
-            .is_ok()
-    );
+    let confirmed = b
+        .submit_confirmed(&page(&c, "p1"), "k1", &crate::support::confirmed_ok())
+        .await;
+    assert!(confirmed.is_ok(), "{confirmed:?}");
 
     // A page that is really gone: its confirmation expires, once.
     let (id, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
@@ -283,6 +270,83 @@ async fn a_silent_socket_keeps_confirmations_and_their_expiry_needs_the_page_gon
     );
 }
 contract!(a_silent_socket_keeps_confirmations_and_their_expiry_needs_the_page_gone);
+
+/// A call answered `needs_confirmation` carries how its confirmation ended (the page's final
+/// outcome, or the expiry's refusal), written in the step that records `confirmation.resolved`;
+/// it is kept as long as its confirmation can be, then `finished_calls` after it ended.
+async fn a_call_carries_how_its_confirmation_ended_and_is_kept_past_it(backend: Backend) {
+    let mut nodes = Nodes::new(backend, short());
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    b.page_identified(&c, "p1").await.unwrap();
+    let (id, _w) = call(&b, &c, "p1", Duration::from_millis(400)).await;
+    b.submit_result(&page(&c, "p1"), &id, needs("k1"))
+        .await
+        .unwrap();
+    // Past the call's deadline and `finished_calls`: still kept, its confirmation pending.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    b.sweep_deadlines().await.unwrap();
+    let r = b
+        .call("t", &id)
+        .await
+        .unwrap()
+        .expect("kept while its confirmation pends");
+    assert_eq!(r.outcome, Some(Outcome::Result(needs("k1"))));
+    assert_eq!(r.resolution, None);
+    let before = toolmark_broker::now_ms();
+    b.submit_confirmed(&page(&c, "p1"), "k1", &confirmed_ok())
+        .await
+        .unwrap();
+    let r = b.call("t", &id).await.unwrap().expect("kept once resolved");
+    let res = r.resolution.expect("the confirmation's end is on its call");
+    assert_eq!(res.outcome, confirmed_ok());
+    assert!(
+        res.at_ms + 1000 >= before && res.at_ms <= toolmark_broker::now_ms() + 1000,
+        "{} vs {before}",
+        res.at_ms
+    );
+    let log = b.events("t", Some("0-0")).await.unwrap().backlog;
+    let resolved: Vec<_> = log
+        .iter()
+        .filter(|e| e.kind == EventType::ConfirmationResolved && e.data["callId"] == id.as_str())
+        .collect();
+    assert_eq!(resolved.len(), 1, "{log:?}");
+    assert_eq!(resolved[0].data["outcome"], json!(confirmed_ok()));
+    // `finished_calls` after it ended, the call is gone.
+    eventually(
+        Duration::from_secs(10),
+        "the resolved call is forgotten",
+        || {
+            let b = b.clone();
+            let id = id.clone();
+            async move {
+                b.sweep_deadlines().await.unwrap();
+                b.call("t", &id).await.unwrap().is_none().then_some(())
+            }
+        },
+    )
+    .await;
+
+    // Expired: the refusal is its final outcome.
+    let (id, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    b.submit_result(&page(&c, "p1"), &id, needs("k2"))
+        .await
+        .unwrap();
+    b.release_page(&c, Some("p1"), &crate::support::release())
+        .await
+        .unwrap();
+    b.release_page(&c, None, &crate::support::release())
+        .await
+        .unwrap();
+    sweep_until_expired(&b, "k2").await;
+    let r = b.call("t", &id).await.unwrap().expect("kept once expired");
+    assert_eq!(
+        r.resolution.map(|r| r.outcome),
+        Some(toolmark_broker::expired_confirmation())
+    );
+}
+contract!(a_call_carries_how_its_confirmation_ended_and_is_kept_past_it);
 
 async fn an_echo_subscription_keeps_its_pages_confirmations_until_it_is_gone(backend: Backend) {
     let mut nodes = Nodes::new(backend, short());

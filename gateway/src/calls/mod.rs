@@ -4,10 +4,12 @@
 //! the key bound to the call, written its outcome or given back. The doors only parse what
 //! they were sent and render what the engine answers.
 
+mod follow;
 pub mod idempotency;
 mod once;
 mod start;
 mod supervise;
 
+pub(crate) use follow::{Phase, follow, phase};
 pub(crate) use once::{Once, Route, once};
 pub(crate) use start::{Request, start};

@@ -3,10 +3,12 @@
 //! (revisions with sessions) or to a `subscriptions/listen` stream (2026-07-28).
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Extensions, ListToolsResult, PaginatedRequestParams,
-    ServerConfig, SubscriptionFilter,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, Extensions, GetTaskParams,
+    GetTaskResult, JsonObject, ListToolsResult, PaginatedRequestParams, ServerConfig,
+    SubscriptionFilter, TASKS_EXTENSION_ID,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -15,6 +17,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmark_broker::{CallKind, Outcome};
 use toolmark_mcp_tools::outcome::NO_PAGE;
 use toolmark_mcp_tools::{CallEnd, call_result};
+use toolmark_proto::ToolResult;
 
 use super::grant::McpGrant;
 use super::listings::{Listings, forward};
@@ -97,17 +100,33 @@ fn page_call_of(
     Ok((kind, tool, input))
 }
 
+/// Sleeps `d`; forever for [`Duration::MAX`].
+async fn sleep_or_never(d: Duration) {
+    if d == Duration::MAX {
+        std::future::pending::<()>().await;
+    } else {
+        tokio::time::sleep(d).await;
+    }
+}
+
 fn internal(p: &Problem) -> ErrorData {
     ErrorData::internal_error(p.detail.clone(), None)
 }
 
 impl ServerHandler for HostedMcp {
     fn get_info(&self) -> ServerConfig {
-        toolmark_mcp_tools::listing::server_config(
+        let mut config = toolmark_mcp_tools::listing::server_config(
             "toolmark-gateway",
             env!("CARGO_PKG_VERSION"),
             INSTRUCTIONS,
-        )
+        );
+        // Tasks, for the clients that declare them (`super::tasks`).
+        config
+            .capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
+        config
     }
 
     async fn list_tools(
@@ -171,7 +190,12 @@ impl ServerHandler for HostedMcp {
             timeout_ms,
             idempotency: None,
         };
-        let started = match calls::start(&self.app, &grant.tenant, conv, call, false).await {
+        // A client that declares tasks may be answered with one: its call is announced as an
+        // async call's is (`call.result`), so its end is heard on every node.
+        let tasks = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        let started = match calls::start(&self.app, &grant.tenant, conv, call, tasks).await {
             Ok(started) => started,
             Err(p) if p.pointer.is_some() => {
                 return Err(ErrorData::invalid_params(p.detail, None));
@@ -181,8 +205,22 @@ impl ServerHandler for HostedMcp {
             }
             Err(p) => return Err(internal(&p)),
         };
+        let mut running = started.outcome;
+        let task_after = if tasks {
+            self.app.hosted_mcp.task_after
+        } else {
+            // Without tasks the call is awaited to its end, as long as the deadline allows.
+            Duration::MAX
+        };
         let outcome = tokio::select! {
-            o = started.outcome => o,
+            o = &mut running => o,
+            () = sleep_or_never(task_after) => {
+                // The supervision goes on in a task of its own (dropped unfinished).
+                drop(running);
+                return Ok(super::tasks::create(&self.app, &grant, &started.id, started.untrusted, None)
+                    .await?
+                    .into());
+            }
             () = context.ct.cancelled() => {
                 // The client gave up (`notifications/cancelled`): the page gets the protocol
                 // `cancel`; the client expects no answer.
@@ -192,11 +230,41 @@ impl ServerHandler for HostedMcp {
                 return Err(ErrorData::internal_error("cancelled", None));
             }
         };
+        if tasks && let Outcome::Result(ToolResult::NeedsConfirmation { summary, .. }) = &outcome {
+            let task = super::tasks::create(
+                &self.app,
+                &grant,
+                &started.id,
+                started.untrusted,
+                Some(summary),
+            )
+            .await?;
+            return Ok(task.into());
+        }
         let end = match outcome {
             Outcome::Result(r) => CallEnd::Answered(r),
             Outcome::Timeout => CallEnd::DeadlinePassed,
         };
         Ok(call_result(end, started.untrusted).into())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let grant = grant_of(&context.extensions)?;
+        let task = super::tasks::get(&self.app, &grant, &request.task_id).await?;
+        Ok(GetTaskResult::new(task))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let grant = grant_of(&context.extensions)?;
+        super::tasks::cancel(&self.app, &grant, &request.task_id).await
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -215,6 +283,21 @@ impl ServerHandler for HostedMcp {
         let changes = self.listings.listen(&self.app, &grant);
         let peer = context.peer.clone();
         let stopping = self.app.life.stopping().clone();
+        let tasks = peer
+            .peer_info()
+            .is_some_and(|info| info.capabilities.supports_tasks());
+        if tasks {
+            // The session's tasks end notified on its stream, wherever they ended.
+            let (app, grant, peer) = (self.app.clone(), grant.clone(), peer.clone());
+            let (stop, stopping) = (stop.clone(), stopping.clone());
+            self.app.life.spawn(async move {
+                tokio::select! {
+                    () = super::tasks::notify_ends(&app, &grant, &peer) => {}
+                    () = stop.cancelled() => {}
+                    () = stopping.cancelled() => {}
+                }
+            });
+        }
         self.app.life.spawn(async move {
             tokio::select! {
                 () = forward(changes, || {

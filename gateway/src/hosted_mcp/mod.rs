@@ -20,6 +20,7 @@ pub mod live;
 pub mod oauth;
 pub mod sessions;
 pub mod streams;
+mod tasks;
 mod tools;
 
 use std::sync::Arc;

@@ -175,6 +175,9 @@ pub struct McpConfig {
     pub max_sessions_per_tenant: usize,
     /// Live MCP sessions per token (per user and conversation), counted across the nodes.
     pub max_sessions_per_token: usize,
+    /// For a client that declares MCP tasks: a tool call not answered within this many
+    /// milliseconds becomes a task.
+    pub task_after_ms: u64,
 }
 
 impl Default for McpConfig {
@@ -185,6 +188,7 @@ impl Default for McpConfig {
             max_streams_per_token: 4,
             max_sessions_per_tenant: 1000,
             max_sessions_per_token: 8,
+            task_after_ms: 3000,
         }
     }
 }

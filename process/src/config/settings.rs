@@ -327,6 +327,9 @@ pub struct McpSettings {
     pub max_sessions_per_tenant: usize,
     /// Live sessions per token (user and conversation), across the nodes.
     pub max_sessions_per_token: usize,
+    /// How long a tool call of a client that declares tasks may go unanswered before it
+    /// becomes a task.
+    pub task_after: Duration,
 }
 
 impl McpConfig {
@@ -352,6 +355,7 @@ fn parse_mcp(m: &McpConfig) -> Result<McpSettings, ConfigError> {
             "mcp.max_sessions_per_token",
             m.max_sessions_per_token as u64,
         ),
+        ("mcp.task_after_ms", m.task_after_ms),
     ] {
         if v == 0 {
             return Err(ConfigError::new(k, "must be greater than 0"));
@@ -363,6 +367,7 @@ fn parse_mcp(m: &McpConfig) -> Result<McpSettings, ConfigError> {
         max_streams_per_token: m.max_streams_per_token,
         max_sessions_per_tenant: m.max_sessions_per_tenant,
         max_sessions_per_token: m.max_sessions_per_token,
+        task_after: Duration::from_millis(m.task_after_ms),
     })
 }
 

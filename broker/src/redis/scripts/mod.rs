@@ -153,6 +153,13 @@ local function finish(call, f, state, outcome)
   if f[5] == 'p' and not f[8] then redis.call('DEL', call .. ':p') end
   redis.call('SET', call, table.concat({state, f[1], f[2], f[3], f[6], outcome}, '\n'), 'KEEPTTL')
 end
+local function resolve(call, outcome, kept)
+  if not call or redis.call('EXISTS', call) == 0 then return end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('SET', call .. ':r', now .. '\n' .. outcome, 'PX', kept)
+  redis.call('PEXPIRE', call, kept)
+end
 local function is_async(summary)
   return string.find(string.match(summary, '[^\n]*$'), 'a', 1, true) ~= nil
 end
@@ -235,6 +242,8 @@ return {'ok'}
 /// an unknown outcome, the ms at which the node received it: the deadline is judged then, and
 /// the same outcome already recorded is `before` (the earlier submission was applied), then the
 /// call's outbox name and entry.
+/// A `needs_confirmation` result keeps its call as long as its confirmation (the confirm hash
+/// names the call's key, `ck`, for the resolution).
 /// Returns `{'ok' or 'before', tool/kind/flags, deadline, node}` or a rejection's code.
 pub const RESULT: &str = r"
 local f = call_fields(KEYS[1])
@@ -253,8 +262,9 @@ finish(KEYS[1], f, 'a', ARGV[3])
 redis.call('SREM', KEYS[3], ARGV[11])
 redis.call('ZREM', KEYS[4], ARGV[10])
 if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('HSET', KEYS[2], 'k', ARGV[6], 't', f[6], 'c', ARGV[2], 'u', '0')
+  redis.call('HSET', KEYS[2], 'k', ARGV[6], 't', f[6], 'c', ARGV[2], 'u', '0', 'ck', KEYS[1])
   redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[5]) then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
 end
 if is_async(f[6]) then redis.call('HSET', KEYS[5], ARGV[14], ARGV[15]) end
 redis.call('SPUBLISH', ARGV[7] .. f[4] .. ARGV[8], ARGV[9])
@@ -309,13 +319,14 @@ end
 return {'pending', f[1]}
 ";
 
-/// A call, pending or finished (`call_fields`). KEYS: call.
-/// Returns `{conversation ref, clientId, deadline, node, tool/kind/flags, state, outcome}`, or
-/// `{}` when there is none.
+/// A call, pending or finished (`call_fields`), with how its confirmation ended (`resolve`).
+/// KEYS: call.
+/// Returns `{conversation ref, clientId, deadline, node, tool/kind/flags, state, outcome,
+/// resolution}` (the resolution `at ms\noutcome`, or ''), or `{}` when there is none.
 pub const READ_CALL: &str = r"
 local f = call_fields(KEYS[1])
 if not f[1] then return {} end
-return {f[1], f[2], f[3], f[4] or '', f[6], f[5], f[7] or ''}
+return {f[1], f[2], f[3], f[4] or '', f[6], f[5], f[7] or '', redis.call('GET', KEYS[1] .. ':r') or ''}
 ";
 
 /// Accepts a confirmed once, from the page that sent the needs_confirmation
@@ -325,15 +336,18 @@ return {f[1], f[2], f[3], f[4] or '', f[6], f[5], f[7] or ''}
 /// confirmed, by an earlier build). Submitted `again` (the node did not learn the outcome of an
 /// earlier submission), a confirmation its page confirmed answers as accepted. Accepted, its
 /// change is recorded in the outbox, to be announced as `confirmation.resolved`.
-/// KEYS: confirm, outbox. ARGV: clientId, '' or 'again', outbox name, outbox entry.
+/// The page's final outcome is written to its call (`resolve`), kept from then on for ARGV[6].
+/// KEYS: confirm, outbox. ARGV: clientId, '' or 'again', outbox name, outbox entry, final
+/// outcome, ms the call is kept after.
 pub const CONFIRM: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'k', 'c', 'u', 't')
+local f = redis.call('HMGET', KEYS[1], 'k', 'c', 'u', 't', 'ck')
 if not f[1] then return {'unknown_confirm'} end
 if f[2] ~= ARGV[1] then return {'mismatch'} end
 if f[3] == 'c' and ARGV[2] == 'again' then return {'ok', f[1], f[4] or ''} end
 if f[3] == '1' or f[3] == 'c' then return {'duplicate'} end
 redis.call('HSET', KEYS[1], 'u', 'c')
 redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
+resolve(f[5], ARGV[5], ARGV[6])
 return {'ok', f[1], f[4] or ''}
 ";
 
@@ -408,13 +422,14 @@ return {id, held}
 /// tool/kind/flags}`
 /// or `{'drop'}` (used or gone). Expired, its change is recorded in the outbox, to be
 /// announced as `confirmation.resolved`.
+/// Expired, the refusal is written to its call as its final outcome (`resolve`).
 /// KEYS: confirm, sockets, outbox. ARGV: clientId, now ms, grace ms, outbox name, outbox
-/// entry, live node ids…
+/// entry, the expiry's outcome, ms the call is kept after, live node ids…
 pub const EXPIRE_CONFIRM: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'k', 'u', 'a', 't')
+local f = redis.call('HMGET', KEYS[1], 'k', 'u', 'a', 't', 'ck')
 if not f[1] or f[2] == '1' or f[2] == 'c' then return {'drop'} end
 local live = {}
-for i = 6, #ARGV do live[ARGV[i]] = true end
+for i = 8, #ARGV do live[ARGV[i]] = true end
 local socks = redis.call('HGETALL', KEYS[2])
 local total, identified, mine = 0, 0, 0
 for i = 1, #socks, 2 do
@@ -442,6 +457,7 @@ end
 if tonumber(ARGV[2]) - tonumber(f[3]) < tonumber(ARGV[3]) then return {'keep', f[3]} end
 redis.call('HSET', KEYS[1], 'u', '1')
 redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+resolve(f[5], ARGV[6], ARGV[7])
 return {'expired', f[1], f[4] or ''}
 ";
 

@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolmark_broker::{CallKind, Outcome};
-use utoipa::ToSchema;
+use toolmark_proto::ToolResult;
+use utoipa::{IntoParams, ToSchema};
 
 /// `POST …/calls`'s body.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -110,6 +111,39 @@ pub struct CallView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub outcome: Option<Outcome>,
+    /// For a call answered `needs_confirmation`: its confirmation, pending, then resolved with
+    /// the page's final result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<ConfirmationView>,
+}
+
+/// A call's deferred confirmation, as `GET /calls/{id}` shows it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfirmationView {
+    /// The confirmId the page minted.
+    pub confirm_id: String,
+    /// `pending`, or `resolved` once the page confirmed it or it expired.
+    pub state: &'static str,
+    /// Once resolved: the page's final result (`refused` with `confirmation_expired` when it
+    /// expired).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub outcome: Option<ToolResult>,
+    /// Once resolved: when, RFC 3339 with milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<String>,
+}
+
+/// `GET /calls/{id}`'s query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct WaitQuery {
+    /// Hold the answer until the call or its confirmation changes state, at most this many
+    /// seconds (1–60), on any node.
+    #[param(minimum = 1, maximum = 60)]
+    pub wait: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

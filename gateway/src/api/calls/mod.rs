@@ -15,13 +15,16 @@ use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
 
 use super::request::{Authed, parse_body};
 use crate::calls::{self, Once, Request, Route, idempotency};
-use crate::http::{Body, Problem, check_ids, parse_value};
+use crate::http::{Body, Problem, QueryOf, check_ids, parse_value};
 use crate::state::AppState;
 use crate::tenants::Tenant;
 
 mod bodies;
 
-pub use bodies::{Accepted, CallAnswer, CallBody, CallView, DescribeBody, InvokeBody, Invoked};
+pub use bodies::{
+    Accepted, CallAnswer, CallBody, CallView, ConfirmationView, DescribeBody, InvokeBody, Invoked,
+    WaitQuery,
+};
 use bodies::{CallHeaders, IdempotencyHeader, PageCallInput, PageDescribeInput};
 
 fn wants_async(headers: &HeaderMap) -> bool {
@@ -252,19 +255,29 @@ fn invoked(id: &str, untrusted: bool, outcome: &Outcome) -> Response {
     .into_response()
 }
 
-/// `GET /calls/{id}`
+/// `GET /calls/{id}`, `?wait=N` holding the answer until the call or its confirmation changes
+/// state.
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/calls/{id}", tag = "calls",
-    params(crate::http::doc::TenantPath, crate::http::doc::CallPath),
+    params(crate::http::doc::TenantPath, crate::http::doc::CallPath, WaitQuery),
     responses((status = 200, description = "The call", body = CallView), crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn get_call(
     State(app): State<AppState>,
     Authed(tenant): Authed,
     Path((_, id)): Path<(String, String)>,
+    QueryOf(q): QueryOf<WaitQuery>,
 ) -> Result<Json<CallView>, Problem> {
-    let record = app
-        .broker
-        .call(&tenant.id, &id)
+    let wait = match q.wait {
+        None => Duration::ZERO,
+        Some(n @ 1..=60) => Duration::from_secs(n),
+        Some(_) => {
+            return Err(Problem::invalid(
+                "/wait",
+                "wait is between 1 and 60 seconds",
+            ));
+        }
+    };
+    let record = calls::follow(&app, &tenant.id, &id, wait)
         .await?
         .ok_or_else(|| Problem::not_found("Call"))?;
     Ok(Json(call_json(&record)))
@@ -295,10 +308,7 @@ fn call_json(r: &CallRecord) -> CallView {
         CallState::Answered => "answered",
         CallState::TimedOut => "timed_out",
     };
-    let deadline = humantime::format_rfc3339_millis(
-        std::time::UNIX_EPOCH + Duration::from_millis(b.deadline_ms),
-    )
-    .to_string();
+    let deadline = rfc3339_ms(b.deadline_ms);
     CallView {
         id: b.id.clone(),
         user: b.conv.user.clone(),
@@ -309,5 +319,33 @@ fn call_json(r: &CallRecord) -> CallView {
         state,
         deadline,
         outcome: r.outcome.clone(),
+        confirmation: confirmation_json(r),
     }
+}
+
+fn rfc3339_ms(ms: u64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+/// The confirmation of a call answered `needs_confirmation`: pending until its record says how
+/// it ended.
+fn confirmation_json(r: &CallRecord) -> Option<ConfirmationView> {
+    let Some(Outcome::Result(result)) = &r.outcome else {
+        return None;
+    };
+    let confirm_id = result.confirm_id()?.to_owned();
+    Some(match &r.resolution {
+        None => ConfirmationView {
+            confirm_id,
+            state: "pending",
+            outcome: None,
+            resolved_at: None,
+        },
+        Some(res) => ConfirmationView {
+            confirm_id,
+            state: "resolved",
+            outcome: Some(res.outcome.clone()),
+            resolved_at: Some(rfc3339_ms(res.at_ms)),
+        },
+    })
 }
