@@ -39,14 +39,14 @@ fn described(name: &str) -> Value {
 
 /// A page that answers every `describe` itself and hands every other frame to the test, which
 /// answers through `answers`.
-struct LivePage {
+pub(crate) struct LivePage {
     frames: mpsc::UnboundedReceiver<Value>,
     out: mpsc::UnboundedSender<Value>,
-    client_id: String,
+    pub(crate) client_id: String,
 }
 
 impl LivePage {
-    fn new(mut page: Page) -> LivePage {
+    pub(crate) fn new(mut page: Page) -> LivePage {
         let (frames_tx, frames) = mpsc::unbounded_channel();
         let (out, mut out_rx) = mpsc::unbounded_channel::<Value>();
         let client_id = page.client_id.clone();
@@ -78,15 +78,21 @@ impl LivePage {
     }
 
     /// The next frame other than a describe.
-    async fn next(&mut self) -> Value {
+    pub(crate) async fn next(&mut self) -> Value {
         tokio::time::timeout(WAIT, self.frames.recv())
             .await
             .expect("a frame reaches the page")
             .expect("the page is connected")
     }
 
-    fn answer(&self, id: &str, result: Value) {
+    pub(crate) fn answer(&self, id: &str, result: Value) {
         let frame = json!({"protocol": 1, "type": "result", "clientId": self.client_id, "id": id, "result": result});
+        self.out.send(frame).unwrap();
+    }
+
+    /// Sends the page's `confirmed` of `confirm_id` with its final `result`.
+    pub(crate) fn confirmed(&self, confirm_id: &str, result: Value) {
+        let frame = json!({"protocol": 1, "type": "confirmed", "clientId": self.client_id, "confirmId": confirm_id, "result": result});
         self.out.send(frame).unwrap();
     }
 

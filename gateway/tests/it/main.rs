@@ -14,6 +14,7 @@ mod inbound;
 mod isolation;
 mod lifecycle;
 mod mcp_doors;
+mod mcp_tasks;
 mod nodes;
 mod pusher;
 mod security;
