@@ -17,6 +17,9 @@
 #          node 1 drained (drain timeout STORM_DRAIN_TIMEOUT_MS, 10000): time until every page
 #          is back on node 2, how every call ended, and how many page releases and events the
 #          draining node failed to record in Redis (its log's warnings)
+#   tasks  what an MCP task costs in Redis (load-tests/mcp-task-cost.py): TASK_CALLS (200)
+#          calls of a consequential tool through the hosted MCP endpoint of one node on Redis,
+#          confirmed in the page, by a client without tasks and by one that declares them
 #   reference  the same client against another Pusher-protocol server already running at
 #          REFERENCE_URL (app REFERENCE_APP_ID, key REFERENCE_KEY, secret REFERENCE_SECRET; see
 #          docs/benchmarks.md for the server and its configuration), in one run with one node
@@ -25,7 +28,7 @@
 #          sockets at HANDSHAKE_CONCURRENCY against its /app/<key>, our Laravel Echo socket
 #          (same Pusher client) and our page socket; not in the default stages. With
 #          REFERENCE_PID (the server's process id) its CPU per event and per set-up too
-# Stages: BENCH_STAGES (default "idle calls cross handshakes storm"). Output: one JSON line per run in
+# Stages: BENCH_STAGES (default "idle calls cross tasks handshakes storm"). Output: one JSON line per run in
 # $OUT/report.jsonl (OUT default docs/img/bench), and the chart docs/img/latency-vs-rate.svg.
 # Refuses to start while a compiler, test run or browser is busy unless BENCH_ANYWAY=1.
 set -euo pipefail
@@ -34,7 +37,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=load-tests/lib.sh
 source "$root/load-tests/lib.sh"
 
-stages="${BENCH_STAGES:-idle calls cross handshakes storm}"
+stages="${BENCH_STAGES:-idle calls cross tasks handshakes storm}"
 handshake_pages="${HANDSHAKE_PAGES:-10000}"
 handshake_concurrency="${HANDSHAKE_CONCURRENCY:-200}"
 idle_pages="${IDLE_PAGES:-10000 19000}"
@@ -195,6 +198,23 @@ PY
         echo "== calls across nodes: $sweep" >&2
         sweep_rates "$node1" "$node2" "$out/cross-node.jsonl" "${costs[@]}"
         while read -r l; do record cross "$l"; done <"$out/cross-node.jsonl"
+        stop_all
+        ;;
+    tasks)
+        lt_start_redis
+        lt_write_config redis
+        lt_start_node tasks
+        venv="$root/target/bench/venv"
+        [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
+        "$venv/bin/python" -c 'import websockets' 2>/dev/null ||
+            "$venv/bin/pip" install --quiet --disable-pip-version-check websockets==17.4
+        quiet_machine
+        echo "== tasks: what an MCP task costs in Redis" >&2
+        res="$("$venv/bin/python" "$root/load-tests/mcp-task-cost.py" --url "$lt_node_url" --tenant bench \
+            --api-key "$lt_api_key" --origin "$lt_origin" --count "${TASK_CALLS:-200}" \
+            --redis-cli "${REDIS_CLI:-redis-cli} -p $lt_redis_port")"
+        echo "$res"
+        record tasks "$res"
         stop_all
         ;;
     handshakes)

@@ -514,3 +514,84 @@ async fn get_call_waits_for_its_answer_and_checks_the_wait() {
         assert_eq!(a.body["code"], "invalid_request");
     }
 }
+
+/// One stateless 2026-07-28 JSON-RPC request declaring tasks, as `docs/hosted-mcp.md` shows it:
+/// the answer's `result`.
+async fn raw(endpoint: &str, token: &str, id: u64, method: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities":
+            {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    // The 2026-07-28 revision names the method and its target in headers too (SEP-2243).
+    let name = params["name"]
+        .as_str()
+        .or(params["taskId"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let text = http_client()
+        .post(endpoint)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .header("mcp-name", name)
+        .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let answer: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .chain(std::iter::once(text.as_str()))
+        .find_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .unwrap_or_else(|| panic!("a JSON-RPC answer: {text}"));
+    assert_eq!(answer["id"], id, "{answer}");
+    answer["result"].clone()
+}
+
+#[tokio::test]
+async fn raw_json_rpc_polls_a_task_to_its_end_as_the_docs_show() {
+    let (nodes, mut page) = three_nodes().await;
+    let token = mcp_token(&nodes[1], "u1", "c1").await;
+    let (via2, via3) = (
+        nodes[1].url("/v1/tenants/acme/mcp"),
+        nodes[2].url("/v1/tenants/acme/mcp"),
+    );
+    let pending = {
+        let token = token.clone();
+        tokio::spawn(async move {
+            let call = json!({"name": "todo__delete", "arguments": {}});
+            raw(&via2, &token, 1, "tools/call", call).await
+        })
+    };
+    let frame = page.next().await;
+    let id = frame["id"].as_str().unwrap().to_owned();
+    page.answer(
+        &id,
+        json!({"status": "needs_confirmation", "confirmId": "cf-raw", "summary": "Delete the todo"}),
+    );
+    let created = pending.await.unwrap();
+    assert_eq!(created["resultType"], "task", "{created}");
+    assert_eq!(created["statusMessage"], "Delete the todo");
+    let got = raw(&via3, &token, 2, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(got["status"], "working", "{got}");
+    page.confirmed("cf-raw", json!({"status": "ok", "data": "deleted"}));
+    let until = Instant::now() + WAIT;
+    let done = loop {
+        let got = raw(&via3, &token, 3, "tasks/get", json!({"taskId": id})).await;
+        if got["status"] != "working" {
+            break got;
+        }
+        assert!(Instant::now() < until, "{got}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"status": "ok", "data": "deleted"})
+    );
+}
