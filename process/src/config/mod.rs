@@ -7,6 +7,7 @@
 
 pub mod admin;
 mod layers;
+pub mod policy;
 pub mod settings;
 pub mod tenant;
 #[cfg(test)]
