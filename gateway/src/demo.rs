@@ -49,7 +49,9 @@ pub fn dev_tenant(addr: SocketAddr) -> Result<DevTenant, ConfigError> {
     let port = addr.port();
     let config = TenantConfig {
         id: DEV_TENANT.into(),
-        api_keys: vec![crate::auth::key_hash_string(&api_key)],
+        api_keys: vec![toolmark_process::config::ApiKeyEntry::Hash(
+            crate::auth::key_hash_string(&api_key),
+        )],
         token_secret: Some(token_secret.clone()),
         token_public_key: None,
         allowed_origins: vec![

@@ -9,6 +9,7 @@ mod admin;
 mod admin_doc;
 pub mod api;
 pub mod auth;
+mod caller;
 mod calls;
 pub mod close;
 mod demo;

@@ -220,16 +220,26 @@ impl Tenant {
         origin.is_some_and(|o| o != "null" && self.origins.contains(o))
     }
 
-    /// Whether `presented` is one of the tenant's API keys, unexpired.
-    pub fn key_matches(&self, presented: &str) -> bool {
+    /// The tenant's unexpired API key `presented` is, compared in constant time with every key.
+    pub fn key(&self, presented: &str) -> Option<&ApiKey> {
         let now = toolmark_broker::now_ms();
-        let live: Vec<[u8; 32]> = self
-            .api_keys
+        let h = crate::auth::hash_key(presented);
+        let mut found = None;
+        for k in &self.api_keys {
+            let same = bool::from(subtle::ConstantTimeEq::ct_eq(&k.hash[..], &h[..]));
+            if same && k.expires_ms.is_none_or(|e| now < e) {
+                found = Some(k);
+            }
+        }
+        found
+    }
+
+    /// The API key of id `id`, unexpired (the key an MCP token names).
+    pub fn key_by_id(&self, id: &str) -> Option<&ApiKey> {
+        let now = toolmark_broker::now_ms();
+        self.api_keys
             .iter()
-            .filter(|k| k.expires_ms.is_none_or(|e| now < e))
-            .map(|k| k.hash)
-            .collect();
-        crate::auth::key_matches(presented, &live)
+            .find(|k| k.id == id && k.expires_ms.is_none_or(|e| now < e))
     }
 
     /// Verifies a page token: with the key its header's `kid` names (the oldest key when it

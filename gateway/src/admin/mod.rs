@@ -21,6 +21,7 @@ use toolmark_broker::catalog::{CatalogError, Expect};
 use toolmark_process::config::admin::{
     StoredApiKey, StoredMcpOAuth, StoredPusher, StoredSecret, StoredTokenKey, place, random_bytes,
 };
+use toolmark_process::config::policy::Policy;
 use toolmark_process::config::tenant::{
     check_limits, check_origin, check_webhook_url, is_valid_app_key,
 };
@@ -39,8 +40,8 @@ pub(crate) mod tenants;
 
 use events::events;
 use secrets::{
-    add_api_key, add_token_key, add_webhook_secret, disconnect, remove_api_key, remove_token_key,
-    remove_webhook_secret,
+    add_api_key, add_token_key, add_webhook_secret, disconnect, patch_api_key, remove_api_key,
+    remove_token_key, remove_webhook_secret,
 };
 use tenants::{create, list, patch, read, remove};
 
@@ -96,7 +97,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/v1/tenants/{id}/api-keys", post(add_api_key))
         .route(
             "/admin/v1/tenants/{id}/api-keys/{key}",
-            delete(remove_api_key),
+            delete(remove_api_key).patch(patch_api_key),
         )
         .route("/admin/v1/tenants/{id}/token-keys", post(add_token_key))
         .route(
@@ -297,7 +298,7 @@ fn stored_view(t: &StoredTenant) -> Value {
         "webhookUrl": t.webhook_url,
         "webhookAllowPrivate": t.webhook_allow_private,
         "pusherKey": t.pusher.as_ref().map(|p| &p.key),
-        "apiKeys": t.api_keys.iter().map(|k| json!({"apiKeyId": k.id, "expiresAt": k.expires_ms.map(rfc3339)})).collect::<Vec<_>>(),
+        "apiKeys": t.api_keys.iter().map(|k| json!({"apiKeyId": k.id, "expiresAt": k.expires_ms.map(rfc3339), "policy": k.policy})).collect::<Vec<_>>(),
         "tokenKeys": t.token_keys.iter().map(|k| json!({"kid": k.kid, "kind": if k.secret.is_some() { "hs256" } else { "public_key" }})).collect::<Vec<_>>(),
         "webhookSecrets": t.webhook_secrets.iter().map(|s| json!({"webhookSecretId": s.id})).collect::<Vec<_>>(),
         "mcpOAuth": t.mcp_oauth,
@@ -314,7 +315,7 @@ fn static_view(t: &crate::tenants::Tenant) -> Value {
         "allowedOrigins": origins,
         "limits": limits_json(&t.limits),
         "pusherKey": t.pusher.first().map(|p| &p.key),
-        "apiKeys": t.api_keys.iter().map(|k| json!({"apiKeyId": k.id, "expiresAt": Value::Null})).collect::<Vec<_>>(),
+        "apiKeys": t.api_keys.iter().map(|k| json!({"apiKeyId": k.id, "expiresAt": Value::Null, "policy": k.policy})).collect::<Vec<_>>(),
         "tokenKeys": t.tokens.iter().map(|(kid, k)| json!({"kid": kid.as_ref(), "kind": if k.can_mint() { "hs256" } else { "public_key" }})).collect::<Vec<_>>(),
     })
 }
@@ -435,12 +436,13 @@ impl AdminState {
     }
 }
 
-fn new_api_key(expires_ms: Option<u64>) -> (StoredApiKey, String) {
+fn new_api_key(expires_ms: Option<u64>, policy: Policy) -> (StoredApiKey, String) {
     let key = format!("tmk_{}", URL_SAFE_NO_PAD.encode(random_bytes::<24>()));
     let stored = StoredApiKey {
         id: random_id("ak_"),
         hash: crate::auth::key_hash_string(&key),
         expires_ms,
+        policy,
     };
     (stored, key)
 }

@@ -7,6 +7,23 @@ use super::*;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct ApiKeyBody {
     expires_at: Option<String>,
+    /// What the key may do (`docs/admin-api.md`, "API key policies"); everything when absent.
+    #[schema(value_type = Option<Object>)]
+    policy: Option<Value>,
+}
+
+/// `PATCH …/api-keys/{apiKeyId}`: the key's new policy.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ApiKeyPatch {
+    /// Replaces the key's policy (`{}`: everything).
+    #[schema(value_type = Object)]
+    policy: Value,
+}
+
+/// A policy of the admin API's body at `/policy`, checked strictly.
+fn policy_of(v: Value) -> Result<Policy, Problem> {
+    crate::http::parse_value("/policy", v)
 }
 
 #[utoipa::path(post, path = "/admin/v1/tenants/{id}/api-keys", tag = "admin", params(crate::admin_doc::TenantId),
@@ -35,7 +52,8 @@ pub(crate) async fn add_api_key(
             Some(ms)
         }
     };
-    let (key, plain) = new_api_key(expires_ms);
+    let policy = req.policy.map(policy_of).transpose()?.unwrap_or_default();
+    let (key, plain) = new_api_key(expires_ms, policy);
     let shown = key.id.clone();
     let detail = json!({"apiKeyId": shown, "change": "added"});
     s.update(&who, ("tenant.key_rotated", detail), &id, None, |t| {
@@ -48,6 +66,41 @@ pub(crate) async fn add_api_key(
         axum::Json(json!({"apiKeyId": shown, "apiKey": plain})),
     )
         .into_response())
+}
+
+#[utoipa::path(patch, path = "/admin/v1/tenants/{id}/api-keys/{key}", tag = "admin",
+    params(crate::admin_doc::TenantId, ("key" = String, Path, description = "The apiKeyId")),
+    request_body = ApiKeyPatch,
+    responses((status = 200, description = "The key with its new policy"), crate::http::doc::Problems),
+    security(("adminKey" = [])))]
+pub(crate) async fn patch_api_key(
+    State(s): State<AdminState>,
+    who: Admin,
+    Path((id, key)): Path<(String, String)>,
+    body: Body,
+) -> Result<Response, Problem> {
+    let req: ApiKeyPatch = parse(&body)?;
+    let policy = policy_of(req.policy)?;
+    let shown = serde_json::to_value(&policy).unwrap_or_default();
+    let detail = json!({"apiKeyId": key, "change": "policy", "policy": shown});
+    let mut expires_ms = None;
+    s.update(&who, ("tenant.key_policy", detail), &id, None, |t| {
+        let k = t
+            .api_keys
+            .iter_mut()
+            .find(|k| k.id == key)
+            .ok_or_else(|| Problem::not_found("API key"))?;
+        k.policy = policy.clone();
+        expires_ms = k.expires_ms;
+        Ok(())
+    })
+    .await?;
+    Ok(axum::Json(json!({
+        "apiKeyId": key,
+        "expiresAt": expires_ms.map(super::rfc3339),
+        "policy": shown,
+    }))
+    .into_response())
 }
 
 #[utoipa::path(delete, path = "/admin/v1/tenants/{id}/api-keys/{key}", tag = "admin",

@@ -38,7 +38,7 @@ pub(crate) async fn create(
     }
     s.refuse_static(&req.id)?;
     let sealer = s.0.loader.sealer();
-    let (api_key, api_key_plain) = new_api_key(None);
+    let (api_key, api_key_plain) = new_api_key(None, Policy::default());
     let (token_key, token_secret) =
         new_token_key(sealer, &req.id, req.token_public_key, "/tokenPublicKey")?;
     let pusher = req.pusher.then(|| {

@@ -16,6 +16,7 @@ use crate::http::problem::Problem;
 use crate::http::{Body, check_ids};
 use crate::state::AppState;
 use crate::tenants::{MCP_SCOPE, PageClaims};
+use toolmark_process::config::policy::Scope;
 
 /// Default and largest lifetime of a minted page token.
 const DEFAULT_TOKEN_TTL: u64 = 3600;
@@ -48,9 +49,10 @@ pub struct ConversationView {
     security(("apiKey" = [])))]
 pub async fn state(
     State(app): State<AppState>,
-    Authed(tenant): Authed,
+    Authed(tenant, caller): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
 ) -> Result<Json<ConversationView>, Problem> {
+    caller.require(Scope::Calls)?;
     check_ids(&user, &conversation)?;
     let conv = ConvKey::new(&tenant.id, &user, &conversation);
     let s = app.broker.conversation(&conv).await?;
@@ -92,11 +94,12 @@ pub struct LlmTools {
     security(("apiKey" = [])))]
 pub async fn llm_tools(
     State(app): State<AppState>,
-    Authed(tenant): Authed,
+    Authed(tenant, caller): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
     crate::http::QueryOf(q): crate::http::QueryOf<FormatQuery>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
+    caller.require(Scope::Calls)?;
     check_ids(&user, &conversation)?;
     let format: LlmFormat = match q.format.as_deref() {
         None => LlmFormat::Anthropic,
@@ -168,10 +171,11 @@ pub struct Token {
     security(("apiKey" = [])))]
 pub async fn mint_token(
     State(app): State<AppState>,
-    Authed(tenant): Authed,
+    Authed(tenant, caller): Authed,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
+    caller.require(Scope::Tokens)?;
     let req: TokenRequest = parse_body(&tenant, &body)?;
     if !crate::ids::is_valid_id(&req.user) {
         return Err(Problem::invalid(

@@ -15,6 +15,7 @@ use toolmark_broker::{Event, event_id_after};
 use super::request::Authed;
 use crate::http::problem::Problem;
 use crate::state::AppState;
+use toolmark_process::config::policy::Scope;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -50,10 +51,11 @@ fn to_sse(e: &Event) -> SseEvent {
     security(("apiKey" = [])))]
 pub async fn stream(
     State(app): State<AppState>,
-    Authed(tenant): Authed,
+    Authed(tenant, caller): Authed,
     crate::http::QueryOf(q): crate::http::QueryOf<EventQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, Problem> {
+    caller.require(Scope::Events)?;
     let last_id = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())

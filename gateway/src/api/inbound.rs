@@ -26,7 +26,7 @@ use crate::tenants::Tenant;
     security(("apiKey" = [])))]
 pub async fn inbound(
     State(app): State<AppState>,
-    Authed(tenant): Authed,
+    Authed(tenant, _): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
     Body(body): Body,
 ) -> Result<StatusCode, Problem> {

@@ -7,13 +7,15 @@ use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
+use crate::caller::Caller;
 use crate::http::{Body, Problem, parse_json};
 use crate::state::AppState;
 use crate::tenants::Tenant;
 
-/// A request authenticated with one of the path tenant's API keys.
+/// A request authenticated with one of the path tenant's API keys: the tenant, and the key as
+/// the caller (its policy from the tenant snapshot).
 #[derive(Debug, Clone)]
-pub struct Authed(pub Arc<Tenant>);
+pub struct Authed(pub Arc<Tenant>, pub Caller);
 
 impl FromRequestParts<AppState> for Authed {
     type Rejection = Problem;
@@ -36,10 +38,14 @@ impl FromRequestParts<AppState> for Authed {
             .tenants
             .get(&tenant_id)
             .ok_or_else(Problem::unauthorized)?;
-        if !tenant.key_matches(key) {
+        let Some(key) = tenant.key(key) else {
             return Err(Problem::unauthorized());
-        }
-        Ok(Authed(tenant))
+        };
+        let caller = Caller::ApiKey {
+            id: key.id.clone(),
+            policy: Arc::new(key.policy.clone()),
+        };
+        Ok(Authed(tenant, caller))
     }
 }
 

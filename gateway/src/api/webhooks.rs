@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use super::request::Authed;
 use crate::http::problem::Problem;
 use crate::state::AppState;
+use toolmark_process::config::policy::Scope;
 
 /// The tenant's webhook dead letters.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
@@ -34,8 +35,9 @@ struct DeadLetterPath {
     security(("apiKey" = [])))]
 pub async fn failed(
     State(app): State<AppState>,
-    Authed(tenant): Authed,
+    Authed(tenant, caller): Authed,
 ) -> Result<Json<DeadLetters>, Problem> {
+    caller.require(Scope::Events)?;
     let failed = app.broker.webhook_failed(&tenant.id).await?;
     Ok(Json(DeadLetters { failed }))
 }
@@ -47,9 +49,10 @@ pub async fn failed(
     security(("apiKey" = [])))]
 pub async fn retry(
     State(app): State<AppState>,
-    Authed(tenant): Authed,
+    Authed(tenant, caller): Authed,
     Path((_, id)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
+    caller.require(Scope::Webhooks)?;
     if app.broker.webhook_retry(&tenant.id, &id).await? {
         Ok(StatusCode::ACCEPTED.into_response())
     } else {

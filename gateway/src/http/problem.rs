@@ -24,6 +24,8 @@ pub const CODES: &[(&str, &str)] = &[
     ("static_tenant", "Conflict"),
     ("precondition_failed", "Precondition failed"),
     ("idempotency_mismatch", "Idempotency key mismatch"),
+    ("scope_denied", "Scope denied"),
+    ("tool_not_allowed", "Tool not allowed"),
 ];
 
 /// An API error, answered as `application/problem+json`.
@@ -152,6 +154,24 @@ impl Problem {
             StatusCode::UNPROCESSABLE_ENTITY,
             "idempotency_mismatch",
             "This Idempotency-Key was used with another request (route, conversation or body) within 24 h.",
+        )
+    }
+
+    /// 403: the credential's policy does not cover this group of endpoints.
+    pub fn scope_denied(scope: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "scope_denied",
+            format!("This credential's policy does not include the {scope} scope."),
+        )
+    }
+
+    /// 403: the credential's policy does not allow this tool; the page was sent nothing.
+    pub fn tool_not_allowed(tool: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "tool_not_allowed",
+            format!("This credential's policy does not allow the tool {tool}."),
         )
     }
 

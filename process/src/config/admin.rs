@@ -273,6 +273,14 @@ pub struct StoredApiKey {
     /// When it expires (ms since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_ms: Option<u64>,
+    /// What it may do (everything when absent).
+    #[serde(default, skip_serializing_if = "crate::config::admin::is_default")]
+    pub policy: super::policy::Policy,
+}
+
+/// Whether `v` is its type's default (left out of a stored record).
+pub fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 /// A page-token key of a stored tenant: a sealed HS256 secret or a PEM public key.
@@ -327,6 +335,7 @@ impl StoredTenant {
                 id: k.id.clone(),
                 hash,
                 expires_ms: k.expires_ms,
+                policy: k.policy.clone(),
             });
         }
         let mut token_keys = Vec::new();

@@ -258,15 +258,36 @@ pub enum BrokerKind {
     Redis,
 }
 
+/// One entry of a tenant's `api_keys`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ApiKeyEntry {
+    /// `sha256:<hex>` of the key: every scope and tool, its id the hash's first 12 hex digits.
+    Hash(String),
+    /// The key with its id and policy.
+    Table {
+        /// `sha256:<hex>` of the key.
+        hash: String,
+        /// The key's id in records and logs (`^[A-Za-z0-9_-]{1,64}$`); default the hash's first
+        /// 12 hex digits.
+        #[serde(default)]
+        id: Option<String>,
+        /// What the key may do (`docs/agent-api.md`, "Least privilege"); default everything.
+        #[serde(default)]
+        policy: Option<policy::Policy>,
+    },
+}
+
 /// One `[[tenants]]` entry.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TenantConfig {
     /// `^[a-z0-9][a-z0-9-]{0,62}$`
     pub id: String,
-    /// `sha256:<hex>` of each accepted API key.
+    /// Each accepted API key: `sha256:<hex>` of it, or a table naming its hash, its id and its
+    /// policy.
     #[serde(default)]
-    pub api_keys: Vec<String>,
+    pub api_keys: Vec<ApiKeyEntry>,
     /// HS256 secret for page tokens.
     pub token_secret: Option<String>,
     /// PEM public key (Ed25519 or P-256) for EdDSA or ES256 page tokens.

@@ -209,6 +209,16 @@ pub struct ApiKey {
     pub hash: [u8; 32],
     /// When it stops being accepted (ms since the epoch).
     pub expires_ms: Option<u64>,
+    /// What it may do (everything by default), and the MCP tokens it mints.
+    pub policy: super::policy::Policy,
+}
+
+/// Whether `id` may name an API key: 1 to 64 of `A-Za-z0-9_-`.
+pub fn is_valid_key_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// A `disconnect` of the admin API: the user's tokens (of one conversation, when given)
@@ -350,18 +360,44 @@ impl TenantSettings {
                 "must match ^[a-z0-9][a-z0-9-]{0,62}$",
             ));
         }
-        let mut api_keys = Vec::with_capacity(t.api_keys.len());
+        let mut api_keys: Vec<ApiKey> = Vec::with_capacity(t.api_keys.len());
         for (j, k) in t.api_keys.iter().enumerate() {
-            let hash = parse_key_hash(k).ok_or_else(|| {
-                ConfigError::new(
-                    at(&format!("api_keys[{j}]")),
-                    "must be \"sha256:\" followed by 64 hex digits",
-                )
+            let (text, id, policy) = match k {
+                super::ApiKeyEntry::Hash(h) => (h, None, None),
+                super::ApiKeyEntry::Table { hash, id, policy } => {
+                    (hash, id.as_ref(), policy.as_ref())
+                }
+            };
+            let key = if matches!(k, super::ApiKeyEntry::Hash(_)) {
+                format!("api_keys[{j}]")
+            } else {
+                format!("api_keys[{j}].hash")
+            };
+            let hash = parse_key_hash(text).ok_or_else(|| {
+                ConfigError::new(at(&key), "must be \"sha256:\" followed by 64 hex digits")
             })?;
+            // Its id names it in records and logs: given, else the first 12 hex digits of its hash.
+            let id = match id {
+                Some(id) if crate::config::tenant::is_valid_key_id(id) => id.clone(),
+                Some(_) => {
+                    return Err(ConfigError::new(
+                        at(&format!("api_keys[{j}].id")),
+                        "must match ^[A-Za-z0-9_-]{1,64}$",
+                    ));
+                }
+                None => hex::encode(&hash[..6]),
+            };
+            if api_keys.iter().any(|k| k.id == id) {
+                return Err(ConfigError::new(
+                    at(&format!("api_keys[{j}].id")),
+                    "two keys of the tenant have this id",
+                ));
+            }
             api_keys.push(ApiKey {
-                id: format!("config-{j}"),
+                id,
                 hash,
                 expires_ms: None,
+                policy: policy.cloned().unwrap_or_default(),
             });
         }
         let token_key = match (&t.token_secret, &t.token_public_key) {

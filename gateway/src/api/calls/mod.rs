@@ -18,6 +18,7 @@ use crate::calls::{self, Once, Request, Route, idempotency};
 use crate::http::{Body, Problem, QueryOf, check_ids, parse_value};
 use crate::state::AppState;
 use crate::tenants::Tenant;
+use toolmark_process::config::policy::Scope;
 
 mod bodies;
 
@@ -67,11 +68,12 @@ fn check_tool(pointer: &str, tool: &str) -> Result<(), Problem> {
     security(("apiKey" = [])))]
 pub async fn call(
     State(app): State<AppState>,
-    Authed(tenant): Authed,
+    Authed(tenant, caller): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
+    caller.require(Scope::Calls)?;
     check_ids(&user, &conversation)?;
     let key = idempotency::key_of(&headers)?;
     let b: CallBody = parse_body(&tenant, &body)?;
@@ -101,11 +103,12 @@ pub async fn call(
     security(("apiKey" = [])))]
 pub async fn describe(
     State(app): State<AppState>,
-    Authed(tenant): Authed,
+    Authed(tenant, caller): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
+    caller.require(Scope::Calls)?;
     check_ids(&user, &conversation)?;
     let key = idempotency::key_of(&headers)?;
     let b: DescribeBody = parse_body(&tenant, &body)?;
@@ -184,11 +187,12 @@ fn accepted(tenant: &str, id: &str, client_id: &str) -> Response {
     security(("apiKey" = [])))]
 pub async fn invoke(
     State(app): State<AppState>,
-    Authed(tenant): Authed,
+    Authed(tenant, caller): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
+    caller.require(Scope::Calls)?;
     check_ids(&user, &conversation)?;
     let key = idempotency::key_of(&headers)?;
     let b: InvokeBody = parse_body(&tenant, &body)?;
@@ -263,10 +267,11 @@ fn invoked(id: &str, untrusted: bool, outcome: &Outcome) -> Response {
     security(("apiKey" = [])))]
 pub async fn get_call(
     State(app): State<AppState>,
-    Authed(tenant): Authed,
+    Authed(tenant, caller): Authed,
     Path((_, id)): Path<(String, String)>,
     QueryOf(q): QueryOf<WaitQuery>,
 ) -> Result<Json<CallView>, Problem> {
+    caller.require(Scope::Calls)?;
     let wait = match q.wait {
         None => Duration::ZERO,
         Some(n @ 1..=60) => Duration::from_secs(n),
@@ -291,9 +296,10 @@ pub async fn get_call(
     security(("apiKey" = [])))]
 pub async fn cancel(
     State(app): State<AppState>,
-    Authed(tenant): Authed,
+    Authed(tenant, caller): Authed,
     Path((_, id)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
+    caller.require(Scope::Calls)?;
     app.broker
         .cancel(&tenant.id, &id)
         .await?
