@@ -16,7 +16,7 @@ use serde_json::json;
 
 use std::net::SocketAddr;
 
-use toolmark_process::config::{ConfigError, TenantConfig, TenantLimits, TenantSettings};
+use toolmark_config::{ConfigError, TenantConfig, TenantLimits, TenantSettings};
 
 use crate::state::{AppState, DevInfo};
 use crate::tenants::PageClaims;

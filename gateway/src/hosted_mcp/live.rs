@@ -16,7 +16,7 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio::sync::broadcast;
 use toolmark_broker::{BrokerError, ConvKey, PlaceBound, Places, SharedBroker};
-use toolmark_process::config::McpSettings;
+use toolmark_config::McpSettings;
 
 use super::McpGrant;
 use super::streams::Streams;
