@@ -114,13 +114,12 @@ cluster-faults:
 	@grep -o 'FIGURES.*' target/cluster-faults.log | sed 's/^FIGURES //'
 	@! grep -q 'test result: FAILED' target/cluster-faults.log
 
-## fuzz: every cargo-fuzz target for FUZZ_SECONDS each (stable toolchain, RUSTC_BOOTSTRAP):
-## the page frame decoder (proto/fuzz), then the Pusher client frame, the /inbound body, the
-## MCP pairing frame, the config file and the agent API bodies (fuzz/)
-FUZZ_TARGETS ?= pusher_frame inbound_body pairing_frame config_file api_bodies
+## fuzz: every cargo-fuzz target of fuzz/ for FUZZ_SECONDS each (stable toolchain,
+## RUSTC_BOOTSTRAP): the page frame decoder, the Pusher client frame, the /inbound body, the
+## MCP pairing frame, the config file and the agent API bodies
+FUZZ_TARGETS ?= decode pusher_frame inbound_body pairing_frame config_file api_bodies
 fuzz:
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
-	cd proto/fuzz && mkdir -p corpus/decode && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run decode corpus/decode seeds/decode -- -max_total_time=$(FUZZ_SECONDS) -max_len=65536
 	cd fuzz && for t in $(FUZZ_TARGETS); do \
 	  mkdir -p corpus/$$t && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t corpus/$$t seeds/$$t -- -max_total_time=$(FUZZ_SECONDS) -max_len=65536 || exit 1; \
 	done

@@ -1,5 +1,5 @@
 //! The tenant catalog: tenants created at run time (the admin API), stored in the broker so
-//! that every node and worker sees the same set. A record is opaque here (the process crate
+//! that every node and worker sees the same set. A record is opaque here (`toolmark-config`
 //! encodes it, secrets encrypted); the catalog keeps each record's version for compare-and-set
 //! updates, a revision that moves with every change (a node that re-reads it periodically
 //! heals a missed notification), and tells every node of every change.

@@ -38,7 +38,7 @@ pub fn bearer(header: Option<&str>) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolmark_process::config::tenant::parse_key_hash;
+    use toolmark_config::tenant::parse_key_hash;
 
     #[test]
     fn keys_match_only_their_hash() {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use toolmark_process::config::policy::{AllOf, Policy, Scope, ToolFacts};
+use toolmark_config::policy::{AllOf, Policy, Scope, ToolFacts};
 use toolmark_proto::ToolManifestSummary;
 
 use crate::http::Problem;

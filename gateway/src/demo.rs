@@ -16,7 +16,7 @@ use serde_json::json;
 
 use std::net::SocketAddr;
 
-use toolmark_process::config::{ConfigError, TenantConfig, TenantLimits, TenantSettings};
+use toolmark_config::{ConfigError, TenantConfig, TenantLimits, TenantSettings};
 
 use crate::state::{AppState, DevInfo};
 use crate::tenants::PageClaims;
@@ -49,7 +49,7 @@ pub fn dev_tenant(addr: SocketAddr) -> Result<DevTenant, ConfigError> {
     let port = addr.port();
     let config = TenantConfig {
         id: DEV_TENANT.into(),
-        api_keys: vec![toolmark_process::config::ApiKeyEntry::Hash(
+        api_keys: vec![toolmark_config::ApiKeyEntry::Hash(
             crate::auth::key_hash_string(&api_key),
         )],
         token_secret: Some(token_secret.clone()),

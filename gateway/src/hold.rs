@@ -20,7 +20,7 @@ use std::time::Instant;
 use prometheus_client::metrics::gauge::Gauge;
 use toolmark_broker::retry::{self, Unknown};
 use toolmark_broker::{ConvKey, now_ms};
-use toolmark_process::config::HoldSettings;
+use toolmark_config::HoldSettings;
 
 use crate::metrics::Metrics;
 

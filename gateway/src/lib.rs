@@ -1,7 +1,7 @@
 //! Toolmark Gateway: the edges of the product. Page WebSockets, the agent HTTP API, events,
-//! ops endpoints and the dev-mode demo, over a [`toolmark_broker::Broker`]. The configuration,
-//! telemetry and lifecycle come from `toolmark_process`; the background jobs from
-//! `toolmark_worker::jobs`, which this process runs itself with the memory broker.
+//! ops endpoints and the dev-mode demo, over a [`toolmark_broker::Broker`]. The configuration
+//! comes from `toolmark_config`, telemetry and lifecycle from `toolmark_process`; the background
+//! jobs from `toolmark_worker::jobs`, which this process runs itself with the memory broker.
 //!
 //! [`run`] takes a bound listener and a stop future, so tests start real servers on port 0.
 
@@ -60,9 +60,7 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
     }
     r.fallback(|| async { http::Problem::not_found("Route") })
         .method_not_allowed_fallback(|| async { http::Problem::method_not_allowed() })
-        .layer(DefaultBodyLimit::max(
-            toolmark_process::config::MAX_FRAME_BYTES,
-        ))
+        .layer(DefaultBodyLimit::max(toolmark_config::MAX_FRAME_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             ops::count_request,

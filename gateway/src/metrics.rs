@@ -5,7 +5,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use toolmark_worker::jobs::metrics::{Catalogued, RedisScripts};
+use toolmark_process::metrics::{Catalogued, RedisScripts};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ReasonLabel {
@@ -153,7 +153,7 @@ impl Metrics {
         let frames_holding = Gauge::default();
         let frames_held = Counter::default();
         let frames_dropped = Family::<ReasonLabel, Counter>::default();
-        toolmark_worker::jobs::metrics::register_build_info(&mut registry);
+        toolmark_process::metrics::register_build_info(&mut registry);
         registry.register(
             "toolmark_page_connections",
             "Open page sockets, by transport (websocket: page WebSockets; echo: Laravel Echo subscriptions)",

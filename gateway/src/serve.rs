@@ -14,8 +14,8 @@ use toolmark_broker::catalog::Catalog;
 use toolmark_broker::memory::MemoryBroker;
 use toolmark_broker::redis::{CommandObserver, ConnectError, RedisBroker, RedisOptions};
 use toolmark_broker::webhook::WebhookQueue;
+use toolmark_config::{BrokerSettings, Settings};
 use toolmark_process::Lifecycle;
-use toolmark_process::config::{BrokerSettings, Settings};
 use toolmark_worker::jobs::{JobMetrics, Jobs, JobsError};
 
 use crate::admin::AdminState;
@@ -44,7 +44,7 @@ pub enum RunError {
     },
     /// The dev tenant could not be made (dev mode).
     #[error("dev tenant: {0}")]
-    DevTenant(#[from] toolmark_process::config::ConfigError),
+    DevTenant(#[from] toolmark_config::ConfigError),
     /// Serving failed.
     #[error("serve: {0}")]
     Io(#[from] std::io::Error),

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use toolmark_broker::SharedBroker;
+use toolmark_config::{HoldSettings, McpSettings};
 use toolmark_process::Lifecycle;
-use toolmark_process::config::{HoldSettings, McpSettings};
 use toolmark_worker::jobs::JobMetrics;
 
 use crate::metrics::Metrics;

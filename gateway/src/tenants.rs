@@ -9,9 +9,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
-use toolmark_process::config::{
-    ApiKey, Revocation, TenantLimits, TenantSettings, TenantSource, TokenKey,
-};
+use toolmark_config::{ApiKey, Revocation, TenantLimits, TenantSettings, TenantSource, TokenKey};
 
 /// Clock leeway for `exp` and `nbf`.
 pub const TOKEN_LEEWAY_SECS: u64 = 30;
@@ -182,7 +180,7 @@ pub struct Tenant {
     /// Disconnected users.
     pub revoked: Vec<Revocation>,
     /// The tenant's own authorization server, whose access tokens open the hosted MCP endpoint.
-    pub mcp_oauth: Option<toolmark_process::config::McpOAuth>,
+    pub mcp_oauth: Option<toolmark_config::McpOAuth>,
     /// `webhook_allow_private`: its outbound requests (webhooks, its JWK Set) may reach
     /// private addresses and plain HTTP.
     pub webhook_allow_private: bool,

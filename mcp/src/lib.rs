@@ -14,7 +14,6 @@ pub mod mcp;
 pub mod opening;
 pub mod origin;
 pub mod outbox;
-pub mod outcome;
 pub mod pairing;
 pub mod secret;
 pub mod server;

@@ -15,6 +15,7 @@ use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use toolmark_mcp_tools::outcome::{CallEnd, RELOADED, TAKEN_OVER};
 use toolmark_proto::ids::new_call_id;
 use toolmark_proto::{
     AgentMessage, Call, Cancel, Describe, PageMessage, ToolManifest, ToolManifestSummary,
@@ -24,7 +25,6 @@ use toolmark_proto::{
 use crate::close::SUPERSEDED;
 use crate::listing::{MAX_TOOLS, PageTool, page_listing, unpaired};
 use crate::outbox::Outbox;
-use crate::outcome::{CallEnd, RELOADED, TAKEN_OVER};
 
 /// A page that comes back within this long with the same tools causes no list change.
 pub const RELOAD_GRACE: Duration = Duration::from_millis(2000);

@@ -14,10 +14,10 @@ use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use toolmark_mcp_tools::outcome::call_result;
 
 use crate::link::{CallError, Link};
 use crate::listing::{PAIRING_TOOL, pairing_text};
-use crate::outcome::call_result;
 use crate::pairing::Pairing;
 
 const INSTRUCTIONS: &str = "Tools of the app page open in the user's browser. While no page is paired, call toolmark_pairing and tell the user what it says. Consequential tools wait for the user's confirmation in the page.";

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::config::{Overrides, Settings};
+use toolmark_config::{Overrides, Settings};
 
 /// The command line of `toolmark-gateway`.
 #[derive(Debug, Parser)]

@@ -1,22 +1,22 @@
-//! What every Toolmark Gateway process needs, shared by `toolmark-gateway` and
-//! `toolmark-worker` rather than borrowed from one of them: the configuration parsed once into
-//! typed [`config::Settings`], telemetry, TLS setup, the stop signals, one [`Lifecycle`] and
-//! the small pieces of a binary's `main`.
-
-pub mod catalog;
+//! The runtime plumbing every Toolmark Gateway process shares, rather than borrowing it from one
+//! of them: the binaries' command lines and `main` pieces ([`cli`]), telemetry, the process's
+//! TLS crypto provider, the stop signals, one [`Lifecycle`], the generic metrics pieces
+//! ([`metrics`]: a registry that lists its families, the build info, Redis script latencies) and
+//! the follower of the broker's tenant catalog ([`tenant_follower`]). What the processes run on,
+//! the configuration parsed once into typed settings, is `toolmark-config`'s.
 
 /// The version of these binaries (the workspace's).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The commit they were built from (`TOOLMARK_REVISION` at build time, else git's, else
 /// `unknown`).
 pub const REVISION: &str = env!("TOOLMARK_BUILD_REVISION");
+
 pub mod cli;
-pub mod config;
-pub mod jwt;
 pub mod lifecycle;
+pub mod metrics;
 pub mod signal;
-pub mod signing;
 pub mod telemetry;
+pub mod tenant_follower;
 pub mod tls;
 
 pub use lifecycle::Lifecycle;

@@ -181,7 +181,7 @@ fn report(what: &str, problems: &[String]) {
 /// Every key path of the configuration file (`server.listen`, `tenants[].limits.max_connections`),
 /// sections and arrays of tables included, and which of them are leaves.
 fn config_paths() -> (BTreeSet<String>, BTreeSet<String>) {
-    let schema = toolmark_process::config::json_schema();
+    let schema = toolmark_config::json_schema();
     let defs = schema.get("$defs").cloned().unwrap_or(Value::Null);
     let mut all = BTreeSet::new();
     let mut leaves = BTreeSet::new();
@@ -350,9 +350,8 @@ fn every_config_key_the_docs_name_exists_and_the_reference_lists_every_key() {
 #[test]
 fn the_committed_config_schema_is_the_one_the_types_give() {
     let path = root().join("docs/config.schema.json");
-    let want = serde_json::to_string_pretty(&toolmark_process::config::json_schema())
-        .expect("serializable")
-        + "\n";
+    let want =
+        serde_json::to_string_pretty(&toolmark_config::json_schema()).expect("serializable") + "\n";
     if std::env::var_os("UPDATE_CONFIG_SCHEMA").is_some() {
         std::fs::write(&path, &want).expect("writable");
     }
@@ -367,8 +366,9 @@ fn the_committed_config_schema_is_the_one_the_types_give() {
 // ---------------------------------------------------------------- environment
 
 /// The product's own sources, where the environment it reads is named.
-const PRODUCT_SOURCES: [&str; 8] = [
+const PRODUCT_SOURCES: [&str; 9] = [
     "proto/src",
+    "config/src",
     "broker/src",
     "process/src",
     "worker/src",
@@ -476,9 +476,10 @@ fn sample_names(family: &str, kind: &str) -> Vec<String> {
     suffixes.iter().map(|s| format!("{family}{s}")).collect()
 }
 
-const CRATES: [&str; 9] = [
+const CRATES: [&str; 10] = [
     "toolmark_gateway",
     "toolmark_proto",
+    "toolmark_config",
     "toolmark_broker",
     "toolmark_process",
     "toolmark_worker",
@@ -626,11 +627,11 @@ async fn every_endpoint_the_docs_name_is_served_and_every_api_operation_is_docum
     );
 
     // A dev-mode gateway for the routes outside the OpenAPI document (ops, sockets, demo).
-    let overrides = toolmark_process::config::Overrides {
+    let overrides = toolmark_config::Overrides {
         listen: Some("127.0.0.1:0".into()),
         ..Default::default()
     };
-    let settings = toolmark_process::config::Settings::from_file(
+    let settings = toolmark_config::Settings::from_file(
         None,
         std::iter::empty::<(String, String)>(),
         &overrides,
@@ -947,6 +948,7 @@ fn every_test_the_security_map_names_exists() {
     let def = Regex::new(r"\b(?:fn|mod) ([a-z][a-z0-9_]*)").expect("regex");
     for dir in [
         "proto",
+        "config",
         "broker",
         "process",
         "worker",

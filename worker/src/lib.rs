@@ -15,8 +15,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use toolmark_broker::redis::{ConnectError, RedisBroker, RedisOptions};
 use toolmark_broker::{ConvKey, PageSink, SharedBroker};
+use toolmark_config::{BrokerSettings, Settings};
 use toolmark_process::Lifecycle;
-use toolmark_process::config::{BrokerSettings, Settings};
 
 use crate::jobs::{JobMetrics, Jobs, JobsError};
 

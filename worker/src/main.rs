@@ -2,10 +2,10 @@
 
 use std::process::ExitCode;
 
+use toolmark_config::Overrides;
 use toolmark_process::cli::{
     WorkerArgs as Cli, announce_listening, fail, load_settings, parse_args, serve,
 };
-use toolmark_process::config::Overrides;
 use toolmark_process::{Lifecycle, signal};
 use toolmark_worker::WorkerError;
 

@@ -24,7 +24,6 @@ mod run;
 pub mod scripts;
 mod sessions;
 mod subscriptions;
-mod url;
 pub mod webhooks;
 
 use std::collections::{HashMap, HashSet};
@@ -43,6 +42,7 @@ use fred::types::scripts::Script;
 use serde_json::Value as Json;
 use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
+use toolmark_config::redis_url::{self, UrlError};
 use toolmark_proto::{AgentMessage, Manifest, ToolManifestSummary, ToolResult};
 
 use crate::model::{self, Retention};
@@ -116,20 +116,13 @@ impl Default for RedisOptions {
 pub enum ConnectError {
     /// The URL is not one of the supported forms.
     #[error("invalid Redis URL: {0}")]
-    Url(#[from] url::UrlError),
+    Url(#[from] UrlError),
     /// The client refused the configuration the URL gave.
     #[error("invalid Redis client configuration: {0}")]
     Client(#[source] fred::error::Error),
     /// Redis did not answer.
     #[error("cannot connect to Redis: {0}")]
     Connect(#[source] fred::error::Error),
-}
-
-pub use url::UrlError;
-
-/// Checks a Redis URL without connecting (for configuration validation).
-pub fn check_url(url: &str) -> Result<(), UrlError> {
-    url::config(url).map(|_| ())
 }
 
 /// What this node holds of one conversation (rewritten to Redis after it lost its data).
@@ -297,7 +290,7 @@ impl RedisBroker {
         sink: Arc<dyn PageSink>,
         opts: RedisOptions,
     ) -> Result<Arc<Self>, ConnectError> {
-        let config = url::config(url)?;
+        let config = redis_url::parse(url)?;
         let cluster = config.server.is_clustered();
         let builder = builder(config, opts.command_timeout);
         let client = builder.build().map_err(ConnectError::Client)?;
@@ -554,7 +547,10 @@ mod tests {
             "redis://127.0.0.1:6379",
             "redis-cluster://127.0.0.1:7000,127.0.0.1:7001",
         ] {
-            let b = super::builder(super::url::config(url).unwrap(), Duration::from_secs(2));
+            let b = super::builder(
+                super::redis_url::parse(url).unwrap(),
+                Duration::from_secs(2),
+            );
             let c = b.get_connection_config();
             assert_eq!(c.tcp.nodelay, Some(true), "{url}");
             assert_eq!(c.connection_timeout, Duration::from_secs(2), "{url}");

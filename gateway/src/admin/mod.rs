@@ -18,14 +18,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 use toolmark_broker::catalog::{CatalogError, Expect};
-use toolmark_process::config::admin::{
+use toolmark_config::admin::{
     StoredApiKey, StoredMcpOAuth, StoredPusher, StoredSecret, StoredTokenKey, place, random_bytes,
 };
-use toolmark_process::config::policy::Policy;
-use toolmark_process::config::tenant::{
-    check_limits, check_origin, check_webhook_url, is_valid_app_key,
-};
-use toolmark_process::config::{
+use toolmark_config::policy::Policy;
+use toolmark_config::tenant::{check_limits, check_origin, check_webhook_url, is_valid_app_key};
+use toolmark_config::{
     AdminSettings, ConfigError, Revocation, StoredTenant, TenantLimits, TokenKey,
     is_valid_tenant_id,
 };
@@ -449,7 +447,7 @@ fn new_api_key(expires_ms: Option<u64>, policy: Policy) -> (StoredApiKey, String
 
 /// A token key: a fresh HS256 secret (returned), or the given public key.
 fn new_token_key(
-    sealer: &toolmark_process::config::Sealer,
+    sealer: &toolmark_config::Sealer,
     tenant: &str,
     public_key: Option<String>,
     pointer: &str,
@@ -482,10 +480,7 @@ fn new_token_key(
     }
 }
 
-fn new_webhook_secret(
-    sealer: &toolmark_process::config::Sealer,
-    tenant: &str,
-) -> (StoredSecret, String) {
+fn new_webhook_secret(sealer: &toolmark_config::Sealer, tenant: &str) -> (StoredSecret, String) {
     let id = random_id("ws_");
     let secret = format!("whsec_{}", STANDARD.encode(random_bytes::<32>()));
     let sealed = sealer.seal(&place(tenant, &id), &secret);

@@ -16,7 +16,7 @@ use crate::http::problem::Problem;
 use crate::http::{Body, check_ids};
 use crate::state::AppState;
 use crate::tenants::{MCP_SCOPE, PageClaims};
-use toolmark_process::config::policy::Scope;
+use toolmark_config::policy::Scope;
 
 /// Default and largest lifetime of a minted page token.
 const DEFAULT_TOKEN_TTL: u64 = 3600;

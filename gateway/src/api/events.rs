@@ -15,7 +15,7 @@ use toolmark_broker::{Event, event_id_after};
 use super::request::Authed;
 use crate::http::problem::Problem;
 use crate::state::AppState;
-use toolmark_process::config::policy::Scope;
+use toolmark_config::policy::Scope;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use super::request::Authed;
 use crate::http::problem::Problem;
 use crate::state::AppState;
-use toolmark_process::config::policy::Scope;
+use toolmark_config::policy::Scope;
 
 /// The tenant's webhook dead letters.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]

@@ -344,7 +344,7 @@ mod tests {
             "n1",
             registry.clone(),
         ));
-        let mcp = toolmark_process::config::McpConfig::default()
+        let mcp = toolmark_config::McpConfig::default()
             .parse()
             .expect("default [mcp]");
         let live = std::sync::Arc::new(crate::hosted_mcp::live::Live::new(
@@ -362,7 +362,7 @@ mod tests {
             None,
             mcp,
             live,
-            toolmark_process::config::HoldSettings::default(),
+            toolmark_config::HoldSettings::default(),
         )
     }
 

@@ -182,7 +182,7 @@ mod tests {
     async fn a_call_whose_outcome_message_is_lost_is_answered_from_the_stored_outcome() {
         let registry = Arc::new(crate::registry::Registry::default());
         let broker = Arc::new(MemoryBroker::new("n1", registry.clone()));
-        let mcp = toolmark_process::config::McpConfig::default()
+        let mcp = toolmark_config::McpConfig::default()
             .parse()
             .expect("default [mcp]");
         let live = Arc::new(crate::hosted_mcp::live::Live::new(
@@ -200,7 +200,7 @@ mod tests {
             None,
             mcp,
             live,
-            toolmark_process::config::HoldSettings::default(),
+            toolmark_config::HoldSettings::default(),
         );
         let conv = ConvKey::new("t", "u", "c");
         let binding = CallBinding {

@@ -39,7 +39,7 @@ async fn method_of(req: Request) -> Result<(Request, Option<String>), Response> 
         return Ok((req, None));
     }
     let (parts, body) = req.into_parts();
-    let limit = toolmark_process::config::MAX_FRAME_BYTES;
+    let limit = toolmark_config::MAX_FRAME_BYTES;
     let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
         return Err(Problem::too_large(limit).into_response());
     };

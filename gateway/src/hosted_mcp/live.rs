@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use toolmark_broker::{BrokerError, PlaceBound, Places, SharedBroker};
-use toolmark_process::config::McpSettings;
+use toolmark_config::McpSettings;
 
 use super::grant::McpGrant;
 use super::streams::Streams;

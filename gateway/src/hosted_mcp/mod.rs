@@ -86,7 +86,7 @@ pub fn router(app: &AppState) -> Router<AppState> {
     let mut config = StreamableHttpServerConfig::default()
         .with_sse_keep_alive(Some(KEEP_ALIVE))
         .with_cancellation_token(app.life.stopping().child_token())
-        .with_max_request_body_bytes(toolmark_process::config::MAX_FRAME_BYTES)
+        .with_max_request_body_bytes(toolmark_config::MAX_FRAME_BYTES)
         // The gateway is reached under its public names; the bearer token is the guard here.
         .disable_allowed_hosts();
     config.session_store = Some(Arc::new(sessions::StoredSessions::new(

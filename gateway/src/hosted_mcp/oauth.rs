@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
-use toolmark_process::config::{McpOAuth, OAuthKeys};
+use toolmark_config::{McpOAuth, OAuthKeys};
 
 /// A cached set is used this long before it is fetched again.
 const FRESH_FOR: Duration = Duration::from_secs(300);
@@ -169,7 +169,7 @@ fn find(set: &JwkSet, kid: Option<&str>) -> Option<DecodingKey> {
         None if set.keys.len() == 1 => set.keys.first()?,
         None => return None,
     };
-    toolmark_process::jwt::install();
+    toolmark_config::jwt::install();
     DecodingKey::from_jwk(jwk).ok()
 }
 

@@ -18,7 +18,7 @@ impl<S: Send + Sync> FromRequest<S> for Body {
     type Rejection = Problem;
 
     async fn from_request(req: Request, _: &S) -> Result<Self, Problem> {
-        let limit = toolmark_process::config::MAX_FRAME_BYTES;
+        let limit = toolmark_config::MAX_FRAME_BYTES;
         axum::body::to_bytes(req.into_body(), limit)
             .await
             .map(Body)

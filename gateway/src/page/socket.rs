@@ -22,7 +22,7 @@ use crate::page::session::{Session, Transport, refusal_reason};
 use crate::registry::Outgoing;
 use crate::state::AppState;
 use crate::tenants::{Grant, Tenant};
-use toolmark_process::config::MAX_FRAME_BYTES;
+use toolmark_config::MAX_FRAME_BYTES;
 
 /// Read buffer per socket: small, since page frames are small and idle sockets are many
 /// (larger frames are read in several chunks).

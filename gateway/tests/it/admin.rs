@@ -84,7 +84,7 @@ where
 
 /// A page token of `tenant` signed with `secret`, naming `kid`.
 fn token(tenant: &str, user: &str, conv: &str, secret: &str, kid: Option<&str>) -> String {
-    toolmark_process::jwt::install();
+    toolmark_config::jwt::install();
     let mut h = Header::new(Algorithm::HS256);
     h.kid = kid.map(str::to_owned);
     jsonwebtoken::encode(
@@ -654,7 +654,7 @@ async fn the_broker_holds_no_secret_in_plain_text() {
     let redis = toolmark_testkit::redis::RedisProc::start(&[]);
     let prefix = fresh_prefix();
     let text = config_with(&redis_broker(&redis.url(), &prefix), &admin_section());
-    let config = toolmark_process::config::Settings::load(&text, [], &Default::default()).unwrap();
+    let config = toolmark_config::Settings::load(&text, [], &Default::default()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin_l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin_addr = admin_l.local_addr().unwrap();
@@ -774,7 +774,7 @@ async fn a_run_time_tenants_webhooks_follow_its_url_and_carry_one_signature_per_
     let t = minted(gw, "hooked", &key, "u1", "c1").await;
     let mut page = live_page(gw, "hooked", &key, &t, "u1").await;
     let verify = |secret: &str, h: &Hook| {
-        let k = toolmark_process::signing::SigningKey::parse(secret).unwrap();
+        let k = toolmark_config::signing::SigningKey::parse(secret).unwrap();
         let want = k.sign(&h.1, h.2.parse().unwrap(), &h.4);
         h.3.split(' ').any(|s| s == want)
     };

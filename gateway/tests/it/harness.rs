@@ -15,7 +15,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-use toolmark_process::config::{Overrides, Settings};
+use toolmark_config::{Overrides, Settings};
 
 pub use crate::agent::{Agent, Answer};
 
@@ -430,7 +430,7 @@ pub fn claims(tenant: &str, user: &str, conversation: &str) -> Value {
 }
 
 pub fn hs256(secret: &str, claims: &Value) -> String {
-    toolmark_process::jwt::install();
+    toolmark_config::jwt::install();
     jsonwebtoken::encode(
         &Header::new(Algorithm::HS256),
         claims,
@@ -440,7 +440,7 @@ pub fn hs256(secret: &str, claims: &Value) -> String {
 }
 
 pub fn eddsa(claims: &Value) -> String {
-    toolmark_process::jwt::install();
+    toolmark_config::jwt::install();
     jsonwebtoken::encode(
         &Header::new(Algorithm::EdDSA),
         claims,
@@ -450,7 +450,7 @@ pub fn eddsa(claims: &Value) -> String {
 }
 
 pub fn es256(claims: &Value) -> String {
-    toolmark_process::jwt::install();
+    toolmark_config::jwt::install();
     jsonwebtoken::encode(
         &Header::new(Algorithm::ES256),
         claims,

@@ -742,7 +742,7 @@ fn jwk_ec(kid: &str) -> Value {
 /// An access token of the test authorization server.
 pub(crate) fn access_token(alg: jsonwebtoken::Algorithm, kid: &str, claims: &Value) -> String {
     use jsonwebtoken::{EncodingKey, Header};
-    toolmark_process::jwt::install();
+    toolmark_config::jwt::install();
     let mut header = Header::new(alg);
     header.kid = Some(kid.to_owned());
     let key = match alg {

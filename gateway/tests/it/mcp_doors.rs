@@ -136,12 +136,8 @@ async fn an_access_token_for_another_server_is_refused_whatever_host_the_request
     let text = config_toml(&format!(
         "mcp_issuer = \"{ISSUER}\"\nmcp_public_key = \"\"\"{ED_PUB}\"\"\"\n"
     ));
-    let e = toolmark_process::config::Settings::load(
-        &text,
-        [],
-        &toolmark_process::config::Overrides::default(),
-    )
-    .unwrap_err();
+    let e = toolmark_config::Settings::load(&text, [], &toolmark_config::Overrides::default())
+        .unwrap_err();
     assert_eq!(e.key, "server.public_url");
     let nodes = Gateway::start_admin_nodes(1).await;
     let refused = admin(
@@ -375,12 +371,8 @@ async fn a_jwk_set_is_fetched_from_public_https_addresses_only() {
         )),
         PUBLIC,
     );
-    let e = toolmark_process::config::Settings::load(
-        &text,
-        [],
-        &toolmark_process::config::Overrides::default(),
-    )
-    .unwrap_err();
+    let e = toolmark_config::Settings::load(&text, [], &toolmark_config::Overrides::default())
+        .unwrap_err();
     assert_eq!(e.key, "tenants[3].mcp_jwks_url");
     let nodes = Gateway::start_admin_nodes_at(1, Some(PUBLIC)).await;
     let gw = &nodes[0];

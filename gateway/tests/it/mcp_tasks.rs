@@ -419,7 +419,7 @@ async fn tasks_and_waits_outlive_the_node_that_made_them() {
     let broker = redis_broker(&toolmark_testkit::redis::shared_url(), &fresh_prefix());
     let config = config_with(&broker, "");
     let node = |i: usize| Gateway::start_config(&config, Some(format!("node-{i}")));
-    let mut nodes = vec![node(1).await, node(2).await];
+    let mut nodes = [node(1).await, node(2).await];
     let mut page = LivePage::new(page_across(&nodes[0], &nodes[1], page_tools()).await);
     let token = mcp_token(&nodes[1], "u1", "c1").await;
     let (client, _) = task_client(&nodes[1], &token, None).await;

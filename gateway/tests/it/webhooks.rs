@@ -72,7 +72,7 @@ async fn a_memory_gateway_delivers_signed_webhooks_and_retries_failures() {
     assert_eq!(seen.len(), 2, "one failure, one success: {seen:?}");
     assert_eq!(seen[0].0, seen[1].0, "the same webhook-id on the retry");
     let (id, ts, sig, body, _) = &seen[1];
-    let key = toolmark_process::signing::SigningKey::parse(SECRET).unwrap();
+    let key = toolmark_config::signing::SigningKey::parse(SECRET).unwrap();
     assert_eq!(&key.sign(id, ts.parse().unwrap(), body), sig);
     let event: serde_json::Value = serde_json::from_str(body).unwrap();
     assert_eq!(

@@ -38,7 +38,7 @@ impl std::fmt::Debug for Minter {
 impl Minter {
     /// A minter for `tenant` with its HS256 `secret`.
     pub fn new(tenant: &str, secret: &str) -> Result<Self, LoadError> {
-        toolmark_process::jwt::install();
+        toolmark_config::jwt::install();
         let key = EncodingKey::from_secret(secret.as_bytes())
             .map_err(|e| LoadError::Args(format!("--token-secret: {e}")))?;
         Ok(Minter {

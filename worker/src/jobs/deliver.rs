@@ -14,9 +14,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolmark_broker::now_ms;
 use toolmark_broker::webhook::{Admission, Pending, WebhookQueue};
-use toolmark_process::catalog::{Change, Follower};
+use toolmark_process::tenant_follower::{Change, Follower};
 
-use toolmark_process::config::{Settings, WebhookTarget, WorkerConfig};
+use toolmark_config::{Settings, WebhookTarget, WorkerConfig};
 
 use super::egress::{Clients, REFUSED_ADDRESS, is_refusal};
 use super::metrics::{FailureLabels, JobMetrics, TenantLabel};

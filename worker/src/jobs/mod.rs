@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use toolmark_broker::SharedBroker;
 use toolmark_broker::catalog::Catalog;
 use toolmark_broker::webhook::WebhookQueue;
-use toolmark_process::catalog::Follower;
-use toolmark_process::config::Settings;
+use toolmark_config::Settings;
+use toolmark_process::tenant_follower::Follower;
 
 pub use deliver::Deliveries;
 pub use metrics::JobMetrics;

@@ -9,7 +9,7 @@ use toolmark_broker::redis::{RedisBroker, RedisOptions};
 use toolmark_broker::{
     AdmitLimits, CallBinding, CallKind, ConvKey, Event, PageIdentity, SharedBroker, now_ms,
 };
-use toolmark_process::config::{Overrides, Settings};
+use toolmark_config::{Overrides, Settings};
 use toolmark_proto::{AgentMessage, Call, ToolResult};
 use toolmark_testkit::redis::RedisProc;
 

@@ -9,8 +9,8 @@ use toolmark_broker::prelude::*;
 use serde_json::json;
 use toolmark_broker::redis::{RedisBroker, RedisOptions};
 use toolmark_broker::{ConvKey, EventType, PageSink};
-use toolmark_process::config::{Overrides, Settings};
-use toolmark_process::signing::SigningKey;
+use toolmark_config::signing::SigningKey;
+use toolmark_config::{Overrides, Settings};
 
 use crate::receiver::{Mode, Receiver};
 use toolmark_testkit::redis::RedisProc;

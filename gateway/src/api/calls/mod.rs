@@ -18,7 +18,7 @@ use crate::calls::{self, Once, Request, Route, idempotency};
 use crate::http::{Body, Problem, QueryOf, check_ids, parse_value};
 use crate::state::AppState;
 use crate::tenants::Tenant;
-use toolmark_process::config::policy::Scope;
+use toolmark_config::policy::Scope;
 
 mod bodies;
 

@@ -1,14 +1,26 @@
-//! The configuration of `toolmark-gateway` and `toolmark-worker`: the file's typed shape
-//! ([`Config`]), layered defaults → TOML file → `TOOLMARK_SECTION__KEY` environment → flags
-//! ([`layers`]), then parsed once, section by section, into the [`Settings`] the processes run
-//! on ([`settings`], [`tenant`]): addresses, the TLS acceptor, token verifiers, signing keys and
-//! limits. Nothing parses configuration again at run time. Every error names the key it is
-//! about; the binaries turn it into exit code 2.
+//! The configuration of `toolmark-gateway` and `toolmark-worker`, apart from the plumbing that
+//! runs them (`toolmark-process`): the file's typed shape ([`Config`], here), layered defaults →
+//! TOML file → `TOOLMARK_SECTION__KEY` environment → flags ([`layers`]), then parsed once,
+//! section by section, into the [`Settings`] the processes run on ([`settings`], [`tenant`],
+//! [`admin`]): addresses, the TLS acceptor, token verifiers, signing keys and limits. Nothing
+//! parses configuration again at run time. Every error names the key it is about; the binaries
+//! turn it into exit code 2.
+//!
+//! The key material the parse checks lives here too: page-token and authorization-server keys
+//! ([`keys`]), webhook signing keys ([`signing`]), the JWT library's crypto provider ([`jwt`]),
+//! the server certificate ([`certificate`]) and the forms of a Redis URL ([`redis_url`]). The
+//! only I/O is reading the files the configuration is and names (the file itself, the TLS
+//! certificate and key).
 
 pub mod admin;
+pub mod certificate;
+pub mod jwt;
+pub mod keys;
 mod layers;
 pub mod policy;
+pub mod redis_url;
 pub mod settings;
+pub mod signing;
 pub mod tenant;
 #[cfg(test)]
 mod tests;
@@ -19,13 +31,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use admin::{AdminConfig, AdminSettings, Sealer, StoredMcpOAuth, StoredTenant};
+pub use keys::{KeyError, OAuthKeys, TokenKey};
 pub use layers::Overrides;
 pub use settings::{
     BrokerSettings, HoldSettings, McpSettings, ServerSettings, Settings, WorkerSettings,
 };
 pub use tenant::{
-    ApiKey, McpOAuth, OAuthKeys, PusherApp, Revocation, TenantSettings, TenantSource, TokenKey,
-    WebhookTarget, is_valid_tenant_id,
+    ApiKey, McpOAuth, PusherApp, Revocation, TenantSettings, TenantSource, WebhookTarget,
+    is_valid_tenant_id,
 };
 
 /// The JSON Schema (draft 2020-12) of the configuration file, from the types above: every key,

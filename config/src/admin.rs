@@ -11,12 +11,12 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 
-use super::tenant::{
-    ApiKey, PusherApp, Revocation, TenantSettings, TenantSource, TokenKey, WebhookTarget,
-    parse_key_hash,
-};
-use super::{ConfigError, TenantLimits};
+use crate::keys::TokenKey;
 use crate::signing::SigningKey;
+use crate::tenant::{
+    ApiKey, PusherApp, Revocation, TenantSettings, TenantSource, WebhookTarget, parse_key_hash,
+};
+use crate::{ConfigError, TenantLimits};
 
 /// `[admin]` as written.
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
@@ -241,7 +241,7 @@ pub struct StoredMcpOAuth {
 impl StoredMcpOAuth {
     /// Checks and loads it by the config file's rule (`allow_private`: the tenant's
     /// `webhookAllowPrivate`); errors name `mcpOAuth/<field>`.
-    pub fn parse(&self, allow_private: bool) -> Result<Option<super::McpOAuth>, ConfigError> {
+    pub fn parse(&self, allow_private: bool) -> Result<Option<crate::McpOAuth>, ConfigError> {
         let pointer = |k: &str| {
             let field = match k {
                 "mcp_issuer" => "issuer",
@@ -251,7 +251,7 @@ impl StoredMcpOAuth {
             };
             format!("/mcpOAuth/{field}")
         };
-        super::McpOAuth::parse(
+        crate::McpOAuth::parse(
             Some(self.issuer.as_str()),
             self.jwks_url.as_deref(),
             self.public_key.as_deref(),
@@ -274,7 +274,7 @@ pub struct StoredApiKey {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_ms: Option<u64>,
     /// What it may do (everything when absent).
-    #[serde(default, skip_serializing_if = "crate::config::admin::is_default")]
+    #[serde(default, skip_serializing_if = "crate::admin::is_default")]
     pub policy: super::policy::Policy,
 }
 

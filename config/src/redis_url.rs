@@ -1,8 +1,10 @@
-//! The gateway's Redis URLs, translated to the client's configuration:
+//! The forms `broker.url` takes, translated to the Redis client's configuration:
 //! `redis://` and `rediss://` (TLS through rustls), `redis-cluster://h1:p1,h2:p2` (any node
-//! list, comma-separated), and `redis-sentinel://h1:p1,h2:p2/service`.
+//! list, comma-separated), and `redis-sentinel://h1:p1,h2:p2/service`. The parse of the
+//! settings checks a URL with [`parse`]; the broker's Redis client connects with what it
+//! returns.
 
-use fred::prelude::Config;
+use fred::prelude::Config as ClientConfig;
 
 /// A Redis URL that is not one of the supported forms: why, and the URL without its password.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -15,7 +17,7 @@ pub struct UrlError {
 }
 
 /// Parses a gateway Redis URL.
-pub fn config(url: &str) -> Result<Config, UrlError> {
+pub fn parse(url: &str) -> Result<ClientConfig, UrlError> {
     let bad = |why: &str| UrlError {
         reason: why.to_owned(),
         url: redact(url),
@@ -52,7 +54,7 @@ pub fn config(url: &str) -> Result<Config, UrlError> {
         }
         other => return Err(bad(&format!("unsupported scheme {other:?}"))),
     };
-    Config::from_url(&translated).map_err(|e| bad(&e.to_string()))
+    ClientConfig::from_url(&translated).map_err(|e| bad(&e.to_string()))
 }
 
 fn split_auth(rest: &str) -> (&str, &str) {
@@ -77,19 +79,19 @@ mod tests {
 
     #[test]
     fn cluster_lists_become_node_lists() {
-        let c = config("redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002").unwrap();
+        let c = parse("redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002").unwrap();
         match c.server {
             ServerConfig::Clustered { hosts, .. } => assert_eq!(hosts.len(), 3),
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            config("redis://127.0.0.1:6379").unwrap().server,
+            parse("redis://127.0.0.1:6379").unwrap().server,
             ServerConfig::Centralized { .. }
         ));
-        let s = config("redis-sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster").unwrap();
+        let s = parse("redis-sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster").unwrap();
         assert!(matches!(s.server, ServerConfig::Sentinel { .. }));
-        assert!(config("http://x").is_err());
-        assert!(config("redis-sentinel://127.0.0.1:26379").is_err());
+        assert!(parse("http://x").is_err());
+        assert!(parse("redis-sentinel://127.0.0.1:26379").is_err());
         assert_eq!(
             redact("redis://user:secret@host:6379"),
             "redis://***@host:6379"

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use tokio_rustls::TlsAcceptor;
 
-use super::admin::AdminSettings;
-use super::tenant::{TenantSettings, is_valid_tenant_id};
-use super::{BrokerKind, Config, ConfigError, McpConfig, ServerConfig, WorkerConfig};
+use crate::admin::AdminSettings;
+use crate::tenant::{TenantSettings, is_valid_tenant_id};
+use crate::{BrokerKind, Config, ConfigError, McpConfig, ServerConfig, WorkerConfig};
 
 /// A parsed configuration.
 #[derive(Debug, Clone)]
@@ -70,7 +70,7 @@ pub enum BrokerSettings {
     Memory,
     /// Many nodes over Redis.
     Redis {
-        /// A URL `toolmark_broker::redis::check_url` accepted.
+        /// A URL [`crate::redis_url::parse`] accepted.
         url: String,
         /// Prefix of every key and channel.
         prefix: String,
@@ -221,7 +221,7 @@ impl Config {
                 "required with kind = \"redis\"",
             )),
             (BrokerKind::Redis, Some(url)) => {
-                toolmark_broker::redis::check_url(url).map_err(|e| {
+                crate::redis_url::parse(url).map_err(|e| {
                     ConfigError::new("broker.url", format!("invalid Redis URL: {e}"))
                 })?;
                 if self.dev_mode {
@@ -274,7 +274,7 @@ fn parse_server(s: &ServerConfig, dev_mode: bool) -> Result<ServerSettings, Conf
                 "required with server.tls_key",
             ));
         }
-        (Some(cert), Some(key)) => Some(crate::tls::acceptor(cert, key)?),
+        (Some(cert), Some(key)) => Some(crate::certificate::acceptor(cert, key)?),
     };
     if let Some(id) = &s.node_id
         && !is_valid_tenant_id(id)

@@ -27,11 +27,11 @@ impl SigningKey {
     pub const MIN_BYTES: usize = 16;
 
     /// From `whsec_<base64>` (the prefix is optional), at least [`Self::MIN_BYTES`] of key.
-    pub fn parse(secret: &str) -> Result<Self, crate::config::tenant::KeyError> {
+    pub fn parse(secret: &str) -> Result<Self, crate::keys::KeyError> {
         let b64 = secret.strip_prefix("whsec_").unwrap_or(secret);
         let key = STANDARD.decode(b64)?;
         if key.len() < Self::MIN_BYTES {
-            return Err(crate::config::tenant::KeyError::TooShort {
+            return Err(crate::keys::KeyError::TooShort {
                 min: Self::MIN_BYTES,
             });
         }

@@ -12,8 +12,7 @@ use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use toolmark_broker::catalog::{Catalog, Record};
-
-use crate::config::{Sealer, StoredTenant, TenantSettings};
+use toolmark_config::{Sealer, StoredTenant, TenantSettings};
 
 /// How often the catalog's revision is compared with what was loaded.
 pub const REREAD_EVERY: Duration = Duration::from_secs(1);

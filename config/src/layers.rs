@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{BrokerKind, Config, ConfigError, Settings};
+use crate::{BrokerKind, Config, ConfigError, Settings};
 
 /// Flags that override the file.
 #[derive(Debug, Clone, Default)]
