@@ -2,12 +2,13 @@
 //! Sentinel-managed Redis, with the same contract as the memory broker.
 //!
 //! State lives in Redis (keys in [`keys`]); every check-and-mark is one Lua script on one hash
-//! tag ([`scripts`]). Every node listens on one sharded channel per partition
-//! ([`crate::partition`]), whatever the number of pages it holds: a script on a conversation's
-//! slot publishes the conversation's agent → page frames to the channels of the nodes that hold
-//! its sockets, and outcomes to the waiting node's channel, all of that partition. Each node
-//! keeps what it holds (sockets, manifests) in memory and writes it again whenever the
-//! connection to Redis comes back, so pages never have to reconnect after a Redis restart.
+//! tag ([`scripts`]: a `.lua` file each, with a struct of its arguments). Every node listens on
+//! one sharded channel per partition ([`crate::partition`]), whatever the number of pages it
+//! holds: a script on a conversation's slot publishes the conversation's agent → page frames to
+//! the channels of the nodes that hold its sockets, and outcomes to the waiting node's channel,
+//! all of that partition. Each node keeps what it holds (sockets, manifests) in memory, in parts
+//! that own their state ([`state`]), and writes it again whenever the connection to Redis comes
+//! back, so pages never have to reconnect after a Redis restart.
 
 mod calls;
 mod catalog;

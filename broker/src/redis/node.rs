@@ -1,4 +1,5 @@
-//! This node's life on Redis: its heartbeat and the live-node set, the heartbeat-scoped refresh
+//! This node's life on Redis: the counts a previous life of it left, its heartbeat and the
+//! live-node set, the heartbeat-scoped refresh
 //! of what its pages need, the re-publication after Redis lost its data, its subscriber (page
 //! frames, outcomes, events, its own readiness probes) and its partition subscriptions.
 
