@@ -4,77 +4,72 @@
 //! `model::check_result` atomically and send the outcome to the waiting node's channel of that
 //! partition.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::*;
-use crate::Change;
+use async_trait::async_trait;
+use fred::interfaces::{ClientLike, KeysInterface};
+use toolmark_proto::{AgentMessage, ToolResult};
+
+use super::reply::{RETRY, state_of, strings, unavailable};
+use super::scripts::{
+    Bind, Cancel, Outbox, PendingFrames, Place, PlaceRate, ReadCall, Timeout, WatchCall,
+};
+use super::state::Expected;
+use super::{RedisBroker, codec, keys, limits};
 use crate::prelude::*;
 use crate::rate::{Batch, Reserved};
-
-/// The page a node last found current in a conversation, with its manifest's `seq`: the
-/// expectation a [`scripts::PLACE`] checks, so that a call to a conversation whose page did not
-/// change is one round trip.
-#[derive(Debug, Clone)]
-pub(super) struct Expected {
-    target: Option<CallTarget>,
-    seq: String,
-}
-
-/// At most this many conversations' expectations are kept per node (then they start over).
-const EXPECTED_MAX: usize = 65_536;
+use crate::{
+    BrokerError, CallBinding, CallRecord, CallRequest, CallState, CallTarget, Change, ConvKey,
+    Outcome, OutcomeWaiter, PageIdentity, PlaceError, Placed, RateLimited, SubmitError, Watch,
+    model, now_ms, partition,
+};
 
 impl RedisBroker {
-    /// The binding's fields in the order of [`scripts::BIND`]'s ARGV, and its keys (call,
-    /// pending set, deadline set, sockets).
-    fn bind_args(&self, binding: &CallBinding, frame: &AgentMessage) -> (Vec<String>, Vec<String>) {
+    /// The arguments of `bind.lua` for `binding` and its page message.
+    fn bind_args(&self, binding: &CallBinding, frame: &AgentMessage) -> Bind {
         let conv = &binding.conv;
         let k = partition::of_conv(conv);
-        let ttl_ms = binding.deadline_ms.saturating_sub(now_ms())
-            + model::millis(self.opts.retention.finished_calls);
-        let keys = vec![
-            self.keys.call(&binding.id),
-            self.keys.pending(conv),
-            self.keys.deadlines(k),
-            self.keys.sockets(conv),
-        ];
-        let args = vec![
-            codec::compact_id(&binding.id),
-            codec::conv_ref(conv),
-            codec::compact_id(&binding.client_id),
-            binding.deadline_ms.to_string(),
-            binding.node.clone(),
-            codec::call_summary(binding),
-            codec::page_message(conv, &binding.client_id, &frame.to_json()),
-            codec::cancel_message(binding),
-            ttl_ms.to_string(),
-            codec::deadline_member(conv, &binding.id),
-            self.keys.node_channel_prefix(),
-            format!(":{}", keys::partition_tag(k)),
-        ];
-        (keys, args)
+        Bind {
+            call: self.keys.call(&binding.id),
+            pending: self.keys.pending(conv),
+            deadlines: self.keys.deadlines(k),
+            sockets: self.keys.sockets(conv),
+            id: codec::compact_id(&binding.id),
+            conv_ref: codec::conv_ref(conv),
+            client: codec::compact_id(&binding.client_id),
+            deadline: binding.deadline_ms,
+            node: binding.node.clone(),
+            summary: codec::call_summary(binding),
+            frame: codec::page_message(conv, &binding.client_id, &frame.to_json()),
+            cancel: codec::cancel_message(binding),
+            ttl: binding.deadline_ms.saturating_sub(now_ms())
+                + model::millis(self.opts.retention.finished_calls),
+            deadline_member: codec::deadline_member(conv, &binding.id),
+            channel_prefix: self.keys.node_channel_prefix(),
+            channel_suffix: format!(":{}", keys::partition_tag(k)),
+        }
     }
 
     /// Reads the conversation for [`Broker::place_call`] and remembers what it found.
     async fn expect(&self, conv: &ConvKey) -> Result<Arc<Expected>, BrokerError> {
         let (state, seq) = self.conversation_with_seq(conv).await?;
-        let e = Arc::new(Expected {
-            // The script itself decides whether the page takes calls (`model::accepts_calls`).
-            target: CallTarget::current(&state),
-            seq: if state.client_id.is_some() {
-                seq
-            } else {
-                String::new()
+        Ok(self.expected.remember(
+            conv,
+            Expected {
+                // The script itself decides whether the page takes calls
+                // (`model::accepts_calls`).
+                target: CallTarget::current(&state),
+                seq: if state.client_id.is_some() {
+                    seq
+                } else {
+                    String::new()
+                },
             },
-        });
-        let mut cache = lock(&self.expected);
-        if cache.len() >= EXPECTED_MAX {
-            cache.clear();
-        }
-        cache.insert(conv.clone(), Arc::clone(&e));
-        Ok(e)
+        ))
     }
 
-    /// [`Broker::place_call`] on Redis: [`scripts::PLACE`], which takes the tenant's rate too.
+    /// [`Broker::place_call`] on Redis: `place.lua`, which takes the tenant's rate too.
     /// On Redis Cluster the rate lives on another shard than the conversation: the call spends
     /// a token of this node's reserve (`rate::Reserves`), and takes the tenant's bucket first
     /// only when none is held; a refill of the reserve goes out beside the place script, so
@@ -117,11 +112,11 @@ impl RedisBroker {
         }
     }
 
-    /// [`scripts::PLACE`] against what this node last read of the conversation; read again and
+    /// `place.lua` against what this node last read of the conversation; read again and
     /// retried when the conversation changed since. With `rate_here`, the script takes the
     /// tenant's rate; without, the call's token was taken already.
     async fn place_here(&self, req: CallRequest, rate_here: bool) -> Result<Placed, PlaceError> {
-        let cached = lock(&self.expected).get(&req.conv).cloned();
+        let cached = self.expected.get(&req.conv);
         let mut expected = match cached {
             Some(e) => e,
             None => self.expect(&req.conv).await?,
@@ -140,36 +135,28 @@ impl RedisBroker {
             };
             let target = expected.target.as_ref().unwrap_or(&fallback);
             let (binding, frame) = req.bind_to(target, &self.node);
-            let (mut keys, mut args) = self.bind_args(&binding, &frame);
-            keys.push(self.keys.conv(&req.conv));
-            keys.push(if rate_here {
-                self.keys.rate(&req.conv.tenant)
-            } else {
-                self.keys.conv(&req.conv)
-            });
-            // An empty interval tells the script the rate was taken already.
-            let (interval_us, burst) = if rate_here {
-                limits::gcra_args(req.calls_per_second)
-            } else {
-                (String::new(), String::new())
+            let place = Place {
+                bind: self.bind_args(&binding, &frame),
+                conv: self.keys.conv(&req.conv),
+                rate: rate_here.then(|| {
+                    let (interval, burst) = limits::gcra_args(req.calls_per_second);
+                    PlaceRate {
+                        rate: self.keys.rate(&req.conv.tenant),
+                        interval,
+                        burst,
+                    }
+                }),
+                manifest_prefix: self.keys.manifest_prefix(&req.conv),
+                expected_client: client,
+                expected_seq: expected.seq.clone(),
+                now: now_ms(),
+                grace: model::millis(model::RECONNECT_GRACE),
+                live: self.live.ids(),
+                dead: self.live.dead(),
             };
-            args.extend([
-                self.keys.manifest_prefix(&req.conv),
-                client,
-                expected.seq.clone(),
-                now_ms().to_string(),
-                model::millis(model::RECONNECT_GRACE).to_string(),
-                interval_us,
-                burst,
-            ]);
-            let live = self.live_nodes();
-            args.push(live.len().to_string());
-            args.extend(live.iter().cloned());
-            args.extend(self.dead_nodes());
-            let (tx, rx) = oneshot::channel();
-            lock(&self.waiters).insert(binding.id.clone(), tx);
+            let rx = self.waiters.wait(&binding.id);
             let sent = self.client.is_connected();
-            let reply = match self.script(&self.scripts.place, keys, args).await {
+            let reply = match self.run(place).await {
                 Ok(r) => strings(r),
                 Err(e) => {
                     // Sent, but no answer: Redis may have placed it (or may yet, from its
@@ -180,7 +167,7 @@ impl RedisBroker {
                             waiter: rx,
                         });
                     }
-                    lock(&self.waiters).remove(&binding.id);
+                    self.waiters.forget(&binding.id);
                     return Err(e.into());
                 }
             };
@@ -192,7 +179,7 @@ impl RedisBroker {
                     });
                 }
                 Some("rate") => {
-                    lock(&self.waiters).remove(&binding.id);
+                    self.waiters.forget(&binding.id);
                     let wait_us = reply.get(1).and_then(|w| w.parse().ok()).unwrap_or(1);
                     return Err(PlaceError::Limited(RateLimited {
                         retry_after: Duration::from_micros(wait_us),
@@ -201,32 +188,32 @@ impl RedisBroker {
                 Some("unreached") => {
                     // Pages are connected but no node's channel took the frame: a subscription
                     // being restored after a failover or a slot move. Nothing was bound.
-                    lock(&self.waiters).remove(&binding.id);
+                    self.waiters.forget(&binding.id);
                     tracing::debug!(call_id = %binding.id, "call frame reached no node: 503");
                     return Err(PlaceError::Broker(BrokerError::Unavailable {
                         retry_after: RETRY,
                     }));
                 }
                 Some("no_page" | "ok") => {
-                    lock(&self.waiters).remove(&binding.id);
+                    self.waiters.forget(&binding.id);
                     return Err(PlaceError::NoPage);
                 }
                 Some("unknown") => {
                     // A node this one does not count as live holds sockets (it may have just
                     // started): read the live set again; one still missing is dead.
-                    lock(&self.waiters).remove(&binding.id);
+                    self.waiters.forget(&binding.id);
                     self.refresh_live().await;
-                    let live = self.live_nodes();
+                    let live = self.live.nodes();
                     let missing: Vec<String> = reply[1..]
                         .iter()
                         .filter(|n| !live.contains(n.as_str()))
                         .cloned()
                         .collect();
-                    self.known_dead(&missing);
+                    self.live.known_dead(&missing);
                 }
                 _ => {
                     // `stale`: the conversation's current page changed since this node read it.
-                    lock(&self.waiters).remove(&binding.id);
+                    self.waiters.forget(&binding.id);
                     expected = self.expect(&req.conv).await?;
                 }
             }
@@ -299,11 +286,10 @@ impl RedisBroker {
         conv: &ConvKey,
     ) -> Result<Vec<(String, Arc<str>)>, BrokerError> {
         let reply = self
-            .script(
-                &self.scripts.pending,
-                vec![self.keys.pending(conv)],
-                vec![self.keys.call_prefix(partition::of_conv(conv))],
-            )
+            .run(PendingFrames {
+                pending: self.keys.pending(conv),
+                call_prefix: self.keys.call_prefix(partition::of_conv(conv)),
+            })
             .await?;
         Ok(strings(reply)
             .into_iter()
@@ -319,8 +305,10 @@ impl RedisBroker {
     /// The outcome stored for call `id`, whichever tenant's it is (none while it is pending).
     pub(super) async fn stored_outcome(&self, id: &str) -> Result<Option<Outcome>, BrokerError> {
         let f = strings(
-            self.script(&self.scripts.read_call, vec![self.keys.call(id)], vec![])
-                .await?,
+            self.run(ReadCall {
+                call: self.keys.call(id),
+            })
+            .await?,
         );
         Ok(Self::stored_record(id, &f).and_then(|r| r.outcome))
     }
@@ -328,8 +316,10 @@ impl RedisBroker {
     /// A call of `tenant` by id, in the partition the id names.
     async fn stored_call(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
         let f = strings(
-            self.script(&self.scripts.read_call, vec![self.keys.call(id)], vec![])
-                .await?,
+            self.run(ReadCall {
+                call: self.keys.call(id),
+            })
+            .await?,
         );
         Ok(Self::stored_record(id, &f).filter(|r| r.binding.conv.tenant == tenant))
     }
@@ -342,12 +332,9 @@ impl Calls for RedisBroker {
         binding: CallBinding,
         frame: AgentMessage,
     ) -> Result<OutcomeWaiter, BrokerError> {
-        let (tx, rx) = oneshot::channel();
-        let id = binding.id.clone();
-        lock(&self.waiters).insert(id.clone(), tx);
-        let (keys, args) = self.bind_args(&binding, &frame);
-        if let Err(e) = self.script(&self.scripts.bind, keys, args).await {
-            lock(&self.waiters).remove(&id);
+        let rx = self.waiters.wait(&binding.id);
+        if let Err(e) = self.run(self.bind_args(&binding, &frame)).await {
+            self.waiters.forget(&binding.id);
             return Err(e);
         }
         Ok(rx)
@@ -377,27 +364,19 @@ impl Calls for RedisBroker {
     async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError> {
         let k = partition::of_call(id);
         let reply = strings(
-            self.script(
-                &self.scripts.timeout,
-                vec![
-                    self.keys.call(id),
-                    self.keys.pending(conv),
-                    self.keys.deadlines(k),
-                    self.keys.sockets(conv),
-                    self.keys.outbox(k),
-                ],
-                [
-                    codec::compact_id(id),
-                    serde_json::to_string(&Outcome::Timeout).unwrap_or_default(),
-                    self.keys.node_channel_prefix(),
-                    format!(":{}", keys::partition_tag(k)),
-                    codec::outcome_message(id, &Outcome::Timeout),
-                    codec::deadline_member(conv, id),
-                ]
-                .into_iter()
-                .chain(Self::outbox_args(&codec::Outboxed::Call(id.to_owned())))
-                .collect(),
-            )
+            self.run(Timeout {
+                call: self.keys.call(id),
+                pending: self.keys.pending(conv),
+                deadlines: self.keys.deadlines(k),
+                sockets: self.keys.sockets(conv),
+                outbox: Outbox::new(self.keys.outbox(k), &codec::Outboxed::Call(id.to_owned())),
+                id: codec::compact_id(id),
+                outcome: serde_json::to_string(&Outcome::Timeout).unwrap_or_default(),
+                channel_prefix: self.keys.node_channel_prefix(),
+                channel_suffix: format!(":{}", keys::partition_tag(k)),
+                message: codec::outcome_message(id, &Outcome::Timeout),
+                deadline_member: codec::deadline_member(conv, id),
+            })
             .await?,
         );
         let record = match &reply[..] {
@@ -429,14 +408,12 @@ impl Calls for RedisBroker {
         };
         let k = partition::of_call(id);
         let reply = strings(
-            self.script(
-                &self.scripts.cancel,
-                vec![self.keys.call(id), self.keys.sockets(&found.binding.conv)],
-                vec![
-                    self.keys.node_channel_prefix(),
-                    format!(":{}", keys::partition_tag(k)),
-                ],
-            )
+            self.run(Cancel {
+                call: self.keys.call(id),
+                sockets: self.keys.sockets(&found.binding.conv),
+                channel_prefix: self.keys.node_channel_prefix(),
+                channel_suffix: format!(":{}", keys::partition_tag(k)),
+            })
             .await?,
         );
         Ok(Self::stored_record(id, &reply))
@@ -448,17 +425,12 @@ impl Calls for RedisBroker {
 
     async fn watch(&self, tenant: &str, id: &str) -> Result<Watch, BrokerError> {
         // Listening before the script runs: an outcome published right after it is heard.
-        let (tx, rx) = oneshot::channel();
-        lock(&self.watchers)
-            .entry(id.to_owned())
-            .or_default()
-            .push(tx);
+        let rx = self.waiters.watch(id);
         let reply = self
-            .script(
-                &self.scripts.watch,
-                vec![self.keys.call(id)],
-                vec![self.node.clone()],
-            )
+            .run(WatchCall {
+                call: self.keys.call(id),
+                node: self.node.clone(),
+            })
             .await
             .map(strings);
         let of_tenant =
@@ -478,13 +450,7 @@ impl Calls for RedisBroker {
             Err(e) => Err(e.clone()),
         };
         drop(rx);
-        let mut watchers = lock(&self.watchers);
-        if let Some(txs) = watchers.get_mut(id) {
-            txs.retain(|tx| !tx.is_closed());
-            if txs.is_empty() {
-                watchers.remove(id);
-            }
-        }
+        self.waiters.unwatch_gone(id);
         watch
     }
 

@@ -1,8 +1,17 @@
 //! The tenant catalog on Redis: one hash on the `{catalog}` slot (id → `<version>\n<record>`),
 //! a revision counter beside it, and a sharded channel on the same slot that every node
-//! subscribes to. Writes are compare-and-set scripts ([`scripts::CATALOG_PUT`]).
+//! subscribes to. Writes are compare-and-set scripts (`catalog_put.lua`).
 
-use super::*;
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use fred::interfaces::{HashesInterface, KeysInterface, SortedSetsInterface, StreamsInterface};
+use tokio::sync::broadcast;
+
+use super::RedisBroker;
+use super::reply::{RETRY, strings, unavailable};
+use super::scripts::{CatalogPut, CatalogRemove};
+use crate::BrokerError;
 use crate::catalog::{AUDIT_KEPT, Catalog, CatalogError, Expect, Record};
 
 fn parse_record(id: String, stored: &str) -> Option<Record> {
@@ -66,16 +75,14 @@ impl Catalog for RedisBroker {
             Expect::Version(v) => v.to_string(),
         };
         let reply = strings(
-            self.script(
-                &self.scripts.catalog_put,
-                vec![self.keys.catalog(), self.keys.catalog_revision()],
-                vec![
-                    id.to_owned(),
-                    body.to_owned(),
-                    expected,
-                    self.keys.catalog_channel(),
-                ],
-            )
+            self.run(CatalogPut {
+                catalog: self.keys.catalog(),
+                revision: self.keys.catalog_revision(),
+                id: id.to_owned(),
+                record: body.to_owned(),
+                expected,
+                channel: self.keys.catalog_channel(),
+            })
             .await?,
         );
         match &reply[..] {
@@ -87,15 +94,13 @@ impl Catalog for RedisBroker {
 
     async fn remove(&self, id: &str, version: u64) -> Result<(), CatalogError> {
         let reply = strings(
-            self.script(
-                &self.scripts.catalog_remove,
-                vec![self.keys.catalog(), self.keys.catalog_revision()],
-                vec![
-                    id.to_owned(),
-                    version.to_string(),
-                    self.keys.catalog_channel(),
-                ],
-            )
+            self.run(CatalogRemove {
+                catalog: self.keys.catalog(),
+                revision: self.keys.catalog_revision(),
+                id: id.to_owned(),
+                version,
+                channel: self.keys.catalog_channel(),
+            })
             .await?,
         );
         match reply.first().map(String::as_str) {

@@ -1,8 +1,20 @@
 //! Confirmations on Redis: per conversation (confirm hash beside its call), single use in one
 //! script, expired by the leased sweep implementing `model::sweep_confirm`.
 
-use super::*;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::interfaces::{KeysInterface, SortedSetsInterface};
+use toolmark_proto::ToolResult;
+
+use super::reply::{RETRY, rejection, strings, unavailable};
+use super::scripts::{Confirm, ExpireConfirm, Outbox};
+use super::{RedisBroker, codec};
 use crate::prelude::*;
+use crate::{
+    BrokerError, ConfirmBinding, ConvKey, PageIdentity, Rejection, SubmitError, model, now_ms,
+    partition,
+};
 
 #[async_trait]
 impl Confirmations for RedisBroker {
@@ -49,24 +61,14 @@ impl RedisBroker {
             outcome: outcome.clone(),
         };
         let reply = strings(
-            self.script_once(
-                &self.scripts.confirm,
-                vec![
-                    self.keys.confirm(&from.conv, confirm_id),
-                    self.keys.outbox(partition::of_conv(&from.conv)),
-                ],
-                [
-                    from.client_id.clone(),
-                    if again { "again" } else { "" }.to_owned(),
-                ]
-                .into_iter()
-                .chain(Self::outbox_args(&change))
-                .chain([
-                    serde_json::to_string(outcome).unwrap_or_default(),
-                    millis(self.opts.retention.finished_calls).to_string(),
-                ])
-                .collect(),
-            )
+            self.run_once(Confirm {
+                confirm: self.keys.confirm(&from.conv, confirm_id),
+                outbox: Outbox::new(self.keys.outbox(partition::of_conv(&from.conv)), &change),
+                client: from.client_id.clone(),
+                again,
+                outcome: serde_json::to_string(outcome).unwrap_or_default(),
+                kept: model::millis(self.opts.retention.finished_calls),
+            })
             .await?,
         );
         match reply.first().map(String::as_str) {
@@ -176,7 +178,7 @@ impl RedisBroker {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        let live: Vec<String> = self.live_nodes().iter().cloned().collect();
+        let live = self.live.ids();
         let mut expired = Vec::new();
         for member in due {
             let Some((conv, confirm_id, client)) = codec::parse_confirm_member(&member) else {
@@ -192,27 +194,19 @@ impl RedisBroker {
                 confirm_id: confirm_id.clone(),
                 outcome: crate::expired_confirmation(),
             };
-            let mut args = vec![
-                client.clone(),
-                now.to_string(),
-                u64::try_from(grace.as_millis())
-                    .unwrap_or(u64::MAX)
-                    .to_string(),
-            ];
-            args.extend(Self::outbox_args(&change));
-            args.push(serde_json::to_string(&crate::expired_confirmation()).unwrap_or_default());
-            args.push(model::millis(self.opts.retention.finished_calls).to_string());
-            args.extend(live.iter().cloned());
             let reply = strings(
-                self.script(
-                    &self.scripts.expire_confirm,
-                    vec![
-                        self.keys.confirm(&conv, &confirm_id),
-                        self.keys.sockets(&conv),
-                        self.keys.outbox(partition::of_conv(&conv)),
-                    ],
-                    args,
-                )
+                self.run(ExpireConfirm {
+                    confirm: self.keys.confirm(&conv, &confirm_id),
+                    sockets: self.keys.sockets(&conv),
+                    outbox: Outbox::new(self.keys.outbox(partition::of_conv(&conv)), &change),
+                    client: client.clone(),
+                    now,
+                    grace: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+                    outcome: serde_json::to_string(&crate::expired_confirmation())
+                        .unwrap_or_default(),
+                    kept: model::millis(self.opts.retention.finished_calls),
+                    live: live.clone(),
+                })
                 .await?,
             );
             match reply.first().map(String::as_str) {

@@ -1,8 +1,17 @@
 //! Events on Redis: the tenant's stream, trimmed in count and bytes behind the webhook group, and
 //! its sharded live channel.
 
-use super::*;
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use fred::interfaces::{PubsubInterface, StreamsInterface};
+use serde_json::Value as Json;
+
+use super::RedisBroker;
+use super::reply::{millis, parse_event, strings, unavailable};
+use super::scripts::Emit;
 use crate::prelude::*;
+use crate::{BrokerError, ConvKey, Emitted, Event, EventFeed, EventType, event_id_after};
 
 #[async_trait]
 impl Events for RedisBroker {
@@ -31,19 +40,9 @@ impl Events for RedisBroker {
     }
 
     async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError> {
-        let (live, first) = {
-            let mut feeds = lock(&self.feeds);
-            let first = !feeds.contains_key(tenant);
-            let feed = feeds
-                .entry(tenant.to_owned())
-                .or_insert_with(|| subscriptions::Feed {
-                    tx: broadcast::channel(4096).0,
-                    last: None,
-                });
-            (feed.tx.subscribe(), first)
-        };
+        let (live, first) = self.feeds.subscribe(tenant);
         if first && let Err(e) = self.follow_feed(tenant).await {
-            lock(&self.feeds).remove(tenant);
+            self.feeds.remove(tenant);
             return Err(e);
         }
         let backlog = match after {
@@ -71,7 +70,7 @@ impl Events for RedisBroker {
         Ok(EventFeed { backlog, live })
     }
 
-    fn emitted(&self) -> &crate::Emitted {
+    fn emitted(&self) -> &Emitted {
         &self.emitted
     }
 }
@@ -95,11 +94,7 @@ impl RedisBroker {
             .into_iter()
             .next()
             .map_or_else(|| "0-0".to_owned(), |(id, _)| id);
-        if let Some(feed) = lock(&self.feeds).get_mut(tenant)
-            && feed.last.is_none()
-        {
-            feed.last = Some(newest);
-        }
+        self.feeds.start_after(tenant, newest);
         Ok(())
     }
 
@@ -115,18 +110,19 @@ impl RedisBroker {
     ) -> Result<(Event, bool), BrokerError> {
         let timestamp = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
         let body = serde_json::json!({"type": kind, "timestamp": timestamp, "user": conv.user, "conversation": conv.conversation, "data": data});
-        let mut keys = vec![self.keys.events(tenant), self.keys.event_bytes(tenant)];
-        let mut args = vec![
-            self.opts.retention.events_per_tenant.to_string(),
-            self.opts.retention.event_bytes_per_tenant.to_string(),
-            body.to_string(),
-            self.keys.events_channel(tenant),
-        ];
-        if let Some(once) = once {
-            keys.push(self.keys.event_once(tenant, once));
-            args.push(millis(crate::ONCE_TTL).to_string());
-        }
-        let reply = strings(self.script(&self.scripts.emit, keys, args).await?);
+        let reply = strings(
+            self.run(Emit {
+                stream: self.keys.events(tenant),
+                bytes: self.keys.event_bytes(tenant),
+                once: once
+                    .map(|once| (self.keys.event_once(tenant, once), millis(crate::ONCE_TTL))),
+                max_count: self.opts.retention.events_per_tenant,
+                max_bytes: self.opts.retention.event_bytes_per_tenant,
+                event: body.to_string(),
+                channel: self.keys.events_channel(tenant),
+            })
+            .await?,
+        );
         let recorded = reply.get(2).is_none();
         let id = reply.first().cloned().unwrap_or_default();
         let held_for_webhooks = reply.get(1).is_some_and(|h| h != "0");

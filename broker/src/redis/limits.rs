@@ -2,8 +2,15 @@
 //! unreachable Redis refuses. On Redis Cluster a node takes its calls' tokens in batches
 //! (`rate::Reserves`, in [`RedisBroker::place`]).
 
-use super::*;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::RedisBroker;
+use super::reply::{RETRY, strings};
+use super::scripts::Gcra;
 use crate::prelude::*;
+use crate::{BrokerError, RateLimited, TakeError, model};
 
 #[async_trait]
 impl Limits for RedisBroker {
@@ -28,13 +35,17 @@ impl RedisBroker {
         back: u32,
         label: &'static str,
     ) -> Result<u32, TakeError> {
-        let (interval_us, burst) = gcra_args(per_second);
+        let (interval, burst) = gcra_args(per_second);
         let reply = self
-            .script_as(
-                &self.scripts.gcra,
+            .run_as(
+                Gcra {
+                    rate: self.keys.rate(tenant),
+                    interval,
+                    burst,
+                    want,
+                    back,
+                },
                 label,
-                vec![self.keys.rate(tenant)],
-                vec![interval_us, burst, want.to_string(), back.to_string()],
             )
             .await?;
         let reply: Vec<u64> = strings(reply)
@@ -57,10 +68,7 @@ impl RedisBroker {
 
 /// The `gcra` function's arguments for a rate of `per_second`: the emission interval in µs and
 /// the burst (`model::burst`).
-pub(super) fn gcra_args(per_second: u32) -> (String, String) {
+pub(super) fn gcra_args(per_second: u32) -> (u64, u32) {
     let interval_us = (1_000_000 / u64::from(per_second.max(1))).max(1);
-    (
-        interval_us.to_string(),
-        model::burst(per_second).to_string(),
-    )
+    (interval_us, model::burst(per_second))
 }

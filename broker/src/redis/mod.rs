@@ -2,12 +2,13 @@
 //! Sentinel-managed Redis, with the same contract as the memory broker.
 //!
 //! State lives in Redis (keys in [`keys`]); every check-and-mark is one Lua script on one hash
-//! tag ([`scripts`]). Every node listens on one sharded channel per partition
-//! ([`crate::partition`]), whatever the number of pages it holds: a script on a conversation's
-//! slot publishes the conversation's agent → page frames to the channels of the nodes that hold
-//! its sockets, and outcomes to the waiting node's channel, all of that partition. Each node
-//! keeps what it holds (sockets, manifests) in memory and writes it again whenever the
-//! connection to Redis comes back, so pages never have to reconnect after a Redis restart.
+//! tag ([`scripts`]: a `.lua` file each, with a struct of its arguments). Every node listens on
+//! one sharded channel per partition ([`crate::partition`]), whatever the number of pages it
+//! holds: a script on a conversation's slot publishes the conversation's agent → page frames to
+//! the channels of the nodes that hold its sockets, and outcomes to the waiting node's channel,
+//! all of that partition. Each node keeps what it holds (sockets, manifests) in memory, in parts
+//! that own their state ([`state`]), and writes it again whenever the connection to Redis comes
+//! back, so pages never have to reconnect after a Redis restart.
 
 mod calls;
 mod catalog;
@@ -19,42 +20,34 @@ mod limits;
 mod node;
 mod outbox;
 mod pages;
+mod reply;
 mod results;
 mod run;
-pub mod scripts;
+mod scripts;
 mod sessions;
+mod state;
 mod subscriptions;
+mod sweep;
 pub mod webhooks;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::clients::SubscriberClient;
-use fred::interfaces::{
-    ClientLike, ClusterInterface, EventInterface, HashesInterface, KeysInterface, PubsubInterface,
-    SetsInterface, SortedSetsInterface, StreamsInterface,
-};
-use fred::prelude::{Builder, Client, Expiration, ReconnectPolicy};
-use fred::types::Value;
-use fred::types::scripts::Script;
-use serde_json::Value as Json;
-use tokio::sync::{broadcast, oneshot};
+use fred::interfaces::ClientLike;
+use fred::prelude::{Builder, Client, ReconnectPolicy};
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use toolmark_config::redis_url::{self, UrlError};
-use toolmark_proto::{AgentMessage, Manifest, ToolManifestSummary, ToolResult};
 
-use crate::model::{self, Retention};
-use crate::partition::{self, PARTITIONS};
-use crate::prelude::*;
-use crate::{
-    AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallRequest, CallState,
-    CallTarget, ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
-    OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, PlaceError, Placed, RateLimited,
-    Rejection, SubmitError, TakeError, Watch, event_id_after, now_ms,
-};
-use run::Scripts;
+use crate::model::Retention;
+use crate::partition::PARTITIONS;
+use crate::rate::Reserves;
+use crate::{Broker, BrokerError, CallRequest, Emitted, PageSink, PlaceError, Placed};
+use reply::{RETRY, unavailable};
+use state::{Expectations, Feeds, HeldPages, Liveness, Probes, Waiters};
 
 /// Tunables of the Redis broker.
 #[derive(Debug, Clone)]
@@ -125,70 +118,44 @@ pub enum ConnectError {
     Connect(#[source] fred::error::Error),
 }
 
-/// What this node holds of one conversation (rewritten to Redis after it lost its data).
-#[derive(Default)]
-struct Held {
-    sockets: u32,
-    clients: HashMap<String, u32>,
-    manifests: HashMap<String, (u64, Manifest)>,
-}
-
-/// A copy of [`Held`] taken to write it again without holding the lock.
-struct HeldSnapshot {
-    conv: ConvKey,
-    sockets: u32,
-    clients: Vec<(String, u32)>,
-    /// Oldest first, so the latest manifest is written last.
-    manifests: Vec<Manifest>,
-}
-
-/// Shared state of many nodes, in Redis.
+/// Shared state of many nodes, in Redis. What the node keeps in memory is in parts that each own
+/// their state and lock ([`state`]); its methods are spread over one file per domain.
 pub struct RedisBroker {
     node: String,
     keys: keys::Keys,
     client: Client,
     subscriber: SubscriberClient,
-    sink: Arc<dyn PageSink>,
-    opts: RedisOptions,
-    scripts: Scripts,
-    wh: webhooks::WebhookScripts,
-    waiters: Mutex<HashMap<String, oneshot::Sender<Outcome>>>,
-    /// Watchers of calls placed anywhere (`Calls::watch`), by call id.
-    watchers: Mutex<HashMap<String, Vec<oneshot::Sender<Outcome>>>>,
-    held: Mutex<HashMap<ConvKey, Held>>,
-    tenant_sockets: Mutex<HashMap<String, u64>>,
-    live: RwLock<Arc<HashSet<String>>>,
-    feeds: Mutex<HashMap<String, subscriptions::Feed>>,
-    /// Events this process emitted.
-    emitted: crate::Emitted,
-    manifest_seq: std::sync::atomic::AtomicU64,
-    /// Nodes with sockets in some conversation that were still not live after the live set was
-    /// read again, and when: not asked about again for a heartbeat.
-    dead_seen: Mutex<HashMap<String, std::time::Instant>>,
-    /// Whether Redis is a Cluster (the tenant's rate then lives on another shard than the
-    /// conversation, so calls take it in batches, `reserves`).
-    cluster: bool,
-    /// The tokens of tenants' rates this node took ahead of its calls (Redis Cluster only).
-    reserves: crate::rate::Reserves,
-    /// Per conversation, what this node last read of its current page ([`Broker::place_call`]).
-    expected: Mutex<HashMap<ConvKey, Arc<calls::Expected>>>,
-    /// Per partition, since when a probe a subscriber took has been awaited back through this
-    /// node's channel (`None` once one came back): delivery-verified subscriptions.
-    probe_awaited: Mutex<Vec<Option<std::time::Instant>>>,
-    /// Since when some subscription has been lost and not restored ([`subscriptions`]).
-    unsubscribed_since: Mutex<Option<std::time::Instant>>,
-    /// When the held conversations' keys were last refreshed.
-    refreshed_at: Mutex<std::time::Instant>,
     /// A connection of its own for blocking reads (the webhook consumer's `XREADGROUP BLOCK`),
     /// so that they never hold up the commands multiplexed on `client`.
     blocking: tokio::sync::OnceCell<Client>,
+    sink: Arc<dyn PageSink>,
+    opts: RedisOptions,
+    /// Whether Redis is a Cluster (the tenant's rate then lives on another shard than the
+    /// conversation, so calls take it in batches, `reserves`).
+    cluster: bool,
+    /// The live nodes and the nodes known dead.
+    live: Liveness,
+    /// The requests waiting for or watching a call's outcome.
+    waiters: Waiters,
+    /// The pages and sockets this node holds (written again after Redis lost its data).
+    held: HeldPages,
+    /// Per conversation, what this node last read of its current page ([`Broker::place_call`]).
+    expected: Expectations,
+    /// The tokens of tenants' rates this node took ahead of its calls (Redis Cluster only).
+    reserves: Reserves,
+    /// The event feeds of tenants with live readers here.
+    feeds: Feeds,
+    /// The probes of this node's subscriptions ([`subscriptions`]).
+    probes: Probes,
+    /// Events this process emitted.
+    emitted: Emitted,
+    /// Tenant ids changed in the catalog, as announced on its channel.
+    catalog_changes: broadcast::Sender<String>,
     /// Stops this node's background tasks ([`Broker::close`]).
     stop: CancellationToken,
     /// This node's background tasks: the message loop, the heartbeat, the re-publisher, the
     /// re-subscriber.
-    tasks: tokio_util::task::TaskTracker,
-    /// Tenant ids changed in the catalog, as announced on its channel.
-    catalog_changes: broadcast::Sender<String>,
+    tasks: TaskTracker,
 }
 
 impl std::fmt::Debug for RedisBroker {
@@ -196,60 +163,6 @@ impl std::fmt::Debug for RedisBroker {
         f.debug_struct("RedisBroker")
             .field("node", &self.node)
             .finish_non_exhaustive()
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-const RETRY: Duration = Duration::from_secs(1);
-
-fn unavailable(e: &fred::error::Error) -> BrokerError {
-    tracing::warn!(error = %e, "redis command failed");
-    BrokerError::Unavailable { retry_after: RETRY }
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn strings(v: Value) -> Vec<String> {
-    match v {
-        Value::Array(items) => items
-            .into_iter()
-            .map(|i| i.as_string().unwrap_or_default())
-            .collect(),
-        Value::Null => Vec::new(),
-        other => vec![other.as_string().unwrap_or_default()],
-    }
-}
-
-/// Field/value pairs of an `HGETALL` reply.
-fn pairs(v: Value) -> Vec<(String, i64)> {
-    let flat = strings(v);
-    flat.chunks(2)
-        .filter(|c| c.len() == 2)
-        .map(|c| (c[0].clone(), c[1].parse().unwrap_or(0)))
-        .collect()
-}
-
-fn rejection(code: &str) -> Option<Rejection> {
-    match code {
-        "unknown_id" => Some(Rejection::UnknownId),
-        "mismatch" => Some(Rejection::Mismatch),
-        "duplicate" => Some(Rejection::Duplicate),
-        "late" => Some(Rejection::Late),
-        "unknown_confirm" => Some(Rejection::UnknownConfirm),
-        _ => None,
-    }
-}
-
-fn state_of(s: &str) -> CallState {
-    match s {
-        "a" => CallState::Answered,
-        "t" => CallState::TimedOut,
-        _ => CallState::Pending,
     }
 }
 
@@ -301,33 +214,25 @@ impl RedisBroker {
         subscriber.init().await.map_err(ConnectError::Connect)?;
         let node = node.into();
         let broker = Arc::new(RedisBroker {
-            live: RwLock::new(Arc::new(HashSet::from([node.clone()]))),
+            live: Liveness::new(&node, opts.heartbeat),
             node,
             keys: keys::Keys::new(&opts.prefix),
             client,
             subscriber,
+            blocking: tokio::sync::OnceCell::new(),
             sink,
             opts,
-            scripts: Scripts::default(),
-            wh: webhooks::WebhookScripts::default(),
-            waiters: Mutex::default(),
-            watchers: Mutex::default(),
-            held: Mutex::default(),
-            tenant_sockets: Mutex::default(),
-            feeds: Mutex::default(),
-            emitted: crate::Emitted::default(),
-            manifest_seq: std::sync::atomic::AtomicU64::new(1),
-            dead_seen: Mutex::default(),
             cluster,
-            reserves: crate::rate::Reserves::default(),
-            expected: Mutex::default(),
-            probe_awaited: Mutex::new(vec![None; usize::from(PARTITIONS)]),
-            unsubscribed_since: Mutex::default(),
-            refreshed_at: Mutex::new(std::time::Instant::now()),
-            blocking: tokio::sync::OnceCell::new(),
-            stop: CancellationToken::new(),
-            tasks: tokio_util::task::TaskTracker::new(),
+            waiters: Waiters::default(),
+            held: HeldPages::default(),
+            expected: Expectations::default(),
+            reserves: Reserves::default(),
+            feeds: Feeds::default(),
+            probes: Probes::new(PARTITIONS),
+            emitted: Emitted::default(),
             catalog_changes: broadcast::channel(1024).0,
+            stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
         });
         broker.clear_own_fields().await;
         broker.load_scripts().await;
@@ -349,147 +254,6 @@ impl RedisBroker {
         broker.tasks.close();
         Ok(broker)
     }
-
-    fn live_nodes(&self) -> Arc<HashSet<String>> {
-        Arc::clone(&self.live.read().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    /// Sum of the per-node counts (fields without `|`) of live nodes.
-    fn live_total(&self, fields: &[(String, i64)]) -> i64 {
-        let live = self.live_nodes();
-        fields
-            .iter()
-            .filter(|(f, _)| !f.contains('|') && live.contains(f.as_str()))
-            .map(|(_, n)| *n)
-            .sum()
-    }
-
-    /// A restarted node with a fixed id clears the counts its previous life left behind.
-    async fn clear_own_fields(&self) {
-        let set = self.keys.node_keys(&self.node);
-        let Ok(hashes) = self.client.smembers::<Vec<String>, _>(&set).await else {
-            return;
-        };
-        for h in hashes {
-            let fields: Vec<(String, i64)> =
-                match self.client.hgetall::<HashMap<String, i64>, _>(&h).await {
-                    Ok(m) => m.into_iter().collect(),
-                    Err(_) => continue,
-                };
-            let own: Vec<String> = fields
-                .into_iter()
-                .map(|(f, _)| f)
-                .filter(|f| f == &self.node || f.starts_with(&format!("{}|", self.node)))
-                .collect();
-            if !own.is_empty() {
-                let _: Result<i64, _> = self.client.hdel(&h, own).await;
-            }
-        }
-        let _: Result<i64, _> = self.client.del(&set).await;
-    }
-
-    /// The conversation read of [`scripts::CONV_READ`], against this node's live set.
-    async fn conv_read(&self, conv: &ConvKey) -> Result<Vec<String>, BrokerError> {
-        let mut args = vec![self.keys.manifest_prefix(conv)];
-        args.extend(self.live_nodes().iter().cloned());
-        Ok(strings(
-            self.script(
-                &self.scripts.conv_read,
-                vec![self.keys.conv(conv), self.keys.sockets(conv)],
-                args,
-            )
-            .await?,
-        ))
-    }
-
-    /// Takes a 2 s lease on `key` for this node: `false` when another node holds it.
-    async fn lease(&self, key: String) -> Result<bool, BrokerError> {
-        let taken: Option<String> = self
-            .client
-            .set(
-                key,
-                self.node.as_str(),
-                Some(Expiration::PX(2_000)),
-                Some(fred::types::SetOptions::NX),
-                false,
-            )
-            .await
-            .map_err(|e| unavailable(&e))?;
-        Ok(taken.is_some())
-    }
-
-    /// Gives back a lease this node took, so the next sweep (on any node) need not wait for it.
-    async fn release_lease(&self, key: String) {
-        let _ = self
-            .script(&self.scripts.release, vec![key], vec![self.node.clone()])
-            .await;
-    }
-
-    /// Times out pending calls whose deadline passed with nobody left to do it (their node
-    /// died, or they were async): the due entries of every partition's deadline set, read at
-    /// once. Leased: one node sweeps at a time. Returns what it timed out.
-    pub async fn sweep(&self) -> Result<Vec<CallRecord>, BrokerError> {
-        if !self.lease(self.keys.sweep_lease()).await? {
-            return Ok(Vec::new());
-        }
-        if let Err(e) = self.relay_outboxes().await {
-            self.release_lease(self.keys.sweep_lease()).await;
-            return Err(e);
-        }
-        #[allow(clippy::cast_precision_loss)]
-        let max = now_ms().saturating_sub(model::millis(model::SWEEP_GRACE)) as f64;
-        let reads = (0..PARTITIONS).map(|k| {
-            self.client.zrangebyscore::<Vec<String>, _, _, _>(
-                self.keys.deadlines(k),
-                "-inf",
-                max,
-                false,
-                Some((0, 100)),
-            )
-        });
-        let mut due = Vec::new();
-        for (k, r) in (0..PARTITIONS).zip(futures_util::future::join_all(reads).await) {
-            due.extend(r.map_err(|e| unavailable(&e))?.into_iter().map(|m| (k, m)));
-        }
-        let mut swept = Vec::new();
-        for (k, member) in due {
-            if let Some((conv, id)) = codec::parse_deadline_member(&member)
-                && let Some(r) = self.time_out(&conv, &id).await?
-            {
-                swept.push(r);
-            }
-            let _: Result<i64, _> = self
-                .client
-                .zrem(&self.keys.deadlines(k), member.as_str())
-                .await;
-        }
-        self.release_lease(self.keys.sweep_lease()).await;
-        Ok(swept)
-    }
-}
-
-/// A manifest as stored (what `put_manifest` wrote).
-fn parse_manifest(stored: &str) -> Option<Manifest> {
-    let v: Json = serde_json::from_str(stored).ok()?;
-    let tools: Vec<ToolManifestSummary> = serde_json::from_value(v.get("tools")?.clone()).ok()?;
-    Some(Manifest {
-        client_id: v.get("clientId")?.as_str()?.to_owned(),
-        rev: v.get("rev")?.as_u64()?,
-        tools,
-    })
-}
-
-fn parse_event(id: &str, body: &str) -> Option<Event> {
-    let v: Json = serde_json::from_str(body).ok()?;
-    Some(Event {
-        id: id.to_owned(),
-        kind: serde_json::from_value(v.get("type")?.clone()).ok()?,
-        timestamp: v.get("timestamp")?.as_str()?.to_owned(),
-        user: v.get("user")?.as_str()?.to_owned(),
-        conversation: v.get("conversation")?.as_str()?.to_owned(),
-        data: v.get("data")?.clone(),
-        held_for_webhooks: false,
-    })
 }
 
 #[async_trait]
@@ -530,7 +294,7 @@ impl Broker for RedisBroker {
         // Delivery-verified: the probes this node publishes on its own clock come back through
         // its subscriber on every partition's channel, or the subscriptions are being restored
         // (`subscriptions`); unready only when that has failed for long.
-        if !self.subscriptions_ready() {
+        if !self.probes.ready() {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
         Ok(())

@@ -1,10 +1,52 @@
-//! This node's life on Redis: its heartbeat and the live-node set, the heartbeat-scoped refresh
+//! This node's life on Redis: the counts a previous life of it left, its heartbeat and the
+//! live-node set, the heartbeat-scoped refresh
 //! of what its pages need, the re-publication after Redis lost its data, its subscriber (page
 //! frames, outcomes, events, its own readiness probes) and its partition subscriptions.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::{
+    EventInterface, HashesInterface, KeysInterface, SetsInterface, SortedSetsInterface,
+};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use toolmark_proto::Manifest;
+
+use super::reply::{millis, parse_event};
+use super::scripts::{Outbox, PutManifest, Refresh};
+use super::state::HeldSnapshot;
+use super::{RedisBroker, codec};
+use crate::{BrokerError, Change, ConvKey, Outcome, model, now_ms, partition};
 
 impl RedisBroker {
+    /// A restarted node with a fixed id clears the counts its previous life left behind.
+    pub(super) async fn clear_own_fields(&self) {
+        let set = self.keys.node_keys(&self.node);
+        let Ok(hashes) = self.client.smembers::<Vec<String>, _>(&set).await else {
+            return;
+        };
+        for h in hashes {
+            let fields: Vec<(String, i64)> =
+                match self.client.hgetall::<HashMap<String, i64>, _>(&h).await {
+                    Ok(m) => m.into_iter().collect(),
+                    Err(_) => continue,
+                };
+            let own: Vec<String> = fields
+                .into_iter()
+                .map(|(f, _)| f)
+                .filter(|f| f == &self.node || f.starts_with(&format!("{}|", self.node)))
+                .collect();
+            if !own.is_empty() {
+                let _: Result<i64, _> = self.client.hdel(&h, own).await;
+            }
+        }
+        let _: Result<i64, _> = self.client.del(&set).await;
+    }
+
+    /// Announces this node, reads the live set, forgets the waiters that went away and
+    /// refreshes what the pages this node holds need, when due.
     pub(super) async fn heartbeat(&self) {
         let now = now_ms();
         // Milliseconds since the epoch are exact in an f64 for the next 280,000 years.
@@ -29,15 +71,8 @@ impl RedisBroker {
             .zremrangebyscore(&self.keys.nodes(), "-inf", forget)
             .await;
         // Waiters whose request went away (their outcome message never came) are forgotten.
-        lock(&self.waiters).retain(|_, tx| !tx.is_closed());
-        lock(&self.watchers).retain(|_, txs| {
-            txs.retain(|tx| !tx.is_closed());
-            !txs.is_empty()
-        });
-        let refresh_every = self.opts.retention.conversations / 3;
-        let due = lock(&self.refreshed_at).elapsed() >= refresh_every;
-        if due {
-            *lock(&self.refreshed_at) = std::time::Instant::now();
+        self.waiters.forget_gone();
+        if self.held.refresh_due(self.opts.retention.conversations / 3) {
             self.refresh_held().await;
         }
     }
@@ -54,38 +89,7 @@ impl RedisBroker {
             .zrangebyscore::<Vec<String>, _, _, _>(&self.keys.nodes(), min, "+inf", false, None)
             .await
         {
-            let mut set: HashSet<String> = nodes.into_iter().collect();
-            set.insert(self.node.clone());
-            *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(set);
-        }
-    }
-
-    /// Whether one of `nodes` (not in the live set) was not found dead within the last
-    /// heartbeat: then the live set is worth reading again.
-    pub(super) fn any_not_known_dead(&self, nodes: &[String]) -> bool {
-        let seen = lock(&self.dead_seen);
-        nodes.iter().any(|n| {
-            seen.get(n)
-                .is_none_or(|t| t.elapsed() > self.opts.heartbeat)
-        })
-    }
-
-    /// The nodes found dead within the last heartbeat (their sockets are not asked about).
-    pub(super) fn dead_nodes(&self) -> Vec<String> {
-        lock(&self.dead_seen)
-            .iter()
-            .filter(|(_, t)| t.elapsed() <= self.opts.heartbeat)
-            .map(|(n, _)| n.clone())
-            .collect()
-    }
-
-    /// Records `nodes` as dead (still not live after the live set was read again).
-    pub(super) fn known_dead(&self, nodes: &[String]) {
-        let mut seen = lock(&self.dead_seen);
-        let now = std::time::Instant::now();
-        seen.retain(|_, t| t.elapsed() < Duration::from_secs(3600));
-        for n in nodes {
-            seen.insert(n.clone(), now);
+            self.live.read(nodes);
         }
     }
 
@@ -94,24 +98,22 @@ impl RedisBroker {
     /// refreshing, and its pages' state ends one TTL later.
     pub(super) async fn refresh_held(&self) {
         let ttl = model::millis(self.opts.retention.conversations).to_string();
-        let held: Vec<(ConvKey, Vec<String>)> = lock(&self.held)
-            .iter()
-            .map(|(k, h)| {
-                let mut clients: HashSet<String> = h.clients.keys().cloned().collect();
-                clients.extend(h.manifests.keys().cloned());
-                (k.clone(), clients.into_iter().collect())
-            })
+        let held: Vec<(ConvKey, Vec<String>)> = self.held.page_loads();
+        let tenants: Vec<String> = self
+            .held
+            .tenant_counts()
+            .into_iter()
+            .map(|(t, _)| t)
             .collect();
-        let tenants: Vec<String> = lock(&self.tenant_sockets).keys().cloned().collect();
         for chunk in held.chunks(256) {
             let calls = chunk.iter().map(|(conv, clients)| {
-                let mut args = vec![ttl.clone(), self.keys.manifest_prefix(conv)];
-                args.extend(clients.iter().cloned());
-                self.script(
-                    &self.scripts.refresh,
-                    vec![self.keys.conv(conv), self.keys.sockets(conv)],
-                    args,
-                )
+                self.run(Refresh {
+                    conv: self.keys.conv(conv),
+                    sockets: self.keys.sockets(conv),
+                    ttl: ttl.clone(),
+                    manifest_prefix: self.keys.manifest_prefix(conv),
+                    clients: clients.clone(),
+                })
             });
             for r in futures_util::future::join_all(calls).await {
                 if let Err(e) = r {
@@ -153,7 +155,7 @@ impl RedisBroker {
         let mut reconnects = self.client.reconnect_rx();
         while reconnected(&mut reconnects, &shutdown).await {
             tracing::info!(node = %self.node, "redis connection back: re-publishing pages and manifests");
-            lock(&self.expected).clear();
+            self.expected.clear();
             self.load_scripts().await;
             self.heartbeat().await;
             self.republish().await;
@@ -162,19 +164,7 @@ impl RedisBroker {
 
     pub(super) async fn republish(&self) {
         let ttl = model::millis(self.opts.retention.conversations).to_string();
-        let snapshot: Vec<HeldSnapshot> = lock(&self.held)
-            .iter()
-            .map(|(k, h)| {
-                let mut manifests: Vec<(u64, Manifest)> = h.manifests.values().cloned().collect();
-                manifests.sort_by_key(|(seq, _)| *seq);
-                HeldSnapshot {
-                    conv: k.clone(),
-                    sockets: h.sockets,
-                    clients: h.clients.iter().map(|(c, n)| (c.clone(), *n)).collect(),
-                    manifests: manifests.into_iter().map(|(_, m)| m).collect(),
-                }
-            })
-            .collect();
+        let snapshot = self.held.snapshot();
         let started = std::time::Instant::now();
         let conversations = snapshot.len();
         // Every conversation's writes go out at once, 256 conversations at a time: the
@@ -189,10 +179,7 @@ impl RedisBroker {
             futures_util::future::join_all(chunk.into_iter().map(|h| self.republish_one(h, &ttl)))
                 .await;
         }
-        let tenants: Vec<(String, u64)> = lock(&self.tenant_sockets)
-            .iter()
-            .map(|(t, n)| (t.clone(), *n))
-            .collect();
+        let tenants = self.held.tenant_counts();
         for (tenant, n) in tenants {
             let key = self.keys.tenant_sockets(&tenant);
             let _: Result<i64, _> = self
@@ -293,9 +280,7 @@ impl RedisBroker {
                 frame,
             }) => self.sink.deliver(&conv, &client_id, frame.into()),
             Some(codec::NodeMessage::Probe(k)) => {
-                if let Some(awaited) = lock(&self.probe_awaited).get_mut(usize::from(k)) {
-                    *awaited = None;
-                }
+                self.probes.came_back(k);
             }
             Some(codec::NodeMessage::Outcome { id, outcome }) => self.on_outcome(&id, outcome),
             None => tracing::error!(payload, "unreadable message on this node's channel"),
@@ -304,13 +289,7 @@ impl RedisBroker {
 
     /// Hands a call's outcome to this node's waiter and watchers of it (once: each is taken).
     pub(super) fn on_outcome(&self, id: &str, outcome: Outcome) {
-        let watchers = lock(&self.watchers).remove(id).unwrap_or_default();
-        for w in watchers {
-            let _ = w.send(outcome.clone());
-        }
-        if let Some(waiter) = lock(&self.waiters).remove(id) {
-            let _ = waiter.send(outcome);
-        }
+        self.waiters.deliver(id, outcome);
     }
 
     pub(super) fn on_event(&self, tenant: &str, payload: &str) {
@@ -320,7 +299,7 @@ impl RedisBroker {
         let Some(event) = parse_event(id, body) else {
             return;
         };
-        self.to_readers(tenant, event);
+        self.feeds.hand(tenant, event);
     }
 
     pub(super) async fn put_manifest_script(
@@ -329,25 +308,25 @@ impl RedisBroker {
         m: &Manifest,
         ttl: &str,
         keep_current: bool,
-        change: Option<&crate::Change>,
+        change: Option<&Change>,
     ) -> Result<(), BrokerError> {
-        let json = serde_json::to_string(m).unwrap_or_default();
-        let manifest_key = format!("{}{}", self.keys.manifest_prefix(conv), m.client_id);
-        let mut keys = vec![manifest_key, self.keys.conv(conv)];
-        let mut args = vec![
-            json,
-            m.rev.to_string(),
-            ttl.to_owned(),
-            if keep_current { "1" } else { "0" }.into(),
-            m.client_id.clone(),
-        ];
-        if let Some(change) = change {
-            keys.push(self.keys.outbox(partition::of_conv(conv)));
-            args.extend(Self::outbox_args(&codec::Outboxed::Ready(change.clone())));
-        }
-        self.script(&self.scripts.put_manifest, keys, args)
-            .await
-            .map(|_| ())
+        self.run(PutManifest {
+            manifest_key: format!("{}{}", self.keys.manifest_prefix(conv), m.client_id),
+            conv: self.keys.conv(conv),
+            outbox: change.map(|change| {
+                Outbox::new(
+                    self.keys.outbox(partition::of_conv(conv)),
+                    &codec::Outboxed::Ready(change.clone()),
+                )
+            }),
+            manifest: serde_json::to_string(m).unwrap_or_default(),
+            rev: m.rev,
+            ttl: ttl.to_owned(),
+            keep_current,
+            client: m.client_id.clone(),
+        })
+        .await
+        .map(|_| ())
     }
 }
 

@@ -5,19 +5,18 @@
 //! there after [`RELAY_AFTER`] (its node stalled or died in between) is relayed by the deadline
 //! sweep. A relay that runs twice emits once (`Events::emit_once`).
 
-use super::*;
-use crate::{Change, RELAY_AFTER};
-use codec::Outboxed;
+use std::collections::HashMap;
+
+use fred::interfaces::HashesInterface;
+
+use super::RedisBroker;
+use super::codec::{self, Outboxed};
+use super::reply::{strings, unavailable};
+use super::scripts::ReadCall;
+use crate::partition::{self, PARTITIONS};
+use crate::{BrokerError, CallState, Change, RELAY_AFTER, model, now_ms};
 
 impl RedisBroker {
-    /// The outbox name and entry of `o`, recorded now (script arguments).
-    pub(super) fn outbox_args(o: &Outboxed) -> [String; 2] {
-        [
-            o.name(),
-            codec::outbox_entry(o, now_ms()).unwrap_or_default(),
-        ]
-    }
-
     /// Emits the events of a change this node recorded and takes it out of its outbox. Not
     /// answered, it stays there for the deadline sweep.
     pub(super) async fn relay(&self, change: &Change) {
@@ -78,8 +77,10 @@ impl RedisBroker {
             Outboxed::Ready(c) => Some(c),
             Outboxed::Call(id) => {
                 let f = strings(
-                    self.script(&self.scripts.read_call, vec![self.keys.call(&id)], vec![])
-                        .await?,
+                    self.run(ReadCall {
+                        call: self.keys.call(&id),
+                    })
+                    .await?,
                 );
                 Self::stored_record(&id, &f)
                     .filter(|r| r.state != CallState::Pending)

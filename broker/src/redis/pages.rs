@@ -1,8 +1,21 @@
 //! Pages on Redis: per-node socket counts (presence), manifests per page load, the conversation
 //! read implementing `model::current_page`.
 
-use super::*;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::interfaces::{HashesInterface, KeysInterface, SetsInterface};
+use fred::types::Value;
+use toolmark_proto::Manifest;
+
+use super::reply::{millis, pairs, parse_manifest, strings, unavailable};
+use super::scripts::{ConvRead, CountDown, CountUp, Drained, Leave, Outbox};
+use super::{RedisBroker, codec};
 use crate::prelude::*;
+use crate::{
+    AdmitError, AdmitLimits, BrokerError, Change, ConvKey, ConversationState, PageInfo, PageLeft,
+    Release, model, now_ms, partition,
+};
 
 #[async_trait]
 impl Pages for RedisBroker {
@@ -20,15 +33,15 @@ impl Pages for RedisBroker {
                 return Err(AdmitError::Broker(e));
             }
         };
-        if u64::try_from(self.live_total(&t)).unwrap_or(0) > limits.max_connections {
+        if u64::try_from(self.live.total(&t)).unwrap_or(0) > limits.max_connections {
             undo().await;
             return Err(AdmitError::TenantConnections);
         }
-        if self.live_total(&c) > i64::from(limits.max_pages_per_conversation) {
+        if self.live.total(&c) > i64::from(limits.max_pages_per_conversation) {
             undo().await;
             return Err(AdmitError::ConversationPages);
         }
-        lock(&self.held).entry(conv.clone()).or_default().sockets += 1;
+        self.held.admitted(conv);
         // `drained` stays: a reader that does not count this node yet still sees the grace.
         self.counted_for_tenant(&conv.tenant, &[&socks, &tenant_key])
             .await;
@@ -44,7 +57,7 @@ impl Pages for RedisBroker {
                 return Err(AdmitError::Broker(e));
             }
         };
-        if u64::try_from(self.live_total(&t)).unwrap_or(0) > max_connections {
+        if u64::try_from(self.live.total(&t)).unwrap_or(0) > max_connections {
             let _ = self.count_down(&tenant_key).await;
             return Err(AdmitError::TenantConnections);
         }
@@ -53,20 +66,12 @@ impl Pages for RedisBroker {
     }
 
     async fn release_socket(&self, tenant: &str) -> Result<(), BrokerError> {
-        if let Some(n) = lock(&self.tenant_sockets).get_mut(tenant) {
-            *n = n.saturating_sub(1);
-        }
+        self.held.tenant_released(tenant);
         self.count_down(&self.keys.tenant_sockets(tenant)).await
     }
 
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
-        let known = {
-            let mut held = lock(&self.held);
-            held.get_mut(conv).is_some_and(|h| {
-                *h.clients.entry(client_id.to_owned()).or_default() += 1;
-                h.manifests.contains_key(client_id)
-            })
-        };
+        let known = self.held.identified(conv, client_id);
         let counted = self
             .client
             .hincrby::<i64, _, _>(
@@ -93,12 +98,7 @@ impl Pages for RedisBroker {
                 None => self.legacy_manifest(conv, client_id).await,
             };
             if let Some(m) = stored.as_deref().and_then(parse_manifest) {
-                let seq = self
-                    .manifest_seq
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if let Some(h) = lock(&self.held).get_mut(conv) {
-                    h.manifests.entry(client_id.to_owned()).or_insert((seq, m));
-                }
+                self.held.keep_stored(conv, client_id, m);
             }
         }
         counted
@@ -108,36 +108,32 @@ impl Pages for RedisBroker {
         &self,
         conv: &ConvKey,
         client_id: Option<&str>,
-        release: &crate::Release,
+        release: &Release,
     ) -> Result<PageLeft, BrokerError> {
         if !release.again {
-            self.forget_socket(conv, client_id);
+            self.held.forget_socket(conv, client_id);
         }
         let change = client_id
             .filter(|_| release.announce)
-            .map(|client| crate::Change::PageLeft {
+            .map(|client| Change::PageLeft {
                 conv: conv.clone(),
                 client_id: client.to_owned(),
                 name: release.name.clone(),
             });
-        let mut keys = vec![
-            self.keys.sockets(conv),
-            self.keys.released(conv, &release.name),
-        ];
-        let mut args = vec![
-            self.node.clone(),
-            client_id.unwrap_or_default().to_owned(),
-            millis(crate::ONCE_TTL).to_string(),
-        ];
-        match &change {
-            Some(change) => {
-                keys.push(self.keys.outbox(partition::of_conv(conv)));
-                args.extend(Self::outbox_args(&codec::Outboxed::Ready(change.clone())));
-            }
-            None => args.extend([String::new(), String::new()]),
-        }
-        args.extend(self.live_nodes().iter().cloned());
-        let leave = self.script(&self.scripts.leave, keys, args);
+        let leave = self.run(Leave {
+            sockets: self.keys.sockets(conv),
+            marker: self.keys.released(conv, &release.name),
+            outbox: change.as_ref().map(|change| {
+                Outbox::new(
+                    self.keys.outbox(partition::of_conv(conv)),
+                    &codec::Outboxed::Ready(change.clone()),
+                )
+            }),
+            node: self.node.clone(),
+            client: client_id.unwrap_or_default().to_owned(),
+            marker_ttl: millis(crate::ONCE_TTL),
+            live: self.live.ids(),
+        });
         // The tenant's count is on another slot: taken down by the first attempt only.
         let gone = if release.again {
             leave.await
@@ -158,15 +154,9 @@ impl Pages for RedisBroker {
         manifest: &Manifest,
         name: &str,
     ) -> Result<(), BrokerError> {
-        let seq = self
-            .manifest_seq
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some(h) = lock(&self.held).get_mut(conv) {
-            h.manifests
-                .insert(manifest.client_id.clone(), (seq, manifest.clone()));
-        }
+        self.held.keep_manifest(conv, manifest);
         let ttl = model::millis(self.opts.retention.conversations).to_string();
-        let change = crate::Change::manifest(conv, manifest, name);
+        let change = Change::manifest(conv, manifest, name);
         self.put_manifest_script(conv, manifest, &ttl, false, Some(&change))
             .await?;
         self.relay(&change).await;
@@ -178,43 +168,28 @@ impl Pages for RedisBroker {
     }
 
     async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError> {
-        self.script(
-            &self.scripts.drained,
-            vec![self.keys.conv(conv)],
-            vec![
-                now_ms().to_string(),
-                model::millis(self.opts.retention.conversations).to_string(),
-            ],
-        )
+        self.run(Drained {
+            conv: self.keys.conv(conv),
+            now: now_ms(),
+            ttl: model::millis(self.opts.retention.conversations),
+        })
         .await
         .map(|_| ())
     }
 }
 
 impl RedisBroker {
-    /// What this node holds forgets one socket of `conv` (the page load `client_id`).
-    fn forget_socket(&self, conv: &ConvKey, client_id: Option<&str>) {
-        {
-            let mut held = lock(&self.held);
-            if let Some(h) = held.get_mut(conv) {
-                h.sockets = h.sockets.saturating_sub(1);
-                if let Some(c) = client_id
-                    && let Some(n) = h.clients.get_mut(c)
-                {
-                    *n = n.saturating_sub(1);
-                    if *n == 0 {
-                        h.clients.remove(c);
-                        h.manifests.remove(c);
-                    }
-                }
-                if h.sockets == 0 {
-                    held.remove(conv);
-                }
-            }
-        }
-        if let Some(n) = lock(&self.tenant_sockets).get_mut(&conv.tenant) {
-            *n = n.saturating_sub(1);
-        }
+    /// The conversation read of `conv_read.lua`, against this node's live set.
+    async fn conv_read(&self, conv: &ConvKey) -> Result<Vec<String>, BrokerError> {
+        Ok(strings(
+            self.run(ConvRead {
+                conv: self.keys.conv(conv),
+                sockets: self.keys.sockets(conv),
+                manifest_prefix: self.keys.manifest_prefix(conv),
+                live: self.live.ids(),
+            })
+            .await?,
+        ))
     }
 
     /// The manifest a build before the partitioned layout stored for a page, written again in
@@ -232,7 +207,7 @@ impl RedisBroker {
     }
 
     /// The conversation as [`Pages::conversation`] reads it, with the `seq` of its current
-    /// page's manifest ('' without one): what [`scripts::PLACE`] checks a call against.
+    /// page's manifest ('' without one): what `place.lua` checks a call against.
     pub(super) async fn conversation_with_seq(
         &self,
         conv: &ConvKey,
@@ -253,10 +228,10 @@ impl RedisBroker {
                 .unwrap_or_default()
         };
         let missing = unknown(&reply);
-        if !missing.is_empty() && self.any_not_known_dead(&missing) {
+        if !missing.is_empty() && self.live.any_not_known_dead(&missing) {
             self.refresh_live().await;
             reply = self.conv_read(conv).await?;
-            self.known_dead(&unknown(&reply));
+            self.live.known_dead(&unknown(&reply));
         }
         let [
             effective,
@@ -300,23 +275,21 @@ impl RedisBroker {
 impl RedisBroker {
     /// Counts one more socket of this node in the count hash `key`; every node's counts.
     async fn count_up(&self, key: &str) -> Result<Vec<(String, i64)>, BrokerError> {
-        let ttl = millis(self.opts.retention.conversations).to_string();
-        self.script(
-            &self.scripts.count_up,
-            vec![key.to_owned()],
-            vec![self.node.clone(), ttl],
-        )
+        self.run(CountUp {
+            counts: key.to_owned(),
+            field: self.node.clone(),
+            ttl: millis(self.opts.retention.conversations),
+        })
         .await
         .map(pairs)
     }
 
     /// Counts one socket of this node less in the count hash `key`.
     async fn count_down(&self, key: &str) -> Result<(), BrokerError> {
-        self.script(
-            &self.scripts.count_down,
-            vec![key.to_owned()],
-            vec![self.node.clone()],
-        )
+        self.run(CountDown {
+            counts: key.to_owned(),
+            fields: vec![self.node.clone()],
+        })
         .await
         .map(|_| ())
     }
@@ -324,9 +297,7 @@ impl RedisBroker {
     /// After an admission of a socket of `tenant`: this node's count of the tenant's sockets
     /// (written again after Redis lost its data) and the count hashes it holds fields in.
     async fn counted_for_tenant(&self, tenant: &str, keys: &[&str]) {
-        *lock(&self.tenant_sockets)
-            .entry(tenant.to_owned())
-            .or_default() += 1;
+        self.held.tenant_admitted(tenant);
         let node_keys = self.keys.node_keys(&self.node);
         let _: Result<i64, _> = self.client.sadd(&node_keys, keys.to_vec()).await;
         let _: Result<i64, _> = self

@@ -2,8 +2,17 @@
 //! script (`model::check_result`), on its conversation's partition slot, with an async call's
 //! change in the outbox.
 
-use super::*;
-use crate::Change;
+use fred::interfaces::KeysInterface;
+use fred::prelude::Expiration;
+use toolmark_proto::ToolResult;
+
+use super::reply::{RETRY, millis, rejection, strings, unavailable};
+use super::scripts::{Outbox, PageResult};
+use super::{RedisBroker, codec, keys};
+use crate::{
+    BrokerError, CallRecord, CallState, Change, Outcome, PageIdentity, Rejection, SubmitError,
+    model, now_ms, partition,
+};
 
 impl RedisBroker {
     /// One run of the result script; `again` (with when the node received the result) after a
@@ -42,34 +51,26 @@ impl RedisBroker {
             .map_or_else(|| self.keys.call(id), |c| self.keys.confirm(&from.conv, c));
         let confirm = result.confirm_id().unwrap_or_default().to_owned();
         let reply = self
-            .script_once(
-                &self.scripts.result,
-                vec![
-                    self.keys.call(id),
-                    confirm_key,
-                    self.keys.pending(&from.conv),
-                    self.keys.deadlines(k),
-                    self.keys.outbox(k),
-                ],
-                vec![
-                    codec::conv_ref(&from.conv),
-                    from.client_id.clone(),
-                    outcome,
-                    confirm,
-                    millis(self.opts.retention.confirmations).to_string(),
-                    id.to_owned(),
-                    self.keys.node_channel_prefix(),
-                    format!(":{}", keys::partition_tag(k)),
-                    message,
-                    codec::deadline_member(&from.conv, id),
-                    codec::compact_id(id),
-                    codec::compact_id(&from.client_id),
-                    again.map(|ms| ms.to_string()).unwrap_or_default(),
-                ]
-                .into_iter()
-                .chain(Self::outbox_args(&codec::Outboxed::Call(id.to_owned())))
-                .collect(),
-            )
+            .run_once(PageResult {
+                call: self.keys.call(id),
+                confirm: confirm_key,
+                pending: self.keys.pending(&from.conv),
+                deadlines: self.keys.deadlines(k),
+                outbox: Outbox::new(self.keys.outbox(k), &codec::Outboxed::Call(id.to_owned())),
+                conv_ref: codec::conv_ref(&from.conv),
+                client: from.client_id.clone(),
+                outcome,
+                confirm_id: confirm,
+                confirm_ttl: millis(self.opts.retention.confirmations),
+                id: id.to_owned(),
+                channel_prefix: self.keys.node_channel_prefix(),
+                channel_suffix: format!(":{}", keys::partition_tag(k)),
+                message,
+                deadline_member: codec::deadline_member(&from.conv, id),
+                compact_id: codec::compact_id(id),
+                compact_client: codec::compact_id(&from.client_id),
+                received: again,
+            })
             .await?;
         let reply = strings(reply);
         match reply.first().map(String::as_str) {

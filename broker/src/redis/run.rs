@@ -2,26 +2,37 @@
 //! once where running it twice unbeknown to its caller would be wrong, and loaded on every
 //! primary before the node uses them.
 
-use fred::interfaces::LuaInterface;
+use std::time::{Duration, Instant};
 
-use super::scripts::*;
-use super::*;
+use fred::interfaces::{ClientLike, LuaInterface};
+use fred::types::Value;
+
+use super::RedisBroker;
+use super::reply::{RETRY, unavailable};
+use super::scripts::{self, Lua, ScriptArgs};
+use crate::BrokerError;
 
 impl RedisBroker {
-    pub(super) async fn script(
-        &self,
-        script: &Script,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<Value, BrokerError> {
-        self.script_as(script, self.scripts.name_of(script), keys, args)
-            .await
+    /// Runs the script of `args`, observed under its name.
+    pub(super) async fn run<A: ScriptArgs>(&self, args: A) -> Result<Value, BrokerError> {
+        self.run_as(args, A::lua().name()).await
     }
 
-    /// [`RedisBroker::script`], observed under `name`.
-    pub(super) async fn script_as(
+    /// [`RedisBroker::run`], observed under `name`.
+    pub(super) async fn run_as<A: ScriptArgs>(
         &self,
-        script: &Script,
+        args: A,
+        name: &'static str,
+    ) -> Result<Value, BrokerError> {
+        let (keys, argv) = args.keys_argv();
+        self.eval(A::lua(), name, keys, argv).await
+    }
+
+    /// Runs `lua` with `keys` and `args` (loading it first where Redis lacks it), sent again
+    /// while its slot moves; observed under `name`.
+    async fn eval(
+        &self,
+        lua: &Lua,
         name: &'static str,
         keys: Vec<String>,
         args: Vec<String>,
@@ -29,7 +40,8 @@ impl RedisBroker {
         if !self.client.is_connected() {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
-        let started = std::time::Instant::now();
+        let script = lua.script();
+        let started = Instant::now();
         let keys = fred::types::MultipleKeys::from(keys);
         let args: Vec<Value> = args.into_iter().map(Value::from).collect();
         let answer = self
@@ -50,28 +62,26 @@ impl RedisBroker {
         answer
     }
 
-    /// [`RedisBroker::script`], written once: a command whose connection closes before its
+    /// [`RedisBroker::run`], written once: a command whose connection closes before its
     /// reply came is not written again by the client (it may have been applied), but fails, so
     /// that its caller submits it again as such (`submit_result_again`,
     /// `submit_confirmed_again`): a script that is not idempotent by itself must never run twice
     /// unbeknown to its caller. On one Redis only, for now: see below.
-    pub(super) async fn script_once(
-        &self,
-        script: &Script,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<Value, BrokerError> {
+    pub(super) async fn run_once<A: ScriptArgs>(&self, args: A) -> Result<Value, BrokerError> {
         if !self.client.is_connected() {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
-        let name = self.scripts.name_of(script);
-        let started = std::time::Instant::now();
+        let lua = A::lua();
+        let name = lua.name();
+        let (keys, args) = args.keys_argv();
+        let script = lua.script();
+        let started = Instant::now();
         if self.client.is_clustered() {
             // On a Cluster the client counts a write to a node it is still connecting to, or
             // one sent where a slot moved, as an attempt: written once, such a command fails
             // where it would have succeeded. There the client's resend stays (issue of the
             // Cluster's failovers and reshards, `docs/architecture.md`, "Faults").
-            return self.script(script, keys, args).await;
+            return self.eval(lua, name, keys, args).await;
         }
         let once = self.client.with_options(&fred::types::config::Options {
             max_attempts: Some(1),
@@ -116,7 +126,7 @@ impl RedisBroker {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, fred::error::Error>>,
     {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let mut pause = Duration::from_millis(10);
         loop {
             match command().await {
@@ -137,116 +147,14 @@ impl RedisBroker {
     pub(super) async fn load_scripts(&self) {
         // One boxed future per script, made one at a time: an array of them all would sit on
         // the stack at once (in a debug build, past a thread's 2 MiB).
-        let loads = self.scripts.all().into_iter().map(|(script, name)| {
+        let loads = scripts::ALL.iter().map(|lua| {
             Box::pin(async move {
-                if let Err(e) = script.load(&self.client).await {
-                    tracing::warn!(script = name, error = %e, "redis script not loaded");
+                if let Err(e) = lua.script().load(&self.client).await {
+                    tracing::warn!(script = lua.name(), error = %e, "redis script not loaded");
                 }
             })
         });
         futures_util::future::join_all(loads).await;
-    }
-}
-
-/// All scripts, hashed once.
-#[derive(Debug)]
-pub struct Scripts {
-    pub catalog_put: Script,
-    pub catalog_remove: Script,
-    pub bind: Script,
-    pub place: Script,
-    pub result: Script,
-    pub timeout: Script,
-    pub cancel: Script,
-    pub confirm: Script,
-    pub put_manifest: Script,
-    pub conv_read: Script,
-    pub count_up: Script,
-    pub count_down: Script,
-    pub leave: Script,
-    pub gcra: Script,
-    pub emit: Script,
-    pub expire_confirm: Script,
-    pub pending: Script,
-    pub read_call: Script,
-    pub refresh: Script,
-    pub drained: Script,
-    pub release: Script,
-    pub places: Script,
-    pub watch: Script,
-}
-
-/// A script with the shared functions before it.
-fn with_prelude(body: &str) -> Script {
-    Script::from_lua(format!("{PRELUDE}{body}"))
-}
-
-impl Default for Scripts {
-    fn default() -> Self {
-        Scripts {
-            catalog_put: Script::from_lua(CATALOG_PUT),
-            catalog_remove: Script::from_lua(CATALOG_REMOVE),
-            bind: with_prelude(BIND),
-            place: with_prelude(PLACE),
-            result: with_prelude(RESULT),
-            timeout: with_prelude(TIMEOUT),
-            cancel: with_prelude(CANCEL),
-            confirm: with_prelude(CONFIRM),
-            put_manifest: Script::from_lua(PUT_MANIFEST),
-            conv_read: with_prelude(CONV_READ),
-            count_up: Script::from_lua(COUNT_UP),
-            count_down: Script::from_lua(COUNT_DOWN),
-            leave: Script::from_lua(LEAVE),
-            gcra: with_prelude(GCRA),
-            emit: Script::from_lua(EMIT),
-            expire_confirm: with_prelude(EXPIRE_CONFIRM),
-            pending: with_prelude(PENDING),
-            read_call: with_prelude(READ_CALL),
-            refresh: Script::from_lua(REFRESH),
-            drained: Script::from_lua(DRAINED),
-            release: Script::from_lua(RELEASE),
-            places: Script::from_lua(PLACES),
-            watch: with_prelude(WATCH),
-        }
-    }
-}
-
-impl Scripts {
-    /// The name of one of these scripts (the `script` label of its latency).
-    pub fn name_of(&self, script: &Script) -> &'static str {
-        self.all()
-            .iter()
-            .find(|(s, _)| std::ptr::eq(*s, script))
-            .map_or("other", |(_, n)| n)
-    }
-
-    /// Every script with its name.
-    pub fn all(&self) -> [(&Script, &'static str); 23] {
-        [
-            (&self.catalog_put, "catalog_put"),
-            (&self.catalog_remove, "catalog_remove"),
-            (&self.bind, "bind"),
-            (&self.place, "place"),
-            (&self.result, "result"),
-            (&self.timeout, "timeout"),
-            (&self.cancel, "cancel"),
-            (&self.confirm, "confirm"),
-            (&self.put_manifest, "put_manifest"),
-            (&self.conv_read, "conv_read"),
-            (&self.count_up, "count_up"),
-            (&self.count_down, "count_down"),
-            (&self.leave, "leave"),
-            (&self.gcra, "gcra"),
-            (&self.emit, "emit"),
-            (&self.expire_confirm, "expire_confirm"),
-            (&self.pending, "pending"),
-            (&self.read_call, "read_call"),
-            (&self.refresh, "refresh"),
-            (&self.drained, "drained"),
-            (&self.release, "release"),
-            (&self.places, "places"),
-            (&self.watch, "watch"),
-        ]
     }
 }
 

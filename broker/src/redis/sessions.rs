@@ -2,9 +2,17 @@
 //! restarted by every read (`GETEX … PX`), so any node serves a session any node began. And
 //! idempotency keys: one string per key, claimed with `SET NX`, updated with `SET XX KEEPTTL`.
 
-use super::*;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::interfaces::{ClientLike, KeysInterface};
+use fred::prelude::Expiration;
+
+use super::RedisBroker;
+use super::reply::{millis, unavailable};
+use super::scripts;
 use crate::prelude::*;
-use crate::{PlaceBound, Places};
+use crate::{BrokerError, PlaceBound, Places};
 
 #[async_trait]
 impl Sessions for RedisBroker {
@@ -81,30 +89,25 @@ impl Sessions for RedisBroker {
 }
 
 impl RedisBroker {
-    /// Runs [`scripts::PLACES`] (`take`, `keep` or `give`) on the two sets of `places`, which
+    /// Runs `places.lua` (`take`, `keep` or `give`) on the two sets of `places`, which
     /// share the tenant's slot.
     async fn places_script(
         &self,
         places: &Places<'_>,
         id: &str,
-        op: &str,
+        op: &'static str,
         ttl: Duration,
     ) -> Result<String, BrokerError> {
         let reply = self
-            .script(
-                &self.scripts.places,
-                vec![
-                    self.keys.places(places.tenant),
-                    self.keys.holder_places(places.tenant, places.holder),
-                ],
-                vec![
-                    op.to_owned(),
-                    id.to_owned(),
-                    places.per_tenant.to_string(),
-                    places.per_holder.to_string(),
-                    millis(ttl).max(1).to_string(),
-                ],
-            )
+            .run(scripts::Places {
+                tenant: self.keys.places(places.tenant),
+                holder: self.keys.holder_places(places.tenant, places.holder),
+                op,
+                id: id.to_owned(),
+                tenant_bound: places.per_tenant,
+                holder_bound: places.per_holder,
+                ttl: millis(ttl).max(1),
+            })
             .await?;
         Ok(reply.as_string().unwrap_or_default())
     }

@@ -10,33 +10,30 @@
 //!   at its slot's owner (subscribing again where a subscription holds is harmless);
 //! - every [`PROBE_EVERY`] the node publishes a probe on its own channel of each partition: a
 //!   probe no subscriber received (`SPUBLISH` answers 0), or one a subscriber took that has not
-//!   come back for [`PROBE_SILENT`], has its channel subscribed again;
+//!   come back for `state::probes::PROBE_SILENT`, has its channel subscribed again;
 //! - after a channel is back, what may have been published while it was not is read from where
 //!   it is kept: the outcome of each call this node waits on or watches, the frames of calls
 //!   still pending for its pages, and the events after the last one each tenant's readers got
 //!   (an event is handed to readers once, in id order).
 //!
-//! `/readyz` reads the state this task keeps ([`RedisBroker::subscriptions_ready`]) and triggers
-//! nothing.
+//! `/readyz` reads the state this task keeps ([`super::state::Probes`]) and triggers nothing.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::{ClusterInterface, EventInterface, PubsubInterface, StreamsInterface};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::reply::parse_event;
+use super::state::Probed;
+use super::{ConnectError, RedisBroker, codec, run};
+use crate::ConvKey;
+use crate::partition::{self, PARTITIONS};
 
 /// How often the node probes its own partition channels.
-pub(super) const PROBE_EVERY: Duration = Duration::from_secs(1);
-
-/// A probe not back for this long has its channel subscribed again.
-const PROBE_SILENT: Duration = Duration::from_secs(3);
-
-/// How long the node may fail to restore a subscription before `/readyz` says so: well past
-/// what a failover or a reshard takes, so that every node does not turn unready together over
-/// a Redis-side event each recovers from by itself.
-const UNREADY_AFTER: Duration = Duration::from_secs(30);
-
-/// The last event id handed to a tenant's readers, and the sender to them.
-pub(super) struct Feed {
-    pub(super) tx: broadcast::Sender<Event>,
-    pub(super) last: Option<String>,
-}
+const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 impl RedisBroker {
     /// Subscribes to this node's channel of every partition and to the tenant catalog's
@@ -100,35 +97,24 @@ impl RedisBroker {
             // Redis does not answer at all: nothing to mend until it does.
             return;
         }
-        let lost: Vec<u16> = {
-            let mut awaited = lock(&self.probe_awaited);
-            let lost = (0..PARTITIONS)
-                .filter(|k| {
-                    let i = usize::from(*k);
-                    why == Why::Reconnected
-                        || match &published[i] {
-                            Ok(n) => *n == 0,
-                            Err(e) => run::moving(e),
-                        }
-                        || awaited[i].is_some_and(|t| t.elapsed() > PROBE_SILENT)
-                })
-                .collect();
-            // A probe a subscriber took is awaited from now on, unless one is already (its
-            // arrival clears it): only probes Redis answered for count as silent, so a stall
-            // (nothing answered) is no reason to subscribe again.
-            for (i, p) in published.iter().enumerate() {
-                if matches!(p, Ok(n) if *n > 0) && awaited[i].is_none() {
-                    awaited[i] = Some(std::time::Instant::now());
-                }
-            }
-            lost
-        };
+        let probed: Vec<Probed> = published
+            .iter()
+            .map(|p| Probed {
+                lost: why == Why::Reconnected
+                    || match p {
+                        Ok(n) => *n == 0,
+                        Err(e) => run::moving(e),
+                    },
+                taken: matches!(p, Ok(n) if *n > 0),
+            })
+            .collect();
+        let lost = self.probes.settle(&probed);
         if lost.is_empty() && why == Why::Probe {
-            *lock(&self.unsubscribed_since) = None;
+            self.probes.subscribed();
             return;
         }
         if !lost.is_empty() {
-            lock(&self.unsubscribed_since).get_or_insert_with(std::time::Instant::now);
+            self.probes.unsubscribed();
             tracing::warn!(node = %self.node, partitions = lost.len(), why = why.as_str(), "partition channels without their subscription: subscribing again");
         }
         if self.resubscribe_all(why.as_str()).await {
@@ -156,7 +142,7 @@ impl RedisBroker {
             .count();
         if failed > 0 {
             tracing::warn!(node = %self.node, why, failed, of = count, "subscribing again failed; the probes try again");
-            lock(&self.unsubscribed_since).get_or_insert_with(std::time::Instant::now);
+            self.probes.unsubscribed();
             return false;
         }
         tracing::debug!(node = %self.node, why, channels = count, "subscribed again");
@@ -168,12 +154,8 @@ impl RedisBroker {
     /// frames of calls still pending for its pages (a page ignores a call id it already has);
     /// for every tenant with live readers, the events after the last one they got.
     async fn catch_up(&self, lost: &[u16]) {
-        let ids: Vec<String> = {
-            let mut ids: Vec<String> = lock(&self.waiters).keys().cloned().collect();
-            ids.extend(lock(&self.watchers).keys().cloned());
-            ids.retain(|id| lost.contains(&partition::of_call(id)));
-            ids
-        };
+        let mut ids = self.waiters.ids();
+        ids.retain(|id| lost.contains(&partition::of_call(id)));
         for chunk in ids.chunks(256) {
             let reads = chunk
                 .iter()
@@ -184,11 +166,7 @@ impl RedisBroker {
                 }
             }
         }
-        let convs: Vec<ConvKey> = lock(&self.held)
-            .keys()
-            .filter(|c| lost.contains(&partition::of_conv(c)))
-            .cloned()
-            .collect();
+        let convs: Vec<ConvKey> = self.held.in_partitions(lost);
         for chunk in convs.chunks(256) {
             let reads = chunk
                 .iter()
@@ -199,11 +177,7 @@ impl RedisBroker {
                 }
             }
         }
-        let feeds: Vec<(String, Option<String>)> = lock(&self.feeds)
-            .iter()
-            .map(|(t, f)| (t.clone(), f.last.clone()))
-            .collect();
-        for (tenant, last) in feeds {
+        for (tenant, last) in self.feeds.lasts() {
             let Some(last) = last else { continue };
             let entries: Result<Vec<(String, HashMap<String, String>)>, _> = self
                 .again("xrange", || {
@@ -217,32 +191,10 @@ impl RedisBroker {
                 .await;
             for (id, fields) in entries.unwrap_or_default() {
                 if let Some(event) = fields.get("e").and_then(|e| parse_event(&id, e)) {
-                    self.to_readers(&tenant, event);
+                    self.feeds.hand(&tenant, event);
                 }
             }
         }
-    }
-
-    /// Hands `event` to the tenant's live readers unless they had it: once each, in id order.
-    pub(super) fn to_readers(&self, tenant: &str, event: Event) {
-        let mut feeds = lock(&self.feeds);
-        let Some(feed) = feeds.get_mut(tenant) else {
-            return;
-        };
-        if feed
-            .last
-            .as_deref()
-            .is_some_and(|last| !event_id_after(&event.id, last))
-        {
-            return;
-        }
-        feed.last = Some(event.id.clone());
-        let _ = feed.tx.send(event);
-    }
-
-    /// Whether the subscriptions hold, or have not been lost for long: `/readyz` reads it.
-    pub(super) fn subscriptions_ready(&self) -> bool {
-        lock(&self.unsubscribed_since).is_none_or(|t| t.elapsed() < UNREADY_AFTER)
     }
 }
 

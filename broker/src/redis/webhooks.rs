@@ -10,10 +10,11 @@ use fred::interfaces::{
     ClientLike, KeysInterface, ListInterface, SortedSetsInterface, StreamsInterface,
 };
 use fred::types::Value;
-use fred::types::scripts::Script;
 use fred::types::streams::XReadResponse;
 
-use super::{RedisBroker, strings, unavailable};
+use super::RedisBroker;
+use super::reply::{strings, unavailable};
+use super::scripts::{WebhookAdmit, WebhookDefer, WebhookPop, WebhookReschedule, WebhookTakeDue};
 use crate::BrokerError;
 pub use crate::webhook::{Admission, Pending};
 
@@ -22,77 +23,6 @@ type StreamEntry = (String, HashMap<String, String>);
 
 /// The consumer group of webhook deliveries.
 pub const GROUP: &str = "webhooks";
-
-/// Queues `ARGV[2]` behind its conversation's waiting events, if any, and acknowledges it.
-/// KEYS: stream, conversation queue. ARGV: entry id, pending event.
-const ADMIT: &str = r"
-if redis.call('LLEN', KEYS[2]) > 0 then
-  redis.call('RPUSH', KEYS[2], ARGV[2])
-  redis.call('XACK', KEYS[1], 'webhooks', ARGV[1])
-  return 1
-end
-return 0
-";
-
-/// Moves a failed event into its conversation's queue, schedules the queue, acknowledges.
-/// KEYS: stream, conversation queue, due set. ARGV: entry id, pending event, conv, due ms.
-const DEFER: &str = r"
-redis.call('RPUSH', KEYS[2], ARGV[2])
-if redis.call('LLEN', KEYS[2]) == 1 then redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3]) end
-redis.call('XACK', KEYS[1], 'webhooks', ARGV[1])
-return 1
-";
-
-/// Takes up to ARGV[3] due conversations, leasing each until ARGV[2] (no other worker takes it).
-/// KEYS: due set. ARGV: now ms, lease-until ms, count.
-const TAKE_DUE: &str = r"
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
-for _, conv in ipairs(due) do redis.call('ZADD', KEYS[1], ARGV[2], conv) end
-return due
-";
-
-/// Removes the queue head (delivered or dead); the next one is due at once.
-/// KEYS: conversation queue, due set. ARGV: conv, now ms.
-const POP: &str = r"
-redis.call('LPOP', KEYS[1])
-if redis.call('LLEN', KEYS[1]) == 0 then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-else
-  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-end
-return 1
-";
-
-/// Replaces the queue head (its attempt count) and schedules the next attempt.
-/// KEYS: conversation queue, due set. ARGV: conv, pending event, due ms.
-const RESCHEDULE: &str = r"
-if redis.call('LLEN', KEYS[1]) == 0 then return 0 end
-redis.call('LSET', KEYS[1], 0, ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-return 1
-";
-
-/// Webhook queue scripts, hashed once.
-#[derive(Debug)]
-pub struct WebhookScripts {
-    admit: Script,
-    defer: Script,
-    take_due: Script,
-    pop: Script,
-    reschedule: Script,
-}
-
-impl Default for WebhookScripts {
-    fn default() -> Self {
-        WebhookScripts {
-            admit: Script::from_lua(ADMIT),
-            defer: Script::from_lua(DEFER),
-            take_due: Script::from_lua(TAKE_DUE),
-            pop: Script::from_lua(POP),
-            reschedule: Script::from_lua(RESCHEDULE),
-        }
-    }
-}
 
 fn encode(p: &Pending) -> String {
     serde_json::to_string(p).unwrap_or_default()
@@ -188,11 +118,12 @@ impl RedisBroker {
     /// Whether `p` may go now, or was queued behind earlier events of its conversation.
     pub async fn webhook_admit(&self, tenant: &str, p: &Pending) -> Result<Admission, BrokerError> {
         let v = self
-            .script_of(
-                &self.wh.admit,
-                vec![self.keys.events(tenant), self.wh_queue(tenant, &p.conv)],
-                vec![p.id.clone(), encode(p)],
-            )
+            .run(WebhookAdmit {
+                stream: self.keys.events(tenant),
+                queue: self.wh_queue(tenant, &p.conv),
+                entry_id: p.id.clone(),
+                pending: encode(p),
+            })
             .await?;
         Ok(if v.as_u64() == Some(1) {
             Admission::Queued
@@ -216,15 +147,15 @@ impl RedisBroker {
         p: &Pending,
         due_ms: u64,
     ) -> Result<(), BrokerError> {
-        self.script_of(
-            &self.wh.defer,
-            vec![
-                self.keys.events(tenant),
-                self.wh_queue(tenant, &p.conv),
-                self.wh_due(tenant),
-            ],
-            vec![p.id.clone(), encode(p), p.conv.clone(), due_ms.to_string()],
-        )
+        self.run(WebhookDefer {
+            stream: self.keys.events(tenant),
+            queue: self.wh_queue(tenant, &p.conv),
+            due: self.wh_due(tenant),
+            entry_id: p.id.clone(),
+            pending: encode(p),
+            conv: p.conv.clone(),
+            due_ms,
+        })
         .await
         .map(|_| ())
     }
@@ -238,15 +169,12 @@ impl RedisBroker {
         count: u64,
     ) -> Result<Vec<String>, BrokerError> {
         let v = self
-            .script_of(
-                &self.wh.take_due,
-                vec![self.wh_due(tenant)],
-                vec![
-                    now_ms.to_string(),
-                    lease_until_ms.to_string(),
-                    count.to_string(),
-                ],
-            )
+            .run(WebhookTakeDue {
+                due: self.wh_due(tenant),
+                now: now_ms,
+                lease_until: lease_until_ms,
+                count,
+            })
             .await?;
         Ok(strings(v))
     }
@@ -272,11 +200,12 @@ impl RedisBroker {
         conv: &str,
         now_ms: u64,
     ) -> Result<(), BrokerError> {
-        self.script_of(
-            &self.wh.pop,
-            vec![self.wh_queue(tenant, conv), self.wh_due(tenant)],
-            vec![conv.to_owned(), now_ms.to_string()],
-        )
+        self.run(WebhookPop {
+            queue: self.wh_queue(tenant, conv),
+            due: self.wh_due(tenant),
+            conv: conv.to_owned(),
+            now: now_ms,
+        })
         .await
         .map(|_| ())
     }
@@ -288,11 +217,13 @@ impl RedisBroker {
         p: &Pending,
         due_ms: u64,
     ) -> Result<(), BrokerError> {
-        self.script_of(
-            &self.wh.reschedule,
-            vec![self.wh_queue(tenant, &p.conv), self.wh_due(tenant)],
-            vec![p.conv.clone(), encode(p), due_ms.to_string()],
-        )
+        self.run(WebhookReschedule {
+            queue: self.wh_queue(tenant, &p.conv),
+            due: self.wh_due(tenant),
+            conv: p.conv.clone(),
+            pending: encode(p),
+            due_ms,
+        })
         .await
         .map(|_| ())
     }
@@ -402,15 +333,6 @@ impl RedisBroker {
                 Ok(c)
             })
             .await
-    }
-
-    async fn script_of(
-        &self,
-        script: &Script,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<Value, BrokerError> {
-        self.script(script, keys, args).await
     }
 }
 

@@ -1,0 +1,91 @@
+//! Reading what Redis answered: replies as strings and counts, a script's rejection codes and
+//! call states, stored manifests and events, and a failed command as the broker's error.
+
+use std::time::Duration;
+
+use fred::types::Value;
+use serde_json::Value as Json;
+use toolmark_proto::{Manifest, ToolManifestSummary};
+
+use crate::{BrokerError, CallState, Event, Rejection};
+
+/// How long a caller is told to wait after Redis failed it.
+pub(super) const RETRY: Duration = Duration::from_secs(1);
+
+/// A failed command, as the broker's error (logged).
+pub(super) fn unavailable(e: &fred::error::Error) -> BrokerError {
+    tracing::warn!(error = %e, "redis command failed");
+    BrokerError::Unavailable { retry_after: RETRY }
+}
+
+/// `d` in milliseconds, as Redis takes a time to live.
+pub(super) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A reply as strings (an array's items, or the one value).
+pub(super) fn strings(v: Value) -> Vec<String> {
+    match v {
+        Value::Array(items) => items
+            .into_iter()
+            .map(|i| i.as_string().unwrap_or_default())
+            .collect(),
+        Value::Null => Vec::new(),
+        other => vec![other.as_string().unwrap_or_default()],
+    }
+}
+
+/// Field/value pairs of an `HGETALL` reply.
+pub(super) fn pairs(v: Value) -> Vec<(String, i64)> {
+    let flat = strings(v);
+    flat.chunks(2)
+        .filter(|c| c.len() == 2)
+        .map(|c| (c[0].clone(), c[1].parse().unwrap_or(0)))
+        .collect()
+}
+
+/// The rejection a script answered with its code.
+pub(super) fn rejection(code: &str) -> Option<Rejection> {
+    match code {
+        "unknown_id" => Some(Rejection::UnknownId),
+        "mismatch" => Some(Rejection::Mismatch),
+        "duplicate" => Some(Rejection::Duplicate),
+        "late" => Some(Rejection::Late),
+        "unknown_confirm" => Some(Rejection::UnknownConfirm),
+        _ => None,
+    }
+}
+
+/// A call's state as stored (`s`).
+pub(super) fn state_of(s: &str) -> CallState {
+    match s {
+        "a" => CallState::Answered,
+        "t" => CallState::TimedOut,
+        _ => CallState::Pending,
+    }
+}
+
+/// A manifest as stored (what `put_manifest` wrote).
+pub(super) fn parse_manifest(stored: &str) -> Option<Manifest> {
+    let v: Json = serde_json::from_str(stored).ok()?;
+    let tools: Vec<ToolManifestSummary> = serde_json::from_value(v.get("tools")?.clone()).ok()?;
+    Some(Manifest {
+        client_id: v.get("clientId")?.as_str()?.to_owned(),
+        rev: v.get("rev")?.as_u64()?,
+        tools,
+    })
+}
+
+/// An event as stored in a tenant's stream, under its id.
+pub(super) fn parse_event(id: &str, body: &str) -> Option<Event> {
+    let v: Json = serde_json::from_str(body).ok()?;
+    Some(Event {
+        id: id.to_owned(),
+        kind: serde_json::from_value(v.get("type")?.clone()).ok()?,
+        timestamp: v.get("timestamp")?.as_str()?.to_owned(),
+        user: v.get("user")?.as_str()?.to_owned(),
+        conversation: v.get("conversation")?.as_str()?.to_owned(),
+        data: v.get("data")?.clone(),
+        held_for_webhooks: false,
+    })
+}

@@ -1,0 +1,180 @@
+-- Functions shared by the scripts, written once and put before each script that needs one
+-- (`scripts::Lua`). Each reads and writes only the keys it is given.
+--
+-- sockets(key): a conversation's sockets hash, parsed: one entry per field counting more than
+--   0, `{node, client, n}`, `client` false for a node's own count (a field without `|`), else
+--   the page load's clientId (`<node>|<clientId>`). Every script that reads the hash reads it
+--   here.
+-- set_of(list, first, last): the set of list[first..last] (node ids from ARGV).
+-- socket_nodes(key): the nodes holding sockets of a conversation (per-node counts), whether or
+--   not they are live: a frame for a dead node reaches no one.
+-- to_nodes(nodes, prefix, suffix, message): SPUBLISHes message on each node's channel of this
+--   partition (prefix .. node .. suffix), which shares the script's slot; returns how many
+--   subscribers received it.
+-- conv_state(conv, socks, manifests, live): the conversation as the agent API sees it,
+--   counting only sockets of live nodes, with D23's choice of the current page
+--   (`model::current_page`). The current page's manifest `seq` comes from the manifests
+--   already read for the identified pages; only a current page without a socket is read apart.
+-- gcra(key, interval, burst, want, back): gives `back` unspent calls back to a tenant's rate
+--   (never past now), then takes up to `want`, as many as the bucket holds now: `taken, 0`, or
+--   `0, µs` until one would be allowed.
+-- call_fields(call): a call's fields {v, c, d, n, s, t, o, x, w} (conversation ref, clientId,
+--   deadline, waiting node, state, tool/kind/flags, outcome, cancel, the other nodes watching
+--   it, space-separated), from its hash while it is pending or from its packed string once it
+--   finished (false each when it is gone; the cancel false once it finished). Not the page
+--   message, which may be large and which only a timeout, a cancel or a reconnecting page
+--   needs. One HMGET while pending; a finished call's string answers it with WRONGTYPE
+--   (caught), then TYPE and GET.
+-- to_watchers(f, prefix, suffix, message): SPUBLISHes an outcome message to each node watching
+--   the call (`Calls::watch`) other than the waiting node, on its channel of this partition.
+-- page_part(call, f, field): the page message (`f`) or the cancel (`x`) of a pending call, from
+--   its hash or, for a call an older node stored during a rolling upgrade (no `x` in its hash),
+--   from the `<call>:p` hash it kept beside the call.
+-- finish(call, f, state, outcome): replaces a pending call's hash with one string, `state`, the
+--   binding's fields and the outcome joined by `\n`, keeping its time to live, for the rest of
+--   its retention: the smallest form Redis keeps (no hash, no field names), for a finished call
+--   that still answers `GET /calls/{id}` and a late or duplicate result.
+-- resolve(call, outcome, kept): how the confirmation of a call answered needs_confirmation
+--   ended: `<ms>\n<final outcome>` beside the call (`<call>:r`), both kept `kept` ms from now
+--   (`codec::parse_resolution` reads it); nothing when the call's key is gone.
+-- is_async(summary): whether a call's tool/kind/flags (`codec::call_summary`) mark it async: its
+--   outcome is announced as `call.result`.
+-- bind(call, pending, deadlines, a): stores a call's binding with its page message and its
+--   cancel in one hash, in the conversation's pending set and the partition's deadline set (`a`
+--   is ARGV, whose first 10 values are the binding's, in the order bind.lua lists them).
+local function sockets(key)
+  local out = {}
+  local flat = redis.call('HGETALL', key)
+  for i = 1, #flat, 2 do
+    local field, n = flat[i], tonumber(flat[i + 1])
+    if n > 0 then
+      local bar = string.find(field, '|', 1, true)
+      if bar then
+        table.insert(out, {node = string.sub(field, 1, bar - 1), client = string.sub(field, bar + 1), n = n})
+      else
+        table.insert(out, {node = field, client = false, n = n})
+      end
+    end
+  end
+  return out
+end
+local function set_of(list, first, last)
+  local s = {}
+  for i = first, last do s[list[i]] = true end
+  return s
+end
+local function socket_nodes(key)
+  local out = {}
+  for _, s in ipairs(sockets(key)) do
+    if not s.client then table.insert(out, s.node) end
+  end
+  return out
+end
+local function to_nodes(nodes, prefix, suffix, message)
+  local reached = 0
+  for _, node in ipairs(nodes) do
+    reached = reached + redis.call('SPUBLISH', prefix .. node .. suffix, message)
+  end
+  return reached
+end
+local function conv_state(conv, socks_key, manifests, live)
+  local st = {total = 0, identified = 0, pages = {}, info = {}, skipped = {}, nodes = {}}
+  local unknown = {}
+  for _, s in ipairs(sockets(socks_key)) do
+    if not s.client then table.insert(st.nodes, s.node) end
+    if not live[s.node] then
+      unknown[s.node] = true
+    elseif s.client then
+      st.pages[s.client] = (st.pages[s.client] or 0) + s.n
+      st.identified = st.identified + s.n
+    else
+      st.total = st.total + s.n
+    end
+  end
+  for client, _ in pairs(st.pages) do
+    st.info[client] = redis.call('HMGET', manifests .. client, 's', 'r')
+  end
+  local h = redis.call('HMGET', conv, 'current', 'drained')
+  local current = h[1]
+  st.effective = current
+  if current and not st.pages[current] and st.total <= st.identified then
+    local best, bestseq = nil, -1
+    for client, f in pairs(st.info) do
+      local s = tonumber(f[1] or '-1')
+      if f[1] and s > bestseq then best, bestseq = client, s end
+    end
+    if best then st.effective = best end
+  end
+  st.seq = ''
+  if st.effective then
+    local known = st.info[st.effective]
+    if known then st.seq = known[1] or ''
+    else st.seq = redis.call('HGET', manifests .. st.effective, 's') or '' end
+  end
+  st.drained = h[2]
+  for node, _ in pairs(unknown) do table.insert(st.skipped, node) end
+  return st
+end
+local function gcra(key, interval_us, burst, want, back)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local interval = tonumber(interval_us)
+  local tolerance = interval * (tonumber(burst) - 1)
+  local tat = tonumber(redis.call('GET', key) or now) - tonumber(back) * interval
+  if tat < now then tat = now end
+  if now < tat - tolerance then
+    if tonumber(back) > 0 then
+      redis.call('SET', key, string.format('%d', tat), 'PX', math.floor((tat - now) / 1000) + 1000)
+    end
+    return 0, math.floor(tat - tolerance - now)
+  end
+  local n = math.min(tonumber(want), math.floor((now + tolerance - tat) / interval) + 1)
+  local new_tat = math.floor(tat + n * interval)
+  redis.call('SET', key, string.format('%d', new_tat), 'PX', math.floor((new_tat - now) / 1000) + 1000)
+  return n, 0
+end
+local function call_fields(call)
+  local h = redis.pcall('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o', 'x', 'w')
+  if not h.err then return h end
+  if redis.call('TYPE', call)['ok'] ~= 'string' then
+    return {false, false, false, false, false, false, false, false, false}
+  end
+  local p = {}
+  for part in string.gmatch(redis.call('GET', call) .. '\n', '([^\n]*)\n') do table.insert(p, part) end
+  return {p[2] .. '\n' .. p[3] .. '\n' .. p[4], p[5], p[6], false, p[1],
+          p[7] .. '\n' .. p[8] .. '\n' .. p[9], table.concat(p, '\n', 10), false, false}
+end
+local function to_watchers(f, prefix, suffix, message)
+  if not f[9] then return end
+  for node in string.gmatch(f[9], '%S+') do
+    if node ~= f[4] then redis.call('SPUBLISH', prefix .. node .. suffix, message) end
+  end
+end
+local function page_part(call, f, field)
+  if f[5] ~= 'p' then return false end
+  local from = call
+  if not f[8] then from = call .. ':p' end
+  if field == 'x' and f[8] then return f[8] end
+  return redis.call('HGET', from, field)
+end
+local function finish(call, f, state, outcome)
+  if f[5] == 'p' and not f[8] then redis.call('DEL', call .. ':p') end
+  redis.call('SET', call, table.concat({state, f[1], f[2], f[3], f[6], outcome}, '\n'), 'KEEPTTL')
+end
+local function resolve(call, outcome, kept)
+  if not call or redis.call('EXISTS', call) == 0 then return end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('SET', call .. ':r', now .. '\n' .. outcome, 'PX', kept)
+  redis.call('PEXPIRE', call, kept)
+end
+local function is_async(summary)
+  return string.find(string.match(summary, '[^\n]*$'), 'a', 1, true) ~= nil
+end
+local function bind(call, pending, deadlines, a)
+  redis.call('HSET', call, 'v', a[2], 'c', a[3], 'd', a[4], 'n', a[5], 's', 'p', 't', a[6], 'f', a[7], 'x', a[8])
+  redis.call('PEXPIRE', call, a[9])
+  redis.call('SADD', pending, a[1])
+  redis.call('PEXPIRE', pending, a[9])
+  redis.call('ZADD', deadlines, a[4], a[10])
+end

@@ -1,0 +1,12 @@
+-- Keeps what a live page needs alive while this node holds a socket of its conversation
+-- (heartbeat-scoped expiry): the conversation hash, the sockets hash, the current page's
+-- manifest and the manifests of the page loads this node holds.
+--
+-- KEYS: conv, sockets
+-- ARGV: ttl (ms), manifest_prefix, the clients (clientIds)
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+local current = redis.call('HGET', KEYS[1], 'current')
+if current then redis.call('PEXPIRE', ARGV[2] .. current, ARGV[1]) end
+for i = 3, #ARGV do redis.call('PEXPIRE', ARGV[2] .. ARGV[i], ARGV[1]) end
+return 1

@@ -1,0 +1,192 @@
+//! The arguments of the scripts of tenants and leases: a tenant's rate, its event stream, its
+//! catalog record, its counted sessions; a lease given back.
+
+use super::{CATALOG_PUT, CATALOG_REMOVE, EMIT, GCRA, Lua, PLACES, RELEASE, ScriptArgs};
+
+/// `gcra.lua`: calls of a tenant's rate given back, then taken.
+#[derive(Debug, Clone)]
+pub struct Gcra {
+    /// KEYS: the tenant's bucket.
+    pub rate: String,
+    /// The emission interval, µs.
+    pub interval: u64,
+    /// The burst.
+    pub burst: u32,
+    /// How many calls to take at most.
+    pub want: u32,
+    /// How many unspent calls to give back first.
+    pub back: u32,
+}
+
+impl ScriptArgs for Gcra {
+    fn lua() -> &'static Lua {
+        &GCRA
+    }
+
+    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
+        (
+            vec![self.rate],
+            vec![
+                self.interval.to_string(),
+                self.burst.to_string(),
+                self.want.to_string(),
+                self.back.to_string(),
+            ],
+        )
+    }
+}
+
+/// `emit.lua`: an event appended to the tenant's stream and published.
+#[derive(Debug, Clone)]
+pub struct Emit {
+    /// KEYS: the tenant's event stream.
+    pub stream: String,
+    /// KEYS: its byte counter.
+    pub bytes: String,
+    /// KEYS `once` and ARGV `once_ttl` (ms): the name the event is emitted once under.
+    pub once: Option<(String, i64)>,
+    /// The most events kept.
+    pub max_count: u64,
+    /// The most bytes kept.
+    pub max_bytes: u64,
+    /// The event's JSON.
+    pub event: String,
+    /// The tenant's live channel.
+    pub channel: String,
+}
+
+impl ScriptArgs for Emit {
+    fn lua() -> &'static Lua {
+        &EMIT
+    }
+
+    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
+        let mut keys = vec![self.stream, self.bytes];
+        let mut argv = vec![
+            self.max_count.to_string(),
+            self.max_bytes.to_string(),
+            self.event,
+            self.channel,
+        ];
+        if let Some((once, ttl)) = self.once {
+            keys.push(once);
+            argv.push(ttl.to_string());
+        }
+        (keys, argv)
+    }
+}
+
+/// `release.lua`: a lease given back, if this node still holds it.
+#[derive(Debug, Clone)]
+pub struct Release {
+    /// KEYS: the lease.
+    pub lease: String,
+    /// This node.
+    pub node: String,
+}
+
+impl ScriptArgs for Release {
+    fn lua() -> &'static Lua {
+        &RELEASE
+    }
+
+    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
+        (vec![self.lease], vec![self.node])
+    }
+}
+
+/// `catalog_put.lua`: a tenant's record written if it is as expected.
+#[derive(Debug, Clone)]
+pub struct CatalogPut {
+    /// KEYS: the catalog hash.
+    pub catalog: String,
+    /// KEYS: its revision counter.
+    pub revision: String,
+    /// The tenant's id.
+    pub id: String,
+    /// The record.
+    pub record: String,
+    /// 'absent', or the version expected.
+    pub expected: String,
+    /// The catalog's channel.
+    pub channel: String,
+}
+
+impl ScriptArgs for CatalogPut {
+    fn lua() -> &'static Lua {
+        &CATALOG_PUT
+    }
+
+    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
+        (
+            vec![self.catalog, self.revision],
+            vec![self.id, self.record, self.expected, self.channel],
+        )
+    }
+}
+
+/// `catalog_remove.lua`: a tenant's record removed if it is at the given version.
+#[derive(Debug, Clone)]
+pub struct CatalogRemove {
+    /// KEYS: the catalog hash.
+    pub catalog: String,
+    /// KEYS: its revision counter.
+    pub revision: String,
+    /// The tenant's id.
+    pub id: String,
+    /// The version expected.
+    pub version: u64,
+    /// The catalog's channel.
+    pub channel: String,
+}
+
+impl ScriptArgs for CatalogRemove {
+    fn lua() -> &'static Lua {
+        &CATALOG_REMOVE
+    }
+
+    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
+        (
+            vec![self.catalog, self.revision],
+            vec![self.id, self.version.to_string(), self.channel],
+        )
+    }
+}
+
+/// `places.lua`: a counted session taken, kept or given.
+#[derive(Debug, Clone)]
+pub struct Places {
+    /// KEYS: the tenant's set.
+    pub tenant: String,
+    /// KEYS: the holder's set.
+    pub holder: String,
+    /// `take`, `keep` or `give`.
+    pub op: &'static str,
+    /// The session id.
+    pub id: String,
+    /// The tenant's bound.
+    pub tenant_bound: usize,
+    /// The holder's bound.
+    pub holder_bound: usize,
+    /// Time to live, ms.
+    pub ttl: i64,
+}
+
+impl ScriptArgs for Places {
+    fn lua() -> &'static Lua {
+        &PLACES
+    }
+
+    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
+        (
+            vec![self.tenant, self.holder],
+            vec![
+                self.op.to_owned(),
+                self.id,
+                self.tenant_bound.to_string(),
+                self.holder_bound.to_string(),
+                self.ttl.to_string(),
+            ],
+        )
+    }
+}
