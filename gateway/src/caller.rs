@@ -10,6 +10,7 @@ use toolmark_config::policy::{AllOf, Policy, Scope, ToolFacts};
 use toolmark_proto::ToolManifestSummary;
 
 use crate::http::Problem;
+use crate::metrics::Metrics;
 
 /// The credential of a request, with the policies that all apply to it.
 #[derive(Debug, Clone)]
@@ -60,11 +61,12 @@ impl Caller {
         }
     }
 
-    /// `Ok` when the policy covers `scope`, else 403 `scope_denied`.
-    pub fn require(&self, scope: Scope) -> Result<(), Problem> {
+    /// `Ok` when the policy covers `scope`, else 403 `scope_denied` (counted).
+    pub fn require(&self, scope: Scope, metrics: &Metrics) -> Result<(), Problem> {
         if self.with_policies(|p| p.allows_scope(scope)) {
             Ok(())
         } else {
+            metrics.call_refused("scope_denied");
             let name = serde_json::to_value(scope).unwrap_or_default();
             Err(Problem::scope_denied(name.as_str().unwrap_or_default()))
         }

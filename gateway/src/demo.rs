@@ -223,6 +223,8 @@ async fn session(
     let now_ms = toolmark_broker::now_ms();
     let now = now_ms / 1000;
     let claims = PageClaims {
+        akid: None,
+        pol: None,
         sub: user.clone(),
         cnv: conversation.clone(),
         aud: DEV_TENANT.into(),

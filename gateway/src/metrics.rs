@@ -125,6 +125,9 @@ pub struct Metrics {
     frames_held: Counter,
     /// Page frames dropped after they were accepted, by reason (`hold_full`, `hold_time`).
     frames_dropped: Family<ReasonLabel, Counter>,
+    /// Agent requests a credential's policy refused, by reason (`scope_denied`,
+    /// `tool_not_allowed`).
+    calls_refused: Family<ReasonLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -153,6 +156,7 @@ impl Metrics {
         let frames_holding = Gauge::default();
         let frames_held = Counter::default();
         let frames_dropped = Family::<ReasonLabel, Counter>::default();
+        let calls_refused = Family::<ReasonLabel, Counter>::default();
         toolmark_process::metrics::register_build_info(&mut registry);
         registry.register(
             "toolmark_page_connections",
@@ -219,6 +223,14 @@ impl Metrics {
         for reason in ["hold_full", "hold_time"] {
             let _ = frames_dropped.get_or_create(&ReasonLabel { reason });
         }
+        registry.register(
+            "toolmark_policy_refusals",
+            "Agent requests refused by their credential's policy, before anything reached a page: scope_denied, tool_not_allowed",
+            calls_refused.clone(),
+        );
+        for reason in ["scope_denied", "tool_not_allowed"] {
+            let _ = calls_refused.get_or_create(&ReasonLabel { reason });
+        }
         for r in toolmark_broker::Rejection::ALL {
             let _ = results_rejected.get_or_create(&ReasonLabel { reason: r.as_str() });
         }
@@ -258,12 +270,20 @@ impl Metrics {
             frames_holding,
             frames_held,
             frames_dropped,
+            calls_refused,
         }
     }
 
     /// Counts a page frame held until the broker answers.
     pub fn frame_held(&self) {
         self.frames_held.inc();
+    }
+
+    /// Counts an agent request its credential's policy refused.
+    pub fn call_refused(&self, reason: &'static str) {
+        self.calls_refused
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
     /// Counts a page frame dropped after it was accepted.

@@ -124,6 +124,7 @@ impl Modify for Security {
         crate::admin::tenants::patch,
         crate::admin::tenants::remove,
         crate::admin::secrets::add_api_key,
+        crate::admin::secrets::patch_api_key,
         crate::admin::secrets::remove_api_key,
         crate::admin::secrets::add_token_key,
         crate::admin::secrets::remove_token_key,

@@ -39,6 +39,12 @@ pub struct PageClaims {
     /// endpoint. Neither grants the other.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
+    /// For an MCP token: the id of the API key that minted it, whose policy it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub akid: Option<String>,
+    /// For an MCP token: the policy it was narrowed to at minting (within its key's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pol: Option<toolmark_config::policy::Policy>,
 }
 
 /// The `scope` claim of an MCP token.

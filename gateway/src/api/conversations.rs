@@ -52,7 +52,7 @@ pub async fn state(
     Authed(tenant, caller): Authed,
     Path((_, user, conversation)): Path<(String, String, String)>,
 ) -> Result<Json<ConversationView>, Problem> {
-    caller.require(Scope::Calls)?;
+    caller.require(Scope::Calls, &app.metrics)?;
     check_ids(&user, &conversation)?;
     let conv = ConvKey::new(&tenant.id, &user, &conversation);
     let s = app.broker.conversation(&conv).await?;
@@ -61,7 +61,7 @@ pub async fn state(
         conversation,
         client_id: s.client_id,
         rev: s.rev,
-        tools: s.tools,
+        tools: caller.visible(s.tools),
         pages: s.pages,
     }))
 }
@@ -99,7 +99,7 @@ pub async fn llm_tools(
     crate::http::QueryOf(q): crate::http::QueryOf<FormatQuery>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Calls)?;
+    caller.require(Scope::Calls, &app.metrics)?;
     check_ids(&user, &conversation)?;
     let format: LlmFormat = match q.format.as_deref() {
         None => LlmFormat::Anthropic,
@@ -109,7 +109,8 @@ pub async fn llm_tools(
     };
     let conv = ConvKey::new(&tenant.id, &user, &conversation);
     let s = app.broker.conversation(&conv).await?;
-    let tools = tool_definitions(&s.tools, format);
+    // `page_call` renders only the tools this caller may call.
+    let tools = tool_definitions(&caller.visible(s.tools), format);
     let bytes = serde_json::to_vec(&tools).unwrap_or_default();
     let etag = format!("\"{}\"", hex::encode(&Sha256::digest(&bytes)[..16]));
     let etag_header = HeaderValue::from_str(&etag).unwrap_or(HeaderValue::from_static("\"\""));
@@ -149,6 +150,9 @@ pub struct TokenRequest {
     /// `"mcp"` for the hosted MCP endpoint; absent (or `"page"`) for a page socket.
     #[schema(pattern = "^(page|mcp)$")]
     scope: Option<String>,
+    /// For an MCP token: narrows the minting key's policy (never widens it).
+    #[schema(value_type = Option<Object>)]
+    policy: Option<Value>,
 }
 
 /// A minted token.
@@ -175,7 +179,7 @@ pub async fn mint_token(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Tokens)?;
+    caller.require(Scope::Tokens, &app.metrics)?;
     let req: TokenRequest = parse_body(&tenant, &body)?;
     if !crate::ids::is_valid_id(&req.user) {
         return Err(Problem::invalid(
@@ -201,9 +205,25 @@ pub async fn mint_token(
         Some(MCP_SCOPE) => true,
         Some(_) => return Err(Problem::invalid("/scope", "scope is page or mcp")),
     };
+    let narrowed = match (req.policy, mcp) {
+        (None, _) => None,
+        (Some(p), true) => Some(crate::http::parse_value("/policy", p)?),
+        (Some(_), false) => {
+            return Err(Problem::invalid(
+                "/policy",
+                "a policy narrows an MCP token only",
+            ));
+        }
+    };
+    let akid = match (&caller, mcp) {
+        (crate::caller::Caller::ApiKey { id, .. }, true) => Some(id.clone()),
+        _ => None,
+    };
     let now_ms = toolmark_broker::now_ms();
     let now = now_ms / 1000;
     let claims = PageClaims {
+        akid,
+        pol: narrowed,
         sub: req.user,
         cnv: req.conversation,
         aud: tenant.id.clone(),

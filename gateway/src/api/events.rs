@@ -55,7 +55,7 @@ pub async fn stream(
     crate::http::QueryOf(q): crate::http::QueryOf<EventQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, Problem> {
-    caller.require(Scope::Events)?;
+    caller.require(Scope::Events, &app.metrics)?;
     let last_id = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())

@@ -37,7 +37,7 @@ pub async fn failed(
     State(app): State<AppState>,
     Authed(tenant, caller): Authed,
 ) -> Result<Json<DeadLetters>, Problem> {
-    caller.require(Scope::Events)?;
+    caller.require(Scope::Events, &app.metrics)?;
     let failed = app.broker.webhook_failed(&tenant.id).await?;
     Ok(Json(DeadLetters { failed }))
 }
@@ -52,7 +52,7 @@ pub async fn retry(
     Authed(tenant, caller): Authed,
     Path((_, id)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Webhooks)?;
+    caller.require(Scope::Webhooks, &app.metrics)?;
     if app.broker.webhook_retry(&tenant.id, &id).await? {
         Ok(StatusCode::ACCEPTED.into_response())
     } else {

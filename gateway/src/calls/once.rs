@@ -54,6 +54,8 @@ pub(crate) async fn once(
     let Some(sent) = key else {
         return Ok(Once::Run(req));
     };
+    // A repeat is held to the caller's policy as it is now, as a first request is in `start`.
+    let conv = toolmark_broker::ConvKey::new(&tenant.id, user, conversation);
     let key = idempotency::scoped(tenant, &sent);
     let legacy = (key != sent).then_some(sent.as_str());
     let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
@@ -63,12 +65,15 @@ pub(crate) async fn once(
             req.idempotency = Some(Claim { key, fingerprint });
             Ok(Once::Run(req))
         }
-        Claimed::Repeat(record) => Ok(Once::Repeat(Repeat {
-            id: record.id.clone().unwrap_or_default(),
-            client_id: record.client.clone().unwrap_or_default(),
-            untrusted: record.untrusted,
-            key,
-            record,
-        })),
+        Claimed::Repeat(record) => {
+            super::start::authorize(app, &conv, &req).await?;
+            Ok(Once::Repeat(Repeat {
+                id: record.id.clone().unwrap_or_default(),
+                client_id: record.client.clone().unwrap_or_default(),
+                untrusted: record.untrusted,
+                key,
+                record,
+            }))
+        }
     }
 }

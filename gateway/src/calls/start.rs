@@ -9,6 +9,7 @@ use toolmark_broker::{CallKind, CallRequest, ConvKey, Placed, now_ms, partition}
 
 use super::idempotency::Claim;
 use super::supervise::{Supervision, supervise};
+use crate::caller::Caller;
 use crate::http::Problem;
 use crate::state::AppState;
 use crate::tenants::Tenant;
@@ -22,6 +23,8 @@ pub(crate) struct Request {
     pub timeout_ms: Option<u64>,
     /// The request's `Idempotency-Key`, when it claimed one ([`super::once`]).
     pub idempotency: Option<Claim>,
+    /// Who asks: its policy decides whether the tool may be called.
+    pub caller: Caller,
 }
 
 /// A call that was bound and sent.
@@ -86,6 +89,7 @@ async fn place(
     if app.is_draining() {
         return Err(Problem::unavailable(Duration::from_secs(1)));
     }
+    authorize(app, &conv, &req).await?;
     let limits = &tenant.limits;
     let timeout_ms = req.timeout_ms.unwrap_or(limits.default_call_timeout_ms);
     if timeout_ms == 0 || timeout_ms > limits.max_call_timeout_ms {
@@ -109,4 +113,25 @@ async fn place(
         })
         .await?;
     Ok((placed, Duration::from_millis(timeout_ms)))
+}
+
+/// The caller's policy applied to the tool, from the page's current manifest (its hints): a
+/// tool it does not allow is 403 `tool_not_allowed`, and the page is sent nothing. A caller
+/// whose policy does not narrow tools costs no broker read.
+pub(crate) async fn authorize(
+    app: &AppState,
+    conv: &ConvKey,
+    req: &Request,
+) -> Result<(), Problem> {
+    if !req.caller.limits_tools() {
+        return Ok(());
+    }
+    let s = app.broker.conversation(conv).await?;
+    let entry = s.tools.iter().find(|t| t.name == req.tool);
+    if req.caller.allows_tool(&req.tool, entry) {
+        Ok(())
+    } else {
+        app.metrics.call_refused("tool_not_allowed");
+        Err(Problem::tool_not_allowed(&req.tool))
+    }
 }

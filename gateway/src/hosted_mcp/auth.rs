@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::grant::{McpGrant, Owner};
 use super::sessions::{SESSION_HEADER, owner_key};
+use crate::caller::Caller;
 use crate::http::problem::Problem;
 use crate::state::AppState;
 use crate::tenants::{Grant, Tenant};
@@ -87,12 +88,30 @@ fn unknown_session() -> Response {
 async fn credential(door: &Door, tenant: &Arc<Tenant>, token: &str) -> Result<McpGrant, String> {
     let e = match tenant.verify_mcp(token) {
         Ok((claims, grant)) => {
+            // The token holds the policy of the key that minted it, as the key is now: a key
+            // narrowed narrows its tokens, a key deleted ends them.
+            let caller = match &claims.akid {
+                Some(id) => {
+                    let key = tenant
+                        .key_by_id(id)
+                        .ok_or_else(|| "the API key that minted it is gone".to_owned())?;
+                    Caller::McpToken {
+                        id: claims.jti.clone().unwrap_or_default(),
+                        api_key_id: id.clone(),
+                        key: Arc::new(key.policy.clone()),
+                        narrowed: Arc::new(claims.pol.clone().unwrap_or_default()),
+                    }
+                }
+                // Minted before tokens named their key: every right of the tenant's keys.
+                None => Caller::unrestricted("mcp-token"),
+            };
             return Ok(McpGrant {
                 tenant: Arc::clone(tenant),
                 user: claims.sub,
                 conversation: claims.cnv,
                 grant,
                 oauth: false,
+                caller,
             });
         }
         Err(e) => e,
@@ -110,7 +129,13 @@ async fn credential(door: &Door, tenant: &Arc<Tenant>, token: &str) -> Result<Mc
     let allow_private = tenant.webhook_allow_private;
     let access =
         super::oauth::verify(oauth, &door.key_sets, token, &resource, allow_private).await?;
+    let caller = Caller::OAuth {
+        sub: access.user.clone(),
+        client_id: None,
+        policy: Arc::default(),
+    };
     let grant = McpGrant {
+        caller,
         tenant: Arc::clone(tenant),
         user: access.user,
         conversation: access.conversation,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use toolmark_broker::ConvKey;
 
+use crate::caller::Caller;
 use crate::tenants::{Grant, Tenant};
 
 /// What an MCP request may reach: one conversation of one user of one tenant.
@@ -21,6 +22,8 @@ pub struct McpGrant {
     pub grant: Grant,
     /// Whether it is an access token of the tenant's authorization server.
     pub oauth: bool,
+    /// The credential as a caller, with its policies as the tenant snapshot has them now.
+    pub caller: Caller,
 }
 
 impl McpGrant {
@@ -28,9 +31,19 @@ impl McpGrant {
     /// same tenant (not one re-created under its id), its key still the tenant's (or, for an
     /// access token, its authorization server still configured), no revocation covering it.
     pub fn admitted_by(&self, tenant: &Tenant) -> bool {
+        let key_kept = match &self.caller {
+            Caller::McpToken { api_key_id, .. } => tenant.key_by_id(api_key_id).is_some(),
+            _ => true,
+        };
         tenant.incarnation == self.tenant.incarnation
             && (!self.oauth || tenant.mcp_oauth.is_some())
+            && key_kept
             && tenant.admits(&self.user, &self.conversation, &self.grant)
+    }
+
+    /// Who acts, for the call engine.
+    pub fn caller(&self) -> Caller {
+        self.caller.clone()
     }
 
     /// The conversation's broker key.

@@ -189,6 +189,7 @@ impl ServerHandler for HostedMcp {
             rev: if kind == CallKind::Call { s.rev } else { None },
             timeout_ms,
             idempotency: None,
+            caller: grant.caller(),
         };
         // A client that declares tasks may be answered with one: its call is announced as an
         // async call's is (`call.result`), so its end is heard on every node.
@@ -198,6 +199,9 @@ impl ServerHandler for HostedMcp {
         let started = match calls::start(&self.app, &grant.tenant, conv, call, tasks).await {
             Ok(started) => started,
             Err(p) if p.pointer.is_some() => {
+                return Err(ErrorData::invalid_params(p.detail, None));
+            }
+            Err(p) if p.code == "tool_not_allowed" => {
                 return Err(ErrorData::invalid_params(p.detail, None));
             }
             Err(p) if p.code == "no_page" => {

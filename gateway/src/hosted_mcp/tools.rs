@@ -88,7 +88,8 @@ pub async fn listing(
     let Some(client_id) = open_page(&s).map(str::to_owned) else {
         return Ok(Vec::new());
     };
-    let mut summaries = s.tools;
+    // Only the tools the credential's policy allows are listed.
+    let mut summaries = grant.caller.visible(s.tools);
     summaries.sort_by(|a, b| a.llm_name.cmp(&b.llm_name));
     // Only the first MAX_TOOLS by llmName can be listed: describe those, all at once. Each
     // describe runs on its own and keeps its answer for the next listing; this one waits at
@@ -131,7 +132,7 @@ pub async fn listing(
 pub async fn page_call_listing(app: &AppState, grant: &McpGrant) -> Result<Vec<Tool>, Problem> {
     let s = app.broker.conversation(&grant.conv()).await?;
     Ok(match open_page(&s) {
-        Some(_) => toolmark_mcp_tools::page_call_tools(&s.tools),
+        Some(_) => toolmark_mcp_tools::page_call_tools(&grant.caller.visible(s.tools)),
         None => Vec::new(),
     })
 }
@@ -149,6 +150,7 @@ async fn describe(app: &AppState, grant: &McpGrant, tool: &str) -> Option<Option
         rev: None,
         timeout_ms: u64::try_from(timeout).ok(),
         idempotency: None,
+        caller: grant.caller(),
     };
     let started = calls::start(app, &grant.tenant, grant.conv(), request, false)
         .await

@@ -122,7 +122,7 @@ pub(crate) async fn mcp_token(gw: &Gateway, user: &str, conversation: &str) -> S
 
 /// Tells the test of every `list_changed`.
 #[derive(Clone)]
-struct Client {
+pub(crate) struct Client {
     info: ClientConfig,
     changed: mpsc::UnboundedSender<()>,
 }
@@ -139,7 +139,7 @@ impl ClientHandler for Client {
 
 /// Where a client hears `list_changed`: its handler (revisions with sessions, on the session's
 /// `GET` stream), or a `subscriptions/listen` stream (2026-07-28).
-enum Changes {
+pub(crate) enum Changes {
     Handler(mpsc::UnboundedReceiver<()>),
     Listen(Box<rmcp::service::Subscription>),
 }
@@ -174,6 +174,14 @@ async fn client(
     version: Option<ProtocolVersion>,
 ) -> (RunningService<RoleClient, Client>, Changes) {
     client_at(gw.url("/v1/tenants/acme/mcp"), token, version).await
+}
+
+/// A stateless (2026-07-28) rmcp client of acme's endpoint on `gw` with `token`.
+pub(crate) async fn client_for(
+    gw: &Gateway,
+    token: &str,
+) -> (RunningService<RoleClient, Client>, Changes) {
+    client(gw, token, None).await
 }
 
 async fn client_at(

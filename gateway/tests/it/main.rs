@@ -16,6 +16,7 @@ mod lifecycle;
 mod mcp_doors;
 mod mcp_tasks;
 mod nodes;
+mod policy;
 mod pusher;
 mod security;
 mod stall;

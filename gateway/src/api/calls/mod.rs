@@ -73,7 +73,7 @@ pub async fn call(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Calls)?;
+    caller.require(Scope::Calls, &app.metrics)?;
     check_ids(&user, &conversation)?;
     let key = idempotency::key_of(&headers)?;
     let b: CallBody = parse_body(&tenant, &body)?;
@@ -86,6 +86,7 @@ pub async fn call(
         rev: b.rev,
         timeout_ms: b.timeout_ms,
         idempotency: None,
+        caller: caller.clone(),
     };
     let respond_async = wants_async(&headers);
     let route = ("calls", user.as_str(), conversation.as_str());
@@ -108,7 +109,7 @@ pub async fn describe(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Calls)?;
+    caller.require(Scope::Calls, &app.metrics)?;
     check_ids(&user, &conversation)?;
     let key = idempotency::key_of(&headers)?;
     let b: DescribeBody = parse_body(&tenant, &body)?;
@@ -120,6 +121,7 @@ pub async fn describe(
         rev: None,
         timeout_ms: b.timeout_ms,
         idempotency: None,
+        caller: caller.clone(),
     };
     let respond_async = wants_async(&headers);
     let route = ("describe", user.as_str(), conversation.as_str());
@@ -192,7 +194,7 @@ pub async fn invoke(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Calls)?;
+    caller.require(Scope::Calls, &app.metrics)?;
     check_ids(&user, &conversation)?;
     let key = idempotency::key_of(&headers)?;
     let b: InvokeBody = parse_body(&tenant, &body)?;
@@ -208,6 +210,7 @@ pub async fn invoke(
                 rev: None,
                 timeout_ms: None,
                 idempotency: None,
+                caller: caller.clone(),
             }
         }
         PAGE_DESCRIBE => {
@@ -220,6 +223,7 @@ pub async fn invoke(
                 rev: None,
                 timeout_ms: None,
                 idempotency: None,
+                caller: caller.clone(),
             }
         }
         _ => {
@@ -271,7 +275,7 @@ pub async fn get_call(
     Path((_, id)): Path<(String, String)>,
     QueryOf(q): QueryOf<WaitQuery>,
 ) -> Result<Json<CallView>, Problem> {
-    caller.require(Scope::Calls)?;
+    caller.require(Scope::Calls, &app.metrics)?;
     let wait = match q.wait {
         None => Duration::ZERO,
         Some(n @ 1..=60) => Duration::from_secs(n),
@@ -299,7 +303,7 @@ pub async fn cancel(
     Authed(tenant, caller): Authed,
     Path((_, id)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Calls)?;
+    caller.require(Scope::Calls, &app.metrics)?;
     app.broker
         .cancel(&tenant.id, &id)
         .await?
