@@ -234,6 +234,66 @@ pub fn burst(per_second: u32) -> u32 {
     per_second.max(1).saturating_mul(BURST_FACTOR)
 }
 
+/// A rate as a GCRA (generic cell rate algorithm: a token bucket kept as one instant, the
+/// theoretical arrival time `tat` of the next call at the rate). A call is allowed while `tat`
+/// is at most [`Gcra::tolerance_us`] ahead of now, and moves it one interval later; a bucket
+/// never taken, or idle since, is full. Times are µs of one clock. The memory broker runs it
+/// per tenant; the Redis `gcra` script function writes the same rule in Lua, on Redis's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gcra {
+    /// The emission interval: µs between two calls at the rate (at least 1).
+    pub interval_us: u64,
+    /// The burst tolerance: how far ahead of now `tat` may be for a call to be allowed,
+    /// [`burst`] less one intervals, so that a full bucket allows a burst at once.
+    pub tolerance_us: u64,
+}
+
+/// What [`Gcra::take`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Take {
+    /// Calls allowed; 0 when refused (or when none were asked for).
+    pub taken: u32,
+    /// When refused, µs until one call would be allowed (at least 1); 0 otherwise.
+    pub wait_us: u64,
+    /// The bucket's theoretical arrival time after the decision, µs.
+    pub tat_us: u64,
+}
+
+impl Gcra {
+    /// The GCRA of a rate of `per_second` (at least 1), burst [`burst`].
+    pub fn per_second(per_second: u32) -> Gcra {
+        let interval_us = (1_000_000 / u64::from(per_second.max(1))).max(1);
+        Gcra {
+            interval_us,
+            tolerance_us: interval_us * u64::from(burst(per_second) - 1),
+        }
+    }
+
+    /// At `now_us`, with the bucket at `tat_us` (`None`: never taken, or forgotten when full),
+    /// gives `back` unspent calls back to it (never past now), then takes up to `want` calls,
+    /// as many as it holds now: none when it holds none (refused, with the wait for one).
+    pub fn take(&self, tat_us: Option<u64>, now_us: u64, want: u32, back: u32) -> Take {
+        let tat = tat_us
+            .unwrap_or(now_us)
+            .saturating_sub(u64::from(back).saturating_mul(self.interval_us))
+            .max(now_us);
+        if now_us + self.tolerance_us < tat {
+            return Take {
+                taken: 0,
+                wait_us: tat - self.tolerance_us - now_us,
+                tat_us: tat,
+            };
+        }
+        let holds = (now_us + self.tolerance_us - tat) / self.interval_us + 1;
+        let taken = holds.min(u64::from(want));
+        Take {
+            taken: u32::try_from(taken).unwrap_or(want),
+            wait_us: 0,
+            tat_us: tat + taken * self.interval_us,
+        }
+    }
+}
+
 /// A node that has not refreshed its heartbeat for this many intervals counts as dead: its
 /// sockets no longer count as presence anywhere.
 pub const DEAD_AFTER_HEARTBEATS: u32 = 5;
@@ -456,5 +516,54 @@ mod tests {
     fn bursts_are_twice_the_rate() {
         assert_eq!(burst(100), 200);
         assert_eq!(burst(0), 2);
+    }
+
+    #[test]
+    fn a_rate_allows_its_burst_at_once_then_one_call_per_interval() {
+        let g = Gcra::per_second(10);
+        assert_eq!((g.interval_us, g.tolerance_us), (100_000, 1_900_000));
+        assert_eq!(Gcra::per_second(0), Gcra::per_second(1));
+        let (mut tat, now) = (None, 5_000_000);
+        for _ in 0..burst(10) {
+            let t = g.take(tat, now, 1, 0);
+            assert_eq!((t.taken, t.wait_us), (1, 0));
+            tat = Some(t.tat_us);
+        }
+        let refused = g.take(tat, now, 1, 0);
+        assert_eq!((refused.taken, refused.wait_us), (0, 100_000));
+        assert_eq!(Some(refused.tat_us), tat, "a refusal changes nothing");
+        assert_eq!(g.take(tat, now + 99_999, 1, 0).wait_us, 1);
+        assert_eq!(
+            g.take(tat, now + 100_000, 1, 0).taken,
+            1,
+            "one interval refills one"
+        );
+        // Idle for longer than the burst takes to refill: full again, never more.
+        assert_eq!(g.take(tat, now + 60_000_000, 50, 0).taken, burst(10));
+    }
+
+    #[test]
+    fn a_rate_takes_what_it_holds_and_takes_back_unspent_calls_never_past_now() {
+        let g = Gcra::per_second(10);
+        let now = 1_000_000;
+        let t = g.take(None, now, 15, 0);
+        assert_eq!((t.taken, t.tat_us), (15, now + 1_500_000));
+        let t = g.take(Some(t.tat_us), now, 15, 0);
+        assert_eq!(
+            (t.taken, t.tat_us),
+            (5, now + 2_000_000),
+            "the rest of the burst"
+        );
+        let back = g.take(Some(t.tat_us), now, 0, 3);
+        assert_eq!(
+            (back.taken, back.wait_us, back.tat_us),
+            (0, 0, now + 1_700_000)
+        );
+        let back = g.take(Some(back.tat_us), now, 1, 40);
+        assert_eq!(
+            back.tat_us,
+            now + 100_000,
+            "given back down to now, then one taken"
+        );
     }
 }

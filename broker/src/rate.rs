@@ -1,7 +1,8 @@
-//! Token buckets kept in this process: the memory broker's tenant call rates and a node's page
-//! message rates. Every bucket is a GCRA whose burst is [`model::burst`] of its rate, and all
-//! of them read one clock. And the [`Reserves`] of tokens a node takes from a shared bucket in
-//! batches (a tenant's rate on Redis Cluster, whose key lives on another shard than the call's).
+//! Token buckets kept in this process: a node's page message rates. Every bucket is a GCRA
+//! whose burst is [`model::burst`] of its rate, and all of them read one clock. (A tenant's
+//! call rate, which every node shares, is [`model::Gcra`], run by the brokers.) And the
+//! [`Reserves`] of tokens a node takes from a shared bucket in batches (a tenant's rate on
+//! Redis Cluster, whose key lives on another shard than the call's).
 //!
 //! One clock, made once: making a clock (governor's default, quanta's) probes the CPU with
 //! `CPUID`, which a virtual machine's hypervisor traps. A bucket per socket that made its own
@@ -265,27 +266,18 @@ mod tests {
         assert_eq!(r.spend("t", 1000, later), Reserved::Spent { refill: None });
     }
 
-    /// The shared bucket as the Redis `gcra` function keeps it (µs): give `back` tokens, then
-    /// take up to `want`.
+    /// The shared bucket: the model's GCRA (the Redis `gcra` function's rule), in µs.
     struct Bucket {
-        interval: u64,
-        tolerance: u64,
-        tat: u64,
+        gcra: model::Gcra,
+        tat: Option<u64>,
     }
 
     impl Bucket {
+        /// Gives `back` tokens, then takes up to `want`.
         fn take(&mut self, now: u64, want: u32, back: u32) -> u32 {
-            let tat = self
-                .tat
-                .saturating_sub(u64::from(back) * self.interval)
-                .max(now);
-            self.tat = tat;
-            if now + self.tolerance < tat {
-                return 0;
-            }
-            let n = u64::from(want).min((now + self.tolerance - tat) / self.interval + 1);
-            self.tat = tat + n * self.interval;
-            u32::try_from(n).unwrap()
+            let t = self.gcra.take(self.tat, now, want, back);
+            self.tat = Some(t.tat_us);
+            t.taken
         }
     }
 
@@ -317,13 +309,10 @@ mod tests {
                 1..400,
             ),
         ) {
-            let interval = 1_000_000 / u64::from(per_second);
+            let gcra = model::Gcra::per_second(per_second);
+            let interval = gcra.interval_us;
             let burst = model::burst(per_second);
-            let mut bucket = Bucket {
-                interval,
-                tolerance: interval * u64::from(burst - 1),
-                tat: 0,
-            };
+            let mut bucket = Bucket { gcra, tat: None };
             let start = Instant::now();
             let nodes: Vec<Reserves> = (0..3).map(|_| Reserves::default()).collect();
             // Per node, the batches taken and not yet back: tokens to hold.

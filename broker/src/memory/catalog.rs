@@ -83,7 +83,7 @@ impl Catalog for MemoryBroker {
     async fn drop_tenant(&self, tenant: &str) -> Result<(), BrokerError> {
         lock(&self.logs).remove(tenant);
         lock(&self.webhooks).remove(tenant);
-        lock(&self.limiters).remove(tenant);
+        lock(&self.rates).remove(tenant);
         Ok(())
     }
 

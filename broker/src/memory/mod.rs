@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use governor::DefaultDirectRateLimiter;
 use litemap::LiteMap;
 use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
@@ -30,7 +29,6 @@ use crate::{
 
 pub use crate::model::Retention;
 use crate::model::{self, ConfirmSweep, Found, Presence};
-use crate::rate;
 
 struct CallEntry {
     record: CallRecord,
@@ -241,7 +239,8 @@ pub struct MemoryBroker {
     state: Mutex<State>,
     logs: Mutex<HashMap<String, TenantLog>>,
     webhooks: Mutex<HashMap<String, webhooks::WebhookTenant>>,
-    limiters: Mutex<HashMap<String, Arc<DefaultDirectRateLimiter>>>,
+    /// Each tenant's call rate: its bucket's theoretical arrival time ([`model::Gcra`]), µs.
+    rates: Mutex<HashMap<String, u64>>,
     catalog: Mutex<catalog::Tenants>,
     /// Front-door sessions: id → (record, expiry).
     sessions: Mutex<HashMap<String, (String, Instant)>>,
@@ -292,7 +291,7 @@ impl MemoryBroker {
             state: Mutex::default(),
             logs: Mutex::default(),
             webhooks: Mutex::default(),
-            limiters: Mutex::default(),
+            rates: Mutex::default(),
             catalog: Mutex::default(),
             emitted: crate::Emitted::default(),
             sessions: Mutex::default(),

@@ -66,9 +66,11 @@ impl RedisBroker {
     }
 }
 
-/// The `gcra` function's arguments for a rate of `per_second`: the emission interval in µs and
-/// the burst (`model::burst`).
+/// The `gcra` function's arguments for a rate of `per_second`: the emission interval in µs
+/// (`model::Gcra`) and the burst (`model::burst`).
 pub(super) fn gcra_args(per_second: u32) -> (u64, u32) {
-    let interval_us = (1_000_000 / u64::from(per_second.max(1))).max(1);
-    (interval_us, model::burst(per_second))
+    (
+        model::Gcra::per_second(per_second).interval_us,
+        model::burst(per_second),
+    )
 }

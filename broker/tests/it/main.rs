@@ -4,5 +4,6 @@
 
 mod contract;
 mod model;
+mod model_limits;
 mod redis_only;
 mod support;
