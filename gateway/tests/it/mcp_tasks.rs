@@ -138,6 +138,26 @@ async fn call_waited(gw: &Gateway, id: &str, wait: u64) -> (u16, Value) {
     (a.status, a.body)
 }
 
+/// `GET /calls/{id}?wait=N` through `gw`, in a task of its own: how long it was held, and the
+/// call it answered.
+fn wait_later(gw: &Gateway, id: &str, wait: u64) -> tokio::task::JoinHandle<(Duration, Value)> {
+    let url = gw.url(&format!("/v1/tenants/acme/calls/{id}?wait={wait}"));
+    let key = gw.acme().key.clone();
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let body: Value = http_client()
+            .get(url)
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (started.elapsed(), body)
+    })
+}
+
 /// Three nodes, the page on node 1: (nodes, page).
 async fn three_nodes() -> (Vec<Gateway>, LivePage) {
     let nodes = Gateway::start_nodes(3, "").await;
@@ -180,50 +200,17 @@ async fn a_confirmation_approved_past_the_clients_timeout_completes_its_task_on_
         json!({"confirmId": "cf-late", "state": "pending"})
     );
     // Held the whole minute, then still pending (the user takes 70 s).
-    let held = {
-        let n3 = nodes[2].url("");
-        let key = nodes[2].acme().key.clone();
-        let id = id.clone();
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let body: Value = http_client()
-                .get(format!("{n3}/v1/tenants/acme/calls/{id}?wait=60"))
-                .bearer_auth(key)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            (started.elapsed(), body)
-        })
-    };
+    let held = wait_later(&nodes[2], &id, 60);
     tokio::time::sleep(Duration::from_secs(62)).await;
     let (waited, body) = held.await.unwrap();
     assert!(waited >= Duration::from_secs(59), "{waited:?}");
     assert_eq!(body["confirmation"]["state"], "pending", "{body}");
-    let following = {
-        let n3 = nodes[2].url("");
-        let key = nodes[2].acme().key.clone();
-        let id = id.clone();
-        tokio::spawn(async move {
-            let body: Value = http_client()
-                .get(format!("{n3}/v1/tenants/acme/calls/{id}?wait=30"))
-                .bearer_auth(key)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            body
-        })
-    };
+    let following = wait_later(&nodes[2], &id, 30);
     tokio::time::sleep(Duration::from_secs(8)).await;
     page.confirmed("cf-late", json!({"status": "ok", "data": "deleted"}));
 
     // `?wait` answers as soon as the confirmation resolved, on node 3.
-    let body = tokio::time::timeout(Duration::from_secs(25), following)
+    let (_, body) = tokio::time::timeout(Duration::from_secs(25), following)
         .await
         .expect("the held request answers once the confirmation resolves")
         .unwrap();
@@ -437,23 +424,9 @@ async fn tasks_and_waits_outlive_the_node_that_made_them() {
     let n3 = node(3).await;
     let (client, _) = task_client(&n3, &token, None).await;
     assert_eq!(get(&client, &id).await.unwrap()["status"], "working");
-    let waiting = {
-        let url = n3.url(&format!("/v1/tenants/acme/calls/{id}?wait=20"));
-        let key = n3.acme().key.clone();
-        tokio::spawn(async move {
-            http_client()
-                .get(url)
-                .bearer_auth(key)
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        })
-    };
+    let waiting = wait_later(&n3, &id, 20);
     page.confirmed("cf-r", json!({"status": "ok", "data": "gone"}));
-    let body = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+    let (_, body) = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
     assert_eq!(body["confirmation"]["state"], "resolved", "{body}");
     let done = until_ended(&client, &id, WAIT).await;
     assert_eq!(
@@ -485,24 +458,10 @@ async fn get_call_waits_for_its_answer_and_checks_the_wait() {
     assert_eq!(placed.status, 202, "{}", placed.body);
     let id = placed.body["id"].as_str().unwrap().to_owned();
     let frame = page.recv().await;
-    let held = {
-        let url = gw.url(&format!("/v1/tenants/acme/calls/{id}?wait=30"));
-        let key = gw.acme().key.clone();
-        tokio::spawn(async move {
-            http_client()
-                .get(url)
-                .bearer_auth(key)
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        })
-    };
+    let held = wait_later(&gw, &id, 30);
     page.answer(frame["id"].as_str().unwrap(), json!({"status": "ok"}))
         .await;
-    let body = tokio::time::timeout(Duration::from_secs(10), held)
+    let (_, body) = tokio::time::timeout(Duration::from_secs(10), held)
         .await
         .expect("the held request answers once the call is answered")
         .unwrap();

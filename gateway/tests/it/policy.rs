@@ -179,6 +179,19 @@ async fn a_key_outside_its_scopes_is_refused_with_scope_denied() {
     assert_eq!(minted.status, 201, "{}", minted.body);
 }
 
+/// The names an MCP client lists.
+async fn mcp_names<S: rmcp::service::Service<rmcp::RoleClient>>(
+    service: &rmcp::service::RunningService<rmcp::RoleClient, S>,
+) -> Vec<String> {
+    service
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect()
+}
+
 #[tokio::test]
 async fn an_mcp_token_holds_its_keys_policy_and_never_widens_it() {
     let gw = gateway().await;
@@ -194,14 +207,7 @@ async fn an_mcp_token_holds_its_keys_policy_and_never_widens_it() {
     assert_eq!(minted.status, 201, "{}", minted.body);
     let token = minted.body["token"].as_str().unwrap().to_owned();
     let (service, _) = crate::hosted_mcp::client_for(&gw, &token).await;
-    let listed: Vec<String> = service
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
-    assert_eq!(listed, ["todo__list"]);
+    assert_eq!(mcp_names(&service).await, ["todo__list"]);
     let refused = service
         .call_tool(CallToolRequestParams::new("todo__add"))
         .await;
@@ -216,14 +222,7 @@ async fn an_mcp_token_holds_its_keys_policy_and_never_widens_it() {
         .await;
     let token = narrowed.body["token"].as_str().unwrap().to_owned();
     let (narrow, _) = crate::hosted_mcp::client_for(&gw, &token).await;
-    let listed: Vec<String> = narrow
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
-    assert_eq!(listed, ["todo__list"]);
+    assert_eq!(mcp_names(&narrow).await, ["todo__list"]);
     let pending = {
         let peer = narrow.peer().clone();
         tokio::spawn(async move {
