@@ -226,7 +226,11 @@ def check_references(docs, fixtures) -> None:
 def known_metrics(repo: Path) -> set[str]:
     """Series the gateway exports: registered names, counters with _total, histograms' series."""
     names = set()
-    sources = sorted(repo.glob("gateway/src/**/metrics.rs")) + sorted(repo.glob("worker/src/**/metrics.rs"))
+    sources = [
+        path
+        for crate in ("gateway", "worker", "process")
+        for path in sorted(repo.glob(f"{crate}/src/**/metrics.rs"))
+    ]
     for source in sources:
         for name in re.findall(r'register\(\s*"([a-z_]+)"', source.read_text()):
             names.update({name, f"{name}_total", f"{name}_bucket", f"{name}_sum", f"{name}_count"})
