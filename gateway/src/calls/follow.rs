@@ -43,40 +43,46 @@ pub(crate) async fn follow(
     id: &str,
     wait: Duration,
 ) -> Result<Option<CallRecord>, Problem> {
-    // Listen before reading: a confirmation that ends in between is heard, not missed.
-    let mut feed = if wait.is_zero() {
-        None
-    } else {
-        Some(app.broker.events(tenant, None).await?.live)
-    };
     let Some(first) = app.broker.call(tenant, id).await? else {
         return Ok(None);
     };
     let until = tokio::time::Instant::now() + wait;
-    match (phase(&first), feed.as_mut()) {
-        (Phase::Ended, _) | (_, None) => return Ok(Some(first)),
-        (Phase::Running, Some(_)) => {
+    if wait.is_zero() {
+        return Ok(Some(first));
+    }
+    match phase(&first) {
+        Phase::Ended => return Ok(Some(first)),
+        Phase::Running => {
             if let Watch::Pending(heard) = app.broker.watch(tenant, id).await? {
                 let _ = tokio::time::timeout_at(until, heard).await;
             }
         }
-        (Phase::Confirming, Some(live)) => loop {
-            let event = tokio::select! {
-                e = live.recv() => e,
-                () = tokio::time::sleep_until(until) => break,
-            };
-            match event {
-                Ok(e)
-                    if e.kind == EventType::ConfirmationResolved
-                        && e.data.get("callId").and_then(|v| v.as_str()) == Some(id) =>
-                {
-                    break;
-                }
-                Ok(_) => {}
-                // Missed events, or a feed that stopped: the record tells.
-                Err(RecvError::Lagged(_) | RecvError::Closed) => break,
+        // Only a confirmation is followed on the tenant's log: listen, then read again, so
+        // that one ending in between is seen, not missed.
+        Phase::Confirming => {
+            let mut live = app.broker.events(tenant, None).await?.live;
+            match app.broker.call(tenant, id).await? {
+                Some(again) if phase(&again) == Phase::Confirming => {}
+                again => return Ok(again.or(Some(first))),
             }
-        },
+            loop {
+                let event = tokio::select! {
+                    e = live.recv() => e,
+                    () = tokio::time::sleep_until(until) => break,
+                };
+                match event {
+                    Ok(e)
+                        if e.kind == EventType::ConfirmationResolved
+                            && e.data.get("callId").and_then(|v| v.as_str()) == Some(id) =>
+                    {
+                        break;
+                    }
+                    Ok(_) => {}
+                    // Missed events, or a feed that stopped: the record tells.
+                    Err(RecvError::Lagged(_) | RecvError::Closed) => break,
+                }
+            }
+        }
     }
     Ok(Some(app.broker.call(tenant, id).await?.unwrap_or(first)))
 }
