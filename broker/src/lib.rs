@@ -29,9 +29,9 @@ pub use error::{
 };
 pub use model::{CONFIRM_ABANDON_GRACE, RECONNECT_GRACE, Retention};
 pub use types::{
-    AdmitLimits, CallBinding, CallKind, CallRecord, CallRequest, CallState, CallTarget,
-    ConfirmBinding, ConvKey, ConversationState, Event, EventType, Outcome, PageIdentity, PageInfo,
-    PageLeft, Placed, Resolution, event_id_after, now_ms,
+    AdmitLimits, CallBinding, CallKind, CallRecord, CallRequest, CallState, CallTarget, CallerRate,
+    CallerRef, ConfirmBinding, ConvKey, ConversationState, Event, EventType, Outcome, PageIdentity,
+    PageInfo, PageLeft, Placed, Resolution, ToolGate, event_id_after, facts_of, now_ms,
 };
 
 /// How long [`Events::emit_once`] remembers a name: past the longest a node holds a page's
@@ -99,10 +99,27 @@ pub trait Broker:
     /// conversation ([`Pages::conversation`]), and when a page takes calls
     /// ([`CallTarget::of`]) binds and sends it ([`Calls::send_call`]). These steps, in this
     /// order, are the rule; an implementation may run them in fewer round trips.
+    /// A caller's tool policy ([`CallRequest::gate`]) is asked first, against the page's
+    /// manifest (a refused call takes nothing), then the caller's own rate
+    /// ([`CallRequest::caller_rate`]) is taken.
     async fn place_call(&self, req: CallRequest) -> Result<Placed, PlaceError> {
+        if req.gate.is_some() {
+            let state = self.conversation(&req.conv).await?;
+            if !req.permitted(CallTarget::current(&state).as_ref()) {
+                return Err(PlaceError::NotAllowed);
+            }
+        }
+        if let Some(r) = &req.caller_rate {
+            self.take_caller_call(&req.conv.tenant, &r.bucket, r.per_second)
+                .await?;
+        }
         self.take_call(&req.conv.tenant, req.calls_per_second)
             .await?;
         let state = self.conversation(&req.conv).await?;
+        let current = CallTarget::current(&state);
+        if !req.permitted(current.as_ref()) {
+            return Err(PlaceError::NotAllowed);
+        }
         let target = CallTarget::of(&state).ok_or(PlaceError::NoPage)?;
         let (binding, frame) = req.bind_to(&target, self.node_id());
         let waiter = self.send_call(binding.clone(), frame).await?;
@@ -380,6 +397,16 @@ pub trait Limits: Send + Sync {
     /// Takes one call from the tenant's rate (`per_second`, burst [`model::burst`]). An
     /// unreachable broker refuses the call (the limit never fails open).
     async fn take_call(&self, tenant: &str, per_second: u32) -> Result<(), TakeError>;
+
+    /// Takes one call from the rate of one credential of the tenant (`bucket`: an API key's
+    /// id, or an OAuth subject's), shared by every node, burst [`model::burst`]; taken before
+    /// the tenant's own. Refuses when the broker is unreachable, as the tenant's does.
+    async fn take_caller_call(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        per_second: u32,
+    ) -> Result<(), TakeError>;
 }
 
 /// Webhook events that exhausted their retries.

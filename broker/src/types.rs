@@ -4,7 +4,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Value, json};
-use toolmark_proto::{AgentMessage, Call, Describe, ToolManifestSummary, ToolResult};
+use std::sync::Arc;
+
+use toolmark_config::policy::ToolFacts;
+use toolmark_proto::{AgentMessage, Call, Describe, Hints, ToolManifestSummary, ToolResult};
 
 /// Milliseconds since the Unix epoch (deadlines are absolute so every node agrees).
 pub fn now_ms() -> u64 {
@@ -45,6 +48,37 @@ pub struct PageIdentity {
     pub client_id: String,
 }
 
+/// Who made a call, as its record and its events name it (`caller`): an API key, an MCP token
+/// minted by one, or an access token of the tenant's authorization server. Never a secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum CallerRef {
+    /// An API key of the tenant, by its id.
+    #[serde(rename = "apiKey")]
+    ApiKey {
+        /// The key's id.
+        id: String,
+    },
+    /// An MCP token, by its id (`jti`), and the key that minted it.
+    #[serde(rename = "mcpToken")]
+    McpToken {
+        /// The token's id.
+        id: String,
+        /// The id of the key that minted it.
+        #[serde(rename = "apiKeyId")]
+        api_key_id: String,
+    },
+    /// An access token of the tenant's authorization server.
+    #[serde(rename = "oauth")]
+    OAuth {
+        /// Its subject.
+        sub: String,
+        /// Its client, when it names one.
+        #[serde(rename = "clientId")]
+        client_id: Option<String>,
+    },
+}
+
 /// Whether a request is a `call` or a `describe`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -76,6 +110,9 @@ pub struct CallBinding {
     pub untrusted: bool,
     /// The agent asked for `Prefer: respond-async`: the outcome is emitted as `call.result`.
     pub respond_async: bool,
+    /// Who made it (none for a call stored by a version that did not record it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<CallerRef>,
 }
 
 /// Where a call stands.
@@ -159,6 +196,8 @@ pub struct ConfirmBinding {
     pub client_id: String,
     /// The tool is marked `untrustedContent`.
     pub untrusted: bool,
+    /// Who made the call.
+    pub caller: Option<CallerRef>,
 }
 
 /// Limits checked when a page socket is admitted.
@@ -229,6 +268,33 @@ pub struct CallRequest {
     pub respond_async: bool,
     /// The tenant's call rate.
     pub calls_per_second: u32,
+    /// Who makes it.
+    pub caller: Option<CallerRef>,
+    /// The caller's tool policy, when it narrows tools: a tool it does not allow is refused
+    /// ([`crate::PlaceError::NotAllowed`]) before anything is taken, bound or sent.
+    pub gate: Option<ToolGate>,
+    /// The caller's own rate, when its policy sets one: taken after the gate, before the
+    /// tenant's.
+    pub caller_rate: Option<CallerRate>,
+}
+
+/// A credential's own call rate ([`crate::Limits::take_caller_call`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallerRate {
+    /// Its bucket within the tenant: an API key's id (its MCP tokens share it), an OAuth
+    /// subject's.
+    pub bucket: String,
+    /// Calls per second.
+    pub per_second: u32,
+}
+
+impl CallRequest {
+    /// Whether the caller may call this tool on `target`.
+    pub fn permitted(&self, target: Option<&CallTarget>) -> bool {
+        self.gate
+            .as_ref()
+            .is_none_or(|g| g.allows(&self.tool, target))
+    }
 }
 
 /// What a placed call is bound to, and where its outcome arrives.
@@ -249,6 +315,9 @@ pub struct CallTarget {
     pub rev: Option<u64>,
     /// Its tools marked `hints.untrustedContent`.
     pub untrusted: Vec<String>,
+    /// Its tools marked `hints.readOnly` or `hints.destructive`, with those two hints (any other
+    /// tool, listed or not, has neither, as [`ToolFacts::default`]).
+    pub hinted: Vec<(String, ToolFacts)>,
 }
 
 impl CallTarget {
@@ -276,7 +345,62 @@ impl CallTarget {
                 .filter(|t| t.hints.is_untrusted())
                 .map(|t| t.name.clone())
                 .collect(),
+            hinted: state
+                .tools
+                .iter()
+                .map(|t| (&t.name, facts_of(&t.hints)))
+                .filter(|(_, f)| *f != ToolFacts::default())
+                .map(|(name, f)| (name.clone(), f))
+                .collect(),
         })
+    }
+
+    /// What the page's manifest says of `tool` (nothing for a tool it does not list).
+    pub fn facts(&self, tool: &str) -> ToolFacts {
+        self.hinted
+            .iter()
+            .find(|(name, _)| name == tool)
+            .map_or_else(ToolFacts::default, |(_, f)| *f)
+    }
+}
+
+/// The hints of a manifest entry that a policy reads.
+pub fn facts_of(hints: &Hints) -> ToolFacts {
+    ToolFacts {
+        read_only: hints.read_only == Some(true),
+        destructive: hints.destructive == Some(true),
+    }
+}
+
+/// Whether a caller may call or describe a tool, from its name and what the page's current
+/// manifest says of it: the caller's policy, as the gateway applies it. The broker asks it
+/// against the manifest of the page the call is bound to, in the step that binds it, so a
+/// manifest that changes in between is read again and asked again.
+#[derive(Clone)]
+pub struct ToolGate(Arc<Allows>);
+
+/// What a [`ToolGate`] asks: whether the tool of this name, of which the manifest says this,
+/// may be called.
+type Allows = dyn Fn(&str, ToolFacts) -> bool + Send + Sync;
+
+impl ToolGate {
+    /// A gate that lets through what `allows` does.
+    pub fn new(allows: impl Fn(&str, ToolFacts) -> bool + Send + Sync + 'static) -> Self {
+        ToolGate(Arc::new(allows))
+    }
+
+    /// Whether `tool` may be called on `target` (none: no page, whose manifest lists nothing).
+    pub fn allows(&self, tool: &str, target: Option<&CallTarget>) -> bool {
+        (self.0)(
+            tool,
+            target.map_or_else(ToolFacts::default, |t| t.facts(tool)),
+        )
+    }
+}
+
+impl std::fmt::Debug for ToolGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ToolGate")
     }
 }
 
@@ -293,6 +417,7 @@ impl CallRequest {
             node: node.to_owned(),
             untrusted: target.untrusted.contains(&self.tool),
             respond_async: self.respond_async,
+            caller: self.caller.clone(),
         };
         let frame = match self.kind {
             CallKind::Call => AgentMessage::Call(Call {

@@ -236,6 +236,9 @@ pub struct StoredMcpOAuth {
     /// The conversation of a token without `cnv`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_conversation: Option<String>,
+    /// What its access tokens may do (the shape of an API key's `policy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::policy::Policy>,
 }
 
 impl StoredMcpOAuth {
@@ -259,6 +262,12 @@ impl StoredMcpOAuth {
             allow_private,
             &pointer,
         )
+        .map(|o| {
+            o.map(|o| crate::McpOAuth {
+                policy: self.policy.clone().unwrap_or_default(),
+                ..o
+            })
+        })
     }
 }
 

@@ -332,6 +332,9 @@ pub struct TenantConfig {
     pub mcp_public_key: Option<String>,
     /// The conversation of an access token without a `cnv` claim (else such a token is refused).
     pub mcp_default_conversation: Option<String>,
+    /// What the issuer's access tokens may do (the shape of an API key's `policy`); a token
+    /// whose `scope` holds `toolmark:read` is held to read-only tools besides. Absent: all.
+    pub mcp_policy: Option<policy::Policy>,
     /// Limits.
     #[serde(default)]
     pub limits: TenantLimits,

@@ -21,13 +21,13 @@ pub struct Policy {
     /// The hints a tool must have to be called.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hints: Option<HintLevel>,
-    /// Its own call rate, inside the tenant's, cluster-wide.
+    /// Its own call rate, inside the tenant's, cluster-wide (at least 1).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         alias = "calls_per_second"
     )]
-    pub calls_per_second: Option<u32>,
+    pub calls_per_second: Option<std::num::NonZeroU32>,
 }
 
 /// A group of endpoints.
@@ -173,7 +173,10 @@ impl AllOf<'_> {
 
     /// The lowest call rate of them, if any sets one.
     pub fn calls_per_second(&self) -> Option<u32> {
-        self.0.iter().filter_map(|p| p.calls_per_second).min()
+        self.0
+            .iter()
+            .filter_map(|p| p.calls_per_second.map(std::num::NonZeroU32::get))
+            .min()
     }
 }
 

@@ -50,6 +50,9 @@ pub struct McpOAuth {
     pub keys: OAuthKeys,
     /// The conversation of a token without `cnv` (`mcp_default_conversation`).
     pub default_conversation: Option<String>,
+    /// What its access tokens may do (`mcp_policy`, `mcpOAuth.policy`); a token whose `scope`
+    /// holds `toolmark:read` is held to read-only tools besides.
+    pub policy: super::policy::Policy,
 }
 
 /// `mcp_issuer`, `mcp_jwks_url`, `mcp_public_key`, `mcp_default_conversation` of a config
@@ -66,6 +69,13 @@ fn parse_mcp_oauth(
         t.webhook_allow_private,
         &|k| at(k),
     )
+    .and_then(|o| match (o, &t.mcp_policy) {
+        (None, Some(_)) => Err(ConfigError::new(at("mcp_policy"), "needs mcp_issuer")),
+        (o, policy) => Ok(o.map(|o| McpOAuth {
+            policy: policy.clone().unwrap_or_default(),
+            ..o
+        })),
+    })
 }
 
 impl McpOAuth {
@@ -142,6 +152,7 @@ impl McpOAuth {
             issuer,
             keys,
             default_conversation: default_conversation.map(str::to_owned),
+            policy: super::policy::Policy::default(),
         }))
     }
 }

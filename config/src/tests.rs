@@ -36,6 +36,15 @@ fn errors_name_the_key() {
     )
     .unwrap_err();
     assert_eq!(e.key, "tenants[0].limits.calls_per_second");
+    // A tenant's policy for access tokens needs its issuer, and a policy's rate is at least 1.
+    let e = load(
+        &format!("{BASE}\nmcp_policy = {{hints = \"readOnly\"}}"),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "tenants[0].mcp_policy");
+    let e = load(&format!("{BASE}\nmcp_policy = {{callsPerSecond = 0}}"), &[]).unwrap_err();
+    assert!(e.key.starts_with("tenants[0].mcp_policy"), "{}", e.key);
     let e = load(&format!("[server]\nlisten = \"nowhere\"\n{BASE}"), &[]).unwrap_err();
     assert_eq!(e.key, "server.listen");
     let e = load(&format!("[server]\nlisten_on = 1\n{BASE}"), &[]).unwrap_err();

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use toolmark_broker::{CallerRef, facts_of};
 use toolmark_config::policy::{AllOf, Policy, Scope, ToolFacts};
 use toolmark_proto::ToolManifestSummary;
 
@@ -80,10 +80,14 @@ impl Caller {
     /// Whether the policy allows the tool `name`, whose entry in the page's current manifest
     /// is `entry` (none: a tool the page does not list, which no hint can allow).
     pub fn allows_tool(&self, name: &str, entry: Option<&ToolManifestSummary>) -> bool {
-        let facts = entry.map_or_else(ToolFacts::default, |t| ToolFacts {
-            read_only: t.hints.read_only == Some(true),
-            destructive: t.hints.destructive == Some(true),
-        });
+        self.allows(
+            name,
+            entry.map_or_else(ToolFacts::default, |t| facts_of(&t.hints)),
+        )
+    }
+
+    /// Whether the policy allows the tool `name`, of which the page's manifest says `facts`.
+    pub fn allows(&self, name: &str, facts: ToolFacts) -> bool {
         self.with_policies(|p| p.allows_tool(name, facts))
     }
 
@@ -103,23 +107,36 @@ impl Caller {
         self.with_policies(|p| p.calls_per_second())
     }
 
-    /// How records and events name it (`caller`).
-    pub fn view(&self) -> Value {
+    /// The bucket of its own rate within the tenant: an API key's (its MCP tokens share it, so
+    /// that minting more tokens never widens the key's rate), an OAuth subject's.
+    pub fn rate_bucket(&self) -> String {
         match self {
-            Caller::ApiKey { id, .. } => json!({"kind": "apiKey", "id": id}),
-            Caller::McpToken { id, api_key_id, .. } => {
-                json!({"kind": "mcpToken", "id": id, "apiKeyId": api_key_id})
-            }
-            Caller::OAuth { sub, client_id, .. } => {
-                json!({"kind": "oauth", "sub": sub, "clientId": client_id})
-            }
+            Caller::ApiKey { id, .. } => format!("k:{id}"),
+            Caller::McpToken { api_key_id, .. } => format!("k:{api_key_id}"),
+            Caller::OAuth { sub, .. } => format!("o:{sub}"),
+        }
+    }
+
+    /// How records and events name it (`caller`).
+    pub fn reference(&self) -> CallerRef {
+        match self {
+            Caller::ApiKey { id, .. } => CallerRef::ApiKey { id: id.clone() },
+            Caller::McpToken { id, api_key_id, .. } => CallerRef::McpToken {
+                id: id.clone(),
+                api_key_id: api_key_id.clone(),
+            },
+            Caller::OAuth { sub, client_id, .. } => CallerRef::OAuth {
+                sub: sub.clone(),
+                client_id: client_id.clone(),
+            },
         }
     }
 
     /// The credential's id for logs (never its secret).
     pub fn log_id(&self) -> String {
         match self {
-            Caller::ApiKey { id, .. } | Caller::McpToken { id, .. } => id.clone(),
+            Caller::ApiKey { id, .. } => format!("apiKey:{id}"),
+            Caller::McpToken { id, .. } => format!("mcpToken:{id}"),
             Caller::OAuth { sub, .. } => format!("oauth:{sub}"),
         }
     }

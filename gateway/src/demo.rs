@@ -69,6 +69,7 @@ pub fn dev_tenant(addr: SocketAddr) -> Result<DevTenant, ConfigError> {
         mcp_jwks_url: None,
         mcp_public_key: None,
         mcp_default_conversation: None,
+        mcp_policy: None,
         limits: TenantLimits::default(),
     };
     Ok(DevTenant {

@@ -5,6 +5,9 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 
+use std::sync::{Arc, OnceLock};
+
+use crate::caller::Caller;
 use crate::state::AppState;
 
 /// `GET /healthz`: the process is alive.
@@ -41,10 +44,26 @@ fn tenant_of<'a>(route: &str, path: &'a str) -> Option<&'a str> {
     path.split('/').nth(at).filter(|t| !t.is_empty())
 }
 
+/// The credential a request was authenticated with, as its access line names it: set by the
+/// door that authenticates it (an agent API key, an MCP or OAuth token), read once the answer
+/// is out. Never a secret.
+#[derive(Debug, Clone, Default)]
+pub struct Credential(Arc<OnceLock<String>>);
+
+impl Credential {
+    /// Notes `caller` as the credential of the request whose extensions are `ext`.
+    pub fn note(ext: &axum::http::Extensions, caller: &Caller) {
+        if let Some(slot) = ext.get::<Credential>() {
+            let _ = slot.0.set(caller.log_id());
+        }
+    }
+}
+
 /// Counts every answered request in `toolmark_http_requests_total` and its duration (to the
 /// response head) in `toolmark_http_request_duration_seconds`, by route template, and writes
 /// its access log line (target `toolmark_gateway::access`, level info: the route, the method,
-/// the status, the duration and the tenant; `RUST_LOG=info,toolmark_gateway::access=off`
+/// the status, the duration, the tenant and the credential's id (`apiKey:<id>`,
+/// `mcpToken:<id>`, `oauth:<sub>`); `RUST_LOG=info,toolmark_gateway::access=off`
 /// turns the lines off).
 pub async fn count_request(
     axum::extract::State(app): axum::extract::State<AppState>,
@@ -57,6 +76,9 @@ pub async fn count_request(
         .get::<axum::extract::MatchedPath>()
         .map_or("unmatched", |p| crate::metrics::intern(p.as_str()));
     let method = req.method().clone();
+    let credential = Credential::default();
+    let mut req = req;
+    req.extensions_mut().insert(credential.clone());
     // Reference-counted: the path is read for the tenant only once the answer is out.
     let uri = req.uri().clone();
     let res = next.run(req).await;
@@ -70,6 +92,7 @@ pub async fn count_request(
         status,
         duration_ms = seconds * 1000.0,
         tenant = tenant_of(route, uri.path()).unwrap_or(""),
+        credential = credential.0.get().map_or("", String::as_str),
         "request"
     );
     res

@@ -228,6 +228,7 @@ impl MemoryBroker {
                         conv: record.binding.conv.clone(),
                         client_id: record.binding.client_id.clone(),
                         untrusted: record.binding.untrusted,
+                        caller: record.binding.caller.clone(),
                     },
                     used: false,
                     confirmed: false,

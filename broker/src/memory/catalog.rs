@@ -83,7 +83,8 @@ impl Catalog for MemoryBroker {
     async fn drop_tenant(&self, tenant: &str) -> Result<(), BrokerError> {
         lock(&self.logs).remove(tenant);
         lock(&self.webhooks).remove(tenant);
-        lock(&self.rates).remove(tenant);
+        let credentials = super::limits::caller_bucket(tenant, "");
+        lock(&self.rates).retain(|k, _| k != tenant && !k.starts_with(&credentials));
         Ok(())
     }
 

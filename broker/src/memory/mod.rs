@@ -456,6 +456,7 @@ mod tests {
             node: "n1".into(),
             untrusted: false,
             respond_async: false,
+            caller: None,
         }
     }
 

@@ -74,7 +74,26 @@ impl RedisBroker {
     /// a token of this node's reserve (`rate::Reserves`), and takes the tenant's bucket first
     /// only when none is held; a refill of the reserve goes out beside the place script, so
     /// that a call costs two round trips there too.
+    /// A caller's tool policy is asked first, against what this node last read of the
+    /// conversation (read now when it read nothing yet), then on every attempt against what
+    /// the script checks is still current: a refused call takes nothing, and a policy check
+    /// costs no round trip of its own. A caller's own rate is a round trip of its own (its
+    /// bucket is in the tenant's slot, not the conversation's), only for a policy that sets
+    /// one.
     pub(super) async fn place(&self, req: CallRequest) -> Result<Placed, PlaceError> {
+        if req.gate.is_some() {
+            let expected = match self.expected.get(&req.conv) {
+                Some(e) => e,
+                None => self.expect(&req.conv).await?,
+            };
+            if !req.permitted(expected.target.as_ref()) {
+                return Err(PlaceError::NotAllowed);
+            }
+        }
+        if let Some(r) = &req.caller_rate {
+            self.take_caller_call(&req.conv.tenant, &r.bucket, r.per_second)
+                .await?;
+        }
         if !self.cluster {
             return self.place_here(req, true).await;
         }
@@ -128,10 +147,15 @@ impl RedisBroker {
                 .map_or(String::new(), |t| t.client_id.clone());
             // With no page to send to, the script still takes the rate (in that order, as
             // everywhere) and answers `no_page`; nothing is bound.
+            // The manifest the script holds current: the policy is asked against it.
+            if !req.permitted(expected.target.as_ref()) {
+                return Err(PlaceError::NotAllowed);
+            }
             let fallback = CallTarget {
                 client_id: String::new(),
                 rev: None,
                 untrusted: Vec::new(),
+                hinted: Vec::new(),
             };
             let target = expected.target.as_ref().unwrap_or(&fallback);
             let (binding, frame) = req.bind_to(target, &self.node);

@@ -8,7 +8,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use toolmark_proto::{AgentMessage, Cancel};
 use uuid::Uuid;
 
-use crate::{CallBinding, CallKind, Change, ConvKey, Outcome};
+use crate::{CallBinding, CallKind, CallerRef, Change, ConvKey, Outcome};
 use toolmark_proto::ToolResult;
 
 const SEP: char = '\n';
@@ -82,8 +82,11 @@ pub fn expand_id(stored: &str) -> String {
         .map_or_else(|| stored.to_owned(), |u| u.hyphenated().to_string())
 }
 
-/// A call's tool, kind and flags (`u` untrusted, `a` respond-async) as one value, beside the
-/// binding's other fields that the scripts read one by one.
+/// A call's tool, kind, flags (`u` untrusted, `a` respond-async) and caller as one value of
+/// three lines, beside the binding's other fields that the scripts read one by one. The caller
+/// ends the flags' line, as [`caller_code`] writes it (a `[`, which no flag is; nothing for
+/// none, and in what an older version stored), so a finished call's packed string keeps its
+/// lines.
 pub fn call_summary(b: &CallBinding) -> String {
     let kind = match b.kind {
         CallKind::Call => "c",
@@ -96,7 +99,46 @@ pub fn call_summary(b: &CallBinding) -> String {
     if b.respond_async {
         flags.push('a');
     }
+    if let Some(c) = &b.caller {
+        flags.push_str(&caller_code(c));
+    }
     format!("{}{SEP}{kind}{SEP}{flags}", b.tool)
+}
+
+/// A caller as a call's summary keeps it: a JSON array, its kind's letter first (`a` an API
+/// key, `m` an MCP token, `o` an OAuth subject), then its ids. JSON has no raw newline, and
+/// the array is about half the size of the record's form (a finished call is kept for
+/// minutes).
+pub fn caller_code(c: &CallerRef) -> String {
+    let parts: Vec<&str> = match c {
+        CallerRef::ApiKey { id } => vec!["a", id],
+        CallerRef::McpToken { id, api_key_id } => vec!["m", id, api_key_id],
+        CallerRef::OAuth { sub, client_id } => match client_id {
+            Some(client) => vec!["o", sub, client],
+            None => vec!["o", sub],
+        },
+    };
+    serde_json::to_string(&parts).unwrap_or_default()
+}
+
+/// The caller a [`caller_code`] stands for.
+pub fn parse_caller_code(code: &str) -> Option<CallerRef> {
+    let parts: Vec<String> = serde_json::from_str(code).ok()?;
+    let mut p = parts.into_iter();
+    let kind = p.next()?;
+    let id = p.next()?;
+    Some(match kind.as_str() {
+        "a" => CallerRef::ApiKey { id },
+        "m" => CallerRef::McpToken {
+            id,
+            api_key_id: p.next()?,
+        },
+        "o" => CallerRef::OAuth {
+            sub: id,
+            client_id: p.next(),
+        },
+        _ => return None,
+    })
 }
 
 /// A call's binding from its stored fields (the node is empty once the call finished).
@@ -110,6 +152,10 @@ pub fn binding(
 ) -> Option<CallBinding> {
     let mut s = summary.splitn(3, SEP);
     let (tool, kind, flags) = (s.next()?, s.next()?, s.next()?);
+    let (flags, caller) = match flags.find('[') {
+        Some(at) => (&flags[..at], parse_caller_code(&flags[at..])),
+        None => (flags, None),
+    };
     Some(CallBinding {
         id: id.to_owned(),
         conv: parse_conv_ref(conv)?,
@@ -124,6 +170,7 @@ pub fn binding(
         node: node.to_owned(),
         untrusted: flags.contains('u'),
         respond_async: flags.contains('a'),
+        caller,
     })
 }
 
@@ -178,6 +225,8 @@ pub fn parse_conv_ref(v: &str) -> Option<ConvKey> {
 /// A change waiting in its partition's outbox for its events to be emitted, as a script records
 /// it: complete when the node knew all of it beforehand, else what names the stored state that
 /// completes it (read when it is relayed).
+// One value at a time, between a script's reply and the relay: a change's size is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outboxed {
     /// A manifest kept, or a page gone.
@@ -403,11 +452,40 @@ mod tests {
             node: "n1".into(),
             untrusted: true,
             respond_async: false,
+            caller: None,
         };
         assert_eq!(
             binding("id-1", &conv_ref(&c), "p1", "12", "n1", &call_summary(&b)),
-            Some(b)
+            Some(b.clone())
         );
+        // Each kind of caller, ids holding what the encoding uses as separators.
+        for caller in [
+            CallerRef::ApiKey { id: "k\n1".into() },
+            CallerRef::McpToken {
+                id: "t1".into(),
+                api_key_id: "k\"1".into(),
+            },
+            CallerRef::OAuth {
+                sub: "user@example.com".into(),
+                client_id: Some("cli,ent".into()),
+            },
+            CallerRef::OAuth {
+                sub: "s".into(),
+                client_id: None,
+            },
+        ] {
+            let with = CallBinding {
+                caller: Some(caller),
+                respond_async: true,
+                ..b.clone()
+            };
+            let summary = call_summary(&with);
+            assert_eq!(summary.lines().count(), 3, "{summary}");
+            assert_eq!(
+                binding("id-1", &conv_ref(&c), "p1", "12", "n1", &summary),
+                Some(with)
+            );
+        }
         let o = Outcome::Result(ToolResult::Ok { data: None });
         assert_eq!(
             parse_node_message(&outcome_message("id", &o)),

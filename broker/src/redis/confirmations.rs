@@ -153,6 +153,7 @@ impl RedisBroker {
             conv: call.conv,
             client_id: call.client_id,
             untrusted: call.untrusted,
+            caller: call.caller,
         })
     }
 

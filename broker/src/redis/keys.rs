@@ -139,6 +139,11 @@ impl Keys {
         format!("{}{}:rate", self.p, tenant_tag(tenant))
     }
 
+    /// The call-rate state of one credential of the tenant (`bucket`), in the tenant's slot.
+    pub fn caller_rate(&self, tenant: &str, bucket: &str) -> String {
+        format!("{}{}:rate:{bucket}", self.p, tenant_tag(tenant))
+    }
+
     /// Page sockets of the tenant per node: `<node>` → sockets.
     pub fn tenant_sockets(&self, tenant: &str) -> String {
         format!("{}{}:conns", self.p, tenant_tag(tenant))

@@ -1,5 +1,6 @@
-//! Rates on Redis: one GCRA bucket per tenant, exact across nodes, burst `model::burst`; an
-//! unreachable Redis refuses. On Redis Cluster a node takes its calls' tokens in batches
+//! Rates on Redis: one GCRA bucket per tenant, and one per credential whose policy sets a rate
+//! (in the tenant's slot), exact across nodes, burst `model::burst`; an unreachable Redis
+//! refuses. On Redis Cluster a node takes its calls' tokens in batches
 //! (`rate::Reserves`, in [`RedisBroker::place`]).
 
 use std::time::Duration;
@@ -19,6 +20,18 @@ impl Limits for RedisBroker {
             .await
             .map(|_| ())
     }
+
+    async fn take_caller_call(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        per_second: u32,
+    ) -> Result<(), TakeError> {
+        let key = self.keys.caller_rate(tenant, bucket);
+        self.take_at(key, per_second, 1, 0, "gcra_caller")
+            .await
+            .map(|_| ())
+    }
 }
 
 impl RedisBroker {
@@ -35,11 +48,24 @@ impl RedisBroker {
         back: u32,
         label: &'static str,
     ) -> Result<u32, TakeError> {
+        self.take_at(self.keys.rate(tenant), per_second, want, back, label)
+            .await
+    }
+
+    /// [`Self::take_tokens`] from the bucket at `rate`.
+    async fn take_at(
+        &self,
+        rate: String,
+        per_second: u32,
+        want: u32,
+        back: u32,
+        label: &'static str,
+    ) -> Result<u32, TakeError> {
         let (interval, burst) = gcra_args(per_second);
         let reply = self
             .run_as(
                 Gcra {
-                    rate: self.keys.rate(tenant),
+                    rate,
                     interval,
                     burst,
                     want,

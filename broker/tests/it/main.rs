@@ -5,5 +5,6 @@
 mod contract;
 mod model;
 mod model_limits;
+mod policy;
 mod redis_only;
 mod support;

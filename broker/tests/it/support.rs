@@ -181,6 +181,7 @@ pub async fn call_as(
         node: b.node_id().into(),
         untrusted: true,
         respond_async,
+        caller: None,
     };
     let frame = AgentMessage::Call(Call {
         client_id: client.into(),
@@ -208,6 +209,9 @@ pub fn request(conv: &ConvKey, per_second: u32) -> toolmark_broker::CallRequest 
         deadline_ms: now_ms() + 30_000,
         respond_async: false,
         calls_per_second: per_second,
+        caller: None,
+        gate: None,
+        caller_rate: None,
     }
 }
 

@@ -45,6 +45,7 @@ impl FromRequestParts<AppState> for Authed {
             id: key.id.clone(),
             policy: Arc::new(key.policy.clone()),
         };
+        crate::ops::Credential::note(&parts.extensions, &caller);
         Ok(Authed(tenant, caller))
     }
 }

@@ -5,7 +5,10 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use toolmark_broker::{CallKind, CallRequest, ConvKey, Placed, now_ms, partition};
+use toolmark_broker::{
+    CallKind, CallRequest, CallTarget, CallerRate, ConvKey, PlaceError, Placed, ToolGate, now_ms,
+    partition,
+};
 
 use super::idempotency::Claim;
 use super::supervise::{Supervision, supervise};
@@ -76,9 +79,11 @@ pub(crate) async fn start(
     })
 }
 
-/// The deadline checked, then the rate, the conversation read and the bind, in the broker's
-/// order (one Redis round trip when the conversation's current page is the one this node last
-/// saw).
+/// The deadline checked, then the caller's tool policy, its own rate, the tenant's rate, the
+/// conversation read and the bind in the broker's order (one Redis round trip when the
+/// conversation's current page is the one this node last saw, and the caller's policy sets no
+/// rate). The policy goes to the broker with the call ([`CallRequest::gate`]), asked against
+/// the manifest of the page the call would be bound to, before anything is taken.
 async fn place(
     app: &AppState,
     tenant: &Tenant,
@@ -89,7 +94,6 @@ async fn place(
     if app.is_draining() {
         return Err(Problem::unavailable(Duration::from_secs(1)));
     }
-    authorize(app, &conv, &req).await?;
     let limits = &tenant.limits;
     let timeout_ms = req.timeout_ms.unwrap_or(limits.default_call_timeout_ms);
     if timeout_ms == 0 || timeout_ms > limits.max_call_timeout_ms {
@@ -98,6 +102,12 @@ async fn place(
             format!("timeoutMs is between 1 and {}", limits.max_call_timeout_ms),
         ));
     }
+    let gate = gate(&req.caller);
+    let caller_rate = req.caller.calls_per_second().map(|per_second| CallerRate {
+        bucket: req.caller.rate_bucket(),
+        per_second,
+    });
+    let tool = req.tool.clone();
     let placed = app
         .broker
         .place_call(CallRequest {
@@ -110,28 +120,48 @@ async fn place(
             deadline_ms: now_ms() + timeout_ms,
             respond_async,
             calls_per_second: limits.calls_per_second,
+            caller: Some(req.caller.reference()),
+            gate,
+            caller_rate,
         })
-        .await?;
+        .await
+        .map_err(|e| match e {
+            PlaceError::NotAllowed => not_allowed(app, &tool),
+            e => e.into(),
+        })?;
     Ok((placed, Duration::from_millis(timeout_ms)))
 }
 
-/// The caller's policy applied to the tool, from the page's current manifest (its hints): a
-/// tool it does not allow is 403 `tool_not_allowed`, and the page is sent nothing. A caller
-/// whose policy does not narrow tools costs no broker read.
+/// The caller's tool policy as the broker asks it, when it narrows tools.
+fn gate(caller: &Caller) -> Option<ToolGate> {
+    if !caller.limits_tools() {
+        return None;
+    }
+    let caller = caller.clone();
+    Some(ToolGate::new(move |tool, facts| caller.allows(tool, facts)))
+}
+
+fn not_allowed(app: &AppState, tool: &str) -> Problem {
+    app.metrics.call_refused("tool_not_allowed");
+    Problem::tool_not_allowed(tool)
+}
+
+/// The caller's policy applied to a repeat of an `Idempotency-Key` (whose call was placed
+/// before, perhaps by a wider policy): the tool against the page's current manifest, as a
+/// first request is in the broker. A caller whose policy does not narrow tools costs no
+/// broker read.
 pub(crate) async fn authorize(
     app: &AppState,
     conv: &ConvKey,
     req: &Request,
 ) -> Result<(), Problem> {
-    if !req.caller.limits_tools() {
+    let Some(gate) = gate(&req.caller) else {
         return Ok(());
-    }
+    };
     let s = app.broker.conversation(conv).await?;
-    let entry = s.tools.iter().find(|t| t.name == req.tool);
-    if req.caller.allows_tool(&req.tool, entry) {
+    if gate.allows(&req.tool, CallTarget::current(&s).as_ref()) {
         Ok(())
     } else {
-        app.metrics.call_refused("tool_not_allowed");
-        Err(Problem::tool_not_allowed(&req.tool))
+        Err(not_allowed(app, &req.tool))
     }
 }

@@ -214,6 +214,7 @@ mod tests {
             node: "n1".into(),
             untrusted: false,
             respond_async: false,
+            caller: None,
         };
         let frame = AgentMessage::Describe(Describe {
             client_id: "p1".into(),

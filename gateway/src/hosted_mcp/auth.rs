@@ -129,10 +129,17 @@ async fn credential(door: &Door, tenant: &Arc<Tenant>, token: &str) -> Result<Mc
     let allow_private = tenant.webhook_allow_private;
     let access =
         super::oauth::verify(oauth, &door.key_sets, token, &resource, allow_private).await?;
+    // The tenant's policy for its issuer's tokens, held to read-only tools for a token whose
+    // scope says `toolmark:read`.
+    let policy = if access.read_only {
+        oauth.policy.clone().read_only()
+    } else {
+        oauth.policy.clone()
+    };
     let caller = Caller::OAuth {
         sub: access.user.clone(),
-        client_id: None,
-        policy: Arc::default(),
+        client_id: access.client_id.clone(),
+        policy: Arc::new(policy),
     };
     let grant = McpGrant {
         caller,
@@ -183,6 +190,7 @@ pub async fn authenticate(
             return unauthorized(app, Some(&tenant));
         }
     };
+    crate::ops::Credential::note(req.extensions(), &grant.caller);
     let session = req
         .headers()
         .get(SESSION_HEADER)

@@ -185,6 +185,9 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// The scope that limits an access token to read-only tools.
+pub const READ_SCOPE: &str = "toolmark:read";
+
 #[derive(Debug, Deserialize)]
 struct AccessClaims {
     sub: String,
@@ -192,6 +195,14 @@ struct AccessClaims {
     cnv: Option<String>,
     #[serde(default)]
     iat: Option<f64>,
+    /// RFC 8693 / RFC 9068: space-separated scopes.
+    #[serde(default)]
+    scope: Option<String>,
+    /// RFC 9068's client, else OpenID Connect's authorized party.
+    #[serde(default)]
+    client_id: Option<String>,
+    #[serde(default)]
+    azp: Option<String>,
 }
 
 /// What an access token grants.
@@ -203,6 +214,10 @@ pub struct Access {
     pub conversation: String,
     /// `iat` in ms, when it has one (a revocation refuses a token without one).
     pub iat_ms: Option<u64>,
+    /// `client_id`, else `azp`.
+    pub client_id: Option<String>,
+    /// Its `scope` holds `toolmark:read`: read-only tools only.
+    pub read_only: bool,
 }
 
 /// Checks an access token for the endpoint `resource` (fetching the issuer's JWK Set within
@@ -251,9 +266,15 @@ pub async fn verify(
         .iat
         .filter(|t| t.is_finite() && *t >= 0.0)
         .map(|t| (t * 1000.0) as u64);
+    let read_only = claims
+        .scope
+        .as_deref()
+        .is_some_and(|s| s.split_ascii_whitespace().any(|s| s == READ_SCOPE));
     Ok(Access {
         user: claims.sub,
         conversation,
         iat_ms,
+        client_id: claims.client_id.or(claims.azp),
+        read_only,
     })
 }

@@ -274,6 +274,8 @@ impl From<PlaceError> for Problem {
         match e {
             PlaceError::Limited(r) => Problem::rate_limited(r),
             PlaceError::NoPage => Problem::no_page(),
+            // The call engine names the tool (`calls::start`); this is the code without it.
+            PlaceError::NotAllowed => Problem::tool_not_allowed("asked for"),
             PlaceError::Broker(b) => b.into(),
         }
     }

@@ -547,6 +547,36 @@ async fn every_request_has_an_access_log_line_at_info_with_route_status_duration
     // The route is the template: the call id is not in the line's fields (the request span
     // carries the path).
     assert!(!fields.to_string().contains(&id.to_string()), "{line}");
+    assert_eq!(
+        fields["credential"], "",
+        "no credential was accepted: {line}"
+    );
+    // With acme's key: the line names the key by its id (a config key's: the first 12 hex
+    // digits of its hash), never by its secret.
+    let r = http
+        .get(format!("http://{addr}/v1/tenants/acme/calls/{id}"))
+        .bearer_auth(crate::harness::ACME_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let line = lines
+        .next_where("the access line of the keyed request", |v| {
+            v["target"] == "toolmark_gateway::access" && v["fields"]["status"] == 404
+        })
+        .await;
+    let hash = crate::harness::hash(crate::harness::ACME_KEY);
+    let hex = hash.strip_prefix("sha256:").unwrap();
+    let key_id = &hex[..12];
+    assert_eq!(
+        line["fields"]["credential"],
+        format!("apiKey:{key_id}"),
+        "{line}"
+    );
+    assert!(
+        !line.to_string().contains(crate::harness::ACME_KEY),
+        "{line}"
+    );
     sigterm(&child);
     assert_eq!(wait_exit(&mut child).await, 0);
     std::fs::remove_file(config).unwrap();

@@ -85,6 +85,14 @@ impl LivePage {
             .expect("the page is connected")
     }
 
+    /// The next frame other than a describe within `wait`, if one comes.
+    pub(crate) async fn try_next(&mut self, wait: Duration) -> Option<Value> {
+        tokio::time::timeout(wait, self.frames.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
     pub(crate) fn answer(&self, id: &str, result: Value) {
         let frame = json!({"protocol": 1, "type": "result", "clientId": self.client_id, "id": id, "result": result});
         self.out.send(frame).unwrap();
@@ -184,7 +192,7 @@ pub(crate) async fn client_for(
     client(gw, token, None).await
 }
 
-async fn client_at(
+pub(crate) async fn client_at(
     url: String,
     token: &str,
     version: Option<ProtocolVersion>,

@@ -91,6 +91,7 @@ fn call_to(
         node: node.into(),
         untrusted: false,
         respond_async: false,
+        caller: None,
     };
     let frame = AgentMessage::Call(Call {
         client_id: client.into(),

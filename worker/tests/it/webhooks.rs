@@ -325,6 +325,7 @@ async fn confirmations_of_a_page_gone_from_every_node_expire_once() {
         node: "emitter".into(),
         untrusted: false,
         respond_async: false,
+        caller: None,
     };
     let frame = AgentMessage::Call(Call {
         client_id: "p1".into(),

@@ -38,7 +38,7 @@
 --   ended: `<ms>\n<final outcome>` beside the call (`<call>:r`), both kept `kept` ms from now
 --   (`codec::parse_resolution` reads it); nothing when the call's key is gone.
 -- is_async(summary): whether a call's tool/kind/flags (`codec::call_summary`) mark it async: its
---   outcome is announced as `call.result`.
+--   outcome is announced as `call.result` (the flags end where the caller begins, at a `[`).
 -- bind(call, pending, deadlines, a): stores a call's binding with its page message and its
 --   cancel in one hash, in the conversation's pending set and the partition's deadline set (`a`
 --   is ARGV, whose first 10 values are the binding's, in the order bind.lua lists them).
@@ -169,7 +169,8 @@ local function resolve(call, outcome, kept)
   redis.call('PEXPIRE', call, kept)
 end
 local function is_async(summary)
-  return string.find(string.match(summary, '[^\n]*$'), 'a', 1, true) ~= nil
+  local flags = string.match(string.match(summary, '[^\n]*$'), '^[^%[]*')
+  return string.find(flags, 'a', 1, true) ~= nil
 end
 local function bind(call, pending, deadlines, a)
   redis.call('HSET', call, 'v', a[2], 'c', a[3], 'd', a[4], 'n', a[5], 's', 'p', 't', a[6], 'f', a[7], 'x', a[8])

@@ -115,6 +115,11 @@ pub struct CallView {
     /// the page's final result.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confirmation: Option<ConfirmationView>,
+    /// Who made it: `{"kind": "apiKey", "id"}`, `{"kind": "mcpToken", "id", "apiKeyId"}` or
+    /// `{"kind": "oauth", "sub", "clientId"}` (none for a call stored by an older version).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub caller: Option<toolmark_broker::CallerRef>,
 }
 
 /// A call's deferred confirmation, as `GET /calls/{id}` shows it.

@@ -330,6 +330,7 @@ fn call_json(r: &CallRecord) -> CallView {
         deadline,
         outcome: r.outcome.clone(),
         confirmation: confirmation_json(r),
+        caller: b.caller.clone(),
     }
 }
 
