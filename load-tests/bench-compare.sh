@@ -9,6 +9,9 @@
 #   BENCH_STAGES  stages of bench.sh to compare (default "cross calls")
 #   ROUNDS        pairs of runs (default 2)
 #   OUT           where the reports and the summary go (default docs/img/bench-compare)
+#   BASE_KEY_POLICY, HEAD_KEY_POLICY  the policy of the bench tenant's API key on each side
+#                 (`LT_KEY_POLICY` of lib.sh; default none): with BASE=HEAD, the cost of a
+#                 policy against none on one build
 # Other variables (SWEEP, SWEEP_SECS, CROSS_RATE, …) pass through to bench.sh.
 set -euo pipefail
 
@@ -35,18 +38,18 @@ base_target="${BASE_TARGET_DIR:-$root/target/bench-compare-base}"
 (cd "$root" && "$cargo" build --release --locked -p toolmark-gateway -p toolmark-loadgen)
 
 mkdir -p "$out"
-run() { # $1 label, $2 commit, $3 target dir, $4 round
-    echo "bench-compare: round $4, $1 ($2)" >&2
-    BENCH_COMMIT="$2" CARGO_TARGET_DIR="$3" SKIP_BUILD=1 OUT="$out/$1-$4" CHART="$work/chart.svg" \
+run() { # $1 label, $2 commit, $3 target dir, $4 round, $5 the API key's policy
+    echo "bench-compare: round $4, $1 ($2)${5:+ key policy $5}" >&2
+    LT_KEY_POLICY="$5" BENCH_COMMIT="$2" CARGO_TARGET_DIR="$3" SKIP_BUILD=1 OUT="$out/$1-$4" CHART="$work/chart.svg" \
         LOADGEN_BIN="$root/target/release/toolmark-loadgen" "$root/load-tests/bench.sh"
 }
 for r in $(seq "$rounds"); do
     if (( r % 2 )); then
-        run base "$base_commit" "$base_target" "$r"
-        run head "$head_commit" "$root/target" "$r"
+        run base "$base_commit" "$base_target" "$r" "${BASE_KEY_POLICY:-}"
+        run head "$head_commit" "$root/target" "$r" "${HEAD_KEY_POLICY:-}"
     else
-        run head "$head_commit" "$root/target" "$r"
-        run base "$base_commit" "$base_target" "$r"
+        run head "$head_commit" "$root/target" "$r" "${HEAD_KEY_POLICY:-}"
+        run base "$base_commit" "$base_target" "$r" "${BASE_KEY_POLICY:-}"
     fi
 done
 

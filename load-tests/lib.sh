@@ -83,10 +83,16 @@ lt_start_cluster() {
 
 # Writes $lt_work/gateway.toml: tenant "bench" with limits that never refuse the load, on the
 # broker $1 ("memory", "redis" on lt_redis_port, or "cluster" on lt_cluster_url); the lines of
-# $LT_TENANT_EXTRA, when set, go into the tenant's table.
+# $LT_TENANT_EXTRA, when set, go into the tenant's table; $LT_KEY_POLICY, when set, is the
+# policy of the tenant's API key (a TOML inline table, e.g. `{hints = "readOnly"}`).
 lt_write_config() {
-    local key_hash broker
+    local key_hash broker keys
     key_hash="$(printf %s "$lt_api_key" | sha256sum | cut -d' ' -f1)"
+    if [[ -n "${LT_KEY_POLICY:-}" ]]; then
+        keys="api_keys = [{hash = \"sha256:$key_hash\", policy = $LT_KEY_POLICY}]"
+    else
+        keys="api_keys = [\"sha256:$key_hash\"]"
+    fi
     if [[ "$1" == redis ]]; then
         broker=$'kind = "redis"\nurl = "redis://127.0.0.1:'"$lt_redis_port"'"'
     elif [[ "$1" == cluster ]]; then
@@ -103,7 +109,7 @@ $broker
 
 [[tenants]]
 id = "bench"
-api_keys = ["sha256:$key_hash"]
+$keys
 token_secret = "$lt_token_secret"
 allowed_origins = ["$lt_origin"]
 ${LT_TENANT_EXTRA:-}
