@@ -17,6 +17,9 @@
 #          node 1 drained (drain timeout STORM_DRAIN_TIMEOUT_MS, 10000): time until every page
 #          is back on node 2, how every call ended, and how many page releases and events the
 #          draining node failed to record in Redis (its log's warnings)
+#   reloads  one open conversation whose page reloads RELOADS (3000) times with a
+#          RELOAD_MANIFEST_BYTES (10240) manifest: the node's RSS per reload on the memory broker,
+#          and on Redis its used_memory per reload beside the node's RSS
 #   tasks  what an MCP task costs in Redis (load-tests/mcp-task-cost.py): TASK_CALLS (200)
 #          calls of a consequential tool through the hosted MCP endpoint of one node on Redis,
 #          confirmed in the page, by a client without tasks and by one that declares them
@@ -28,7 +31,7 @@
 #          sockets at HANDSHAKE_CONCURRENCY against its /app/<key>, our Laravel Echo socket
 #          (same Pusher client) and our page socket; not in the default stages. With
 #          REFERENCE_PID (the server's process id) its CPU per event and per set-up too
-# Stages: BENCH_STAGES (default "idle calls cross tasks handshakes storm"). Output: one JSON line per run in
+# Stages: BENCH_STAGES (default "idle calls cross reloads tasks handshakes storm"). Output: one JSON line per run in
 # $OUT/report.jsonl (OUT default docs/img/bench), and the chart docs/img/latency-vs-rate.svg.
 # Refuses to start while a compiler, test run or browser is busy unless BENCH_ANYWAY=1.
 set -euo pipefail
@@ -37,7 +40,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=load-tests/lib.sh
 source "$root/load-tests/lib.sh"
 
-stages="${BENCH_STAGES:-idle calls cross tasks handshakes storm}"
+stages="${BENCH_STAGES:-idle calls cross reloads tasks handshakes storm}"
 handshake_pages="${HANDSHAKE_PAGES:-10000}"
 handshake_concurrency="${HANDSHAKE_CONCURRENCY:-200}"
 idle_pages="${IDLE_PAGES:-10000 19000}"
@@ -198,6 +201,36 @@ PY
         echo "== calls across nodes: $sweep" >&2
         sweep_rates "$node1" "$node2" "$out/cross-node.jsonl" "${costs[@]}"
         while read -r l; do record cross "$l"; done <"$out/cross-node.jsonl"
+        stop_all
+        ;;
+    reloads)
+        # One open conversation, RELOADS (3000) reloads with a RELOAD_MANIFEST_BYTES (10240)
+        # manifest each: what a gone page load leaves behind, on the memory broker (the
+        # node's RSS) and on Redis (its used_memory, and the node's RSS).
+        reload_args=(--reloads "${RELOADS:-3000}" --manifest-bytes "${RELOAD_MANIFEST_BYTES:-10240}")
+        lt_write_config memory
+        lt_start_node reloads-memory
+        quiet_machine
+        echo "== reloads on the memory broker" >&2
+        res="$(loadgen reloads --url "$lt_node_url" "${reload_args[@]}" --gateway-pid "$lt_node_pid" | sed -n 1p)"
+        res="$(python3 -c 'import json,sys; l=json.loads(sys.argv[1]); l["broker"]="memory"; print(json.dumps(l))' "$res")"
+        echo "$res"
+        record reloads "$res"
+        stop_all
+        lt_start_redis
+        lt_write_config redis
+        lt_start_node reloads-redis
+        rcli() { "${REDIS_CLI:-redis-cli}" -p "$lt_redis_port" "$@"; }
+        used() { rcli info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p'; }
+        quiet_machine
+        echo "== reloads on Redis" >&2
+        mem_before="$(used)"
+        res="$(loadgen reloads --url "$lt_node_url" "${reload_args[@]}" --gateway-pid "$lt_node_pid" | sed -n 1p)"
+        mem_after="$(used)"
+        res="$(python3 -c 'import json,sys; l=json.loads(sys.argv[1]); l["broker"]="redis"; l["redis_bytes_per_reload"]=round((int(sys.argv[3])-int(sys.argv[2]))/l["reloads"]); print(json.dumps(l))' \
+            "$res" "$mem_before" "$mem_after")"
+        echo "$res"
+        record reloads "$res"
         stop_all
         ;;
     tasks)

@@ -315,7 +315,16 @@ pub struct Retention {
     pub event_bytes_per_tenant: u64,
     /// The grace of D23 ([`CONFIRM_ABANDON_GRACE`]).
     pub confirm_abandon_grace: Duration,
+    /// A page load that is gone and is not its conversation's current page keeps its manifest
+    /// this long after it left (for a reconnect that does not send it again), and at most
+    /// [`GONE_MANIFESTS_KEPT`] such page loads of a conversation keep one at once.
+    pub gone_manifests: Duration,
 }
+
+/// How many gone page loads of one conversation (other than its current page) keep their
+/// manifest at once, the latest to leave first: a page that reloads fast leaves this many
+/// manifests behind, not one per reload.
+pub const GONE_MANIFESTS_KEPT: usize = 8;
 
 impl Default for Retention {
     fn default() -> Self {
@@ -326,6 +335,8 @@ impl Default for Retention {
             events_per_tenant: 10_000,
             event_bytes_per_tenant: 16 * 1024 * 1024,
             confirm_abandon_grace: CONFIRM_ABANDON_GRACE,
+            // The page transport's longest reconnect backoff, as the confirmations' grace.
+            gone_manifests: CONFIRM_ABANDON_GRACE,
         }
     }
 }

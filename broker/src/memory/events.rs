@@ -72,11 +72,10 @@ impl MemoryBroker {
             let mut logs = lock(&self.logs);
             let log = logs.entry(tenant.to_owned()).or_insert_with(TenantLog::new);
             let now = Instant::now();
-            log.once.retain(|_, until| *until > now);
-            if log.once.contains_key(once) {
+            if log.once.get(once, now).is_some() {
                 return None;
             }
-            log.once.insert(once.to_owned(), now + crate::ONCE_TTL);
+            log.once.insert(once.to_owned(), (), now);
         }
         Some(self.emit_now(tenant, kind, conv, data))
     }

@@ -7,6 +7,7 @@ mod confirmations;
 mod events;
 mod limits;
 mod pages;
+mod recent;
 mod sessions;
 mod webhooks;
 
@@ -29,6 +30,7 @@ use crate::{
 
 pub use crate::model::Retention;
 use crate::model::{self, ConfirmSweep, Found, Presence};
+use recent::{EMISSIONS_KEPT, Recent};
 
 struct CallEntry {
     record: CallRecord,
@@ -93,9 +95,31 @@ struct Conv {
     /// Calls sent to this conversation that may still be pending (pruned lazily).
     pending: std::collections::HashSet<String>,
     /// Page loads whose last socket closed, and when: their manifest stays for a silent
-    /// reconnect (the seed: a reconnect does not re-send it) and goes one
-    /// `retention.conversations` later, as on Redis.
+    /// reconnect (the seed: a reconnect does not re-send it) and, unless it is the current
+    /// page's, goes `retention.gone_manifests` later, at most [`model::GONE_MANIFESTS_KEPT`] at
+    /// once ([`bound_gone`]), as on Redis.
     left: HashMap<String, Instant>,
+}
+
+/// The gone page loads of `c` other than its current page keep their manifests for `grace`
+/// after they left, and at most [`model::GONE_MANIFESTS_KEPT`] of them at once, the oldest to
+/// leave going first (`bound_gone` of the Redis scripts).
+fn bound_gone(c: &mut Conv, grace: Duration, now: Instant) {
+    let current = c.current.clone();
+    let mut others: Vec<(Instant, String)> = c
+        .left
+        .iter()
+        .filter(|(id, _)| current.as_deref() != Some(id.as_str()))
+        .map(|(id, at)| (*at, id.clone()))
+        .collect();
+    others.sort();
+    let over = others.len().saturating_sub(model::GONE_MANIFESTS_KEPT);
+    for (i, (at, id)) in others.into_iter().enumerate() {
+        if i < over || now.duration_since(at) >= grace {
+            c.left.remove(&id);
+            c.manifests.remove(&id);
+        }
+    }
 }
 
 /// Calls, sharded by id so that no single lock (or rehash of a huge map) stalls every call.
@@ -131,36 +155,8 @@ struct State {
     tenant_sockets: HashMap<String, u64>,
     /// Releases of page sockets by name, with what each meant: a release asked again is
     /// applied once. This broker always answers, so nothing asks again in practice: the last
-    /// [`RELEASES_KEPT`] are kept, for [`crate::ONCE_TTL`] at most.
-    released: Released,
-}
-
-/// How many releases the memory broker remembers by name.
-const RELEASES_KEPT: usize = 4096;
-
-/// The latest releases by name, oldest first.
-#[derive(Default)]
-struct Released {
-    order: VecDeque<(String, Instant)>,
-    meant: HashMap<String, PageLeft>,
-}
-
-impl Released {
-    fn get(&self, name: &str) -> Option<PageLeft> {
-        self.meant.get(name).copied()
-    }
-
-    /// Remembers a release, forgetting the oldest past either bound.
-    fn insert(&mut self, name: String, left: PageLeft, now: Instant) {
-        while let Some((old, at)) = self.order.front()
-            && (self.order.len() >= RELEASES_KEPT || now.duration_since(*at) > crate::ONCE_TTL)
-        {
-            self.meant.remove(old);
-            self.order.pop_front();
-        }
-        self.meant.insert(name.clone(), left);
-        self.order.push_back((name, now));
-    }
+    /// [`RECENT_KEPT`] are kept, for [`crate::ONCE_TTL`] at most.
+    released: Recent<PageLeft>,
 }
 
 /// An event as the log keeps it: the payload serialized (a fraction of a `Value` tree's size).
@@ -213,8 +209,8 @@ struct TenantLog {
     bytes: u64,
     last: (u64, u64),
     live: broadcast::Sender<Event>,
-    /// Names of [`Events::emit_once`] emissions, until they expire.
-    once: HashMap<String, Instant>,
+    /// Names of [`Events::emit_once`] emissions.
+    once: Recent<()>,
 }
 
 impl TenantLog {
@@ -224,7 +220,7 @@ impl TenantLog {
             bytes: 0,
             last: (0, 0),
             live: broadcast::channel(1024).0,
-            once: HashMap::new(),
+            once: Recent::new(EMISSIONS_KEPT),
         }
     }
 }
@@ -349,19 +345,7 @@ impl MemoryBroker {
             let mut st = lock(&self.state);
             let idle_for = self.retention.conversations;
             for c in st.convs.values_mut() {
-                let current = c.current.clone();
-                let gone: Vec<String> = c
-                    .left
-                    .iter()
-                    .filter(|(_, t)| now.duration_since(**t) >= idle_for)
-                    .map(|(id, _)| id.clone())
-                    .collect();
-                for id in gone {
-                    c.left.remove(&id);
-                    if current.as_deref() != Some(id.as_str()) {
-                        c.manifests.remove(&id);
-                    }
-                }
+                bound_gone(c, self.retention.gone_manifests, now);
             }
             st.convs.retain(|_, c| {
                 c.sockets > 0

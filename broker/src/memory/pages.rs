@@ -58,7 +58,7 @@ impl Pages for MemoryBroker {
         release: &crate::Release,
     ) -> Result<PageLeft, BrokerError> {
         let mut st = lock(&self.state);
-        if let Some(left) = st.released.get(&release.name) {
+        if let Some(left) = st.released.get(&release.name, Instant::now()) {
             return Ok(left);
         }
         if let Some(n) = st.tenant_sockets.get_mut(&conv.tenant) {
@@ -75,6 +75,7 @@ impl Pages for MemoryBroker {
                 if *n == 0 {
                     c.pages.remove(id);
                     c.left.insert(id.to_owned(), Instant::now());
+                    super::bound_gone(c, self.retention.gone_manifests, Instant::now());
                     page_gone = true;
                 }
             }
@@ -111,6 +112,8 @@ impl Pages for MemoryBroker {
             (c.next_seq, manifest.clone()),
         );
         c.current = Some(manifest.client_id.clone());
+        // A page that sends a manifest is not gone.
+        c.left.remove(&manifest.client_id);
         self.announce_now(&crate::Change::manifest(conv, manifest, name));
         drop(st);
         Ok(())

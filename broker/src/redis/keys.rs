@@ -98,6 +98,11 @@ impl Keys {
         format!("{}{}:conv", self.p, conv_base(c))
     }
 
+    /// The conversation's gone page loads: clientId → when it left (ms), a sorted set.
+    pub fn gone(&self, c: &ConvKey) -> String {
+        format!("{}{}:gone", self.p, conv_base(c))
+    }
+
     /// Sockets of a conversation per node: `<node>` → sockets, `<node>|<clientId>` → sockets.
     pub fn sockets(&self, c: &ConvKey) -> String {
         format!("{}{}:socks", self.p, conv_base(c))

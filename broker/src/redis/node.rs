@@ -324,6 +324,9 @@ impl RedisBroker {
             ttl: ttl.to_owned(),
             keep_current,
             client: m.client_id.clone(),
+            gone: self.keys.gone(conv),
+            manifest_prefix: self.keys.manifest_prefix(conv),
+            grace: millis(self.opts.retention.gone_manifests),
         })
         .await
         .map(|_| ())

@@ -99,6 +99,15 @@ impl Pages for RedisBroker {
             };
             if let Some(m) = stored.as_deref().and_then(parse_manifest) {
                 self.held.keep_stored(conv, client_id, m);
+                // Back before its manifest's grace ran out: kept as a live page's again.
+                let _: Result<i64, _> = self
+                    .client
+                    .pexpire(
+                        format!("{}{client_id}", self.keys.manifest_prefix(conv)),
+                        millis(self.opts.retention.conversations),
+                        None,
+                    )
+                    .await;
             }
         }
         counted
@@ -132,6 +141,12 @@ impl Pages for RedisBroker {
             node: self.node.clone(),
             client: client_id.unwrap_or_default().to_owned(),
             marker_ttl: millis(crate::ONCE_TTL),
+            conv: self.keys.conv(conv),
+            gone: self.keys.gone(conv),
+            manifest_prefix: self.keys.manifest_prefix(conv),
+            grace: millis(self.opts.retention.gone_manifests),
+            kept: model::GONE_MANIFESTS_KEPT,
+            ttl: millis(self.opts.retention.conversations),
             live: self.live.ids(),
         });
         // The tenant's count is on another slot: taken down by the first attempt only.

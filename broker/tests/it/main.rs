@@ -3,6 +3,7 @@
 //! retention compressed so that every TTL and grace period is crossed within the test.
 
 mod contract;
+mod manifests;
 mod model;
 mod model_limits;
 mod policy;

@@ -69,6 +69,7 @@ pub fn short() -> Retention {
         events_per_tenant: 1000,
         event_bytes_per_tenant: 1 << 20,
         confirm_abandon_grace: Duration::ZERO,
+        gone_manifests: Duration::from_millis(700),
     }
 }
 

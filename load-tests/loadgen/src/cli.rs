@@ -27,6 +27,9 @@ pub enum Scenario {
     /// confirming late), calls through both: counts 409s for live pages, wrong expirations,
     /// lost or doubled outcomes.
     Soak(SoakArgs),
+    /// One open conversation whose page reloads again and again (a new page load with a
+    /// manifest each time): the gateway's resident memory per reload.
+    Reloads(ReloadsArgs),
     /// Connect many pages at once (a reconnect storm) and time each one's set-up.
     Handshakes(HandshakeArgs),
     /// Another Pusher-protocol server (a reference for `handshakes`): connect many sockets at
@@ -68,6 +71,23 @@ pub struct Common {
     /// their own prefix, so that their conversations never meet.
     #[arg(long, default_value = "u")]
     pub user_prefix: String,
+}
+
+/// `reloads`
+#[derive(Debug, Clone, Args)]
+pub struct ReloadsArgs {
+    /// Shared flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// How many reloads.
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub reloads: u32,
+    /// The size of each reload's manifest, bytes.
+    #[arg(long, default_value_t = 10_240)]
+    pub manifest_bytes: usize,
+    /// The gateway's process id (its resident memory is read before and after).
+    #[arg(long)]
+    pub gateway_pid: u32,
 }
 
 /// `idle`

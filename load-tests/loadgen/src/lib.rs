@@ -14,6 +14,7 @@ pub mod idle;
 pub mod latency;
 pub mod page;
 pub mod pusher;
+pub mod reloads;
 pub mod report;
 pub mod rss;
 pub mod soak;
@@ -31,6 +32,7 @@ use crate::error::LoadError;
 pub async fn run(cli: Cli) -> Result<(), LoadError> {
     match cli.scenario {
         Scenario::Idle(args) => idle::run(args).await,
+        Scenario::Reloads(args) => reloads::run(args).await,
         Scenario::Calls(args) => calls::run(args).await,
         Scenario::Storm(args) => storm::run(args).await,
         Scenario::Soak(args) => soak::run(args).await,

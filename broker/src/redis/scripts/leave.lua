@@ -1,13 +1,16 @@
 -- A page socket closed, released once under its name: counts it down (<node>, and
 -- <node>|<clientId> for an identified socket; fields reaching 0 removed). Its page is gone when
 -- no socket of its clientId is left on a live node (`model::Presence`); with an outbox key, the
--- page's leaving is then recorded there, to be announced as page.disconnected. The release's
--- marker keeps what it meant: asked again, it changes nothing and answers the same.
+-- page's leaving is then recorded there, to be announced as page.disconnected. A gone page
+-- that is not the current one keeps its manifest for the grace, and a conversation's gone page
+-- loads keep at most `kept` manifests (`left`, `bound_gone`). The release's marker keeps what it
+-- meant: asked again, it changes nothing and answers the same.
 -- Returns 1 when the page is gone, else 0.
 --
--- KEYS: sockets, marker (the release's)[, outbox]
+-- KEYS: sockets, marker (the release's), conv, gone[, outbox]
 -- ARGV: node, client (or ''), marker_ttl (ms), outbox_name, outbox_entry ('' each without an
---       outbox), the live node ids
+--       outbox), manifest_prefix, grace (ms), kept, ttl (the conversation's, ms), the live node
+--       ids
 local done = redis.call('GET', KEYS[2])
 if done then return tonumber(done) end
 local fields = {ARGV[1]}
@@ -16,9 +19,9 @@ for _, field in ipairs(fields) do
   if redis.call('HINCRBY', KEYS[1], field, -1) <= 0 then redis.call('HDEL', KEYS[1], field) end
 end
 local gone = 0
+local live = set_of(ARGV, 10, #ARGV)
 if ARGV[2] ~= '' then
   gone = 1
-  local live = set_of(ARGV, 6, #ARGV)
   for _, s in ipairs(sockets(KEYS[1])) do
     if s.client == ARGV[2] and live[s.node] then
       gone = 0
@@ -26,6 +29,14 @@ if ARGV[2] ~= '' then
     end
   end
 end
-if gone == 1 and KEYS[3] then redis.call('HSET', KEYS[3], ARGV[4], ARGV[5]) end
+if gone == 1 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local current = redis.call('HGET', KEYS[3], 'current')
+  local prefix, grace = ARGV[6], tonumber(ARGV[7])
+  left(KEYS[4], prefix, current, ARGV[2], now, grace, ARGV[9])
+  bound_gone(KEYS[4], prefix, current, tonumber(ARGV[8]), now - grace, KEYS[1], live)
+  if KEYS[5] then redis.call('HSET', KEYS[5], ARGV[4], ARGV[5]) end
+end
 redis.call('SET', KEYS[2], gone, 'PX', ARGV[3])
 return gone

@@ -26,6 +26,12 @@ pub struct PutManifest {
     pub keep_current: bool,
     /// The page load's clientId.
     pub client: String,
+    /// KEYS: the conversation's gone page loads.
+    pub gone: String,
+    /// The conversation's manifest key prefix.
+    pub manifest_prefix: String,
+    /// How long a gone page load other than the current one keeps its manifest, ms.
+    pub grace: i64,
 }
 
 impl ScriptArgs for PutManifest {
@@ -34,13 +40,15 @@ impl ScriptArgs for PutManifest {
     }
 
     fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let mut keys = vec![self.manifest_key, self.conv];
+        let mut keys = vec![self.manifest_key, self.conv, self.gone];
         let mut argv = vec![
             self.manifest,
             self.rev.to_string(),
             self.ttl,
             if self.keep_current { "1" } else { "0" }.to_owned(),
             self.client,
+            self.manifest_prefix,
+            self.grace.to_string(),
         ];
         if let Some(o) = self.outbox {
             keys.push(o.key);
@@ -131,6 +139,18 @@ pub struct Leave {
     pub client: String,
     /// How long the marker is kept, ms.
     pub marker_ttl: i64,
+    /// KEYS: the conversation's hash.
+    pub conv: String,
+    /// KEYS: the conversation's gone page loads.
+    pub gone: String,
+    /// The conversation's manifest key prefix.
+    pub manifest_prefix: String,
+    /// How long a gone page load other than the current one keeps its manifest, ms.
+    pub grace: i64,
+    /// How many gone page loads keep a manifest at once (`model::GONE_MANIFESTS_KEPT`).
+    pub kept: usize,
+    /// The conversation's time to live, ms.
+    pub ttl: i64,
     /// The live node ids.
     pub live: Vec<String>,
 }
@@ -141,7 +161,7 @@ impl ScriptArgs for Leave {
     }
 
     fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let mut keys = vec![self.sockets, self.marker];
+        let mut keys = vec![self.sockets, self.marker, self.conv, self.gone];
         let mut argv = vec![self.node, self.client, self.marker_ttl.to_string()];
         match self.outbox {
             Some(o) => {
@@ -150,6 +170,12 @@ impl ScriptArgs for Leave {
             }
             None => argv.extend([String::new(), String::new()]),
         }
+        argv.extend([
+            self.manifest_prefix,
+            self.grace.to_string(),
+            self.kept.to_string(),
+            self.ttl.to_string(),
+        ]);
         argv.extend(self.live);
         (keys, argv)
     }

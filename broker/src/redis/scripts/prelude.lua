@@ -6,6 +6,15 @@
 --   the page load's clientId (`<node>|<clientId>`). Every script that reads the hash reads it
 --   here.
 -- set_of(list, first, last): the set of list[first..last] (node ids from ARGV).
+-- left(gone, prefix, current, client, now, grace, ttl): page load `client` of a conversation is
+--   gone (no socket on a live node): recorded in its gone set (clientId → when, ms), and its
+--   manifest (`prefix .. client`) kept `grace` ms more unless it is the current page
+--   (`Retention::gone_manifests`).
+-- bound_gone(gone, prefix, current, kept, since, socks, live): a conversation's gone page
+--   loads other than the current page keep a manifest: those gone before `since` are let go
+--   from the set (their manifests expired; the current page stays in it, so that its manifest
+--   gets the grace once another page takes over), and of the rest at most `kept`, the oldest to leave
+--   going first, their manifests deleted; one that is back (a socket on a live node) is let be.
 -- socket_nodes(key): the nodes holding sockets of a conversation (per-node counts), whether or
 --   not they are live: a frame for a dead node reaches no one.
 -- to_nodes(nodes, prefix, suffix, message): SPUBLISHes message on each node's channel of this
@@ -178,4 +187,26 @@ local function bind(call, pending, deadlines, a)
   redis.call('SADD', pending, a[1])
   redis.call('PEXPIRE', pending, a[9])
   redis.call('ZADD', deadlines, a[4], a[10])
+end
+local function left(gone, prefix, current, client, now, grace, ttl)
+  redis.call('ZADD', gone, now, client)
+  redis.call('PEXPIRE', gone, ttl)
+  if current ~= client then redis.call('PEXPIRE', prefix .. client, grace) end
+end
+local function bound_gone(gone, prefix, current, kept, since, socks, live)
+  local current_left = current and redis.call('ZSCORE', gone, current)
+  redis.call('ZREMRANGEBYSCORE', gone, '-inf', '(' .. since)
+  if current_left then redis.call('ZADD', gone, current_left, current) end
+  local back = {}
+  for _, s in ipairs(sockets(socks)) do
+    if s.client and live[s.node] then back[s.client] = true end
+  end
+  local others = {}
+  for _, id in ipairs(redis.call('ZRANGE', gone, 0, -1)) do
+    if id ~= current and not back[id] then table.insert(others, id) end
+  end
+  for i = 1, #others - kept do
+    redis.call('ZREM', gone, others[i])
+    redis.call('DEL', prefix .. others[i])
+  end
 end
