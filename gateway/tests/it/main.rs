@@ -5,6 +5,7 @@ mod admin;
 mod agent;
 mod agent_api;
 mod binary;
+mod console;
 mod echo_inbound;
 mod faults;
 mod harness;

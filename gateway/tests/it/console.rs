@@ -1,0 +1,172 @@
+//! What the operator's console reads and serves: the stats (`GET /admin/v1/stats`,
+//! `GET /admin/v1/tenants/{id}/stats`) moving as pages connect and calls are made, the
+//! admin's view of a tenant's dead letters and event tail, and the console's page, served on
+//! the admin listener only, with its headers.
+
+use serde_json::{Value, json};
+
+use crate::admin::{admin, create, live_page, minted, until};
+use crate::harness::*;
+
+async fn stats(gw: &Gateway, tenant: &str) -> Value {
+    let r = admin(
+        gw,
+        "GET",
+        &format!("/admin/v1/tenants/{tenant}/stats"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_stats_move_as_its_page_connects_and_its_calls_are_made() {
+    let nodes = Gateway::start_admin_nodes(1).await;
+    let gw = &nodes[0];
+    let secrets = create(gw, "stat-one").await;
+    let key = secrets["apiKey"].as_str().unwrap();
+
+    let s = stats(gw, "stat-one").await;
+    assert_eq!(s["tenant"], "stat-one");
+    assert_eq!(s["cluster"]["connections"], 0, "{s}");
+    assert_eq!(s["node"]["conversations"], 0, "{s}");
+    assert_eq!(s["node"]["calls"], json!({}), "{s}");
+    assert_eq!(s["cluster"]["webhookBacklog"], 0, "{s}");
+    assert!(s["nodeId"].is_string() && s["at"].is_string(), "{s}");
+
+    // A call before any page: refused with no_page, counted by its code.
+    let agent = gw.agent("stat-one", key);
+    let a = agent
+        .post(
+            "/users/u1/conversations/c1/calls",
+            json!({"tool": "todo.add", "input": {}}),
+        )
+        .await;
+    assert_eq!(a.status, 409, "{}", a.body);
+    let wrong = gw.agent("stat-one", "tmk_not-a-key-of-this-tenant");
+    assert_eq!(
+        wrong
+            .post(
+                "/users/u1/conversations/c1/calls",
+                json!({"tool": "todo.add", "input": {}})
+            )
+            .await
+            .status,
+        401
+    );
+    let s = stats(gw, "stat-one").await;
+    assert_eq!(
+        s["node"]["refusals"],
+        json!({"no_page": 1, "unauthorized": 1}),
+        "{s}"
+    );
+
+    let token = minted(gw, "stat-one", key, "u1", "c1").await;
+    let mut page = live_page(gw, "stat-one", key, &token, "u1").await;
+    let s = stats(gw, "stat-one").await;
+    assert_eq!(s["cluster"]["connections"], 1, "{s}");
+    assert_eq!(s["node"]["conversations"], 1, "{s}");
+
+    for _ in 0..3 {
+        let pending = agent.call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
+        answer_ok(&mut page, pending, "done").await;
+    }
+    let s = stats(gw, "stat-one").await;
+    assert_eq!(s["node"]["calls"], json!({"ok": 3}), "{s}");
+    // Three calls in the last 10 s (whichever second they fell in, the window holds them
+    // until it moves past them).
+    let rate = s["node"]["callsPerSecond"].as_f64().unwrap();
+    assert!((0.0..=0.3).contains(&rate), "{s}");
+    until(
+        "the rate counts the calls once their second is over",
+        || async { stats(gw, "stat-one").await["node"]["callsPerSecond"].as_f64() == Some(0.3) },
+    )
+    .await;
+
+    // The summary lists the tenant with the same figures, and sums them.
+    let all = admin(gw, "GET", "/admin/v1/stats", None).await;
+    assert_eq!(all.status, 200, "{}", all.body);
+    let line = all.body["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == "stat-one")
+        .cloned()
+        .unwrap_or_else(|| panic!("{}", all.body));
+    assert_eq!(line["connections"], 1);
+    assert_eq!(line["conversations"], 1);
+    assert!(all.body["cluster"]["connections"].as_u64().unwrap() >= 1);
+    assert!(all.body["node"]["calls"]["ok"].as_u64().unwrap() >= 3);
+
+    drop(page);
+    until("the page's socket is released", || async {
+        let s = stats(gw, "stat-one").await;
+        s["cluster"]["connections"] == 0 && s["node"]["conversations"] == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_counted_cluster_wide_and_conversations_per_node() {
+    let nodes = Gateway::start_admin_nodes(2).await;
+    let (one, two) = (&nodes[0], &nodes[1]);
+    let secrets = create(one, "stat-two").await;
+    let key = secrets["apiKey"].as_str().unwrap();
+    let token = minted(one, "stat-two", key, "u1", "c1").await;
+    let _page = live_page(one, "stat-two", key, &token, "u1").await;
+    until("the other node counts the page", || async {
+        let s = stats(two, "stat-two").await;
+        s["cluster"]["connections"] == 1
+    })
+    .await;
+    assert_eq!(stats(two, "stat-two").await["node"]["conversations"], 0);
+    assert_eq!(stats(one, "stat-two").await["node"]["conversations"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stats_and_debug_views_refuse_what_they_must() {
+    let nodes = Gateway::start_admin_nodes(1).await;
+    let gw = &nodes[0];
+    let url = format!("http://{}/admin/v1/stats", gw.admin.unwrap());
+    let r = gw.http.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        r.headers()["content-type"].to_str().unwrap(),
+        "application/problem+json"
+    );
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["code"], "unauthorized");
+    for path in [
+        "/admin/v1/tenants/nobody/stats",
+        "/admin/v1/tenants/nobody/webhooks/failed",
+        "/admin/v1/tenants/Not%20an%20id/stats",
+    ] {
+        let r = admin(gw, "GET", path, None).await;
+        assert_eq!(
+            (r.status, r.body["code"].as_str()),
+            (404, Some("not_found")),
+            "{path}"
+        );
+    }
+    create(gw, "stat-three").await;
+    let r = admin(
+        gw,
+        "GET",
+        "/admin/v1/tenants/stat-three/webhooks/failed",
+        None,
+    )
+    .await;
+    assert_eq!((r.status, &r.body), (200, &json!({"failed": []})));
+    let r = admin(
+        gw,
+        "POST",
+        "/admin/v1/tenants/stat-three/webhooks/failed/0-1/retry",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.body["code"].as_str()),
+        (404, Some("not_found"))
+    );
+}
