@@ -137,6 +137,8 @@ impl Modify for Security {
         crate::admin::debug::tail,
         crate::admin::debug::dead_letters,
         crate::admin::debug::retry,
+        crate::admin::console::page,
+        crate::admin::console::asset,
     ),
     components(schemas(ProblemDoc)),
     modifiers(&Security, &Links),

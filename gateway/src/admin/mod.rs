@@ -35,6 +35,7 @@ use crate::http::problem::Problem;
 use crate::state::AppState;
 use crate::tenant_sync::Loader;
 
+pub(crate) mod console;
 pub(crate) mod debug;
 pub(crate) mod events;
 pub(crate) mod secrets;
@@ -143,6 +144,8 @@ pub fn router(state: AdminState) -> Router {
             post(disconnect),
         )
         .route("/admin/v1/events", get(events))
+        .route("/admin/console", get(console::page))
+        .route("/admin/console/{file}", get(console::asset))
         .route("/admin/v1/stats", get(stats::cluster_stats))
         .route("/admin/v1/tenants/{id}/stats", get(stats::tenant_stats))
         .route("/admin/v1/tenants/{id}/events", get(debug::tail))

@@ -170,3 +170,76 @@ async fn the_stats_and_debug_views_refuse_what_they_must() {
         (404, Some("not_found"))
     );
 }
+
+/// The console's page and assets, with the headers that keep it to itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_is_served_on_the_admin_listener_only_with_a_strict_policy() {
+    let nodes = Gateway::start_admin_nodes(1).await;
+    let gw = &nodes[0];
+    let admin_at = gw.admin.unwrap();
+    let csp = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+    let mut bodies = Vec::new();
+    for (path, kind) in [
+        ("/admin/console", "text/html"),
+        ("/admin/console/console.js", "text/javascript"),
+        ("/admin/console/console.css", "text/css"),
+    ] {
+        // No key: the page signs in by itself, and holds no secret.
+        let r = gw
+            .http
+            .get(format!("http://{admin_at}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        let h = r.headers();
+        assert!(
+            h["content-type"].to_str().unwrap().starts_with(kind),
+            "{path}"
+        );
+        assert_eq!(h["content-security-policy"], csp, "{path}");
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(h["cache-control"], "no-store", "{path}");
+        assert_eq!(h["x-frame-options"], "DENY", "{path}");
+        bodies.push(r.text().await.unwrap());
+    }
+    let html = &bodies[0];
+    // Every script is the module by its URL, no inline script, handler or style.
+    let scripts: Vec<_> = html.match_indices("<script").collect();
+    assert_eq!(scripts.len(), 1, "{html}");
+    assert!(html.contains(r#"<script type="module" src="console/console.js"></script>"#));
+    for inline in ["<style", " style=", " onclick=", " onload=", "javascript:"] {
+        assert!(!html.contains(inline), "inline {inline} in the page");
+    }
+    // No other origin: the page names none, the module only the SVG namespace.
+    assert!(!html.contains("://"), "another origin in the page");
+    let js = &bodies[1];
+    let origins: Vec<_> = js
+        .match_indices("://")
+        .map(|(i, _)| &js[i - 5..i + 20])
+        .collect();
+    assert_eq!(origins, ["'http://www.w3.org/2000/s"], "{origins:?}");
+    assert!(
+        !js.contains("innerHTML"),
+        "the module builds nodes, never HTML text"
+    );
+
+    let r = gw
+        .http
+        .get(format!("http://{admin_at}/admin/console/other.js"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+
+    // The public listener knows none of it.
+    for path in [
+        "/admin/console",
+        "/admin/console/console.js",
+        "/admin/v1/stats",
+    ] {
+        let r = gw.http.get(gw.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{path} on the public listener");
+        assert!(!r.text().await.unwrap().contains("Toolmark console"));
+    }
+}
