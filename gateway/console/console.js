@@ -609,6 +609,7 @@ async function createTenant(event) {
   };
   const webhook = $('new-webhook').value.trim();
   if (webhook) body.webhookUrl = webhook;
+  if ($('new-private').checked) body.webhookAllowPrivate = true;
   try {
     const { data } = await api('POST', '/admin/v1/tenants', body);
     $('create-form').reset();

@@ -12,8 +12,12 @@ use toolmark_broker::{Event, event_id_after};
 
 use super::*;
 
-/// How many retained events a tail starts with.
+/// How many retained events a tail starts with, at most.
 pub(crate) const TAIL: usize = 50;
+
+/// How far back a tail without `Last-Event-ID` starts: the read is bounded by time as well as
+/// by [`TAIL`], never the whole retained log.
+const TAIL_MS: u64 = 60_000;
 
 /// The `{id}` of a dead letter.
 #[derive(Debug, utoipa::IntoParams)]
@@ -44,11 +48,11 @@ fn known(s: &AdminState, id: &str) -> Result<(), Problem> {
 }
 
 /// `GET /admin/v1/tenants/{id}/events`: the tenant's events as Server-Sent Events (the
-/// agent API's stream, all users): its newest 50 retained events, or those after
+/// agent API's stream, all users): the newest 50 of its last minute, or those after
 /// `Last-Event-ID`, then live.
 #[utoipa::path(get, path = "/admin/v1/tenants/{id}/events", tag = "admin",
     params(crate::admin_doc::TenantId),
-    responses((status = 200, description = "Server-Sent Events of the tenant: page.manifest, page.disconnected, call.result, call.timeout, confirmation.resolved (docs/events.md)", content_type = "text/event-stream"),
+    responses((status = 200, description = "Server-Sent Events of the tenant (the newest 50 of the last minute, or those after Last-Event-ID, then live): page.manifest, page.disconnected, call.result, call.timeout, confirmation.resolved (docs/events.md)", content_type = "text/event-stream"),
         crate::http::doc::Problems),
     security(("adminKey" = [])))]
 pub(crate) async fn tail(
@@ -62,12 +66,21 @@ pub(crate) async fn tail(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let feed = s.0.app.broker.events(&id, last_id.as_deref()).await?;
+    let since = format!("{}-0", now_ms().saturating_sub(TAIL_MS));
+    let feed =
+        s.0.app
+            .broker
+            .events(&id, Some(last_id.as_deref().unwrap_or(&since)))
+            .await?;
     let mut backlog = feed.backlog;
     if last_id.is_none() && backlog.len() > TAIL {
         backlog.drain(..backlog.len() - TAIL);
     }
-    let mut seen = backlog.last().map(|e| e.id.clone()).or(last_id);
+    let mut seen = backlog
+        .last()
+        .map(|e| e.id.clone())
+        .or(last_id)
+        .or(Some(since));
     let first = stream::iter(backlog.into_iter().map(|e| Ok::<_, Infallible>(to_sse(&e))));
     let live = BroadcastStream::new(feed.live)
         // A lagged reader ends here; it reconnects with Last-Event-ID.

@@ -99,6 +99,29 @@ async fn a_tenants_stats_move_as_its_page_connects_and_its_calls_are_made() {
     assert!(all.body["cluster"]["connections"].as_u64().unwrap() >= 1);
     assert!(all.body["node"]["calls"]["ok"].as_u64().unwrap() >= 3);
 
+    // The tail starts with what happened in the last minute: the page's manifest.
+    let mut tail = gw
+        .http
+        .get(format!(
+            "http://{}/admin/v1/tenants/stat-one/events",
+            gw.admin.unwrap()
+        ))
+        .bearer_auth(ADMIN_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tail.status(), 200);
+    let mut seen = String::new();
+    while !seen.contains("event: page.manifest") {
+        let chunk = tokio::time::timeout(WAIT, tail.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("the tail so far: {seen}"))
+            .unwrap()
+            .expect("the stream goes on");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(tail);
+
     drop(page);
     until("the page's socket is released", || async {
         let s = stats(gw, "stat-one").await;
