@@ -41,14 +41,14 @@ fn answer(content_type: &'static str, body: &'static str) -> Response {
 }
 
 /// `GET /admin/console`: the console's page (it signs in with an admin key itself).
-#[utoipa::path(get, path = "/admin/console", tag = "admin",
+#[utoipa::path(get, path = "/admin/console", tag = "admin", operation_id = "admin_console",
     responses((status = 200, description = "The operator's console (HTML; docs/operations.md)", content_type = "text/html")))]
 pub(crate) async fn page() -> Response {
     answer("text/html; charset=utf-8", INDEX)
 }
 
 /// `GET /admin/console/{file}`: the console's module and style sheet.
-#[utoipa::path(get, path = "/admin/console/{file}", tag = "admin",
+#[utoipa::path(get, path = "/admin/console/{file}", tag = "admin", operation_id = "admin_console_file",
     params(AssetPath),
     responses((status = 200, description = "console.js (a JavaScript module) or console.css", content_type = "text/javascript"),
         crate::http::doc::Problems))]

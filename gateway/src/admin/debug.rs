@@ -50,7 +50,7 @@ fn known(s: &AdminState, id: &str) -> Result<(), Problem> {
 /// `GET /admin/v1/tenants/{id}/events`: the tenant's events as Server-Sent Events (the
 /// agent API's stream, all users): the newest 50 of its last minute, or those after
 /// `Last-Event-ID`, then live.
-#[utoipa::path(get, path = "/admin/v1/tenants/{id}/events", tag = "admin",
+#[utoipa::path(get, path = "/admin/v1/tenants/{id}/events", tag = "admin", operation_id = "admin_tenant_events",
     params(crate::admin_doc::TenantId),
     responses((status = 200, description = "Server-Sent Events of the tenant (the newest 50 of the last minute, or those after Last-Event-ID, then live): page.manifest, page.disconnected, call.result, call.timeout, confirmation.resolved (docs/events.md)", content_type = "text/event-stream"),
         crate::http::doc::Problems),
@@ -106,7 +106,7 @@ pub(crate) async fn tail(
 
 /// `GET /admin/v1/tenants/{id}/webhooks/failed`: the tenant's webhook dead letters, oldest
 /// first, each with its attempts and last error.
-#[utoipa::path(get, path = "/admin/v1/tenants/{id}/webhooks/failed", tag = "admin",
+#[utoipa::path(get, path = "/admin/v1/tenants/{id}/webhooks/failed", tag = "admin", operation_id = "admin_webhooks_failed",
     params(crate::admin_doc::TenantId),
     responses((status = 200, description = "The dead letters", body = crate::api::webhooks::DeadLetters), crate::http::doc::Problems),
     security(("adminKey" = [])))]
@@ -122,7 +122,7 @@ pub(crate) async fn dead_letters(
 
 /// `POST /admin/v1/tenants/{id}/webhooks/failed/{dl}/retry`: puts a dead letter back at the end
 /// of its conversation's queue, due now. Audited as `tenant.webhook_retried`.
-#[utoipa::path(post, path = "/admin/v1/tenants/{id}/webhooks/failed/{dl}/retry", tag = "admin",
+#[utoipa::path(post, path = "/admin/v1/tenants/{id}/webhooks/failed/{dl}/retry", tag = "admin", operation_id = "admin_webhook_retry",
     params(DeadLetterPath),
     responses((status = 202, description = "Back in its conversation's queue"), crate::http::doc::Problems),
     security(("adminKey" = [])))]
