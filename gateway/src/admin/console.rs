@@ -12,8 +12,16 @@ use axum::http::HeaderName;
 use super::*;
 
 const INDEX: &str = include_str!("../../console/index.html");
-const SCRIPT: &str = include_str!("../../console/console.js");
 const STYLE: &str = include_str!("../../console/console.css");
+
+/// The console's modules: `console.js` imports the others by relative URL.
+const MODULES: [(&str, &str); 5] = [
+    ("console.js", include_str!("../../console/console.js")),
+    ("tenants.js", include_str!("../../console/tenants.js")),
+    ("api.js", include_str!("../../console/api.js")),
+    ("dom.js", include_str!("../../console/dom.js")),
+    ("state.js", include_str!("../../console/state.js")),
+];
 
 /// The console's Content-Security-Policy.
 pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
@@ -23,8 +31,8 @@ pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src '
 #[into_params(parameter_in = Path)]
 #[allow(dead_code)]
 struct AssetPath {
-    /// `console.js` or `console.css`.
-    #[param(pattern = "^console\\.(js|css)$")]
+    /// `console.css`, or a module: `console.js`, `tenants.js`, `api.js`, `dom.js`, `state.js`.
+    #[param(pattern = "^(console|tenants|api|dom|state)\\.js$|^console\\.css$")]
     file: String,
 }
 
@@ -47,15 +55,17 @@ pub(crate) async fn page() -> Response {
     answer("text/html; charset=utf-8", INDEX)
 }
 
-/// `GET /admin/console/{file}`: the console's module and style sheet.
+/// `GET /admin/console/{file}`: the console's modules and style sheet.
 #[utoipa::path(get, path = "/admin/console/{file}", tag = "admin", operation_id = "admin_console_file",
     params(AssetPath),
-    responses((status = 200, description = "console.js (a JavaScript module) or console.css", content_type = "text/javascript"),
+    responses((status = 200, description = "A JavaScript module of the console, or console.css", content_type = "text/javascript"),
         crate::http::doc::Problems))]
 pub(crate) async fn asset(Path(file): Path<String>) -> Response {
-    match file.as_str() {
-        "console.js" => answer("text/javascript; charset=utf-8", SCRIPT),
-        "console.css" => answer("text/css; charset=utf-8", STYLE),
-        _ => Problem::not_found("File").into_response(),
+    if file == "console.css" {
+        return answer("text/css; charset=utf-8", STYLE);
+    }
+    match MODULES.iter().find(|(name, _)| *name == file) {
+        Some((_, text)) => answer("text/javascript; charset=utf-8", text),
+        None => Problem::not_found("File").into_response(),
     }
 }

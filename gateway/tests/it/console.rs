@@ -204,8 +204,12 @@ async fn the_console_is_served_on_the_admin_listener_only_with_a_strict_policy()
     let mut bodies = Vec::new();
     for (path, kind) in [
         ("/admin/console", "text/html"),
-        ("/admin/console/console.js", "text/javascript"),
         ("/admin/console/console.css", "text/css"),
+        ("/admin/console/console.js", "text/javascript"),
+        ("/admin/console/tenants.js", "text/javascript"),
+        ("/admin/console/api.js", "text/javascript"),
+        ("/admin/console/dom.js", "text/javascript"),
+        ("/admin/console/state.js", "text/javascript"),
     ] {
         // No key: the page signs in by itself, and holds no secret.
         let r = gw
@@ -234,17 +238,21 @@ async fn the_console_is_served_on_the_admin_listener_only_with_a_strict_policy()
     for inline in ["<style", " style=", " onclick=", " onload=", "javascript:"] {
         assert!(!html.contains(inline), "inline {inline} in the page");
     }
-    // No other origin: the page names none, the module only the SVG namespace.
+    // No other origin: the page names none, the modules only the SVG namespace; every import
+    // is a module of the console, by relative URL.
     assert!(!html.contains("://"), "another origin in the page");
-    let js = &bodies[1];
+    let js = bodies[2..].concat();
     let origins: Vec<_> = js
         .match_indices("://")
         .map(|(i, _)| &js[i - 5..i + 20])
         .collect();
     assert_eq!(origins, ["'http://www.w3.org/2000/s"], "{origins:?}");
+    for line in js.lines().filter(|l| l.starts_with("import ")) {
+        assert!(line.contains("from './"), "{line}");
+    }
     assert!(
         !js.contains("innerHTML"),
-        "the module builds nodes, never HTML text"
+        "the modules build nodes, never HTML text"
     );
 
     let r = gw
