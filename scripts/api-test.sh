@@ -8,7 +8,8 @@
 #      GET /calls/{id}, then its cancel) followed; then the admin API on the admin listener.
 #      Seeded, so a run is reproducible.
 # The tools come from the package registry into a private venv (target/api-test/venv).
-# /events and /admin/v1/events (endless SSE streams) and /mcp (JSON-RPC, driven by real MCP clients in
+# /events, /admin/v1/events and /admin/v1/tenants/{id}/events (endless SSE streams), the console's
+# page and files (HTML, script, style), and /mcp (JSON-RPC, driven by real MCP clients in
 # scripts/mcp-e2e.sh) are left out of the fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,5 +53,5 @@ echo "api-test: schemathesis against $dev_url with a page attached"
 echo "api-test: schemathesis against the admin API at $dev_admin_url"
 (cd gateway/tests/api && "../../../$venv/bin/schemathesis" run \
   "$dev_url/v1/openapi.json" --url "$dev_admin_url" -H "Authorization: Bearer $dev_admin_key" \
-  --include-path-regex '^/admin/v1/tenants' --checks all --exclude-checks positive_data_acceptance \
+  --include-path-regex '^/admin/v1/(tenants|stats)' --exclude-path-regex '/events$' --checks all --exclude-checks positive_data_acceptance \
   --seed 20261201 --max-examples 60 --request-timeout 15 --no-color --report-dir "$dev_work/report-admin")

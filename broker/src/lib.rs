@@ -246,6 +246,10 @@ pub trait Pages: Send + Sync {
     /// Releases a socket admitted by [`Pages::admit_socket`].
     async fn release_socket(&self, tenant: &str) -> Result<(), BrokerError>;
 
+    /// The tenant's sockets counted against `max_connections` on every live node (page
+    /// sockets and sockets without a conversation): one read, no scan over pages.
+    async fn tenant_connections(&self, tenant: &str) -> Result<u64, BrokerError>;
+
     /// Records that a socket of `conv` is the page load `client_id`.
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError>;
 

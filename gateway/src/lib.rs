@@ -30,6 +30,7 @@ mod tcp;
 mod tenant_sync;
 mod tenants;
 mod tls;
+mod traffic;
 pub mod webmcp;
 
 use axum::Router;

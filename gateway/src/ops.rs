@@ -85,13 +85,22 @@ pub async fn count_request(
     let seconds = started.elapsed().as_secs_f64();
     let status = res.status().as_u16();
     app.metrics.http_request(route, &method, status, seconds);
+    let tenant = tenant_of(route, uri.path());
+    // Counted for tenants that exist only: a made-up id in a path grows no map.
+    if let (Some(code), Some(t)) = (
+        res.extensions().get::<crate::http::problem::ProblemCode>(),
+        tenant,
+    ) && app.tenants.get(t).is_some()
+    {
+        app.traffic.refused(t, code.0);
+    }
     tracing::info!(
         target: "toolmark_gateway::access",
         route,
         method = %method,
         status,
         duration_ms = seconds * 1000.0,
-        tenant = tenant_of(route, uri.path()).unwrap_or(""),
+        tenant = tenant.unwrap_or(""),
         credential = credential.0.get().map_or("", String::as_str),
         "request"
     );

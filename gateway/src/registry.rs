@@ -160,6 +160,10 @@ pub struct Registry {
     shards: Vec<Shard>,
     hasher: RandomState,
     next_id: AtomicU64,
+    /// Conversations held here, by tenant: changed when a conversation's first socket joins or
+    /// its last leaves (under its shard's lock, taken before this one), read by the admin
+    /// stats without a walk over the shards.
+    conversations: Mutex<HashMap<String, u64>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -174,6 +178,7 @@ impl Default for Registry {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::new(),
             next_id: AtomicU64::new(1),
+            conversations: Mutex::default(),
         }
     }
 }
@@ -193,7 +198,16 @@ impl Registry {
     pub fn join(&self, conv: &ConvKey, grant: Grant) -> (u64, Arc<Outbox>) {
         let outbox = Arc::new(Outbox::default());
         let socket_id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.shard(conv)
+        let mut shard = self.shard(conv);
+        if !shard.contains_key(conv) {
+            *self
+                .conversations
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(conv.tenant.clone())
+                .or_default() += 1;
+        }
+        shard
             .entry(conv.clone())
             // Most conversations hold one socket: room for one, not the four a first push makes.
             .or_insert_with(|| Vec::with_capacity(1))
@@ -263,8 +277,37 @@ impl Registry {
             slots.retain(|s| s.socket_id != socket_id);
             if slots.is_empty() {
                 shard.remove(conv);
+                let mut counts = self
+                    .conversations
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if let Some(n) = counts.get_mut(&conv.tenant) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        counts.remove(&conv.tenant);
+                    }
+                }
             }
         }
+    }
+
+    /// How many conversations of `tenant` hold a socket on this node.
+    pub fn conversations(&self, tenant: &str) -> u64 {
+        self.conversations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tenant)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// How many conversations hold a socket on this node, all tenants together.
+    pub fn conversations_total(&self) -> u64 {
+        self.conversations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .sum()
     }
 }
 
@@ -315,6 +358,25 @@ mod tests {
         );
         assert!(r.claimed_by_other(&conv, b, "p1"));
         assert!(!r.claimed_by_other(&conv, a, "p1"));
+    }
+
+    #[test]
+    fn conversations_are_counted_per_tenant_as_their_first_socket_joins_and_last_leaves() {
+        let r = Registry::default();
+        let c1 = ConvKey::new("t", "u", "c1");
+        let c2 = ConvKey::new("t", "u", "c2");
+        let (a, _) = r.join(&c1, test_grant());
+        let (b, _) = r.join(&c1, test_grant());
+        let (c, _) = r.join(&c2, test_grant());
+        let (_d, _) = r.join(&ConvKey::new("o", "u", "c1"), test_grant());
+        assert_eq!((r.conversations("t"), r.conversations("o")), (2, 1));
+        assert_eq!(r.conversations_total(), 3);
+        r.leave(&c1, a);
+        assert_eq!(r.conversations("t"), 2, "c1 still has a socket");
+        r.leave(&c1, b);
+        r.leave(&c2, c);
+        r.leave(&c2, c);
+        assert_eq!((r.conversations("t"), r.conversations_total()), (0, 1));
     }
 
     #[tokio::test]

@@ -155,7 +155,8 @@ async fn serve_until_stopped(
         .unwrap_or_else(|| format!("node-{}", crate::demo::random_hex(6)));
     let registry = Arc::new(Registry::default());
     let metrics = Arc::new(Metrics::new());
-    let (broker, queue, catalog) = connect(&settings, &node_id, &registry, &metrics).await?;
+    let (broker, queue, catalog, webhook_reads) =
+        connect(&settings, &node_id, &registry, &metrics).await?;
     let job_metrics = match queue {
         Some(queue) => {
             let metrics = Arc::new(JobMetrics::default());
@@ -197,10 +198,7 @@ async fn serve_until_stopped(
                     source,
                 })?,
             };
-            Some((
-                listener,
-                AdminState::new(a.clone(), loader, settings.server.public_url.clone()),
-            ))
+            Some((listener, a.clone(), loader))
         }
         None => None,
     };
@@ -217,6 +215,16 @@ async fn serve_until_stopped(
         mcp_live,
         settings.hold,
     );
+    let admin = admin.map(|(listener, a, loader)| {
+        let state = AdminState::new(
+            a,
+            loader,
+            settings.server.public_url.clone(),
+            app.clone(),
+            Some(Arc::clone(&webhook_reads)),
+        );
+        (listener, state)
+    });
     let service = crate::router(app, settings.dev_mode).into_make_service();
     let (close_listener, closing) = oneshot::channel::<()>();
     let graceful = async {
@@ -275,7 +283,8 @@ async fn serve_until_stopped(
     served
 }
 
-/// The broker of `settings`, and its webhook queue when this node runs the jobs.
+/// The broker of `settings`, its webhook queue when this node runs the jobs, its catalog, and
+/// its webhook queue for reads (the admin stats' backlog), whether or not it runs them.
 async fn connect(
     settings: &Settings,
     node_id: &str,
@@ -286,6 +295,7 @@ async fn connect(
         SharedBroker,
         Option<Arc<dyn WebhookQueue>>,
         Arc<dyn Catalog>,
+        Arc<dyn WebhookQueue>,
     ),
     RunError,
 > {
@@ -293,7 +303,7 @@ async fn connect(
         BrokerSettings::Memory => {
             let memory = Arc::new(MemoryBroker::new(node_id, registry.clone()));
             // One process: the gateway runs the jobs itself.
-            (memory.clone(), Some(memory.clone()), memory)
+            (memory.clone(), Some(memory.clone()), memory.clone(), memory)
         }
         BrokerSettings::Redis { url, prefix } => {
             let observed = Arc::clone(metrics);
@@ -309,7 +319,7 @@ async fn connect(
                 .server
                 .run_jobs
                 .then(|| Arc::clone(&redis) as Arc<dyn WebhookQueue>);
-            (redis.clone(), queue, redis)
+            (redis.clone(), queue, redis.clone(), redis)
         }
     })
 }

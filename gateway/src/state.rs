@@ -49,6 +49,8 @@ pub struct Inner {
     pub mcp_live: Arc<crate::hosted_mcp::live::Live>,
     /// Page frames held while the broker does not answer.
     pub hold: crate::hold::Hold,
+    /// Per-tenant calls and refusals of this node (the admin stats).
+    pub traffic: Arc<crate::traffic::Traffic>,
 }
 
 impl std::ops::Deref for AppState {
@@ -87,6 +89,7 @@ impl AppState {
             hosted_mcp,
             mcp_live,
             hold,
+            traffic: Arc::default(),
         }))
     }
 

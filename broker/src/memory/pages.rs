@@ -40,6 +40,14 @@ impl Pages for MemoryBroker {
         Ok(())
     }
 
+    async fn tenant_connections(&self, tenant: &str) -> Result<u64, BrokerError> {
+        Ok(lock(&self.state)
+            .tenant_sockets
+            .get(tenant)
+            .copied()
+            .unwrap_or(0))
+    }
+
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
         let mut st = lock(&self.state);
         let c = st.convs.entry(conv.clone()).or_default();

@@ -70,6 +70,16 @@ impl Pages for RedisBroker {
         self.count_down(&self.keys.tenant_sockets(tenant)).await
     }
 
+    async fn tenant_connections(&self, tenant: &str) -> Result<u64, BrokerError> {
+        let counts: std::collections::HashMap<String, i64> = self
+            .client
+            .hgetall(self.keys.tenant_sockets(tenant))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let counts: Vec<(String, i64)> = counts.into_iter().collect();
+        Ok(u64::try_from(self.live.total(&counts)).unwrap_or(0))
+    }
+
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
         let known = self.held.identified(conv, client_id);
         let counted = self

@@ -806,6 +806,23 @@ async fn sockets_without_a_conversation_share_the_tenants_connection_limit(backe
     n1.admit_socket("r", 2).await.unwrap();
     n1.release_socket("t").await.unwrap();
     n2.admit_socket("t", 2).await.unwrap();
+    // What every node reads as the tenant's connections is the same count, whichever node
+    // holds them.
+    for n in [&n1, &n2] {
+        eventually(
+            Duration::from_secs(10),
+            "both nodes read 2 of t",
+            || async { (n.tenant_connections("t").await.unwrap() == 2).then_some(()) },
+        )
+        .await;
+        assert_eq!(n.tenant_connections("r").await.unwrap(), 1);
+        assert_eq!(n.tenant_connections("none").await.unwrap(), 0);
+    }
+    n2.release_socket("t").await.unwrap();
+    eventually(Duration::from_secs(10), "a release is read", || async {
+        (n1.tenant_connections("t").await.unwrap() == 1).then_some(())
+    })
+    .await;
 }
 contract!(sockets_without_a_conversation_share_the_tenants_connection_limit);
 

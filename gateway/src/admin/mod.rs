@@ -28,12 +28,18 @@ use toolmark_config::{
     is_valid_tenant_id,
 };
 
+use toolmark_broker::webhook::WebhookQueue;
+
 use crate::http::Body;
 use crate::http::problem::Problem;
+use crate::state::AppState;
 use crate::tenant_sync::Loader;
 
+pub(crate) mod console;
+pub(crate) mod debug;
 pub(crate) mod events;
 pub(crate) mod secrets;
+pub(crate) mod stats;
 pub(crate) mod tenants;
 
 use events::events;
@@ -53,16 +59,39 @@ pub struct Inner {
     loader: Arc<Loader>,
     /// `server.public_url`: an authorization server of a tenant needs it (the audience).
     public_url: Option<String>,
+    /// The node's shared handles: the broker, registry and traffic the stats and the debug
+    /// views read.
+    app: AppState,
+    /// The webhook queues, read for their backlog (`None`: this node cannot read them).
+    webhooks: Option<WebhookReads>,
+}
+
+/// The webhook queues as the stats read them.
+#[derive(Clone)]
+pub(crate) struct WebhookReads(Arc<dyn WebhookQueue>);
+
+impl std::fmt::Debug for WebhookReads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebhookReads")
+    }
 }
 
 impl AdminState {
-    /// The admin API of `admin`, writing through `loader`'s catalog, on a node whose public URL
-    /// is `public_url`.
-    pub fn new(admin: AdminSettings, loader: Arc<Loader>, public_url: Option<String>) -> Self {
+    /// The admin API of `admin`, writing through `loader`'s catalog, on the node `app` whose
+    /// public URL is `public_url`.
+    pub fn new(
+        admin: AdminSettings,
+        loader: Arc<Loader>,
+        public_url: Option<String>,
+        app: AppState,
+        webhooks: Option<Arc<dyn WebhookQueue>>,
+    ) -> Self {
         AdminState(Arc::new(Inner {
             admin,
             loader,
             public_url,
+            app,
+            webhooks: webhooks.map(WebhookReads),
         }))
     }
 
@@ -115,6 +144,19 @@ pub fn router(state: AdminState) -> Router {
             post(disconnect),
         )
         .route("/admin/v1/events", get(events))
+        .route("/admin/console", get(console::page))
+        .route("/admin/console/{file}", get(console::asset))
+        .route("/admin/v1/stats", get(stats::cluster_stats))
+        .route("/admin/v1/tenants/{id}/stats", get(stats::tenant_stats))
+        .route("/admin/v1/tenants/{id}/events", get(debug::tail))
+        .route(
+            "/admin/v1/tenants/{id}/webhooks/failed",
+            get(debug::dead_letters),
+        )
+        .route(
+            "/admin/v1/tenants/{id}/webhooks/failed/{dl}/retry",
+            post(debug::retry),
+        )
         .fallback(|| async { Problem::not_found("Route") })
         .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
         .with_state(state)

@@ -116,6 +116,7 @@ pub(crate) async fn supervise(
     };
     app.metrics
         .call_finished(kind, status, started.elapsed().as_secs_f64());
+    app.traffic.call_finished(&binding.conv.tenant, status);
     tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
     // A repeat of the request within 24 h answers with this outcome, even once the call itself
     // left the broker's retention.

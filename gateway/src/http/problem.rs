@@ -28,6 +28,11 @@ pub const CODES: &[(&str, &str)] = &[
     ("tool_not_allowed", "Tool not allowed"),
 ];
 
+/// The `code` of a problem answer, kept on the response for the middleware that counts
+/// refusals per tenant (`crate::ops::count_request`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProblemCode(pub &'static str);
+
 /// An API error, answered as `application/problem+json`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -301,6 +306,7 @@ impl IntoResponse for Problem {
             body["reason"] = json!(r);
         }
         let mut res = (self.status, body.to_string()).into_response();
+        res.extensions_mut().insert(ProblemCode(self.code));
         res.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
