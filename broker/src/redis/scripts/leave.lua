@@ -20,9 +20,10 @@ for _, field in ipairs(fields) do
 end
 local gone = 0
 local live = set_of(ARGV, 10, #ARGV)
+local socks = ARGV[2] ~= '' and sockets(KEYS[1]) or {}
 if ARGV[2] ~= '' then
   gone = 1
-  for _, s in ipairs(sockets(KEYS[1])) do
+  for _, s in ipairs(socks) do
     if s.client == ARGV[2] and live[s.node] then
       gone = 0
       break
@@ -35,7 +36,7 @@ if gone == 1 then
   local current = redis.call('HGET', KEYS[3], 'current')
   local prefix, grace = ARGV[6], tonumber(ARGV[7])
   left(KEYS[4], prefix, current, ARGV[2], now, grace, ARGV[9])
-  bound_gone(KEYS[4], prefix, current, tonumber(ARGV[8]), now - grace, KEYS[1], live)
+  bound_gone(KEYS[4], prefix, current, tonumber(ARGV[8]), now - grace, socks, live)
   if KEYS[5] then redis.call('HSET', KEYS[5], ARGV[4], ARGV[5]) end
 end
 redis.call('SET', KEYS[2], gone, 'PX', ARGV[3])

@@ -10,7 +10,8 @@
 --   gone (no socket on a live node): recorded in its gone set (clientId → when, ms), and its
 --   manifest (`prefix .. client`) kept `grace` ms more unless it is the current page
 --   (`Retention::gone_manifests`).
--- bound_gone(gone, prefix, current, kept, since, socks, live): a conversation's gone page
+-- bound_gone(gone, prefix, current, kept, since, socks, live): (`socks`: the conversation's
+--   sockets as `sockets` parsed them) a conversation's gone page
 --   loads other than the current page keep a manifest: those gone before `since` are let go
 --   from the set (their manifests expired; the current page stays in it, so that its manifest
 --   gets the grace once another page takes over), and of the rest at most `kept`, the oldest to leave
@@ -198,7 +199,7 @@ local function bound_gone(gone, prefix, current, kept, since, socks, live)
   redis.call('ZREMRANGEBYSCORE', gone, '-inf', '(' .. since)
   if current_left then redis.call('ZADD', gone, current_left, current) end
   local back = {}
-  for _, s in ipairs(sockets(socks)) do
+  for _, s in ipairs(socks) do
     if s.client and live[s.node] then back[s.client] = true end
   end
   local others = {}
