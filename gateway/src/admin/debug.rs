@@ -5,10 +5,10 @@
 
 use std::convert::Infallible;
 
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::{KeepAlive, Sse};
 use futures_util::stream::{self, StreamExt};
-use tokio_stream::wrappers::BroadcastStream;
-use toolmark_broker::{Event, event_id_after};
+
+use crate::api::events::{live_after, to_sse};
 
 use super::*;
 
@@ -28,13 +28,6 @@ struct DeadLetterPath {
     id: String,
     /// The dead letter's id.
     dl: String,
-}
-
-fn to_sse(e: &Event) -> SseEvent {
-    SseEvent::default()
-        .id(e.id.clone())
-        .event(e.kind.as_str())
-        .data(e.body().to_string())
 }
 
 /// The tenant, as this node knows it, or 404.
@@ -76,25 +69,13 @@ pub(crate) async fn tail(
     if last_id.is_none() && backlog.len() > TAIL {
         backlog.drain(..backlog.len() - TAIL);
     }
-    let mut seen = backlog
+    let seen = backlog
         .last()
         .map(|e| e.id.clone())
         .or(last_id)
         .or(Some(since));
     let first = stream::iter(backlog.into_iter().map(|e| Ok::<_, Infallible>(to_sse(&e))));
-    let live = BroadcastStream::new(feed.live)
-        // A lagged reader ends here; it reconnects with Last-Event-ID.
-        .take_while(|r| std::future::ready(r.is_ok()))
-        .filter_map(move |r| {
-            let item = match r {
-                Ok(e) if seen.as_deref().is_none_or(|s| event_id_after(&e.id, s)) => {
-                    seen = Some(e.id.clone());
-                    Some(Ok(to_sse(&e)))
-                }
-                _ => None,
-            };
-            std::future::ready(item)
-        });
+    let live = live_after(feed.live, seen, |_| true);
     let shutdown = s.0.app.life.stopping().clone();
     let events = first
         .chain(live)

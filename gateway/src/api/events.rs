@@ -36,11 +36,34 @@ struct ResumeHeader {
     last_event_id: Option<String>,
 }
 
-fn to_sse(e: &Event) -> SseEvent {
+/// An event as a Server-Sent Event: its id, its type and its body.
+pub(crate) fn to_sse(e: &Event) -> SseEvent {
     SseEvent::default()
         .id(e.id.clone())
         .event(e.kind.as_str())
         .data(e.body().to_string())
+}
+
+/// The live events of a feed that come after `seen` (the last event sent, or the reader's
+/// `Last-Event-ID`) and that `wanted` keeps, as Server-Sent Events; a reader that lags ends
+/// here and resumes with `Last-Event-ID`. The agent API's stream and the admin API's tail.
+pub(crate) fn live_after(
+    live: tokio::sync::broadcast::Receiver<Event>,
+    mut seen: Option<String>,
+    wanted: impl Fn(&Event) -> bool + Send + 'static,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send {
+    BroadcastStream::new(live)
+        .take_while(|r| std::future::ready(r.is_ok()))
+        .filter_map(move |r| {
+            let item = match r {
+                Ok(e) if seen.as_deref().is_none_or(|s| event_id_after(&e.id, s)) => {
+                    seen = Some(e.id.clone());
+                    wanted(&e).then(|| Ok(to_sse(&e)))
+                }
+                _ => None,
+            };
+            std::future::ready(item)
+        })
 }
 
 /// The SSE handler.
@@ -68,26 +91,14 @@ pub async fn stream(
                 .is_none_or(|c| c == e.conversation)
     };
     let wanted_live = wanted.clone();
-    let mut seen = feed.backlog.last().map(|e| e.id.clone()).or(last_id);
+    let seen = feed.backlog.last().map(|e| e.id.clone()).or(last_id);
     let backlog = stream::iter(
         feed.backlog
             .into_iter()
             .filter(move |e| wanted(e))
             .map(|e| Ok(to_sse(&e))),
     );
-    let live = BroadcastStream::new(feed.live)
-        // A lagged reader ends here; the client reconnects with Last-Event-ID.
-        .take_while(|r| std::future::ready(r.is_ok()))
-        .filter_map(move |r| {
-            let item = match r {
-                Ok(e) if seen.as_deref().is_none_or(|s| event_id_after(&e.id, s)) => {
-                    seen = Some(e.id.clone());
-                    wanted_live(&e).then(|| Ok(to_sse(&e)))
-                }
-                _ => None,
-            };
-            std::future::ready(item)
-        });
+    let live = live_after(feed.live, seen, wanted_live);
     let shutdown = app.life.stopping().clone();
     let events = backlog
         .chain(live)

@@ -9,6 +9,12 @@ pub const TOOL: &str = "bench.echo";
 
 /// The page's first frame: a manifest binding the socket to `client_id`.
 pub fn manifest(client_id: &str) -> String {
+    manifest_described(client_id, "Echo")
+}
+
+/// [`manifest`] with the echo tool described by `description` (a reload's manifest is padded
+/// to a size with it).
+pub fn manifest_described(client_id: &str, description: &str) -> String {
     json!({
         "protocol": 1,
         "type": "manifest",
@@ -17,7 +23,7 @@ pub fn manifest(client_id: &str) -> String {
         "tools": [{
             "name": TOOL,
             "llmName": "bench__echo",
-            "description": "Echo",
+            "description": description,
             "hints": {"readOnly": true},
         }],
     })

@@ -23,21 +23,9 @@ use crate::token::Minter;
 /// Time for the gateway to apply the last leave and settle its allocator before the reading.
 const SETTLE: Duration = Duration::from_secs(3);
 
-/// A manifest of about `bytes` bytes: one tool whose description pads it.
+/// A manifest of about `bytes` bytes: the echo tool's description pads it.
 fn manifest(client_id: &str, bytes: usize) -> String {
-    json!({
-        "protocol": 1,
-        "type": "manifest",
-        "clientId": client_id,
-        "rev": 1,
-        "tools": [{
-            "name": frames::TOOL,
-            "llmName": "bench__echo",
-            "description": "x".repeat(bytes.saturating_sub(200)),
-            "hints": {"readOnly": true},
-        }],
-    })
-    .to_string()
+    frames::manifest_described(client_id, &"x".repeat(bytes.saturating_sub(200)))
 }
 
 /// Runs the scenario and prints its JSON line and summary.
