@@ -10,9 +10,9 @@ use crate::prelude::*;
 /// The origin of the buckets' clock (µs since then).
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
-/// Past this many buckets, the ones whose time has passed (equal to no bucket) are let go on
-/// the next insert: credentials' buckets come and go (an OAuth subject's), and memory holds
-/// only the ones in use.
+/// From this many buckets, the ones whose time has passed (equal to no bucket) are let go when
+/// the count reaches it or a power of two past it: credentials' buckets come and go (an OAuth
+/// subject's), and memory holds only the ones in use.
 const PRUNE_PAST: usize = 4096;
 
 #[async_trait]
@@ -50,7 +50,9 @@ impl MemoryBroker {
                     take
                 }
                 None => {
-                    if rates.len() >= PRUNE_PAST {
+                    if rates.len() >= PRUNE_PAST && rates.len().is_power_of_two() {
+                        // At 4,096 buckets, then at each doubling: a scan amortized over as many
+                        // inserts as it looks at, never one per new bucket.
                         rates.retain(|_, tat| *tat > now_us);
                     }
                     let take = gcra.take(None, now_us, 1, 0);
