@@ -70,6 +70,10 @@ def figures(path):
             top = f"{stage} highest rate with p99 < 20 ms"
             if r["p99_us"] < 20_000 and r.get("errors", 0) == 0:
                 f[top] = max(f.get(top) or 0, r["rate"])
+        elif stage == "doors":
+            for k, v in r.items():
+                if k in ("p50_us", "p99_us") or k.endswith(("_cpu_us_per_call", "_context_switches_per_call")):
+                    f[f"doors {r['door']} HTTP/{r['http']} {r['rate']}/s {k}"] = v
         elif stage == "cross-rate":
             for k, v in r.items():
                 if k in ("p50_us", "p99_us") or k.endswith(("_cpu_us_per_call", "_context_switches_per_call")):

@@ -20,6 +20,10 @@
 #   reloads  one open conversation whose page reloads RELOADS (3000) times with a
 #          RELOAD_MANIFEST_BYTES (10240) manifest: the node's RSS per reload on the memory broker,
 #          and on Redis its used_memory per reload beside the node's RSS
+#   doors  the same cross-node call through each door, in one run on one pair of nodes on Redis:
+#          the agent API and the hosted MCP endpoint (stateless revision), each over HTTP/1.1
+#          and over HTTP/2 (h2c), at DOORS_RATE (2000/s) for DOORS_SECS (15): latency and the CPU
+#          and context switches per call of both nodes and Redis (not in the default stages)
 #   tasks  what an MCP task costs in Redis (load-tests/mcp-task-cost.py): TASK_CALLS (200)
 #          calls of a consequential tool through the hosted MCP endpoint of one node on Redis,
 #          confirmed in the page, by a client without tasks and by one that declares them
@@ -231,6 +235,23 @@ PY
             "$res" "$mem_before" "$mem_after")"
         echo "$res"
         record reloads "$res"
+        stop_all
+        ;;
+    doors)
+        lt_start_redis
+        lt_write_config redis
+        lt_start_node 1; node1="$lt_node_url"; pid1="$lt_node_pid"
+        lt_start_node 2; node2="$lt_node_url"; pid2="$lt_node_pid"
+        costs=(--gateway-pid "$pid1" --agent-gateway-pid "$pid2" --redis-pid "$lt_redis_pid")
+        for door in "api" "api --http2" "mcp" "mcp --http2"; do
+            quiet_machine
+            echo "== cross-node calls through $door at ${DOORS_RATE:-2000}/s" >&2
+            # shellcheck disable=SC2086 # "$door" is the door and its HTTP flag
+            res="$(loadgen calls --url "$node1" --agent-url "$node2" --pages 1000 --rate "${DOORS_RATE:-2000}" \
+                --duration-secs "${DOORS_SECS:-15}" --door $door "${costs[@]}" | sed -n 1p)"
+            echo "$res"
+            record doors "$res"
+        done
         stop_all
         ;;
     tasks)

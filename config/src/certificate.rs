@@ -11,8 +11,8 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::ConfigError;
 
-/// Loads a certificate chain and its private key into an acceptor (HTTP/1.1, which WebSocket
-/// upgrades use), on rustls' ring provider (the one every process installs). Errors name
+/// Loads a certificate chain and its private key into an acceptor (ALPN `h2`, then
+/// `http/1.1`), on rustls' ring provider (the one every process installs). Errors name
 /// `server.tls_cert` or `server.tls_key`.
 pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, ConfigError> {
     let cert_error = |e: &dyn std::fmt::Display| ConfigError::new("server.tls_cert", e.to_string());
@@ -33,6 +33,8 @@ pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, ConfigError> {
     .with_no_client_auth()
     .with_single_cert(chain, key)
     .map_err(|e| ConfigError::new("server.tls_key", e.to_string()))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 first for agent backends multiplexing their calls; browsers open WebSockets
+    // over HTTP/1.1 or, where they speak it, over HTTP/2 (RFC 8441): both are served.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }

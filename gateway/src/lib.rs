@@ -35,12 +35,24 @@ pub mod webmcp;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::handler::Handler;
 use axum::response::Redirect;
-use axum::routing::get;
+use axum::routing::{MethodFilter, MethodRouter, get, on};
 
 pub use serve::{RunError, bind_and_run, run, run_with, run_with_admin};
 
 use crate::state::AppState;
+
+/// A WebSocket route: `GET` with `Upgrade` (HTTP/1.1) or the extended `CONNECT` of RFC 8441
+/// (HTTP/2, which the node announces: a browser holding an HTTP/2 connection to the node opens
+/// its socket on it).
+fn websocket<H, T>(handler: H) -> MethodRouter<AppState>
+where
+    H: Handler<T, AppState>,
+    T: 'static,
+{
+    on(MethodFilter::GET.or(MethodFilter::CONNECT), handler)
+}
 
 /// All routes of a node.
 pub fn router(app: AppState, dev_mode: bool) -> Router {
@@ -50,8 +62,11 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/v1/openapi.json", get(openapi::openapi_json))
         .route("/v1/webmcp.js", get(webmcp::webmcp_js))
-        .route("/v1/tenants/{tenant}/page", get(page::socket::upgrade))
-        .route("/app/{key}", get(pusher::upgrade))
+        .route(
+            "/v1/tenants/{tenant}/page",
+            websocket(page::socket::upgrade),
+        )
+        .route("/app/{key}", websocket(pusher::upgrade))
         .merge(api::router())
         .merge(hosted_mcp::router(&app));
     if dev_mode {

@@ -197,8 +197,18 @@ pub(crate) async fn client_at(
     token: &str,
     version: Option<ProtocolVersion>,
 ) -> (RunningService<RoleClient, Client>, Changes) {
+    client_via(reqwest::Client::default(), url, token, version).await
+}
+
+/// [`client_at`] over the HTTP client `http` (e.g. one speaking HTTP/2 only).
+pub(crate) async fn client_via(
+    http: reqwest::Client,
+    url: String,
+    token: &str,
+    version: Option<ProtocolVersion>,
+) -> (RunningService<RoleClient, Client>, Changes) {
     let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.to_owned());
-    let transport = StreamableHttpClientTransport::from_config(config);
+    let transport = StreamableHttpClientTransport::with_client(http, config);
     let mut info = ClientConfig::default();
     let (changed, changes) = mpsc::unbounded_channel();
     match version {

@@ -11,6 +11,7 @@ mod echo_inbound;
 mod faults;
 mod harness;
 mod hosted_mcp;
+mod http2;
 mod idempotency;
 mod inbound;
 mod isolation;

@@ -37,6 +37,20 @@ async fn the_gateway_serves_https_with_its_certificate() {
         .await
         .unwrap();
     assert_eq!(state.status(), 200);
+    // ALPN offers h2 first: a client that speaks it gets it; one that speaks only HTTP/1.1 is
+    // served too.
+    assert_eq!(state.version(), reqwest::Version::HTTP_2);
+    let root = reqwest::Certificate::from_pem(&std::fs::read(CA).unwrap()).unwrap();
+    let http1 = reqwest::Client::builder()
+        .add_root_certificate(root)
+        .http1_only()
+        .build()
+        .unwrap();
+    let state = http1.get(format!("{url}/healthz")).send().await.unwrap();
+    assert_eq!(
+        (state.status().as_u16(), state.version()),
+        (200, reqwest::Version::HTTP_11)
+    );
     // Plain HTTP on the TLS port gets no answer.
     assert!(
         gw.http

@@ -1,16 +1,17 @@
 //! The agent backend's side: the tenant's HTTP API over one keep-alive client, used to check
-//! that each page's manifest reached the gateway and to make echo calls.
+//! that each page's manifest reached the gateway and to make echo calls, through the agent API
+//! or the hosted MCP endpoint (stateless revision), over HTTP/1.1 or HTTP/2.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use reqwest::{Client, StatusCode};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::error::LoadError;
 use crate::fleet::conversation;
-use crate::frames::TOOL;
+use crate::frames::{LLM_NAME, TOOL};
 use crate::target::Target;
 
 /// Longest a call's HTTP round trip may take: above the gateway's default call timeout (30 s),
@@ -28,6 +29,37 @@ pub struct Agent {
     /// The calls URL of page `i` at index `i`.
     call_urls: Arc<[String]>,
     target: Arc<Target>,
+    /// Through the hosted MCP endpoint: the `Authorization` of page `i`'s MCP token at index
+    /// `i` (empty until [`Agent::mint_mcp_tokens`]).
+    mcp: Option<Mcp>,
+}
+
+/// The hosted MCP endpoint as the agent calls it.
+#[derive(Debug, Clone)]
+struct Mcp {
+    url: Arc<str>,
+    tokens: Arc<[HeaderValue]>,
+}
+
+/// Which door of the gateway an agent's calls take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Door {
+    /// The agent API: `POST …/conversations/{c}/calls`.
+    #[default]
+    Api,
+    /// The hosted MCP endpoint, stateless revision: `tools/call` with an MCP token per
+    /// conversation.
+    Mcp,
+}
+
+/// The HTTP version the agent's client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Http {
+    /// HTTP/1.1, one keep-alive connection per call in flight.
+    #[default]
+    One,
+    /// HTTP/2 with prior knowledge (h2c): every call multiplexed over one connection.
+    Two,
 }
 
 /// The HTTP client every scenario's backend side uses: plain HTTP/1.1 with Nagle off and no
@@ -39,10 +71,29 @@ pub fn client_builder() -> reqwest::ClientBuilder {
 }
 
 impl Agent {
-    /// An agent with `api_key` calling the pages `0..pages` of `target`.
+    /// An agent with `api_key` calling the pages `0..pages` of `target` over HTTP/1.1.
     pub fn new(target: Arc<Target>, api_key: &str, pages: usize) -> Result<Self, LoadError> {
-        let client = client_builder()
-            .pool_max_idle_per_host(POOL_PER_HOST)
+        Self::speaking(target, api_key, pages, Http::One)
+    }
+
+    /// [`Agent::new`] speaking `http`.
+    pub fn speaking(
+        target: Arc<Target>,
+        api_key: &str,
+        pages: usize,
+        http: Http,
+    ) -> Result<Self, LoadError> {
+        let builder = match http {
+            Http::One => client_builder().pool_max_idle_per_host(POOL_PER_HOST),
+            Http::Two => {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                Client::builder()
+                    .no_proxy()
+                    .tcp_nodelay(true)
+                    .http2_prior_knowledge()
+            }
+        };
+        let client = builder
             .pool_idle_timeout(Duration::from_secs(90))
             .timeout(REQUEST_TIMEOUT)
             .build()
@@ -64,7 +115,51 @@ impl Agent {
             json: HeaderValue::from_static("application/json"),
             call_urls,
             target,
+            mcp: None,
         })
+    }
+
+    /// Makes this agent call through the hosted MCP endpoint: one MCP token minted through the
+    /// agent API for each page's conversation.
+    pub async fn mint_mcp_tokens(&mut self) -> Result<(), LoadError> {
+        let url = format!(
+            "{}/v1/tenants/{}/tokens",
+            self.target.http_base, self.target.tenant
+        );
+        let mut tokens = Vec::with_capacity(self.call_urls.len());
+        for index in 0..self.call_urls.len() {
+            let body = json!({"user": self.target.user(index), "conversation": conversation(index), "scope": "mcp"});
+            let response = self
+                .client
+                .post(&url)
+                .header(AUTHORIZATION, self.auth.clone())
+                .json(&body)
+                .send()
+                .await
+                .map_err(|e| LoadError::Gateway(format!("POST tokens: {e}")))?;
+            let status = response.status();
+            let v: Value = response
+                .json()
+                .await
+                .map_err(|e| LoadError::Gateway(format!("POST tokens: {e}")))?;
+            let token = match (status, v["token"].as_str()) {
+                (StatusCode::CREATED, Some(t)) => t,
+                _ => return Err(LoadError::Gateway(format!("POST tokens: {status}: {v}"))),
+            };
+            let mut auth = HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| LoadError::Gateway("an MCP token is not a header value".into()))?;
+            auth.set_sensitive(true);
+            tokens.push(auth);
+        }
+        self.mcp = Some(Mcp {
+            url: format!(
+                "{}/v1/tenants/{}/mcp",
+                self.target.http_base, self.target.tenant
+            )
+            .into(),
+            tokens: tokens.into(),
+        });
+        Ok(())
     }
 
     /// The clientId of the latest manifest the gateway holds for page `index`'s conversation.
@@ -98,6 +193,9 @@ impl Agent {
     /// Calls the echo tool of page `index` with `{"n": n}` and checks the outcome; the error
     /// is a short reason to count.
     pub async fn echo(&self, index: usize, n: u64) -> Result<(), String> {
+        if let Some(mcp) = &self.mcp {
+            return self.echo_mcp(mcp, index, n).await;
+        }
         let body = format!(r#"{{"tool":"{TOOL}","input":{{"n":{n}}}}}"#);
         let response = self
             .client
@@ -111,6 +209,61 @@ impl Agent {
         let status = response.status();
         let body = response.bytes().await.map_err(|e| transport_reason(&e))?;
         check_echo(status, &body, n)
+    }
+}
+
+impl Agent {
+    /// [`Agent::echo`] as an MCP client of the stateless revision: one `tools/call` request
+    /// with the revision's per-request metadata and headers, its answer JSON or one SSE event.
+    async fn echo_mcp(&self, mcp: &Mcp, index: usize, n: u64) -> Result<(), String> {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{n},"method":"tools/call","params":{{"name":"{LLM_NAME}","arguments":{{"n":{n}}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"{MCP_REVISION}","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+        );
+        let response = self
+            .client
+            .post(&*mcp.url)
+            .header(AUTHORIZATION, mcp.tokens[index].clone())
+            .header(CONTENT_TYPE, self.json.clone())
+            .header(ACCEPT, MCP_ACCEPT)
+            .header("mcp-protocol-version", MCP_REVISION)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", LLM_NAME)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| transport_reason(&e))?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|e| transport_reason(&e))?;
+        check_mcp_echo(status, &body, n)
+    }
+}
+
+/// The revision the MCP door speaks.
+const MCP_REVISION: &str = "2026-07-28";
+const MCP_ACCEPT: &str = "application/json, text/event-stream";
+
+/// Whether an MCP answer (JSON, or the `data:` of an SSE event) to echo call `n` is its result
+/// with the page's `ok` outcome echoing `{"n": n}`.
+fn check_mcp_echo(status: StatusCode, body: &[u8], n: u64) -> Result<(), String> {
+    if status != StatusCode::OK {
+        return Err(format!("MCP HTTP {}", status.as_u16()));
+    }
+    let text = std::str::from_utf8(body).map_err(|_| "MCP answer is not UTF-8".to_owned())?;
+    let answer: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .chain(std::iter::once(text))
+        .find_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .ok_or_else(|| "MCP answer is not JSON-RPC".to_owned())?;
+    if let Some(error) = answer.get("error") {
+        return Err(format!("MCP error {}", error["code"]));
+    }
+    let outcome = &answer["result"]["structuredContent"];
+    match outcome["status"].as_str() {
+        Some("ok") if outcome["data"]["n"].as_u64() == Some(n) => Ok(()),
+        Some("ok") => Err("ok outcome with the wrong data".into()),
+        Some(other) => Err(format!("outcome {other}")),
+        None => Err("MCP result without an outcome".into()),
     }
 }
 

@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tokio_util::task::TaskTracker;
 
-use crate::agent::Agent;
+use crate::agent::{Agent, Door, Http};
 use crate::cli::CallsArgs;
 use crate::driver::{self, Driven, Plan};
 use crate::error::LoadError;
@@ -39,7 +39,11 @@ pub async fn run(args: CallsArgs) -> Result<(), LoadError> {
         }
         None => target.clone(),
     };
-    let agent = Agent::new(agent_target, &args.api_key, pages)?;
+    let http = if args.http2 { Http::Two } else { Http::One };
+    let mut agent = Agent::speaking(agent_target, &args.api_key, pages, http)?;
+    if args.door == Door::Mcp {
+        agent.mint_mcp_tokens().await?;
+    }
     let fleet = Fleet::launch(target, None, &minter, pages, args.common.ramp_per_sec)?;
     let outcome = drive_calls(&fleet, &agent, &args).await;
     fleet.stop().await;
@@ -190,6 +194,8 @@ fn print(
         "rate": args.rate,
         "duration_secs": args.duration_secs,
         "pages": args.pages,
+        "door": if args.door == Door::Mcp { "mcp" } else { "api" },
+        "http": if args.http2 { "2" } else { "1.1" },
         "sent": d.sent,
         "ok": s.ok,
         "errors": s.errors,

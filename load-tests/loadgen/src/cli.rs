@@ -251,6 +251,14 @@ pub struct CallsArgs {
     /// Redis statistics from outside).
     #[arg(long, default_value_t = 0)]
     pub pause_before_secs: u64,
+    /// The door calls take: the agent API, or the hosted MCP endpoint (stateless revision, an
+    /// MCP token minted per conversation before the run).
+    #[arg(long, value_enum, default_value_t = crate::agent::Door::Api)]
+    pub door: crate::agent::Door,
+    /// The agent speaks HTTP/2 with prior knowledge (h2c), its calls multiplexed over one
+    /// connection, instead of HTTP/1.1 with a connection per call in flight.
+    #[arg(long)]
+    pub http2: bool,
 }
 
 impl CallsArgs {

@@ -6,6 +6,8 @@ use serde_json::{Value, json};
 
 /// The tool every simulated page registers.
 pub const TOOL: &str = "bench.echo";
+/// [`TOOL`]'s name for a model, as the page publishes it and the hosted MCP endpoint lists it.
+pub const LLM_NAME: &str = "bench__echo";
 
 /// The page's first frame: a manifest binding the socket to `client_id`.
 pub fn manifest(client_id: &str) -> String {
@@ -22,7 +24,7 @@ pub fn manifest_described(client_id: &str, description: &str) -> String {
         "rev": 1,
         "tools": [{
             "name": TOOL,
-            "llmName": "bench__echo",
+            "llmName": LLM_NAME,
             "description": description,
             "hints": {"readOnly": true},
         }],
