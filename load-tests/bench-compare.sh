@@ -65,18 +65,18 @@ def figures(path):
         stage = r.get("stage")
         if stage in ("calls", "cross") and "rate" in r and "redis_commands_per_call" not in r:
             for k, v in r.items():
-                if k in ("p50_us", "p99_us") or k.endswith(("_cpu_us_per_call", "_context_switches_per_call")):
+                if k in ("p50_us", "p99_us") or k.endswith(("_cpu_us_per_call", "_context_switches_per_call", "_syscalls_per_call")):
                     f[f"{stage} {r['rate']}/s {k}"] = v
             top = f"{stage} highest rate with p99 < 20 ms"
             if r["p99_us"] < 20_000 and r.get("errors", 0) == 0:
                 f[top] = max(f.get(top) or 0, r["rate"])
         elif stage == "doors":
             for k, v in r.items():
-                if k in ("p50_us", "p99_us") or k.endswith(("_cpu_us_per_call", "_context_switches_per_call")):
+                if k in ("p50_us", "p99_us") or k.endswith(("_cpu_us_per_call", "_context_switches_per_call", "_syscalls_per_call")):
                     f[f"doors {r['door']} HTTP/{r['http']} {r['rate']}/s {k}"] = v
         elif stage == "cross-rate":
             for k, v in r.items():
-                if k in ("p50_us", "p99_us") or k.endswith(("_cpu_us_per_call", "_context_switches_per_call")):
+                if k in ("p50_us", "p99_us") or k.endswith(("_cpu_us_per_call", "_context_switches_per_call", "_syscalls_per_call")):
                     f[f"cross {r['rate']}/s {r['duration_secs']} s {k}"] = v
             f["redis commands per cross-node call"] = r.get("redis_commands_per_call_total")
             f["redis scripts per cross-node call"] = r.get("redis_scripts_per_call")

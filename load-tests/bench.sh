@@ -8,7 +8,8 @@
 #   calls  call round trip on one node at SWEEP rates (default "1000 2000 … 10000 12000"),
 #          SWEEP_SECS (10) each, until p99 passes 20 ms
 #   cross  the same across two nodes on Redis (pages on node 1, agent on node 2), plus Redis
-#          commands per call from INFO commandstats at CROSS_RATE (1000) for CROSS_SECS (20),
+#          commands per call from INFO commandstats at CROSS_RATE (1000) for CROSS_SECS (20)
+#          (with every process's system calls per call, counted by `perf stat`),
 #          the Redis memory each finished call keeps, and the sharded channels both nodes hold
 #   handshakes  HANDSHAKE_PAGES (10000) pages connecting to one node (memory broker),
 #          HANDSHAKE_CONCURRENCY (200) set-ups at a time: set-up percentiles, set-ups past 900 ms
@@ -22,8 +23,8 @@
 #          and on Redis its used_memory per reload beside the node's RSS
 #   doors  the same cross-node call through each door, in one run on one pair of nodes on Redis:
 #          the agent API and the hosted MCP endpoint (stateless revision), each over HTTP/1.1
-#          and over HTTP/2 (h2c), at DOORS_RATE (2000/s) for DOORS_SECS (15): latency and the CPU
-#          and context switches per call of both nodes and Redis (not in the default stages)
+#          and over HTTP/2 (h2c), at DOORS_RATE (2000/s) for DOORS_SECS (15): latency and the CPU,
+#          context switches and system calls per call of both nodes and Redis (not in the default stages)
 #   tasks  what an MCP task costs in Redis (load-tests/mcp-task-cost.py): TASK_CALLS (200)
 #          calls of a consequential tool through the hosted MCP endpoint of one node on Redis,
 #          confirmed in the page, by a client without tasks and by one that declares them
@@ -60,6 +61,10 @@ out="${OUT:-$root/docs/img/bench}"
 chart="${CHART:-$root/docs/img/latency-vs-rate.svg}"
 busy_pattern='rustc|cargo test|cargo build|cargo clippy|node |chromium'
 
+if [[ " $stages " == *" cross "* || " $stages " == *" doors "* ]] && ! command -v perf >/dev/null; then
+    echo "bench.sh: the cross and doors stages count system calls with perf: apt-get install -y linux-perf" >&2
+    exit 1
+fi
 lt_raise_nofile
 lt_build
 mkdir -p "$out"
@@ -167,7 +172,7 @@ for stage in $stages; do
         quiet_machine
         echo "== cross-node calls at $cross_rate/s for $cross_secs s, Redis commands per call" >&2
         loadgen calls --url "$node1" --agent-url "$node2" --pages 1000 --rate "$cross_rate" \
-            --duration-secs "$cross_secs" --pause-before-secs 2 "${costs[@]}" >"$lt_work/cross.out" 2>"$lt_work/cross.err" &
+            --duration-secs "$cross_secs" --pause-before-secs 2 --syscalls "${costs[@]}" >"$lt_work/cross.out" 2>"$lt_work/cross.err" &
         lg=$!
         until grep -q pausing "$lt_work/cross.err" 2>/dev/null; do
             kill -0 "$lg" 2>/dev/null || { cat "$lt_work/cross.err" >&2; exit 1; }
@@ -248,7 +253,7 @@ PY
             echo "== cross-node calls through $door at ${DOORS_RATE:-2000}/s" >&2
             # shellcheck disable=SC2086 # "$door" is the door and its HTTP flag
             res="$(loadgen calls --url "$node1" --agent-url "$node2" --pages 1000 --rate "${DOORS_RATE:-2000}" \
-                --duration-secs "${DOORS_SECS:-15}" --door $door "${costs[@]}" | sed -n 1p)"
+                --duration-secs "${DOORS_SECS:-15}" --door $door --syscalls "${costs[@]}" | sed -n 1p)"
             echo "$res"
             record doors "$res"
         done

@@ -16,6 +16,7 @@ use crate::fleet::Fleet;
 use crate::latency::{Recorder, Summary};
 use crate::report;
 use crate::rss::{self, Cost};
+use crate::syscalls::Syscalls;
 use crate::target::Target;
 use crate::token::Minter;
 
@@ -79,33 +80,33 @@ async fn drive_calls(fleet: &Fleet, agent: &Agent, args: &CallsArgs) -> Result<(
 /// agent's node when it is another, the broker, and this load generator itself (which shares
 /// the machine: its share says how much of a ceiling measured here is the harness's).
 struct Costs {
-    gateway: Option<Cost>,
-    agent_gateway: Option<Cost>,
-    redis: Option<Cost>,
-    loadgen: Cost,
+    /// Each process's name in the report, its readings, and its system call count when asked.
+    each: Vec<(&'static str, Cost, Option<Syscalls>)>,
 }
 
 impl Costs {
     fn read(args: &CallsArgs) -> Result<Self, LoadError> {
-        let read = |pid: Option<u32>| pid.map(Cost::read).transpose();
-        Ok(Self {
-            gateway: read(args.gateway_pid)?,
-            agent_gateway: read(args.agent_gateway_pid)?,
-            redis: read(args.redis_pid)?,
-            loadgen: Cost::read(std::process::id())?,
-        })
+        let pids = [
+            ("gateway", args.gateway_pid),
+            ("agent_gateway", args.agent_gateway_pid),
+            ("redis", args.redis_pid),
+            ("loadgen", Some(std::process::id())),
+        ];
+        let mut each = Vec::new();
+        for (who, pid) in pids {
+            let Some(pid) = pid else { continue };
+            let counted = args.syscalls.then(|| Syscalls::start(pid)).transpose()?;
+            each.push((who, Cost::read(pid)?, counted));
+        }
+        Ok(Self { each })
     }
 
     fn report(self, calls: u64, line: &mut serde_json::Value) -> Result<(), LoadError> {
-        let each = [
-            ("gateway", self.gateway),
-            ("agent_gateway", self.agent_gateway),
-            ("redis", self.redis),
-            ("loadgen", Some(self.loadgen)),
-        ];
-        for (who, cost) in each {
-            if let Some(cost) = cost {
-                cost.report(calls, who, "call", line)?;
+        for (who, cost, counted) in self.each {
+            cost.report(calls, who, "call", line)?;
+            if let Some(counted) = counted {
+                let per = counted.finish()? as f64 / calls.max(1) as f64;
+                line[format!("{who}_syscalls_per_call")] = json!((per * 100.0).round() / 100.0);
             }
         }
         Ok(())

@@ -259,6 +259,10 @@ pub struct CallsArgs {
     /// connection, instead of HTTP/1.1 with a connection per call in flight.
     #[arg(long)]
     pub http2: bool,
+    /// Also count the system calls of every process whose pid is given (and of this one) over
+    /// the run, with `perf stat` (Linux, root): `<who>_syscalls_per_call`.
+    #[arg(long)]
+    pub syscalls: bool,
 }
 
 impl CallsArgs {

@@ -21,6 +21,7 @@ pub mod soak;
 pub mod spread;
 pub mod stalls;
 pub mod storm;
+pub mod syscalls;
 pub mod tally;
 pub mod target;
 pub mod token;
