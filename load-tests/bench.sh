@@ -36,6 +36,8 @@
 #          sockets at HANDSHAKE_CONCURRENCY against its /app/<key>, our Laravel Echo socket
 #          (same Pusher client) and our page socket; not in the default stages. With
 #          REFERENCE_PID (the server's process id) its CPU per event and per set-up too
+# SWEEP_SYSCALLS=1 counts every process's system calls in the sweeps too (`perf stat`, which
+# adds a little to each system call: the ceilings are read without it).
 # Stages: BENCH_STAGES (default "idle calls cross reloads tasks handshakes storm"). Output: one JSON line per run in
 # $OUT/report.jsonl (OUT default docs/img/bench), and the chart docs/img/latency-vs-rate.svg.
 # Refuses to start while a compiler, test run or browser is busy unless BENCH_ANYWAY=1.
@@ -61,7 +63,7 @@ out="${OUT:-$root/docs/img/bench}"
 chart="${CHART:-$root/docs/img/latency-vs-rate.svg}"
 busy_pattern='rustc|cargo test|cargo build|cargo clippy|node |chromium'
 
-if [[ " $stages " == *" cross "* || " $stages " == *" doors "* ]] && ! command -v perf >/dev/null; then
+if [[ " $stages " == *" cross "* || " $stages " == *" doors "* || -n "${SWEEP_SYSCALLS:-}" ]] && ! command -v perf >/dev/null; then
     echo "bench.sh: the cross and doors stages count system calls with perf: apt-get install -y linux-perf" >&2
     exit 1
 fi
@@ -128,7 +130,7 @@ sweep_rates() {
     : >"$lines"
     for r in $sweep; do
         quiet_machine
-        res="$(loadgen calls --url "$pages_url" --agent-url "$agent_url" --pages 1000 --rate "$r" --duration-secs "$sweep_secs" "$@" 2>"$lt_work/sweep.err" | sed -n 1p)" || true
+        res="$(loadgen calls --url "$pages_url" --agent-url "$agent_url" --pages 1000 --rate "$r" --duration-secs "$sweep_secs" ${SWEEP_SYSCALLS:+--syscalls} "$@" 2>"$lt_work/sweep.err" | sed -n 1p)" || true
         if [[ -z "$res" ]]; then
             echo "bench.sh: rate $r/s failed:" >&2; tail -3 "$lt_work/sweep.err" >&2; break
         fi
