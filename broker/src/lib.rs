@@ -28,8 +28,8 @@ pub use change::{Announcement, Change, expired_confirmation};
 pub use error::{
     AdmitError, BrokerError, PlaceError, RateLimited, Rejection, SubmitError, TakeError,
 };
-pub use traffic::{NodeTraffic, SharedTraffic, TrafficEntry};
 pub use model::{CONFIRM_ABANDON_GRACE, RECONNECT_GRACE, Retention};
+pub use traffic::{NodeTraffic, SharedTraffic, TrafficEntry};
 pub use types::{
     AdmitLimits, CallBinding, CallKind, CallRecord, CallRequest, CallState, CallTarget, CallerRate,
     CallerRef, ConfirmBinding, ConvKey, ConversationState, Event, EventType, Outcome, PageIdentity,
