@@ -58,7 +58,7 @@ TOML
 urls=()
 admins=()
 for n in 1 2; do
-  RUST_LOG=warn target/debug/toolmark-gateway --config "$console_work/gateway.toml" --listen 127.0.0.1:0 \
+  RUST_LOG=warn "${CARGO_TARGET_DIR:-target}"/debug/toolmark-gateway --config "$console_work/gateway.toml" --listen 127.0.0.1:0 \
     --admin-listen 127.0.0.1:0 --node-id "node-$n" >"$console_work/out-$n" 2>"$console_work/err-$n" &
   console_nodes+=("$!")
   for _ in $(seq 1 100); do grep -q 'admin listening on' "$console_work/out-$n" 2>/dev/null && break; sleep 0.1; done

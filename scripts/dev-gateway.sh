@@ -5,7 +5,7 @@
 
 start_dev_gateway() {
   dev_work=$(mktemp -d)
-  RUST_LOG=warn target/debug/toolmark-gateway --listen 127.0.0.1:0 >"$dev_work/out" 2>"$dev_work/err" &
+  RUST_LOG=warn "${CARGO_TARGET_DIR:-target}"/debug/toolmark-gateway --listen 127.0.0.1:0 >"$dev_work/out" 2>"$dev_work/err" &
   dev_gw=$!
   for _ in $(seq 1 100); do
     grep -q 'admin listening on' "$dev_work/out" 2>/dev/null && break

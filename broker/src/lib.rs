@@ -12,6 +12,7 @@ pub mod partition;
 pub mod rate;
 pub mod redis;
 pub mod retry;
+pub mod traffic;
 mod types;
 pub mod webhook;
 
@@ -28,6 +29,7 @@ pub use error::{
     AdmitError, BrokerError, PlaceError, RateLimited, Rejection, SubmitError, TakeError,
 };
 pub use model::{CONFIRM_ABANDON_GRACE, RECONNECT_GRACE, Retention};
+pub use traffic::{NodeTraffic, SharedTraffic, TrafficEntry};
 pub use types::{
     AdmitLimits, CallBinding, CallKind, CallRecord, CallRequest, CallState, CallTarget, CallerRate,
     CallerRef, ConfirmBinding, ConvKey, ConversationState, Event, EventType, Outcome, PageIdentity,
@@ -70,7 +72,8 @@ pub struct EventFeed {
 }
 
 /// The state and routing every gateway node shares, by domain ([`Calls`], [`Confirmations`],
-/// [`Pages`], [`Events`], [`Limits`], [`DeadLetters`], [`Sessions`]); the rules they follow are
+/// [`Pages`], [`Events`], [`Limits`], [`DeadLetters`], [`Sessions`], [`Idempotency`],
+/// [`SharedTraffic`]); the rules they follow are
 /// [`model`]'s.
 ///
 /// Every check-and-mark (a result against its binding, a timeout against a result, a
@@ -86,6 +89,7 @@ pub trait Broker:
     + DeadLetters
     + Sessions
     + Idempotency
+    + SharedTraffic
     + std::fmt::Debug
     + 'static
 {
@@ -516,6 +520,7 @@ pub trait Idempotency: Send + Sync {
 pub mod prelude {
     pub use crate::{
         Broker, Calls, Confirmations, DeadLetters, Events, Idempotency, Limits, Pages, Sessions,
+        SharedTraffic,
     };
 }
 

@@ -119,6 +119,15 @@ pub struct ServerConfig {
     pub run_jobs: bool,
     /// The base of the URLs the gateway hands out (`https://toolmark.example`).
     pub public_url: Option<String>,
+    /// How often this node writes its per-tenant call figures into the broker, for the admin
+    /// stats to sum over the nodes (100 to 10000 ms); an entry lapses after five intervals
+    /// unwritten.
+    #[serde(default = "default_stats_flush")]
+    pub stats_flush_ms: u64,
+}
+
+const fn default_stats_flush() -> u64 {
+    1_000
 }
 
 fn default_listen() -> String {
@@ -139,6 +148,7 @@ impl Default for ServerConfig {
             node_id: None,
             run_jobs: false,
             public_url: None,
+            stats_flush_ms: default_stats_flush(),
         }
     }
 }

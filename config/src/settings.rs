@@ -48,6 +48,8 @@ pub struct ServerSettings {
     pub run_jobs: bool,
     /// The base of every URL the gateway hands out (`server.public_url`, no trailing `/`).
     pub public_url: Option<String>,
+    /// How often this node writes its call figures into the broker (`server.stats_flush_ms`).
+    pub stats_flush: Duration,
 }
 
 impl std::fmt::Debug for ServerSettings {
@@ -59,6 +61,7 @@ impl std::fmt::Debug for ServerSettings {
             .field("node_id", &self.node_id)
             .field("run_jobs", &self.run_jobs)
             .field("public_url", &self.public_url)
+            .field("stats_flush", &self.stats_flush)
             .finish()
     }
 }
@@ -288,6 +291,12 @@ fn parse_server(s: &ServerConfig, dev_mode: bool) -> Result<ServerSettings, Conf
         None => None,
         Some(u) => Some(parse_public_url(u)?),
     };
+    if !(100..=10_000).contains(&s.stats_flush_ms) {
+        return Err(ConfigError::new(
+            "server.stats_flush_ms",
+            "must be between 100 and 10000",
+        ));
+    }
     Ok(ServerSettings {
         listen,
         tls,
@@ -295,6 +304,7 @@ fn parse_server(s: &ServerConfig, dev_mode: bool) -> Result<ServerSettings, Conf
         node_id: s.node_id.clone(),
         run_jobs: s.run_jobs,
         public_url,
+        stats_flush: Duration::from_millis(s.stats_flush_ms),
     })
 }
 

@@ -129,6 +129,10 @@ fn environment_overrides_the_file() {
     assert_eq!(e.key, "server.drain_timeout_ms");
     let e = load(BASE, &[("TOOLMARK_TENANTS__3__ID", "x")]).unwrap_err();
     assert_eq!(e.key, "tenants.3.id");
+    let e = load(BASE, &[("TOOLMARK_SERVER__STATS_FLUSH_MS", "50")]).unwrap_err();
+    assert_eq!(e.key, "server.stats_flush_ms");
+    let c = load(BASE, &[("TOOLMARK_SERVER__STATS_FLUSH_MS", "250")]).unwrap();
+    assert_eq!(c.server.stats_flush, std::time::Duration::from_millis(250));
 }
 
 #[test]

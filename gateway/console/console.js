@@ -124,7 +124,7 @@ function renderLive() {
     figure('Tenants', s.cluster.tenants, 'cluster'),
     figure('Connections', s.cluster.connections, 'cluster-wide', 'total-connections'),
     figure('Conversations', s.node.conversations, `node ${s.nodeId}`),
-    figure('Calls/s', fmtRate(s.node.callsPerSecond), `node ${s.nodeId}`),
+    figure('Calls/s', fmtRate(s.cluster.callsPerSecond), 'cluster-wide'),
   );
   $('live-table').tBodies[0].replaceChildren(
     ...s.tenants.map((t) => {

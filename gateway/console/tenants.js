@@ -82,13 +82,13 @@ export function renderTenantFigures(s) {
       { class: 'figures' },
       figure('Connections', s.cluster.connections, 'cluster-wide', 'tenant-connections'),
       figure('Conversations', s.node.conversations, `node ${s.nodeId}`),
-      figure('Calls/s', fmtRate(s.node.callsPerSecond), `node ${s.nodeId}, last 10 s`),
+      figure('Calls/s', fmtRate(s.cluster.callsPerSecond), `cluster-wide, ${s.cluster.nodes} node(s), last 10 s`),
       figure('Webhook backlog', s.cluster.webhookBacklog ?? '–', 'conversations retrying'),
     ),
-    h('h4', {}, 'Outcomes (this node)'),
-    countsList(s.node.calls, 'No call finished on this node yet.'),
-    h('h4', {}, 'Refusals by code (this node)'),
-    countsList(s.node.refusals, 'Nothing refused on this node.'),
+    h('h4', {}, 'Outcomes (cluster-wide)'),
+    countsList(s.cluster.calls, 'No call finished yet.'),
+    h('h4', {}, 'Refusals by code (cluster-wide)'),
+    countsList(s.cluster.refusals, 'Nothing refused.'),
   );
 }
 

@@ -215,6 +215,12 @@ async fn serve_until_stopped(
         mcp_live,
         settings.hold,
     );
+    life.spawn(crate::traffic::flush(
+        Arc::clone(&app.traffic),
+        Arc::clone(&broker),
+        settings.server.stats_flush,
+        life.stopping().clone(),
+    ));
     let admin = admin.map(|(listener, a, loader)| {
         let state = AdminState::new(
             a,

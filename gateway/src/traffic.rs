@@ -3,12 +3,18 @@
 //! last seconds, and agent requests answered with a problem, by code. Counted where each
 //! happens; read without a scan over pages or calls.
 //!
-//! Node-local on purpose: a call is counted once, by the node whose agent request supervised
-//! it, so the cluster's figures are the sum over its nodes (as with the Prometheus series).
+//! A call is counted once, by the node whose agent request supervised it. Every
+//! `server.stats_flush_ms` ([`flush`]) the node writes the counts of the tenants whose figures
+//! moved into the broker ([`toolmark_broker::SharedTraffic`]), never a write per call, and the
+//! stats sum the entries of the nodes still writing: the cluster's figures.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
+use toolmark_broker::{NodeTraffic, SharedBroker};
 
 /// How many one-second buckets a tenant keeps; the rate is read over the last
 /// [`RATE_WINDOW_SECS`] whole seconds of them.
@@ -42,7 +48,25 @@ struct Counts {
     refusals: BTreeMap<&'static str, u64>,
     /// Finished calls per second: `(second since start, count)`, a ring indexed by second.
     seconds: [(u64, u64); BUCKETS],
+    /// Whether something was counted since the counts were last written into the broker.
+    changed: bool,
+    /// When they were last written (`None`: never).
+    written: Option<Instant>,
+    /// Whether the window last written held calls: it slides, so it is written again until
+    /// it holds none.
+    window_busy: bool,
 }
+
+/// A shared entry lapses after this many flush intervals unwritten ([`flush`]).
+pub const LAPSE_FLUSHES: u32 = 5;
+
+/// An entry whose figures did not move is written again after this many intervals, well
+/// before it lapses.
+const REFRESH_FLUSHES: u32 = 2;
+
+/// How many tenants' entries one flush writes at once (concurrent commands share the broker's
+/// connection, pipelined).
+const WRITES_AT_ONCE: usize = 64;
 
 /// What one tenant's traffic reads as now.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -93,6 +117,7 @@ impl Traffic {
         let now = self.second();
         let counts = self.counts(tenant);
         let mut c = counts.lock().unwrap_or_else(PoisonError::into_inner);
+        c.changed = true;
         *c.outcomes.entry(status).or_default() += 1;
         // The ring is indexed by second modulo its length, which fits in usize.
         #[allow(clippy::cast_possible_truncation)]
@@ -108,7 +133,58 @@ impl Traffic {
     pub fn refused(&self, tenant: &str, code: &'static str) {
         let counts = self.counts(tenant);
         let mut c = counts.lock().unwrap_or_else(PoisonError::into_inner);
+        c.changed = true;
         *c.refusals.entry(code).or_default() += 1;
+    }
+
+    /// The entries to write now, marked written: the tenants whose counts changed, whose last
+    /// written window held calls, or whose entry was written `refresh` ago or longer.
+    fn due(&self, refresh: Duration) -> Vec<(String, NodeTraffic)> {
+        let now = self.second();
+        let all: Vec<(String, Arc<Mutex<Counts>>)> = self
+            .tenants
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(t, c)| (t.clone(), Arc::clone(c)))
+            .collect();
+        let mut due = Vec::new();
+        for (tenant, counts) in all {
+            let mut c = counts.lock().unwrap_or_else(PoisonError::into_inner);
+            let stale = c.written.is_none_or(|w| w.elapsed() >= refresh);
+            if !(c.changed || c.window_busy || stale) {
+                continue;
+            }
+            let seconds = c.window(now);
+            c.changed = false;
+            c.written = Some(Instant::now());
+            // Calls of the running second enter the window once it is over.
+            c.window_busy = seconds.iter().any(|n| *n > 0) || c.running(now) > 0;
+            let owned = |m: &BTreeMap<&'static str, u64>| {
+                m.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+            };
+            due.push((
+                tenant,
+                NodeTraffic {
+                    seconds,
+                    outcomes: owned(&c.outcomes),
+                    refusals: owned(&c.refusals),
+                },
+            ));
+        }
+        due
+    }
+
+    /// Marks `tenant`'s counts unwritten (a write failed: the next flush tries again).
+    fn unwritten(&self, tenant: &str) {
+        if let Some(c) = self
+            .tenants
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tenant)
+        {
+            c.lock().unwrap_or_else(PoisonError::into_inner).changed = true;
+        }
     }
 
     /// `tenant`'s traffic now (all zero for a tenant this node has not served).
@@ -126,14 +202,7 @@ impl Traffic {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let now = self.second();
-        let from = now.saturating_sub(RATE_WINDOW_SECS);
-        let calls: u64 = c
-            .seconds
-            .iter()
-            .filter(|(s, _)| *s >= from && *s < now)
-            .map(|(_, n)| n)
-            .sum();
+        let calls: u64 = c.window(self.second()).iter().sum();
         // Counts of calls stay far below 2^52.
         #[allow(clippy::cast_precision_loss)]
         let calls_per_second = calls as f64 / RATE_WINDOW_SECS as f64;
@@ -144,12 +213,72 @@ impl Traffic {
         }
     }
 
-    /// Forgets a deleted tenant's counts (one created again under its id starts at zero).
+    /// Forgets a deleted tenant's counts: one created again under its id starts at zero, and its
+    /// shared entry lapses (no node writes it again).
     pub fn forget(&self, tenant: &str) {
         self.tenants
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(tenant);
+    }
+}
+
+impl Counts {
+    /// Finished calls of the running second `now`.
+    fn running(&self, now: u64) -> u64 {
+        self.seconds
+            .iter()
+            .find(|(s, _)| *s == now)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    /// Finished calls in each of the [`RATE_WINDOW_SECS`] whole seconds before `now`, oldest
+    /// first.
+    fn window(&self, now: u64) -> Vec<u64> {
+        // Seconds before the node started count as seconds without calls.
+        (1..=RATE_WINDOW_SECS)
+            .rev()
+            .map(|back| {
+                now.checked_sub(back).map_or(0, |second| {
+                    self.seconds
+                        .iter()
+                        .find(|(s, n)| *s == second && *n > 0)
+                        .map_or(0, |(_, n)| *n)
+                })
+            })
+            .collect()
+    }
+}
+
+/// Writes this node's due entries ([`Traffic::due`]) into the broker every `every`, each to
+/// lapse after [`LAPSE_FLUSHES`] intervals, until `stop`; a failed write is tried again at the
+/// next interval.
+pub async fn flush(
+    traffic: Arc<Traffic>,
+    broker: SharedBroker,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let lapse = every * LAPSE_FLUSHES;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let due = traffic.due(every * REFRESH_FLUSHES);
+        futures_util::stream::iter(due)
+            .for_each_concurrent(WRITES_AT_ONCE, |(tenant, figures)| {
+                let (traffic, broker) = (&traffic, &broker);
+                async move {
+                    if let Err(e) = broker.put_traffic(&tenant, &figures, lapse).await {
+                        tracing::debug!(tenant, error = %e, "traffic figures not written: tried again");
+                        traffic.unwritten(&tenant);
+                    }
+                }
+            })
+            .await;
     }
 }
 
@@ -194,6 +323,32 @@ mod tests {
             (v.calls_per_second - 0.5).abs() < 1e-9,
             "{}",
             v.calls_per_second
+        );
+        let due = t.due(Duration::from_secs(60));
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].1.seconds, [0, 0, 0, 0, 0, 0, 0, 0, 5, 0]);
+    }
+
+    #[test]
+    fn only_moved_or_stale_figures_are_due() {
+        let t = Traffic::default();
+        let refresh = Duration::from_secs(60);
+        assert!(t.due(refresh).is_empty());
+        t.refused("a", "no_page");
+        t.refused("b", "no_page");
+        assert_eq!(t.due(refresh).len(), 2);
+        assert!(t.due(refresh).is_empty(), "nothing moved");
+        t.call_finished("a", "ok");
+        let due = t.due(refresh);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].0, "a");
+        assert_eq!(due[0].1.outcomes.get("ok"), Some(&1));
+        t.unwritten("a");
+        assert_eq!(t.due(refresh).len(), 1, "a failed write is tried again");
+        assert_eq!(
+            t.due(Duration::ZERO).len(),
+            2,
+            "stale entries are written again"
         );
     }
 }

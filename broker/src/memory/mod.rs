@@ -9,6 +9,7 @@ mod limits;
 mod pages;
 mod recent;
 mod sessions;
+mod traffic;
 mod webhooks;
 
 use std::collections::{HashMap, VecDeque};
@@ -242,6 +243,8 @@ pub struct MemoryBroker {
     sessions: Mutex<HashMap<String, (String, Instant)>>,
     /// Counted sessions per tenant set.
     places: Mutex<HashMap<String, PlaceSet>>,
+    /// Each tenant's traffic entries: node → stored entry ([`crate::traffic`]).
+    traffic: Mutex<HashMap<String, HashMap<String, String>>>,
     emitted: crate::Emitted,
 }
 
@@ -292,6 +295,7 @@ impl MemoryBroker {
             emitted: crate::Emitted::default(),
             sessions: Mutex::default(),
             places: Mutex::default(),
+            traffic: Mutex::default(),
         }
     }
 

@@ -154,6 +154,12 @@ impl Keys {
         format!("{}{}:conns", self.p, tenant_tag(tenant))
     }
 
+    /// Each node's traffic entry of the tenant: node id → `<lapse>|<written>|<json>`
+    /// ([`crate::traffic`]).
+    pub fn traffic(&self, tenant: &str) -> String {
+        format!("{}{}:traffic", self.p, tenant_tag(tenant))
+    }
+
     /// Live nodes: member node id, score last heartbeat (ms).
     pub fn nodes(&self) -> String {
         format!("{}nodes", self.p)

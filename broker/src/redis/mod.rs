@@ -28,6 +28,7 @@ mod sessions;
 mod state;
 mod subscriptions;
 mod sweep;
+mod traffic;
 pub mod webhooks;
 
 use std::sync::Arc;

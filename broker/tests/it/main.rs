@@ -9,3 +9,4 @@ mod model_limits;
 mod policy;
 mod redis_only;
 mod support;
+mod traffic;

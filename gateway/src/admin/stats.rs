@@ -1,12 +1,15 @@
 //! Live figures of a tenant and of the cluster (`GET /admin/v1/tenants/{id}/stats`,
 //! `GET /admin/v1/stats`): what the console polls every 2 s, cheap enough for that on a node
 //! holding tens of thousands of pages. Nothing here walks pages or calls: connections are the
-//! broker's per-tenant count (one read per tenant), the rest are counters this node keeps as
-//! things happen ([`crate::traffic::Traffic`], the registry's conversation count).
+//! broker's per-tenant count, the call figures the entries every node writes of its own counts
+//! (two reads per tenant, sent at once), the node's figures counters this node keeps as things
+//! happen ([`crate::traffic::Traffic`], the registry's conversation count).
 //!
 //! Each answer says which figures are cluster-wide (`cluster`) and which are this node's
-//! (`node`): a call is counted by the node that supervised it, so the cluster's call figures are
-//! the sum of every node's answer (or of the Prometheus series).
+//! (`node`). A call is counted by the node that supervised it; the cluster's call figures are
+//! the sum over the nodes whose entries have not lapsed, each as of its last write (at most
+//! `server.stats_flush_ms` old): the cluster's calls a second is the sum of each node's
+//! finished calls over the 10 whole seconds before its last write, divided by 10.
 
 use std::collections::BTreeMap;
 
@@ -16,9 +19,11 @@ use utoipa::ToSchema;
 
 use super::*;
 use crate::traffic::TrafficView;
+use toolmark_broker::TrafficEntry;
 
-/// How many tenants' connection counts the cluster summary reads at once.
-const READS_AT_ONCE: usize = 16;
+/// How many tenants the cluster summary reads at once (two commands each, pipelined on the
+/// broker's connection).
+const READS_AT_ONCE: usize = 64;
 
 /// Figures summed over every node.
 #[derive(Debug, Serialize, ToSchema)]
@@ -30,6 +35,45 @@ pub(crate) struct ClusterFigures {
     /// Conversations whose webhook deliveries wait for a retry (null when this node cannot read
     /// the webhook queues).
     webhook_backlog: Option<u64>,
+    #[serde(flatten)]
+    traffic: ClusterTraffic,
+}
+
+/// Call figures summed over the nodes whose entries have not lapsed, each as it last wrote
+/// them (every `server.stats_flush_ms`).
+#[derive(Debug, Default, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ClusterTraffic {
+    /// The sum of each node's finished calls and describes a second over the 10 whole seconds
+    /// before its last write.
+    calls_per_second: f64,
+    /// Finished calls and describes by outcome status, since each node started.
+    calls: BTreeMap<String, u64>,
+    /// Agent requests answered with a problem, by its code, since each node started.
+    refusals: BTreeMap<String, u64>,
+    /// How many nodes' entries were summed.
+    nodes: u64,
+}
+
+impl ClusterTraffic {
+    fn add(&mut self, entries: &[TrafficEntry]) {
+        for e in entries {
+            self.calls_per_second += e.traffic.calls_per_second();
+            for (k, v) in &e.traffic.outcomes {
+                *self.calls.entry(k.clone()).or_default() += v;
+            }
+            for (k, v) in &e.traffic.refusals {
+                *self.refusals.entry(k.clone()).or_default() += v;
+            }
+            self.nodes += 1;
+        }
+    }
+
+    fn of(entries: &[TrafficEntry]) -> Self {
+        let mut t = ClusterTraffic::default();
+        t.add(entries);
+        t
+    }
 }
 
 /// Figures of the node that answered, since it started.
@@ -84,11 +128,13 @@ pub(crate) struct TenantLine {
     connections: u64,
     /// This node's conversations of the tenant.
     conversations: u64,
-    /// This node's finished calls a second.
+    /// Cluster-wide finished calls a second, as [`ClusterTraffic::calls_per_second`].
     calls_per_second: f64,
+    /// This node's finished calls a second, over the last 10 whole seconds.
+    node_calls_per_second: f64,
 }
 
-/// The whole cluster's page sockets and this node's totals.
+/// The whole cluster's page sockets and calls, over every tenant.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ClusterTotals {
@@ -96,6 +142,10 @@ pub(crate) struct ClusterTotals {
     tenants: u64,
     /// Connections of every tenant on every live node.
     connections: u64,
+    /// Call figures of every tenant, as [`ClusterTraffic`] (`nodes`: the most nodes summed
+    /// for one tenant).
+    #[serde(flatten)]
+    traffic: ClusterTraffic,
 }
 
 /// `GET /admin/v1/stats`' answer.
@@ -113,8 +163,8 @@ pub(crate) struct ClusterStats {
     tenants: Vec<TenantLine>,
 }
 
-/// `GET /admin/v1/tenants/{id}/stats`: a tenant's connections and webhook backlog
-/// (cluster-wide), conversations, call rate, outcomes and refusals (this node).
+/// `GET /admin/v1/tenants/{id}/stats`: a tenant's connections, webhook backlog, call rate,
+/// outcomes and refusals cluster-wide, and this node's conversations and call figures.
 #[utoipa::path(get, path = "/admin/v1/tenants/{id}/stats", tag = "admin",
     params(crate::admin_doc::TenantId),
     responses((status = 200, description = "The tenant's live figures", body = TenantStats), crate::http::doc::Problems),
@@ -129,25 +179,32 @@ pub(crate) async fn tenant_stats(
     if app.tenants.get(&id).is_none() {
         return Err(Problem::not_found("Tenant"));
     }
-    let connections = app.broker.tenant_connections(&id).await?;
-    let webhook_backlog = match &s.0.webhooks {
-        Some(q) => Some(q.0.depth(&id).await?),
-        None => None,
+    let backlog = async {
+        match &s.0.webhooks {
+            Some(q) => q.0.depth(&id).await.map(Some),
+            None => Ok(None),
+        }
     };
+    let (connections, traffic, webhook_backlog) = tokio::try_join!(
+        app.broker.tenant_connections(&id),
+        app.broker.traffic(&id),
+        backlog
+    )?;
     Ok(axum::Json(TenantStats {
         node_id: app.broker.node_id().to_owned(),
         at: rfc3339(now_ms()),
         cluster: ClusterFigures {
             connections,
             webhook_backlog,
+            traffic: ClusterTraffic::of(&traffic),
         },
         node: NodeFigures::of(app.registry.conversations(&id), app.traffic.view(&id)),
         tenant: id,
     }))
 }
 
-/// `GET /admin/v1/stats`: every tenant's connections (cluster-wide), and this node's
-/// conversations and calls, per tenant and in total.
+/// `GET /admin/v1/stats`: every tenant's connections and call figures (cluster-wide), and this
+/// node's conversations and calls, per tenant and in total.
 #[utoipa::path(get, path = "/admin/v1/stats", tag = "admin",
     responses((status = 200, description = "Every tenant's figures and the totals", body = ClusterStats), crate::http::doc::Problems),
     security(("adminKey" = [])))]
@@ -159,27 +216,33 @@ pub(crate) async fn cluster_stats(
     let snapshot = app.tenants.snapshot();
     let mut ids: Vec<String> = snapshot.all().map(|t| t.id.clone()).collect();
     ids.sort();
-    let counts: Vec<Result<u64, toolmark_broker::BrokerError>> =
-        futures_util::stream::iter(ids.clone())
-            .map(|id| {
-                let broker = Arc::clone(&app.broker);
-                async move { broker.tenant_connections(&id).await }
-            })
-            .buffered(READS_AT_ONCE)
-            .collect()
-            .await;
+    type Read = Result<(u64, Vec<TrafficEntry>), toolmark_broker::BrokerError>;
+    let reads: Vec<Read> = futures_util::stream::iter(ids.clone())
+        .map(|id| {
+            let broker = Arc::clone(&app.broker);
+            async move { tokio::try_join!(broker.tenant_connections(&id), broker.traffic(&id)) }
+        })
+        .buffered(READS_AT_ONCE)
+        .collect()
+        .await;
     let mut total = TrafficView::default();
+    let mut cluster = ClusterTraffic::default();
     let mut tenants = Vec::with_capacity(ids.len());
     let mut connections = 0;
-    for (id, n) in ids.into_iter().zip(counts) {
-        let n = n?;
+    for (id, read) in ids.into_iter().zip(reads) {
+        let (n, entries) = read?;
         let t = app.traffic.view(&id);
         total.add(&t);
         connections += n;
+        let of_tenant = ClusterTraffic::of(&entries);
+        let nodes = cluster.nodes.max(of_tenant.nodes);
+        cluster.add(&entries);
+        cluster.nodes = nodes;
         tenants.push(TenantLine {
             connections: n,
             conversations: app.registry.conversations(&id),
-            calls_per_second: t.calls_per_second,
+            calls_per_second: of_tenant.calls_per_second,
+            node_calls_per_second: t.calls_per_second,
             id,
         });
     }
@@ -189,6 +252,7 @@ pub(crate) async fn cluster_stats(
         cluster: ClusterTotals {
             tenants: tenants.len() as u64,
             connections,
+            traffic: cluster,
         },
         node: NodeFigures::of(app.registry.conversations_total(), total),
         tenants,

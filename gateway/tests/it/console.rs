@@ -84,6 +84,13 @@ async fn a_tenants_stats_move_as_its_page_connects_and_its_calls_are_made() {
     )
     .await;
 
+    // The cluster's figures are the nodes' written entries: this node's, within a flush.
+    until("the cluster's figures hold the calls", || async {
+        let s = stats(gw, "stat-one").await;
+        s["cluster"]["calls"] == json!({"ok": 3}) && s["cluster"]["nodes"] == 1
+    })
+    .await;
+
     // The summary lists the tenant with the same figures, and sums them.
     let all = admin(gw, "GET", "/admin/v1/stats", None).await;
     assert_eq!(all.status, 200, "{}", all.body);

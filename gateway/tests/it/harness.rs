@@ -192,6 +192,15 @@ impl Gateway {
 
     /// [`Gateway::start_admin_nodes`] with every node's `server.public_url` set to `public`.
     pub async fn start_admin_nodes_at(n: usize, public: Option<&str>) -> Vec<Gateway> {
+        Self::start_admin_nodes_env(n, public, &[]).await
+    }
+
+    /// [`Gateway::start_admin_nodes_at`] with `env` (`TOOLMARK_…` variables) over the config.
+    pub async fn start_admin_nodes_env(
+        n: usize,
+        public: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Vec<Gateway> {
         let broker = match (toolmark_testkit::redis::mode(), n) {
             (toolmark_testkit::redis::Mode::Memory, 1) => String::new(),
             _ => redis_broker(&toolmark_testkit::redis::shared_url(), &fresh_prefix()),
@@ -207,7 +216,8 @@ impl Gateway {
                 node_id: Some(format!("node-{}", i + 1)),
                 ..Overrides::default()
             };
-            let config = Settings::load(&text, [], &overrides).expect("test config is valid");
+            let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+            let config = Settings::load(&text, env, &overrides).expect("test config is valid");
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();

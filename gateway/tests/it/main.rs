@@ -6,6 +6,7 @@ mod agent;
 mod agent_api;
 mod binary;
 mod callers;
+mod cluster_stats;
 mod console;
 mod echo_inbound;
 mod faults;

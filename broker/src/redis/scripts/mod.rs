@@ -124,8 +124,13 @@ pub static WEBHOOK_POP: Lua = Lua::new("webhook_pop", lua!("webhook_pop"));
 /// `webhook_reschedule.lua`: [`WebhookReschedule`].
 pub static WEBHOOK_RESCHEDULE: Lua = Lua::new("webhook_reschedule", lua!("webhook_reschedule"));
 
+/// `traffic_put.lua`: [`TrafficPut`].
+pub static TRAFFIC_PUT: Lua = Lua::new("traffic_put", lua!("traffic_put"));
+/// `traffic_read.lua`: [`TrafficRead`].
+pub static TRAFFIC_READ: Lua = Lua::new("traffic_read", lua!("traffic_read"));
+
 /// Every script, loaded on every primary before the node uses them.
-pub static ALL: [&Lua; 28] = [
+pub static ALL: [&Lua; 30] = [
     &BIND,
     &PLACE,
     &RESULT,
@@ -154,6 +159,8 @@ pub static ALL: [&Lua; 28] = [
     &WEBHOOK_TAKE_DUE,
     &WEBHOOK_POP,
     &WEBHOOK_RESCHEDULE,
+    &TRAFFIC_PUT,
+    &TRAFFIC_READ,
 ];
 
 /// The arguments of one script.

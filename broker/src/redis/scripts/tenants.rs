@@ -1,7 +1,10 @@
 //! The arguments of the scripts of tenants and leases: a tenant's rate, its event stream, its
-//! catalog record, its counted sessions; a lease given back.
+//! catalog record, its counted sessions, its nodes' traffic entries; a lease given back.
 
-use super::{CATALOG_PUT, CATALOG_REMOVE, EMIT, GCRA, Lua, PLACES, RELEASE, ScriptArgs};
+use super::{
+    CATALOG_PUT, CATALOG_REMOVE, EMIT, GCRA, Lua, PLACES, RELEASE, ScriptArgs, TRAFFIC_PUT,
+    TRAFFIC_READ,
+};
 
 /// `gcra.lua`: calls of a tenant's rate given back, then taken.
 #[derive(Debug, Clone)]
@@ -188,5 +191,48 @@ impl ScriptArgs for Places {
                 self.ttl.to_string(),
             ],
         )
+    }
+}
+
+/// `traffic_put.lua`: this node's traffic entry of a tenant written, lapsed ones dropped.
+#[derive(Debug, Clone)]
+pub struct TrafficPut {
+    /// KEYS: the tenant's traffic hash.
+    pub traffic: String,
+    /// This node's id.
+    pub node: String,
+    /// The entry's JSON.
+    pub body: String,
+    /// How long it lives, ms.
+    pub ttl: i64,
+}
+
+impl ScriptArgs for TrafficPut {
+    fn lua() -> &'static Lua {
+        &TRAFFIC_PUT
+    }
+
+    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
+        (
+            vec![self.traffic],
+            vec![self.node, self.body, self.ttl.to_string()],
+        )
+    }
+}
+
+/// `traffic_read.lua`: every node's traffic entry of a tenant, with Redis's time.
+#[derive(Debug, Clone)]
+pub struct TrafficRead {
+    /// KEYS: the tenant's traffic hash.
+    pub traffic: String,
+}
+
+impl ScriptArgs for TrafficRead {
+    fn lua() -> &'static Lua {
+        &TRAFFIC_READ
+    }
+
+    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
+        (vec![self.traffic], Vec::new())
     }
 }
