@@ -33,7 +33,7 @@ pub fn of_call(id: &str) -> u16 {
     }
 }
 
-/// A fresh call id for a call of `conv`: a version 4 UUID from the OS random source whose last
+/// A fresh call id for a call of `conv`: a version 4 UUID from the OS-seeded CSPRNG whose last
 /// six bits name the conversation's partition; 116 bits stay random (Security MUST 6 asks for
 /// unguessable ids, and the version and variant bits are untouched).
 pub fn new_call_id(conv: &ConvKey) -> String {

@@ -1,9 +1,11 @@
-//! Id minting and checks. Call ids are RFC 4122 version 4 UUIDs from the OS random source
-//! (122 random bits), never counters (Security MUST 6).
+//! Id minting and checks. Call ids are RFC 4122 version 4 UUIDs (122 random bits) from a
+//! cryptographically secure generator seeded by the OS (rand's thread-local ChaCha12, reseeded
+//! from the OS every 64 KiB of output, so no system call per id), never counters (Security
+//! MUST 6).
 
 use uuid::Uuid;
 
-/// A fresh call or describe id: a lowercase hyphenated UUID v4 from the OS random source.
+/// A fresh call or describe id: a lowercase hyphenated UUID v4 from the OS-seeded CSPRNG.
 pub fn new_call_id() -> String {
     Uuid::new_v4().hyphenated().to_string()
 }
