@@ -24,9 +24,16 @@ const HAS_RESOLUTION: u8 = 1 << 7;
 
 /// A record packed for keeping. `own_node` is the broker's node id, left out of the bytes when
 /// the binding names it. The call id is the table's key, not part of the bytes.
+#[cfg(test)]
 pub(super) fn pack(record: &CallRecord, own_node: &str) -> Box<[u8]> {
+    let mut out = Vec::new();
+    pack_into(&mut out, record, own_node);
+    out.into_boxed_slice()
+}
+
+/// [`pack`], appended to `out`.
+pub(super) fn pack_into(out: &mut Vec<u8>, record: &CallRecord, own_node: &str) {
     let b = &record.binding;
-    let mut out = Vec::with_capacity(160);
     let mut flags = match record.state {
         CallState::Pending => 0,
         CallState::Answered => ANSWERED,
@@ -51,24 +58,23 @@ pub(super) fn pack(record: &CallRecord, own_node: &str) -> Box<[u8]> {
         flags |= HAS_RESOLUTION;
     }
     out.push(flags);
-    put_str(&mut out, &b.conv.tenant);
-    put_str(&mut out, &b.conv.user);
-    put_str(&mut out, &b.conv.conversation);
-    put_str(&mut out, &b.client_id);
-    put_str(&mut out, &b.tool);
-    put_varint(&mut out, b.deadline_ms);
+    put_str(out, &b.conv.tenant);
+    put_str(out, &b.conv.user);
+    put_str(out, &b.conv.conversation);
+    put_str(out, &b.client_id);
+    put_str(out, &b.tool);
+    put_varint(out, b.deadline_ms);
     if b.node != own_node {
-        put_str(&mut out, &b.node);
+        put_str(out, &b.node);
     }
-    put_caller(&mut out, b.caller.as_ref());
+    put_caller(out, b.caller.as_ref());
     if let Some(o) = &record.outcome {
-        put_outcome(&mut out, o);
+        put_outcome(out, o);
     }
     if let Some(r) = &record.resolution {
-        put_varint(&mut out, r.at_ms);
-        put_json(&mut out, &r.outcome);
+        put_varint(out, r.at_ms);
+        put_json(out, &r.outcome);
     }
-    out.into_boxed_slice()
 }
 
 /// The record `packed` stands for, call `id`; `None` only for bytes [`pack`] did not write.
