@@ -68,16 +68,7 @@ impl Calls for MemoryBroker {
                 return Err(SubmitError::Rejected(Rejection::UnknownId));
             };
             let same_outcome = r.outcome.as_ref() == Some(&Outcome::Result(result.clone()));
-            let found = if r.binding.conv == from.conv {
-                Found::Here(model::CallFacts {
-                    client_id: &r.binding.client_id,
-                    state: r.state,
-                    deadline_ms: r.binding.deadline_ms,
-                })
-            } else {
-                Found::Elsewhere
-            };
-            model::check_result_again(found, &from.client_id, received_ms, same_outcome)
+            model::check_result_again(found(r, from), &from.client_id, received_ms, same_outcome)
                 .map_err(SubmitError::Rejected)?;
             if r.state == CallState::Answered {
                 return Ok(());
@@ -143,7 +134,7 @@ impl Calls for MemoryBroker {
         let p = match entry {
             CallEntry::Pending(p) if p.record.binding.conv.tenant == tenant => p,
             CallEntry::Pending(_) => return Ok(Watch::Unknown),
-            CallEntry::Finished { .. } => {
+            CallEntry::Finished(_) => {
                 return Ok(match entry.record(id, &self.node) {
                     Some(r) if r.binding.conv.tenant == tenant => {
                         r.outcome.map_or(Watch::Unknown, Watch::Ended)
@@ -183,6 +174,19 @@ impl Calls for MemoryBroker {
     }
 }
 
+/// What the model judges a result for call `r` by, from page `from`.
+fn found<'a>(r: &'a CallRecord, from: &PageIdentity) -> Found<model::CallFacts<'a>> {
+    if r.binding.conv == from.conv {
+        Found::Here(model::CallFacts {
+            client_id: &r.binding.client_id,
+            state: r.state,
+            deadline_ms: r.binding.deadline_ms,
+        })
+    } else {
+        Found::Elsewhere
+    }
+}
+
 impl MemoryBroker {
     /// A page's result judged as at `now_ms` ([`model::check_result`]), recorded and told.
     fn answer(
@@ -197,36 +201,22 @@ impl MemoryBroker {
             let Some(entry) = calls.get_mut(&CallKey::of(id)) else {
                 return Err(SubmitError::Rejected(Rejection::UnknownId));
             };
+            let decoded;
+            let r = match &*entry {
+                CallEntry::Pending(p) => &p.record,
+                CallEntry::Finished(_) => {
+                    decoded = entry
+                        .record(id, &self.node)
+                        .ok_or(SubmitError::Rejected(Rejection::UnknownId))?;
+                    &decoded
+                }
+            };
+            model::check_result(found(r, from), &from.client_id, now_ms)
+                .map_err(SubmitError::Rejected)?;
+            // Only a pending call passes the check: a finished one is late or a duplicate.
             let CallEntry::Pending(p) = entry else {
-                // Finished: `check_result` rejects it (late, duplicate or not this page's).
-                let r = entry
-                    .record(id, &self.node)
-                    .ok_or(SubmitError::Rejected(Rejection::UnknownId))?;
-                let b = &r.binding;
-                let found = if b.conv == from.conv {
-                    Found::Here(model::CallFacts {
-                        client_id: &b.client_id,
-                        state: r.state,
-                        deadline_ms: b.deadline_ms,
-                    })
-                } else {
-                    Found::Elsewhere
-                };
-                model::check_result(found, &from.client_id, now_ms)
-                    .map_err(SubmitError::Rejected)?;
-                return Err(SubmitError::Rejected(Rejection::UnknownId));
+                return Err(SubmitError::Rejected(Rejection::Duplicate));
             };
-            let b = &p.record.binding;
-            let found = if b.conv == from.conv {
-                Found::Here(model::CallFacts {
-                    client_id: &b.client_id,
-                    state: p.record.state,
-                    deadline_ms: b.deadline_ms,
-                })
-            } else {
-                Found::Elsewhere
-            };
-            model::check_result(found, &from.client_id, now_ms).map_err(SubmitError::Rejected)?;
             p.record.state = CallState::Answered;
             p.record.outcome = Some(Outcome::Result(result.clone()));
             // A call awaiting its confirmation is kept as long as the confirmation can be.
