@@ -38,17 +38,18 @@ base_target="${BASE_TARGET_DIR:-$root/target/bench-compare-base}"
 (cd "$root" && "$cargo" build --release --locked -p toolmark-gateway -p toolmark-loadgen)
 
 mkdir -p "$out"
+head_target="${CARGO_TARGET_DIR:-$root/target}"
 run() { # $1 label, $2 commit, $3 target dir, $4 round, $5 the API key's policy
     echo "bench-compare: round $4, $1 ($2)${5:+ key policy $5}" >&2
     LT_KEY_POLICY="$5" BENCH_COMMIT="$2" CARGO_TARGET_DIR="$3" SKIP_BUILD=1 OUT="$out/$1-$4" CHART="$work/chart.svg" \
-        LOADGEN_BIN="$root/target/release/toolmark-loadgen" "$root/load-tests/bench.sh"
+        LOADGEN_BIN="$head_target/release/toolmark-loadgen" "$root/load-tests/bench.sh"
 }
 for r in $(seq "$rounds"); do
     if (( r % 2 )); then
         run base "$base_commit" "$base_target" "$r" "${BASE_KEY_POLICY:-}"
-        run head "$head_commit" "$root/target" "$r" "${HEAD_KEY_POLICY:-}"
+        run head "$head_commit" "$head_target" "$r" "${HEAD_KEY_POLICY:-}"
     else
-        run head "$head_commit" "$root/target" "$r" "${HEAD_KEY_POLICY:-}"
+        run head "$head_commit" "$head_target" "$r" "${HEAD_KEY_POLICY:-}"
         run base "$base_commit" "$base_target" "$r" "${BASE_KEY_POLICY:-}"
     fi
 done
@@ -82,6 +83,8 @@ def figures(path):
             f["redis scripts per cross-node call"] = r.get("redis_scripts_per_call")
             f["redis bytes per finished call"] = r.get("redis_bytes_per_finished_call")
             f["sharded channels, two nodes, 1,000 pages"] = r.get("sharded_channels_two_nodes_1000_pages")
+        elif stage == "finished-calls":
+            f[f"memory broker RSS bytes per finished call ({r.get('sent')} calls)"] = r.get("rss_bytes_per_finished_call")
         elif stage == "handshakes":
             for k in ("setup_p50_us", "setup_p99_us", "setup_max_us", "setups_over_900ms", "listen_drops", "listen_backlog",
                       "gateway_cpu_us_per_setup", "gateway_context_switches_per_setup"):

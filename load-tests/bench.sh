@@ -18,6 +18,10 @@
 #          node 1 drained (drain timeout STORM_DRAIN_TIMEOUT_MS, 10000): time until every page
 #          is back on node 2, how every call ended, and how many page releases and events the
 #          draining node failed to record in Redis (its log's warnings)
+#   finished-calls  FINISHED_RATE (2000) calls/s for FINISHED_SECS (20) through one node on the
+#          memory broker, 1,000 pages: the node's RSS before the first call (pages connected)
+#          and 3 s after the last, over the calls made: what a finished call keeps for its
+#          retention (5 min, so every call of the run is still kept)
 #   reloads  one open conversation whose page reloads RELOADS (3000) times with a
 #          RELOAD_MANIFEST_BYTES (10240) manifest: the node's RSS per reload on the memory broker,
 #          and on Redis its used_memory per reload beside the node's RSS
@@ -212,6 +216,38 @@ PY
         echo "== calls across nodes: $sweep" >&2
         sweep_rates "$node1" "$node2" "$out/cross-node.jsonl" "${costs[@]}"
         while read -r l; do record cross "$l"; done <"$out/cross-node.jsonl"
+        stop_all
+        ;;
+    finished-calls)
+        lt_write_config memory
+        lt_start_node finished-calls
+        quiet_machine
+        echo "== finished calls on the memory broker: ${FINISHED_RATE:-2000}/s for ${FINISHED_SECS:-20} s" >&2
+        loadgen calls --url "$lt_node_url" --pages 1000 --rate "${FINISHED_RATE:-2000}" \
+            --duration-secs "${FINISHED_SECS:-20}" --pause-before-secs 2 --gateway-pid "$lt_node_pid" \
+            >"$lt_work/finished.out" 2>"$lt_work/finished.err" &
+        lg=$!
+        until grep -q pausing "$lt_work/finished.err" 2>/dev/null; do
+            kill -0 "$lg" 2>/dev/null || { cat "$lt_work/finished.err" >&2; exit 1; }
+            sleep 0.1
+        done
+        vm_rss() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$lt_node_pid/status"; }
+        rss_before="$(vm_rss)"
+        wait "$lg"
+        # The last answers are in; the node settles (no call is pending any more).
+        sleep 3
+        rss_after="$(vm_rss)"
+        res="$(python3 - "$(head -1 "$lt_work/finished.out")" "$rss_before" "$rss_after" <<'PY'
+import json, sys
+line = json.loads(sys.argv[1])
+before, after = int(sys.argv[2]), int(sys.argv[3])
+line.update({"broker": "memory", "rss_before_kib": before, "rss_after_kib": after,
+             "rss_bytes_per_finished_call": round((after - before) * 1024 / line["sent"])})
+print(json.dumps(line))
+PY
+)"
+        echo "$res"
+        record finished-calls "$res"
         stop_all
         ;;
     reloads)

@@ -29,14 +29,13 @@ impl Calls for MemoryBroker {
                 resolution: None,
             };
             self.calls.shard(&record.binding.id).insert(
-                record.binding.id.clone(),
-                CallEntry {
+                CallKey::of(&record.binding.id),
+                CallEntry::Pending(Box::new(PendingCall {
                     record,
                     waiter: Some(tx),
                     watchers: Vec::new(),
-                    kept_until: None,
                     frame: Arc::clone(&frame),
-                },
+                })),
             );
         }
         self.sink.deliver(&conv, &client_id, frame);
@@ -60,22 +59,16 @@ impl Calls for MemoryBroker {
         received_ms: u64,
     ) -> Result<(), SubmitError> {
         {
-            let calls = self.calls.shard(id);
-            let Some(entry) = calls.get(id) else {
+            let record = self
+                .calls
+                .shard(id)
+                .get(&CallKey::of(id))
+                .and_then(|e| e.record(id, &self.node));
+            let Some(r) = &record else {
                 return Err(SubmitError::Rejected(Rejection::UnknownId));
             };
-            let r = &entry.record;
             let same_outcome = r.outcome.as_ref() == Some(&Outcome::Result(result.clone()));
-            let found = if r.binding.conv == from.conv {
-                Found::Here(model::CallFacts {
-                    client_id: &r.binding.client_id,
-                    state: r.state,
-                    deadline_ms: r.binding.deadline_ms,
-                })
-            } else {
-                Found::Elsewhere
-            };
-            model::check_result_again(found, &from.client_id, received_ms, same_outcome)
+            model::check_result_again(found(r, from), &from.client_id, received_ms, same_outcome)
                 .map_err(SubmitError::Rejected)?;
             if r.state == CallState::Answered {
                 return Ok(());
@@ -87,17 +80,23 @@ impl Calls for MemoryBroker {
     async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError> {
         let (record, waiter) = {
             let mut calls = self.calls.shard(id);
-            let Some(entry) = calls.get_mut(id) else {
+            let Some(entry) = calls.get_mut(&CallKey::of(id)) else {
                 return Ok(None);
             };
-            if entry.record.binding.conv != *conv || entry.record.state != CallState::Pending {
+            let CallEntry::Pending(p) = entry else {
+                return Ok(None);
+            };
+            if p.record.binding.conv != *conv {
                 return Ok(None);
             }
-            entry.record.state = CallState::TimedOut;
-            entry.record.outcome = Some(Outcome::Timeout);
-            entry.kept_until = Some(Instant::now() + self.retention.finished_calls);
-            self.announce_now(&crate::Change::Call(entry.record.clone()));
-            (entry.record.clone(), entry.listeners())
+            p.record.state = CallState::TimedOut;
+            p.record.outcome = Some(Outcome::Timeout);
+            let record = p.record.clone();
+            let listeners = p.listeners();
+            self.announce_now(&crate::Change::Call(record.clone()));
+            let kept_until = Instant::now() + self.retention.finished_calls;
+            *entry = CallEntry::finished(&record, kept_until, &self.node);
+            (record, listeners)
         };
         tell(waiter, &Outcome::Timeout);
         let b = &record.binding;
@@ -122,25 +121,31 @@ impl Calls for MemoryBroker {
         Ok(self
             .calls
             .shard(id)
-            .get(id)
-            .filter(|e| e.record.binding.conv.tenant == tenant)
-            .map(|e| e.record.clone()))
+            .get(&CallKey::of(id))
+            .and_then(|e| e.record(id, &self.node))
+            .filter(|r| r.binding.conv.tenant == tenant))
     }
 
     async fn watch(&self, tenant: &str, id: &str) -> Result<Watch, BrokerError> {
         let mut calls = self.calls.shard(id);
-        let Some(entry) = calls
-            .get_mut(id)
-            .filter(|e| e.record.binding.conv.tenant == tenant)
-        else {
+        let Some(entry) = calls.get_mut(&CallKey::of(id)) else {
             return Ok(Watch::Unknown);
         };
-        if let Some(o) = &entry.record.outcome {
-            return Ok(Watch::Ended(o.clone()));
-        }
+        let p = match entry {
+            CallEntry::Pending(p) if p.record.binding.conv.tenant == tenant => p,
+            CallEntry::Pending(_) => return Ok(Watch::Unknown),
+            CallEntry::Finished(_) => {
+                return Ok(match entry.record(id, &self.node) {
+                    Some(r) if r.binding.conv.tenant == tenant => {
+                        r.outcome.map_or(Watch::Unknown, Watch::Ended)
+                    }
+                    _ => Watch::Unknown,
+                });
+            }
+        };
         let (tx, rx) = oneshot::channel();
-        entry.watchers.retain(|w| !w.is_closed());
-        entry.watchers.push(tx);
+        p.watchers.retain(|w| !w.is_closed());
+        p.watchers.push(tx);
         Ok(Watch::Pending(rx))
     }
 
@@ -153,10 +158,8 @@ impl Calls for MemoryBroker {
         let mut frames = Vec::new();
         let mut done = Vec::new();
         for id in ids {
-            match self.calls.shard(&id).get(&id) {
-                Some(e) if e.record.state == CallState::Pending => {
-                    frames.push(Arc::clone(&e.frame))
-                }
+            match self.calls.shard(&id).get(&CallKey::of(&id)) {
+                Some(CallEntry::Pending(p)) => frames.push(Arc::clone(&p.frame)),
                 _ => done.push(id),
             }
         }
@@ -171,6 +174,19 @@ impl Calls for MemoryBroker {
     }
 }
 
+/// What the model judges a result for call `r` by, from page `from`.
+fn found<'a>(r: &'a CallRecord, from: &PageIdentity) -> Found<model::CallFacts<'a>> {
+    if r.binding.conv == from.conv {
+        Found::Here(model::CallFacts {
+            client_id: &r.binding.client_id,
+            state: r.state,
+            deadline_ms: r.binding.deadline_ms,
+        })
+    } else {
+        Found::Elsewhere
+    }
+}
+
 impl MemoryBroker {
     /// A page's result judged as at `now_ms` ([`model::check_result`]), recorded and told.
     fn answer(
@@ -182,34 +198,39 @@ impl MemoryBroker {
     ) -> Result<CallRecord, SubmitError> {
         let (record, waiter) = {
             let mut calls = self.calls.shard(id);
-            let Some(entry) = calls.get_mut(id) else {
+            let Some(entry) = calls.get_mut(&CallKey::of(id)) else {
                 return Err(SubmitError::Rejected(Rejection::UnknownId));
             };
-            let b = &entry.record.binding;
-            let found = if b.conv == from.conv {
-                Found::Here(model::CallFacts {
-                    client_id: &b.client_id,
-                    state: entry.record.state,
-                    deadline_ms: b.deadline_ms,
-                })
-            } else {
-                Found::Elsewhere
+            let decoded;
+            let r = match &*entry {
+                CallEntry::Pending(p) => &p.record,
+                CallEntry::Finished(_) => {
+                    decoded = entry
+                        .record(id, &self.node)
+                        .ok_or(SubmitError::Rejected(Rejection::UnknownId))?;
+                    &decoded
+                }
             };
-            model::check_result(found, &from.client_id, now_ms).map_err(SubmitError::Rejected)?;
-            entry.record.state = CallState::Answered;
-            entry.record.outcome = Some(Outcome::Result(result.clone()));
+            model::check_result(found(r, from), &from.client_id, now_ms)
+                .map_err(SubmitError::Rejected)?;
+            // Only a pending call passes the check: a finished one is late or a duplicate.
+            let CallEntry::Pending(p) = entry else {
+                return Err(SubmitError::Rejected(Rejection::Duplicate));
+            };
+            p.record.state = CallState::Answered;
+            p.record.outcome = Some(Outcome::Result(result.clone()));
             // A call awaiting its confirmation is kept as long as the confirmation can be.
             let kept_for = if result.confirm_id().is_some() {
                 self.retention.confirmations
             } else {
                 self.retention.finished_calls
             };
-            entry.kept_until = Some(Instant::now() + kept_for);
-            let waiter = entry.listeners();
-            let record = entry.record.clone();
+            let waiter = p.listeners();
+            let record = p.record.clone();
             if record.binding.respond_async {
                 self.announce_now(&crate::Change::Call(record.clone()));
             }
+            *entry = CallEntry::finished(&record, Instant::now() + kept_for, &self.node);
             (record, waiter)
         };
         // The confirmation's binding, once the call's shard is let go (confirmations, then a
@@ -238,5 +259,163 @@ impl MemoryBroker {
         }
         tell(waiter, &Outcome::Result(result));
         Ok(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use toolmark_proto::Call;
+    use toolmark_proto::codes::{CancelledBy, RefusedCode};
+
+    use super::*;
+    use crate::CallKind;
+
+    struct Nowhere;
+    impl PageSink for Nowhere {
+        fn deliver(&self, _: &ConvKey, _: &str, _: Arc<str>) {}
+    }
+
+    fn conv() -> ConvKey {
+        ConvKey::new("t", "u", "c")
+    }
+
+    async fn place(b: &MemoryBroker, id: &str, respond_async: bool) -> OutcomeWaiter {
+        let binding = CallBinding {
+            id: id.into(),
+            conv: conv(),
+            client_id: "p1".into(),
+            tool: "todo.add".into(),
+            kind: CallKind::Call,
+            deadline_ms: now_ms() + 60_000,
+            node: "n1".into(),
+            untrusted: true,
+            respond_async,
+            caller: Some(crate::CallerRef::McpToken {
+                id: "tok".into(),
+                api_key_id: "key".into(),
+            }),
+        };
+        let frame = AgentMessage::Call(Call {
+            client_id: "p1".into(),
+            id: id.into(),
+            rev: None,
+            tool: "todo.add".into(),
+            input: json!({}),
+        });
+        b.send_call(binding, frame).await.unwrap()
+    }
+
+    /// What every read of a finished call gives, in one value to compare.
+    async fn reads(b: &MemoryBroker, id: &str) -> (Option<CallRecord>, Option<Outcome>) {
+        let watched = match b.watch("t", id).await.unwrap() {
+            Watch::Ended(o) => Some(o),
+            _ => None,
+        };
+        (b.call("t", id).await.unwrap(), watched)
+    }
+
+    #[tokio::test]
+    async fn a_finished_call_reads_back_as_it_finished_for_every_outcome_kind() {
+        let b = MemoryBroker::new("n1", Arc::new(Nowhere));
+        let page = PageIdentity {
+            conv: conv(),
+            client_id: "p1".into(),
+        };
+        let results = [
+            ToolResult::Ok {
+                data: Some(json!({"n": 1, "s": "x\ny"})),
+            },
+            ToolResult::Invalid {
+                issues: vec![toolmark_proto::Issue {
+                    path: "n".into(),
+                    message: "too big".into(),
+                }],
+            },
+            ToolResult::Refused {
+                code: RefusedCode::Stale,
+                message: "changed".into(),
+                rev: Some(2),
+            },
+            ToolResult::NeedsConfirmation {
+                confirm_id: "conf-1".into(),
+                summary: "Add it".into(),
+                changes: None,
+            },
+            ToolResult::Cancelled {
+                by: CancelledBy::Signal,
+            },
+            ToolResult::Error {
+                message: "Tool failed".into(),
+            },
+        ];
+        for (i, result) in results.into_iter().enumerate() {
+            let id = format!("5a2c8b71-3d0e-4f5a-8b6c-7d8e9f0a1b{i:02}");
+            let waiter = place(&b, &id, i % 2 == 0).await;
+            let pending = b.call("t", &id).await.unwrap().unwrap();
+            let answered = b.submit_result(&page, &id, result.clone()).await.unwrap();
+            assert_eq!(waiter.await.unwrap(), Outcome::Result(result.clone()));
+            assert_eq!(
+                answered.binding, pending.binding,
+                "the caller and the rest kept"
+            );
+            assert_eq!(answered.state, CallState::Answered);
+            assert_eq!(
+                reads(&b, &id).await,
+                (
+                    Some(answered.clone()),
+                    Some(Outcome::Result(result.clone()))
+                )
+            );
+            // The same result again is taken, another is a duplicate.
+            b.submit_result_again(&page, &id, result.clone(), now_ms())
+                .await
+                .unwrap();
+            assert_eq!(
+                b.submit_result(&page, &id, ToolResult::Ok { data: None })
+                    .await
+                    .map(|_| ()),
+                Err(SubmitError::Rejected(Rejection::Duplicate))
+            );
+            if result.confirm_id().is_some() {
+                let final_outcome = ToolResult::Ok {
+                    data: Some(json!("done")),
+                };
+                let binding = b
+                    .submit_confirmed(&page, "conf-1", &final_outcome)
+                    .await
+                    .unwrap();
+                assert_eq!(binding.caller, pending.binding.caller);
+                let (record, _) = reads(&b, &id).await;
+                let record = record.unwrap();
+                let resolution = record.resolution.clone().unwrap();
+                assert_eq!(resolution.outcome, final_outcome);
+                assert!(resolution.at_ms >= answered.binding.deadline_ms - 60_000);
+                assert_eq!(
+                    CallRecord {
+                        resolution: None,
+                        ..record
+                    },
+                    answered
+                );
+            }
+        }
+        // A timeout: read back as the time-out returned it; a late result is late.
+        let id = "5a2c8b71-3d0e-4f5a-8b6c-7d8e9f0a1bff";
+        let waiter = place(&b, id, true).await;
+        let timed_out = b.time_out(&conv(), id).await.unwrap().unwrap();
+        assert_eq!(waiter.await.unwrap(), Outcome::Timeout);
+        assert_eq!(timed_out.state, CallState::TimedOut);
+        assert_eq!(
+            reads(&b, id).await,
+            (Some(timed_out), Some(Outcome::Timeout))
+        );
+        assert_eq!(
+            b.submit_result(&page, id, ToolResult::Ok { data: None })
+                .await
+                .map(|_| ()),
+            Err(SubmitError::Rejected(Rejection::Late))
+        );
+        assert!(b.pending_frames(&conv()).await.unwrap().is_empty());
     }
 }

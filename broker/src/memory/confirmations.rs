@@ -101,13 +101,18 @@ impl MemoryBroker {
     /// `retention.finished_calls` from now) and announced as `confirmation.resolved`, in one
     /// step under the call's shard (the caller holds the confirmations, taken first).
     fn resolve(&self, binding: &ConfirmBinding, outcome: ToolResult) {
-        let mut calls = self.calls.shard(&binding.call_id);
-        if let Some(entry) = calls.get_mut(&binding.call_id) {
-            entry.record.resolution = Some(crate::Resolution {
+        let id = &binding.call_id;
+        let mut calls = self.calls.shard(id);
+        if let Some(entry) = calls.get_mut(&CallKey::of(id))
+            && !entry.is_pending()
+            && let Some(mut record) = entry.record(id, &self.node)
+        {
+            record.resolution = Some(crate::Resolution {
                 outcome: outcome.clone(),
                 at_ms: now_ms(),
             });
-            entry.kept_until = Some(Instant::now() + self.retention.finished_calls);
+            let kept_until = Instant::now() + self.retention.finished_calls;
+            *entry = CallEntry::finished(&record, kept_until, &self.node);
         }
         self.announce_now(&crate::Change::Confirmation {
             binding: binding.clone(),

@@ -1,11 +1,13 @@
 //! The embedded broker: all shared state in one process, behind short `std` mutex sections
 //! (no `.await` while locked). Deliveries to pages go straight to the node's [`PageSink`].
 
+mod call_table;
 mod calls;
 mod catalog;
 mod confirmations;
 mod events;
 mod limits;
+mod packed;
 mod pages;
 mod recent;
 mod sessions;
@@ -31,29 +33,8 @@ use crate::{
 
 pub use crate::model::Retention;
 use crate::model::{self, ConfirmSweep, Found, Presence};
+use call_table::{CallEntry, CallKey, CallShards, PendingCall};
 use recent::{EMISSIONS_KEPT, Recent};
-
-struct CallEntry {
-    record: CallRecord,
-    waiter: Option<oneshot::Sender<Outcome>>,
-    /// Watchers of its outcome ([`Calls::watch`]).
-    watchers: Vec<oneshot::Sender<Outcome>>,
-    /// Until when a finished call is kept (`None` while pending): `retention.finished_calls`
-    /// after it finished, or, answered `needs_confirmation`, `retention.confirmations` and then
-    /// `retention.finished_calls` after its confirmation ended.
-    kept_until: Option<Instant>,
-    /// The frame sent, for a page that reconnects while the call is pending.
-    frame: Arc<str>,
-}
-
-impl CallEntry {
-    /// Everyone waiting for the outcome: the placing request and the watchers.
-    fn listeners(&mut self) -> Vec<oneshot::Sender<Outcome>> {
-        let mut all = std::mem::take(&mut self.watchers);
-        all.extend(self.waiter.take());
-        all
-    }
-}
 
 /// Hands `outcome` to each of `listeners`.
 fn tell(listeners: Vec<oneshot::Sender<Outcome>>, outcome: &Outcome) {
@@ -120,33 +101,6 @@ fn bound_gone(c: &mut Conv, grace: Duration, now: Instant) {
             c.left.remove(&id);
             c.manifests.remove(&id);
         }
-    }
-}
-
-/// Calls, sharded by id so that no single lock (or rehash of a huge map) stalls every call.
-struct CallShards {
-    shards: Vec<Mutex<HashMap<String, CallEntry>>>,
-    hasher: std::hash::RandomState,
-}
-
-const CALL_SHARDS: usize = 32;
-
-impl Default for CallShards {
-    fn default() -> Self {
-        CallShards {
-            shards: (0..CALL_SHARDS).map(|_| Mutex::default()).collect(),
-            hasher: std::hash::RandomState::new(),
-        }
-    }
-}
-
-impl CallShards {
-    fn shard(&self, id: &str) -> MutexGuard<'_, HashMap<String, CallEntry>> {
-        use std::hash::BuildHasher;
-        // The shard count is tiny, so the modulo result always fits in usize.
-        #[allow(clippy::cast_possible_truncation)]
-        let i = (self.hasher.hash_one(id) % CALL_SHARDS as u64) as usize;
-        lock(&self.shards[i])
     }
 }
 
@@ -309,23 +263,24 @@ impl MemoryBroker {
         let finished_for = self.retention.finished_calls;
         for shard in &self.calls.shards {
             let mut calls = lock(shard);
-            calls.retain(|_, e| e.kept_until.is_none_or(|t| now < t));
+            calls.retain(|_, e| e.kept_at(now));
             for e in calls.values_mut() {
-                if e.record.state == CallState::Pending
-                    && now_ms > e.record.binding.deadline_ms + model::millis(model::SWEEP_GRACE)
-                {
-                    e.record.state = CallState::TimedOut;
-                    e.record.outcome = Some(Outcome::Timeout);
-                    e.kept_until = Some(now + finished_for);
-                    tell(e.listeners(), &Outcome::Timeout);
-                    frames.push((
-                        e.record.binding.conv.clone(),
-                        e.record.binding.client_id.clone(),
-                        cancel_frame(&e.record.binding),
-                    ));
-                    self.announce_now(&crate::Change::Call(e.record.clone()));
-                    timed_out.push(e.record.clone());
+                let CallEntry::Pending(p) = e else { continue };
+                if now_ms <= p.record.binding.deadline_ms + model::millis(model::SWEEP_GRACE) {
+                    continue;
                 }
+                p.record.state = CallState::TimedOut;
+                p.record.outcome = Some(Outcome::Timeout);
+                tell(p.listeners(), &Outcome::Timeout);
+                frames.push((
+                    p.record.binding.conv.clone(),
+                    p.record.binding.client_id.clone(),
+                    cancel_frame(&p.record.binding),
+                ));
+                let record = p.record.clone();
+                self.announce_now(&crate::Change::Call(record.clone()));
+                *e = CallEntry::finished(&record, now + finished_for, &self.node);
+                timed_out.push(record);
             }
         }
         lock(&self.confirms).retain(|_, convs| {
@@ -340,8 +295,8 @@ impl MemoryBroker {
                 c.pending.retain(|id| {
                     self.calls
                         .shard(id)
-                        .get(id)
-                        .is_some_and(|e| e.record.state == CallState::Pending)
+                        .get(&CallKey::of(id))
+                        .is_some_and(CallEntry::is_pending)
                 });
             }
         }
