@@ -85,10 +85,6 @@ pub fn router(app: &AppState) -> Router<AppState> {
     let settings = app.hosted_mcp.clone();
     let mut config = StreamableHttpServerConfig::default()
         .with_sse_keep_alive(Some(KEEP_ALIVE))
-        // A stateless request whose first message is its answer gets it as one JSON body, not
-        // as an event stream (a handler that sends a notification first still streams): one
-        // write instead of a stream's head, event and end, and no keep-alive timer per call.
-        .with_json_response(true)
         .with_cancellation_token(app.life.stopping().child_token())
         .with_max_request_body_bytes(toolmark_config::MAX_FRAME_BYTES)
         // The gateway is reached under its public names; the bearer token is the guard here.
