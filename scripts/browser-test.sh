@@ -23,8 +23,10 @@ start_dev_gateway
 (cd gateway/tests/browser && BASE_URL="$dev_url" API_KEY="$dev_key" TENANT=dev node --test --test-concurrency=1 demo.test.mjs webmcp.test.mjs)
 stop_dev_gateway
 
-# The console: two nodes on one Redis, with an admin API; webhooks given up on after a second,
-# so that a dead letter appears while the test runs.
+# The console: two nodes on one Redis, with an admin API; call figures shared every 100 ms
+# (the shortest server.stats_flush_ms), so that the cluster-wide figures the test waits for
+# move within a poll; webhooks given up on after a second, so that a dead letter appears while
+# the test runs.
 command -v redis-server >/dev/null || { echo "browser-test: redis-server is missing; install with: apt-get install -y redis-server" >&2; exit 1; }
 console_work=$(mktemp -d)
 console_nodes=()
@@ -42,6 +44,7 @@ admin_key="tma_console_$(python3 -c 'import secrets; print(secrets.token_hex(16)
 cat >"$console_work/gateway.toml" <<TOML
 [server]
 run_jobs = true
+stats_flush_ms = 100
 
 [broker]
 kind = "redis"

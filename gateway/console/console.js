@@ -75,12 +75,22 @@ function show(view) {
     section.hidden = section.id !== `view-${view}`;
   }
   if (view === 'audit' && !state.streams.has('audit')) startAudit();
-  if (view === 'live') renderLive();
+  if (view === 'live') {
+    renderLive();
+    poll();
+  }
 }
 
+/** Reads the live figures; asked for while a read is running, it runs once more after it, so
+ * that what an action changed is read after the action, not before it. */
 async function poll() {
-  if (state.polling || !state.key) return;
+  if (!state.key) return;
+  if (state.polling) {
+    state.pollAgain = true;
+    return;
+  }
   state.polling = true;
+  state.pollAgain = false;
   try {
     const { data } = await api('GET', '/admin/v1/stats');
     takeStats(data);
@@ -94,6 +104,7 @@ async function poll() {
   } finally {
     state.polling = false;
   }
+  if (state.pollAgain) await poll();
 }
 
 function takeStats(stats) {
@@ -238,6 +249,7 @@ async function retry(tenant, dl) {
   try {
     await api('POST', `/admin/v1/tenants/${encodeURIComponent(tenant)}/webhooks/failed/${encodeURIComponent(dl)}/retry`);
     setStatus(`Dead letter ${dl} is back in its conversation's queue.`);
+    poll();
   } catch (err) {
     setStatus(`Dead letter ${dl} not retried: ${describe(err)}`);
   }
@@ -247,6 +259,7 @@ async function retry(tenant, dl) {
 // ---------------------------------------------------------------- start
 
 state.onUnauthorized = signOut;
+state.refresh = poll;
 $('sign-in-form').addEventListener('submit', signIn);
 $('sign-out').addEventListener('click', () => signOut('Signed out.'));
 $('create-form').addEventListener('submit', createTenant);

@@ -11,7 +11,10 @@ export const state = {
   poll: null,
   /** Called when the admin API refuses the key (signs the tab out). */
   onUnauthorized: null,
+  /** Reads the live figures again at once (after an action, rather than at the next poll). */
+  refresh: null,
   polling: false,
+  pollAgain: false, // a refresh asked for while a poll was running: run one more after it
   streams: new Map(), // name -> AbortController of a running event stream
   view: 'tenants',
 };

@@ -61,6 +61,7 @@ async function change(what, fn) {
     const result = await fn();
     setStatus(`${what}: done.`);
     await openTenant(id);
+    state.refresh?.();
     return result;
   } catch (err) {
     if (err instanceof ApiError && err.status === 412) {
@@ -262,6 +263,7 @@ function deleteZone(t) {
       $('tenant-detail').replaceChildren();
       setStatus(`Tenant ${t.id} deleted: its pages are closed and its keys refused on every node.`);
       await loadTenants();
+      state.refresh?.();
     } catch (err) {
       setStatus(`Tenant ${t.id} not deleted: ${describe(err)}`);
     }
@@ -297,6 +299,7 @@ export async function createTenant(event) {
     await openTenant(id);
     showSecrets(data.secrets);
     setStatus(`Tenant ${id} created.`);
+    state.refresh?.();
   } catch (err) {
     error.textContent = `Not created: ${describe(err)}`;
   }

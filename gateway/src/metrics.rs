@@ -345,8 +345,9 @@ impl Metrics {
         self.closes.get_or_create(&CodeLabel { code }).inc();
     }
 
-    /// Counts a finished call.
-    pub fn call_finished(&self, kind: &'static str, outcome: &'static str, seconds: f64) {
+    /// Counts a finished call (through `calls::finished`, which counts it in the tenant's
+    /// traffic too).
+    pub(crate) fn call_finished(&self, kind: &'static str, outcome: &'static str, seconds: f64) {
         self.calls
             .get_or_create(&CallLabels { kind, outcome })
             .inc();

@@ -112,8 +112,9 @@ impl Traffic {
         Arc::clone(all.entry(tenant.to_owned()).or_default())
     }
 
-    /// Counts a call or describe of `tenant` that finished with `status`.
-    pub fn call_finished(&self, tenant: &str, status: &'static str) {
+    /// Counts a call or describe of `tenant` that finished with `status` (through
+    /// `calls::finished`, which counts it in the metrics too).
+    pub(crate) fn call_finished(&self, tenant: &str, status: &'static str) {
         let now = self.second();
         let counts = self.counts(tenant);
         let mut c = counts.lock().unwrap_or_else(PoisonError::into_inner);

@@ -1,9 +1,11 @@
 //! The call engine, below both front doors (the agent API and the hosted MCP endpoint): a
 //! call's life from its `Idempotency-Key` claimed ([`once`]) to its start on the page ([`start`]:
 //! the deadline, the rate, the binding) and its supervision to the outcome ([`supervise`]),
-//! the key bound to the call, written its outcome or given back. The doors only parse what
-//! they were sent and render what the engine answers.
+//! counted once for the metrics and the admin stats ([`finished`]), the key bound to the call,
+//! written its outcome or given back. The doors only parse what they were sent and render what
+//! the engine answers.
 
+mod finished;
 mod follow;
 pub mod idempotency;
 mod once;

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 use toolmark_broker::retry::LONGEST_PAUSE;
-use toolmark_broker::{CallBinding, CallKind, CallRecord, Outcome};
+use toolmark_broker::{CallBinding, CallRecord, Outcome};
 
+use super::finished::count_finished;
 use super::idempotency::Bound;
 use crate::state::AppState;
 
@@ -106,17 +107,7 @@ pub(crate) async fn supervise(
             }
         }
     };
-    let kind = match binding.kind {
-        CallKind::Call => "call",
-        CallKind::Describe => "describe",
-    };
-    let status = match &outcome {
-        Outcome::Result(r) => r.status(),
-        Outcome::Timeout => "timeout",
-    };
-    app.metrics
-        .call_finished(kind, status, started.elapsed().as_secs_f64());
-    app.traffic.call_finished(&binding.conv.tenant, status);
+    let status = count_finished(&app, &binding, &outcome, started.elapsed());
     tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
     // A repeat of the request within 24 h answers with this outcome, even once the call itself
     // left the broker's retention.
@@ -169,9 +160,9 @@ async fn time_out_again(app: &AppState, binding: &CallBinding) {
 mod tests {
     use std::sync::Arc;
 
-    use toolmark_broker::PageIdentity;
     use toolmark_broker::memory::MemoryBroker;
     use toolmark_broker::prelude::*;
+    use toolmark_broker::{CallKind, PageIdentity};
     use toolmark_proto::ToolResult;
     use toolmark_proto::{AgentMessage, Describe, ids};
 

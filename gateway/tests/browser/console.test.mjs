@@ -27,7 +27,7 @@ const clientId = randomUUID();
 
 let browser;
 let page; // the console
-let pageTab; // a page of the tenant, on node 2's origin
+let pageTab; // a page of the tenant, on node 2's origin, in a browser of its own (a visitor's)
 const secrets = {};
 const pageProblems = [];
 
@@ -97,7 +97,9 @@ before(async () => {
   page.setDefaultTimeout(WAIT_MS);
   page.on('console', (msg) => msg.type() === 'error' && pageProblems.push(`console: ${msg.text()}`));
   page.on('pageerror', (err) => pageProblems.push(`pageerror: ${err.message}`));
-  pageTab = await context.newPage();
+  // Not a second tab beside the console: Chromium throttles a background tab's animation frames
+  // to one or two a second, and every click waits for two of them (the element must be stable).
+  pageTab = await (await browser.newContext()).newPage();
   pageTab.setDefaultTimeout(WAIT_MS);
 });
 

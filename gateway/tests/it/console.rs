@@ -72,22 +72,42 @@ async fn a_tenants_stats_move_as_its_page_connects_and_its_calls_are_made() {
         let pending = agent.call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
         answer_ok(&mut page, pending, "done").await;
     }
+    // A fourth the page leaves unanswered past its deadline.
+    let late = agent.call_later(
+        "u1",
+        "c1",
+        json!({"tool": "todo.add", "input": {}, "timeoutMs": 200}),
+    );
+    page.recv().await;
+    let late = late.await.unwrap();
+    assert_eq!(late.body["outcome"]["status"], "timeout", "{}", late.body);
     let s = stats(gw, "stat-one").await;
-    assert_eq!(s["node"]["calls"], json!({"ok": 3}), "{s}");
-    // Three calls in the last 10 s (whichever second they fell in, the window holds them
+    assert_eq!(s["node"]["calls"], json!({"ok": 3, "timeout": 1}), "{s}");
+    // The Prometheus series count the same calls, by the same outcomes, each with its time.
+    for (series, n) in [
+        ("toolmark_calls_total{kind=\"call\",outcome=\"ok\"}", 3.0),
+        (
+            "toolmark_calls_total{kind=\"call\",outcome=\"timeout\"}",
+            1.0,
+        ),
+        ("toolmark_call_duration_seconds_count", 4.0),
+    ] {
+        assert_eq!(gw.metric(series).await, n, "{series}");
+    }
+    // Four calls in the last 10 s (whichever second they fell in, the window holds them
     // until it moves past them).
     let rate = s["node"]["callsPerSecond"].as_f64().unwrap();
-    assert!((0.0..=0.3).contains(&rate), "{s}");
+    assert!((0.0..=0.4).contains(&rate), "{s}");
     until(
         "the rate counts the calls once their second is over",
-        || async { stats(gw, "stat-one").await["node"]["callsPerSecond"].as_f64() == Some(0.3) },
+        || async { stats(gw, "stat-one").await["node"]["callsPerSecond"].as_f64() == Some(0.4) },
     )
     .await;
 
     // The cluster's figures are the nodes' written entries: this node's, within a flush.
     until("the cluster's figures hold the calls", || async {
         let s = stats(gw, "stat-one").await;
-        s["cluster"]["calls"] == json!({"ok": 3}) && s["cluster"]["nodes"] == 1
+        s["cluster"]["calls"] == json!({"ok": 3, "timeout": 1}) && s["cluster"]["nodes"] == 1
     })
     .await;
 

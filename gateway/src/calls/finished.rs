@@ -1,0 +1,32 @@
+//! A finished call counted once, for everything that shows it: the Prometheus series
+//! (`toolmark_calls_total`, `toolmark_call_duration_seconds`) and the tenant's traffic the
+//! admin stats and the console read. One function feeds both, so the two cannot drift apart.
+//! Refusals (a request answered with a problem before any call started) are the traffic's
+//! alone: the HTTP metrics count them by route and status.
+
+use std::time::Duration;
+
+use toolmark_broker::{CallBinding, CallKind, Outcome};
+
+use crate::state::AppState;
+
+/// Counts the call of `binding`, finished with `outcome` after `took`; its outcome status
+/// (`ok`, `error`, `timeout`…), the label both count it under.
+pub(super) fn count_finished(
+    app: &AppState,
+    binding: &CallBinding,
+    outcome: &Outcome,
+    took: Duration,
+) -> &'static str {
+    let kind = match binding.kind {
+        CallKind::Call => "call",
+        CallKind::Describe => "describe",
+    };
+    let status = match outcome {
+        Outcome::Result(r) => r.status(),
+        Outcome::Timeout => "timeout",
+    };
+    app.metrics.call_finished(kind, status, took.as_secs_f64());
+    app.traffic.call_finished(&binding.conv.tenant, status);
+    status
+}
