@@ -41,17 +41,6 @@ struct Mcp {
     tokens: Arc<[HeaderValue]>,
 }
 
-/// Which door of the gateway an agent's calls take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Door {
-    /// The agent API: `POST …/conversations/{c}/calls`.
-    #[default]
-    Api,
-    /// The hosted MCP endpoint, stateless revision: `tools/call` with an MCP token per
-    /// conversation.
-    Mcp,
-}
-
 /// The HTTP version the agent's client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Http {

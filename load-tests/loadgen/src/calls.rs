@@ -8,8 +8,8 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tokio_util::task::TaskTracker;
 
-use crate::agent::{Agent, Door, Http};
-use crate::cli::CallsArgs;
+use crate::agent::{Agent, Http};
+use crate::cli::{CallsArgs, Door};
 use crate::driver::{self, Driven, Plan};
 use crate::error::LoadError;
 use crate::fleet::Fleet;

@@ -73,6 +73,17 @@ pub struct Common {
     pub user_prefix: String,
 }
 
+/// Which door of the gateway an agent's calls take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Door {
+    /// The agent API: `POST …/conversations/{c}/calls`.
+    #[default]
+    Api,
+    /// The hosted MCP endpoint, stateless revision: `tools/call` with an MCP token per
+    /// conversation.
+    Mcp,
+}
+
 /// `reloads`
 #[derive(Debug, Clone, Args)]
 pub struct ReloadsArgs {
@@ -253,8 +264,8 @@ pub struct CallsArgs {
     pub pause_before_secs: u64,
     /// The door calls take: the agent API, or the hosted MCP endpoint (stateless revision, an
     /// MCP token minted per conversation before the run).
-    #[arg(long, value_enum, default_value_t = crate::agent::Door::Api)]
-    pub door: crate::agent::Door,
+    #[arg(long, value_enum, default_value_t = Door::Api)]
+    pub door: Door,
     /// The agent speaks HTTP/2 with prior knowledge (h2c), its calls multiplexed over one
     /// connection, instead of HTTP/1.1 with a connection per call in flight.
     #[arg(long)]
