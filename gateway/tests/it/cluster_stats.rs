@@ -2,22 +2,11 @@
 //! broker every `server.stats_flush_ms`, and any node's stats sum the entries of the nodes
 //! still writing; a stopped node's entry lapses after five intervals and drops out.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::admin::{admin, create, live_page, minted, until};
+use crate::console::stats;
 use crate::harness::*;
-
-async fn cluster_of(gw: &Gateway, tenant: &str) -> Value {
-    let r = admin(
-        gw,
-        "GET",
-        &format!("/admin/v1/tenants/{tenant}/stats"),
-        None,
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    r.body
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_through_one_node_are_counted_on_the_other_until_it_stops() {
@@ -45,16 +34,16 @@ async fn calls_through_one_node_are_counted_on_the_other_until_it_stops() {
         .await;
     assert_eq!(r.status, 401, "{}", r.body);
     until("node 2 counts node 1's calls", || async {
-        let s = cluster_of(&nodes[1], "stat-wide").await;
+        let s = stats(&nodes[1], "stat-wide").await;
         s["cluster"]["calls"] == json!({"ok": 3})
             && s["cluster"]["refusals"] == json!({"unauthorized": 1})
             && s["cluster"]["nodes"] == 1
     })
     .await;
-    let s = cluster_of(&nodes[1], "stat-wide").await;
+    let s = stats(&nodes[1], "stat-wide").await;
     assert_eq!(s["node"]["calls"], json!({}), "node 2 supervised none: {s}");
     until("the cluster's rate holds the calls", || async {
-        let s = cluster_of(&nodes[1], "stat-wide").await;
+        let s = stats(&nodes[1], "stat-wide").await;
         s["cluster"]["callsPerSecond"].as_f64() == Some(0.3)
     })
     .await;
@@ -64,7 +53,7 @@ async fn calls_through_one_node_are_counted_on_the_other_until_it_stops() {
     let pending = agent2.call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
     answer_ok(&mut page, pending, "done").await;
     until("both nodes are summed", || async {
-        let s = cluster_of(&nodes[0], "stat-wide").await;
+        let s = stats(&nodes[0], "stat-wide").await;
         s["cluster"]["calls"] == json!({"ok": 4}) && s["cluster"]["nodes"] == 2
     })
     .await;
@@ -84,7 +73,7 @@ async fn calls_through_one_node_are_counted_on_the_other_until_it_stops() {
     drop(page);
     nodes[0].stop();
     until("node 1's entry lapses", || async {
-        let s = cluster_of(&nodes[1], "stat-wide").await;
+        let s = stats(&nodes[1], "stat-wide").await;
         s["cluster"]["calls"] == json!({"ok": 1}) && s["cluster"]["nodes"] == 1
     })
     .await;

@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 use crate::admin::{admin, create, live_page, minted, until};
 use crate::harness::*;
 
-async fn stats(gw: &Gateway, tenant: &str) -> Value {
+/// `GET /admin/v1/tenants/{tenant}/stats` on `gw`, answered 200: its body.
+pub(crate) async fn stats(gw: &Gateway, tenant: &str) -> Value {
     let r = admin(
         gw,
         "GET",

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use reqwest::{Client, StatusCode};
+// reqwest answers its body as `bytes::Bytes`, which tungstenite re-exports.
 use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Bytes;
 
 use crate::error::LoadError;
 use crate::fleet::conversation;
@@ -186,17 +188,13 @@ impl Agent {
             return self.echo_mcp(mcp, index, n).await;
         }
         let body = format!(r#"{{"tool":"{TOOL}","input":{{"n":{n}}}}}"#);
-        let response = self
+        let request = self
             .client
             .post(&self.call_urls[index])
             .header(AUTHORIZATION, self.auth.clone())
             .header(CONTENT_TYPE, self.json.clone())
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| transport_reason(&e))?;
-        let status = response.status();
-        let body = response.bytes().await.map_err(|e| transport_reason(&e))?;
+            .body(body);
+        let (status, body) = exchange(request).await?;
         check_echo(status, &body, n)
     }
 }
@@ -208,7 +206,7 @@ impl Agent {
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":{n},"method":"tools/call","params":{{"name":"{LLM_NAME}","arguments":{{"n":{n}}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"{MCP_REVISION}","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
         );
-        let response = self
+        let request = self
             .client
             .post(&*mcp.url)
             .header(AUTHORIZATION, mcp.tokens[index].clone())
@@ -217,12 +215,8 @@ impl Agent {
             .header("mcp-protocol-version", MCP_REVISION)
             .header("mcp-method", "tools/call")
             .header("mcp-name", LLM_NAME)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| transport_reason(&e))?;
-        let status = response.status();
-        let body = response.bytes().await.map_err(|e| transport_reason(&e))?;
+            .body(body);
+        let (status, body) = exchange(request).await?;
         check_mcp_echo(status, &body, n)
     }
 }
@@ -315,6 +309,14 @@ fn check_echo(status: StatusCode, body: &[u8], n: u64) -> Result<(), String> {
         Some(other) => Err(format!("outcome {other}")),
         None => Err("answer without an outcome".into()),
     }
+}
+
+/// Sends `request` and reads its whole answer; the error is a short reason to count.
+async fn exchange(request: reqwest::RequestBuilder) -> Result<(StatusCode, Bytes), String> {
+    let response = request.send().await.map_err(|e| transport_reason(&e))?;
+    let status = response.status();
+    let body = response.bytes().await.map_err(|e| transport_reason(&e))?;
+    Ok((status, body))
 }
 
 fn transport_reason(e: &reqwest::Error) -> String {
