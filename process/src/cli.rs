@@ -125,6 +125,9 @@ pub fn serve(binary: &'static str, main: impl Future<Output = ExitCode>) -> Exit
     let telemetry = crate::telemetry::init(binary);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // A worker out of ready work writes its log lines in one write.
+        .on_thread_park(crate::log_writer::on_park)
+        .on_thread_stop(crate::log_writer::flush)
         .build()
     {
         Ok(rt) => rt,

@@ -13,6 +13,7 @@ pub const REVISION: &str = env!("TOOLMARK_BUILD_REVISION");
 
 pub mod cli;
 pub mod lifecycle;
+pub mod log_writer;
 pub mod metrics;
 pub mod signal;
 pub mod telemetry;

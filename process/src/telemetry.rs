@@ -1,5 +1,8 @@
 //! Logs and traces. Logs go through `tracing` to stderr: `RUST_LOG` filters (default `info`),
-//! `TOOLMARK_LOG_FORMAT=json` prints one JSON object per line. When
+//! `TOOLMARK_LOG_FORMAT=json` prints one JSON object per line. The MCP library's own lines
+//! (`rmcp`: two at info for every stateless MCP request, with the client's capabilities in
+//! them) are held at `warn` unless `RUST_LOG` names `rmcp`. A worker thread's lines leave in
+//! batches ([`crate::log_writer`]). When
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are also exported over OTLP and W3C `traceparent`
 //! headers of agent requests become the parents of their spans. `OTEL_EXPORTER_OTLP_PROTOCOL`
 //! picks the transport: `http/protobuf` (the default, port 4318) or `grpc` (port 4317).
@@ -76,15 +79,29 @@ impl Protocol {
     }
 }
 
+/// The log filter of `RUST_LOG`'s value (`info` when unset or unreadable), with `rmcp=warn`
+/// added unless the value names `rmcp`: the MCP library logs each stateless request it serves
+/// (a session's start and end) at info, which would double the lines of an MCP call.
+pub fn filter(rust_log: Option<&str>) -> EnvFilter {
+    let base = rust_log.and_then(|v| EnvFilter::try_new(v).ok());
+    let names_rmcp = base.is_some() && rust_log.is_some_and(|v| v.contains("rmcp"));
+    let base = base.unwrap_or_else(|| EnvFilter::new("info"));
+    if names_rmcp {
+        base
+    } else {
+        base.add_directive("rmcp=warn".parse().expect("a valid directive"))
+    }
+}
+
 /// Installs the global subscriber (and the OTLP exporter when configured). Call before the
 /// async runtime starts: the exporter runs on its own thread.
 pub fn init(service: &'static str) -> Telemetry {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = filter(std::env::var(EnvFilter::DEFAULT_ENV).ok().as_deref());
     let json = std::env::var("TOOLMARK_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
     // Colours only on a terminal: a pipe (a container's log, a file) gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(crate::log_writer::Stderr)
         .with_ansi(ansi);
     let fmt = if json {
         fmt.json().boxed()
@@ -105,6 +122,7 @@ pub fn init(service: &'static str) -> Telemetry {
         .as_ref()
         .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service)));
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    crate::log_writer::flush_before_panics();
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(fmt)

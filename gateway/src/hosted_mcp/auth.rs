@@ -44,10 +44,22 @@ async fn method_of(req: Request) -> Result<(Request, Option<String>), Response> 
     let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
         return Err(Problem::too_large(limit).into_response());
     };
-    let method = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .and_then(|m| m.get("method").and_then(|v| v.as_str()).map(str::to_owned));
+    // One message is an object (a derived struct would also read an array).
+    let object = bytes.trim_ascii_start().first() == Some(&b'{');
+    let method = object
+        .then(|| serde_json::from_slice::<Message<'_>>(&bytes).ok())
+        .flatten()
+        .and_then(|m| m.method)
+        .map(std::borrow::Cow::into_owned);
     Ok((Request::from_parts(parts, Body::from(bytes)), method))
+}
+
+/// What the auth layer reads of a JSON-RPC message: its method, nothing else (the rest is
+/// skipped, not built: rmcp parses the message).
+#[derive(serde::Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// A 401 with the `WWW-Authenticate` challenge of the endpoint: for a tenant with its own

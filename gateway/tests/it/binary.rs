@@ -517,6 +517,87 @@ async fn a_rejected_result_is_logged_at_the_default_level_naming_its_page() {
 }
 
 #[tokio::test]
+async fn a_stateless_mcp_request_logs_its_access_line_and_no_line_of_the_mcp_library() {
+    // The default level: RUST_LOG unset. rmcp logs every stateless request it serves (the
+    // service's start, with the client's capabilities, and its end) at info: held at warn.
+    let library = mcp_library_lines(&[("TOOLMARK_LOG_FORMAT", "json")]).await;
+    assert!(
+        library.is_empty(),
+        "rmcp lines at the default level: {library:?}"
+    );
+    // Named in RUST_LOG, they are back.
+    let env = [
+        ("TOOLMARK_LOG_FORMAT", "json"),
+        ("RUST_LOG", "info,rmcp=info"),
+    ];
+    let library = mcp_library_lines(&env).await;
+    assert!(!library.is_empty(), "RUST_LOG named rmcp=info");
+}
+
+/// The lines of rmcp that a gateway started with `envs` logs while it answers one stateless
+/// MCP request, up to that request's access line and the access line of a later request.
+async fn mcp_library_lines(envs: &[(&str, &str)]) -> Vec<serde_json::Value> {
+    let (config, mut child, addr, stderr) = start_logging(envs);
+    let mut lines = JsonLines::read(stderr);
+    let http = crate::harness::http_client();
+    let minted: serde_json::Value = http
+        .post(format!("http://{addr}/v1/tenants/acme/tokens"))
+        .bearer_auth(crate::harness::ACME_KEY)
+        .json(&serde_json::json!({"user": "u1", "conversation": "c1", "scope": "mcp"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = minted["token"].as_str().expect("an MCP token").to_owned();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let r = http
+        .post(format!("http://{addr}/v1/tenants/acme/mcp"))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/list")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let answer = r.text().await.unwrap();
+    assert!(
+        answer.contains(r#""tools":[]"#),
+        "no page is open: {answer}"
+    );
+    let mut seen = Vec::new();
+    for (route, then) in [("/v1/tenants/{tenant}/mcp", true), ("/healthz", false)] {
+        loop {
+            let v = lines
+                .next_where("the request's access line", |_| true)
+                .await;
+            let done = v["target"] == "toolmark_gateway::access" && v["fields"]["route"] == route;
+            seen.push(v);
+            if done {
+                break;
+            }
+        }
+        if then {
+            let r = http
+                .get(format!("http://{addr}/healthz"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+        }
+    }
+    sigterm(&child);
+    assert_eq!(wait_exit(&mut child).await, 0);
+    std::fs::remove_file(config).unwrap();
+    seen.retain(|v| v["target"].as_str().is_some_and(|t| t.starts_with("rmcp")));
+    seen
+}
+
+#[tokio::test]
 async fn every_request_has_an_access_log_line_at_info_with_route_status_duration_and_tenant() {
     // The default level: RUST_LOG unset.
     let (config, mut child, addr, stderr) = start_logging(&[("TOOLMARK_LOG_FORMAT", "json")]);
