@@ -113,6 +113,10 @@ pub enum PlaceError {
     /// was taken, bound or sent.
     #[error("the caller's policy does not allow the tool")]
     NotAllowed,
+    /// The page's manifest lists no tool of the request's LLM name
+    /// ([`crate::CallRequest::llm_name`]): nothing was taken, bound or sent.
+    #[error("the page lists no tool of this name")]
+    UnknownTool,
     /// The shared state is unreachable.
     #[error(transparent)]
     Broker(#[from] BrokerError),

@@ -105,10 +105,13 @@ pub trait Broker:
     /// order, are the rule; an implementation may run them in fewer round trips.
     /// A caller's tool policy ([`CallRequest::gate`]) is asked first, against the page's
     /// manifest (a refused call takes nothing), then the caller's own rate
-    /// ([`CallRequest::caller_rate`]) is taken.
-    async fn place_call(&self, req: CallRequest) -> Result<Placed, PlaceError> {
-        if req.gate.is_some() {
+    /// ([`CallRequest::caller_rate`]) is taken. A request named by its tool's LLM name is
+    /// resolved against the same manifest before the policy is asked, each time
+    /// ([`CallRequest::resolve`]).
+    async fn place_call(&self, mut req: CallRequest) -> Result<Placed, PlaceError> {
+        if req.gate.is_some() || req.llm_name.is_some() {
             let state = self.conversation(&req.conv).await?;
+            req.resolve(state.client_id.as_ref().map(|_| state.llm_names()))?;
             if !req.permitted(CallTarget::current(&state).as_ref()) {
                 return Err(PlaceError::NotAllowed);
             }
@@ -120,6 +123,7 @@ pub trait Broker:
         self.take_call(&req.conv.tenant, req.calls_per_second)
             .await?;
         let state = self.conversation(&req.conv).await?;
+        req.resolve(state.client_id.as_ref().map(|_| state.llm_names()))?;
         let current = CallTarget::current(&state);
         if !req.permitted(current.as_ref()) {
             return Err(PlaceError::NotAllowed);

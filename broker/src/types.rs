@@ -247,6 +247,15 @@ pub struct ConversationState {
     pub reconnecting_for_ms: Option<u64>,
 }
 
+impl ConversationState {
+    /// The `(llmName, name)` of each tool of the current page's manifest.
+    pub fn llm_names(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.tools
+            .iter()
+            .map(|t| (t.llm_name.as_str(), t.name.as_str()))
+    }
+}
+
 /// An agent's call before it is bound: what the gateway asks the broker to place.
 #[derive(Debug, Clone)]
 pub struct CallRequest {
@@ -256,8 +265,14 @@ pub struct CallRequest {
     pub conv: ConvKey,
     /// Call or describe.
     pub kind: CallKind,
-    /// Full tool name.
+    /// Full tool name; for a request named by [`CallRequest::llm_name`], that name until
+    /// [`CallRequest::resolve`] finds the tool.
     pub tool: String,
+    /// The tool's LLM name (`llmName` of the page's manifest, as the hosted MCP endpoint lists
+    /// tools), when the request names its tool so: resolved against the manifest of the page
+    /// the call would be bound to, in the step that binds it, so that a manifest that changes
+    /// in between is read again.
+    pub llm_name: Option<String>,
     /// The tool's input (`null` for a describe).
     pub input: Value,
     /// The manifest revision the agent named; the current page's when `None`.
@@ -289,6 +304,27 @@ pub struct CallerRate {
 }
 
 impl CallRequest {
+    /// For a request named by its tool's LLM name: the tool that `tools` (the `(llmName, name)`
+    /// entries of the manifest of the page the call would be bound to) names so becomes
+    /// [`CallRequest::tool`]; [`PlaceError::UnknownTool`] when none does, before anything is
+    /// taken. Without a page (`None`) there is nothing to resolve against: the placement
+    /// answers [`PlaceError::NoPage`].
+    pub fn resolve<'a>(
+        &mut self,
+        tools: Option<impl IntoIterator<Item = (&'a str, &'a str)>>,
+    ) -> Result<(), crate::PlaceError> {
+        let (Some(wanted), Some(tools)) = (&self.llm_name, tools) else {
+            return Ok(());
+        };
+        let name = tools
+            .into_iter()
+            .find(|(llm, _)| llm == wanted)
+            .map(|(_, name)| name)
+            .ok_or(crate::PlaceError::UnknownTool)?;
+        name.clone_into(&mut self.tool);
+        Ok(())
+    }
+
     /// Whether the caller may call this tool on `target`.
     pub fn permitted(&self, target: Option<&CallTarget>) -> bool {
         self.gate

@@ -65,8 +65,27 @@ impl RedisBroker {
                 } else {
                     String::new()
                 },
+                llm_names: state
+                    .llm_names()
+                    .map(|(llm, name)| (llm.to_owned(), name.to_owned()))
+                    .collect(),
             },
         ))
+    }
+
+    /// What this node last read of the request's conversation, with the request's LLM name
+    /// resolved against it ([`CallRequest::resolve`]); read now when it read nothing yet, or
+    /// when what it read does not list the name (the page may have sent a manifest since): a
+    /// name is refused only against a manifest read for this request.
+    async fn resolved(&self, req: &mut CallRequest) -> Result<Arc<Expected>, PlaceError> {
+        if let Some(cached) = self.expected.get(&req.conv)
+            && req.resolve(cached.tools()).is_ok()
+        {
+            return Ok(cached);
+        }
+        let expected = self.expect(&req.conv).await?;
+        req.resolve(expected.tools())?;
+        Ok(expected)
     }
 
     /// [`Broker::place_call`] on Redis: `place.lua`, which takes the tenant's rate too.
@@ -79,13 +98,11 @@ impl RedisBroker {
     /// the script checks is still current: a refused call takes nothing, and a policy check
     /// costs no round trip of its own. A caller's own rate is a round trip of its own (its
     /// bucket is in the tenant's slot, not the conversation's), only for a policy that sets
-    /// one.
-    pub(super) async fn place(&self, req: CallRequest) -> Result<Placed, PlaceError> {
-        if req.gate.is_some() {
-            let expected = match self.expected.get(&req.conv) {
-                Some(e) => e,
-                None => self.expect(&req.conv).await?,
-            };
+    /// one. A request named by its tool's LLM name is resolved the same way, before the
+    /// policy: against what this node last read, then against what the script holds current.
+    pub(super) async fn place(&self, mut req: CallRequest) -> Result<Placed, PlaceError> {
+        if req.gate.is_some() || req.llm_name.is_some() {
+            let expected = self.resolved(&mut req).await?;
             if !req.permitted(expected.target.as_ref()) {
                 return Err(PlaceError::NotAllowed);
             }
@@ -134,12 +151,12 @@ impl RedisBroker {
     /// `place.lua` against what this node last read of the conversation; read again and
     /// retried when the conversation changed since. With `rate_here`, the script takes the
     /// tenant's rate; without, the call's token was taken already.
-    async fn place_here(&self, req: CallRequest, rate_here: bool) -> Result<Placed, PlaceError> {
-        let cached = self.expected.get(&req.conv);
-        let mut expected = match cached {
-            Some(e) => e,
-            None => self.expect(&req.conv).await?,
-        };
+    async fn place_here(
+        &self,
+        mut req: CallRequest,
+        rate_here: bool,
+    ) -> Result<Placed, PlaceError> {
+        let mut expected = self.resolved(&mut req).await?;
         for _ in 0..4 {
             let client = expected
                 .target
@@ -147,7 +164,9 @@ impl RedisBroker {
                 .map_or(String::new(), |t| t.client_id.clone());
             // With no page to send to, the script still takes the rate (in that order, as
             // everywhere) and answers `no_page`; nothing is bound.
-            // The manifest the script holds current: the policy is asked against it.
+            // The manifest the script holds current: the tool is named (again, after a stale
+            // answer) and the policy asked against it.
+            req.resolve(expected.tools())?;
             if !req.permitted(expected.target.as_ref()) {
                 return Err(PlaceError::NotAllowed);
             }

@@ -12,7 +12,7 @@ use toolmark_broker::{
 use toolmark_proto::{Manifest, ToolManifestSummary};
 
 use crate::contract;
-use crate::support::{Backend, LIMITS, Nodes, frame_name, ok, page, request, short};
+use crate::support::{Backend, LIMITS, Nodes, eventually, frame_name, ok, page, request, short};
 
 /// A page `client` of `conv` on `b` whose manifest lists a read-only, a destructive and a
 /// plain tool.
@@ -174,3 +174,100 @@ async fn a_call_names_its_caller_while_pending_and_once_finished(backend: Backen
     }
 }
 contract!(a_call_names_its_caller_while_pending_and_once_finished);
+
+/// A request of `tool` named by `llm` (the hosted MCP endpoint's tool names), with the
+/// tenant's rate `per_second`.
+fn by_llm_name(c: &ConvKey, llm: &str, per_second: u32) -> toolmark_broker::CallRequest {
+    let mut req = request(c, per_second);
+    req.tool = llm.into();
+    req.llm_name = Some(llm.into());
+    req
+}
+
+async fn a_tool_named_by_its_llm_name_is_named_by_the_manifest_of_the_page_it_is_bound_to(
+    backend: Backend,
+) {
+    let mut nodes = Nodes::new(backend, short());
+    let (n1, sink) = nodes.node("n1").await;
+    let (n2, _) = nodes.node("n2").await;
+    // Tenant `l`: one call a second, a burst of two.
+    let c = ConvKey::new("l", "u", "c");
+    page_with_hinted_tools(&n1, &c, "p1").await;
+    // A name the manifest does not list takes nothing and reaches no page.
+    for _ in 0..3 {
+        let req = by_llm_name(&c, "todo__missing", 1);
+        let refused = n2.place_call(req.clone()).await;
+        assert!(
+            matches!(refused, Err(PlaceError::UnknownTool)),
+            "{refused:?}"
+        );
+        assert!(n2.call("l", &req.id).await.unwrap().is_none());
+    }
+    // The burst of two is whole: the manifest's names are bound and sent.
+    let placed = n2
+        .place_call(by_llm_name(&c, "todo__add", 1))
+        .await
+        .expect("a listed tool is placed");
+    assert_eq!(placed.binding.tool, "todo.add");
+    let id = placed.binding.id.clone();
+    let sent = eventually(Duration::from_secs(10), "the call frame", || {
+        let found = sink.frames().into_iter().find(|f| f.contains(&id));
+        async move { found }
+    })
+    .await;
+    assert!(sent.contains(r#""tool":"todo.add""#), "{sent}");
+    // The policy is asked of the tool's name, not of the LLM name.
+    let mut req = by_llm_name(&c, "todo__list", 1);
+    req.gate = Some(ToolGate::new(|tool, facts| {
+        assert_eq!(tool, "todo.list", "the gate hears the manifest's name");
+        facts.read_only
+    }));
+    let placed = n2
+        .place_call(req)
+        .await
+        .expect("read-only, and the burst's second");
+    assert_eq!(placed.binding.tool, "todo.list");
+    let mut req = by_llm_name(&c, "todo__delete", 1000);
+    req.gate = Some(read_only());
+    assert!(matches!(
+        n2.place_call(req).await,
+        Err(PlaceError::NotAllowed)
+    ));
+    // In another tenant's conversation, node 2 reads the page's manifest; the page reloads on
+    // node 1 with other tools; node 2 names a new tool from the new manifest and refuses one
+    // that is gone.
+    let c = ConvKey::new("m", "u", "c");
+    page_with_hinted_tools(&n1, &c, "p1").await;
+    n2.place_call(by_llm_name(&c, "todo__add", 1000))
+        .await
+        .expect("node 2 reads the first manifest");
+    let m = Manifest {
+        client_id: "p2".into(),
+        rev: 1,
+        tools: vec![
+            ToolManifestSummary::from_value(json!({
+                "name": "todo.archive", "llmName": "archive_todo", "description": "d", "hints": {},
+            }))
+            .unwrap(),
+        ],
+    };
+    n1.page_identified(&c, "p2").await.unwrap();
+    n1.put_manifest(&c, &m, &frame_name()).await.unwrap();
+    let placed = n2
+        .place_call(by_llm_name(&c, "archive_todo", 1000))
+        .await
+        .expect("a tool of the new manifest");
+    assert_eq!(placed.binding.tool, "todo.archive");
+    assert_eq!(placed.binding.client_id, "p2");
+    assert!(matches!(
+        n2.place_call(by_llm_name(&c, "todo__add", 1000)).await,
+        Err(PlaceError::UnknownTool)
+    ));
+    // No page: nothing to name it against; the placement says so.
+    let none = ConvKey::new("m", "u", "empty");
+    assert!(matches!(
+        n2.place_call(by_llm_name(&none, "todo__add", 1000)).await,
+        Err(PlaceError::NoPage)
+    ));
+}
+contract!(a_tool_named_by_its_llm_name_is_named_by_the_manifest_of_the_page_it_is_bound_to);

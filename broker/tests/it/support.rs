@@ -205,6 +205,7 @@ pub fn request(conv: &ConvKey, per_second: u32) -> toolmark_broker::CallRequest 
         conv: conv.clone(),
         kind: CallKind::Call,
         tool: "todo.add".into(),
+        llm_name: None,
         input: json!({"title": "milk"}),
         rev: None,
         deadline_ms: now_ms() + 30_000,

@@ -20,7 +20,12 @@ use crate::tenants::Tenant;
 /// A request to start on the page.
 pub(crate) struct Request {
     pub kind: CallKind,
+    /// The tool's name, or its LLM name (`llmName`) with `by_llm_name`.
     pub tool: String,
+    /// `tool` is an LLM name, resolved by the broker against the manifest of the page the
+    /// call is bound to ([`toolmark_broker::CallRequest::llm_name`]): the hosted MCP
+    /// endpoint's tool names.
+    pub by_llm_name: bool,
     pub input: Value,
     pub rev: Option<u64>,
     pub timeout_ms: Option<u64>,
@@ -114,6 +119,7 @@ async fn place(
             id: partition::new_call_id(&conv),
             conv,
             kind: req.kind,
+            llm_name: req.by_llm_name.then(|| req.tool.clone()),
             tool: req.tool,
             input: req.input,
             rev: req.rev,
@@ -127,6 +133,7 @@ async fn place(
         .await
         .map_err(|e| match e {
             PlaceError::NotAllowed => not_allowed(app, &tool),
+            PlaceError::UnknownTool => Problem::invalid("/name", format!("unknown tool {tool}")),
             e => e.into(),
         })?;
     Ok((placed, Duration::from_millis(timeout_ms)))

@@ -21,7 +21,7 @@ use toolmark_proto::ToolResult;
 
 use super::grant::McpGrant;
 use super::listings::{Listings, forward};
-use super::tools::{self, Schemas, open_page};
+use super::tools::{self, Schemas};
 use crate::calls::{self, Request};
 use crate::http::problem::Problem;
 use crate::state::AppState;
@@ -151,26 +151,16 @@ impl ServerHandler for HostedMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let grant = grant_of(&context.extensions)?;
         let conv = grant.conv();
-        let s = self
-            .app
-            .broker
-            .conversation(&conv)
-            .await
-            .map_err(|e| internal(&Problem::from(e)))?;
-        if open_page(&s).is_none() {
-            return Ok(call_result(CallEnd::Lost(NO_PAGE), false).into());
-        }
         let arguments = request.arguments.unwrap_or_default();
-        let (kind, tool, input) = if page_mode(&context.extensions) {
-            page_call_of(&request.name, arguments)?
+        // A tool listed by its LLM name is named by the broker against the manifest of the
+        // page the call is bound to, in the step that binds it: no read of the conversation
+        // of its own. No page: the `no_page` of the placement.
+        let (kind, tool, input, by_llm_name) = if page_mode(&context.extensions) {
+            let (kind, tool, input) = page_call_of(&request.name, arguments)?;
+            (kind, tool, input, false)
         } else {
-            let Some(tool) = s.tools.iter().find(|t| t.llm_name == request.name) else {
-                return Err(ErrorData::invalid_params(
-                    format!("unknown tool {}", request.name),
-                    None,
-                ));
-            };
-            (CallKind::Call, tool.name.clone(), Value::Object(arguments))
+            let name = request.name.into_owned();
+            (CallKind::Call, name, Value::Object(arguments), true)
         };
         let timeout_ms = match context.meta.get("timeoutMs") {
             None => None,
@@ -181,12 +171,13 @@ impl ServerHandler for HostedMcp {
         let call = Request {
             kind,
             tool,
+            by_llm_name,
             input: if kind == CallKind::Describe {
                 Value::Null
             } else {
                 input
             },
-            rev: if kind == CallKind::Call { s.rev } else { None },
+            rev: None,
             timeout_ms,
             idempotency: None,
             caller: grant.caller(),

@@ -150,6 +150,7 @@ async fn describe(app: &AppState, grant: &McpGrant, tool: &str) -> Option<Option
         rev: None,
         timeout_ms: u64::try_from(timeout).ok(),
         idempotency: None,
+        by_llm_name: false,
         caller: grant.caller(),
     };
     let started = calls::start(app, &grant.tenant, grant.conv(), request, false)

@@ -281,6 +281,9 @@ impl From<PlaceError> for Problem {
             PlaceError::NoPage => Problem::no_page(),
             // The call engine names the tool (`calls::start`); this is the code without it.
             PlaceError::NotAllowed => Problem::tool_not_allowed("asked for"),
+            PlaceError::UnknownTool => {
+                Problem::invalid("/tool", "the page's manifest lists no tool of this name")
+            }
             PlaceError::Broker(b) => b.into(),
         }
     }

@@ -371,6 +371,42 @@ async fn a_client_reaches_the_page_on_another_node(version: Option<ProtocolVersi
         .map(|t| t["name"].as_str().unwrap().to_owned())
         .collect();
     assert!(names.contains(&"todo__rename".to_owned()), "{names:?}");
+    // The new tool is called by its listed name, on the node that had read the first manifest.
+    let pending = {
+        let peer = service.peer().clone();
+        tokio::spawn(async move {
+            peer.call_tool(CallToolRequestParams::new("todo__rename"))
+                .await
+        })
+    };
+    let frame = page.next().await;
+    assert_eq!(frame["tool"], "todo.rename", "{frame}");
+    page.answer(frame["id"].as_str().unwrap(), json!({"status": "ok"}));
+    pending.await.unwrap().unwrap();
+    // A name the page does not list is the client's error; the page hears nothing of it.
+    let unknown = service
+        .peer()
+        .call_tool(CallToolRequestParams::new("todo__missing"))
+        .await
+        .expect_err("no such tool");
+    assert!(
+        unknown.to_string().contains("unknown tool todo__missing"),
+        "{unknown}"
+    );
+    let pending = {
+        let peer = service.peer().clone();
+        tokio::spawn(async move {
+            peer.call_tool(CallToolRequestParams::new("todo__list"))
+                .await
+        })
+    };
+    let frame = page.next().await;
+    assert_eq!(
+        frame["tool"], "todo.list",
+        "the next frame the page gets: {frame}"
+    );
+    page.answer(frame["id"].as_str().unwrap(), json!({"status": "ok"}));
+    pending.await.unwrap().unwrap();
     service.cancel().await.unwrap();
 }
 

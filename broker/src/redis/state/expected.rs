@@ -18,6 +18,20 @@ pub(in crate::redis) struct Expected {
     pub(in crate::redis) target: Option<CallTarget>,
     /// Its manifest's `seq`, '' without a page.
     pub(in crate::redis) seq: String,
+    /// The `(llmName, name)` of each tool of its manifest
+    /// ([`crate::CallRequest::resolve`]).
+    pub(in crate::redis) llm_names: Vec<(String, String)>,
+}
+
+impl Expected {
+    /// What a request named by an LLM name is resolved against: the page's tools, if any page.
+    pub(in crate::redis) fn tools(&self) -> Option<impl Iterator<Item = (&str, &str)>> {
+        self.target.as_ref().map(|_| {
+            self.llm_names
+                .iter()
+                .map(|(llm, name)| (llm.as_str(), name.as_str()))
+        })
+    }
 }
 
 /// What this node last read of each conversation's current page.

@@ -86,6 +86,7 @@ pub async fn call(
         rev: b.rev,
         timeout_ms: b.timeout_ms,
         idempotency: None,
+        by_llm_name: false,
         caller: caller.clone(),
     };
     let respond_async = wants_async(&headers);
@@ -121,6 +122,7 @@ pub async fn describe(
         rev: None,
         timeout_ms: b.timeout_ms,
         idempotency: None,
+        by_llm_name: false,
         caller: caller.clone(),
     };
     let respond_async = wants_async(&headers);
@@ -210,6 +212,7 @@ pub async fn invoke(
                 rev: None,
                 timeout_ms: None,
                 idempotency: None,
+                by_llm_name: false,
                 caller: caller.clone(),
             }
         }
@@ -223,6 +226,7 @@ pub async fn invoke(
                 rev: None,
                 timeout_ms: None,
                 idempotency: None,
+                by_llm_name: false,
                 caller: caller.clone(),
             }
         }
