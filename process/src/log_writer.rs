@@ -7,8 +7,9 @@
 //! exporter) writes each line at once.
 //!
 //! A worker's lines are written when the thread stops (the runtime's hook, and the buffer's
-//! own drop at the thread's end) and before a panic's message, so that the message follows what was logged before it. A process killed
-//! outright loses the lines its workers had not written, at most one batch each.
+//! own drop at the thread's end) and before a panic's message, so that the message follows
+//! what was logged before it. A process killed outright loses the lines its workers had not
+//! written, at most one batch each.
 
 use std::cell::{Cell, RefCell};
 use std::io::{self, Write};
