@@ -101,18 +101,22 @@ impl RedisBroker {
     /// one. A request named by its tool's LLM name is resolved the same way, before the
     /// policy: against what this node last read, then against what the script holds current.
     pub(super) async fn place(&self, mut req: CallRequest) -> Result<Placed, PlaceError> {
+        // What the tool is named and the policy asked against, when either needs it: the
+        // script then places the call against the same read.
+        let mut read = None;
         if req.gate.is_some() || req.llm_name.is_some() {
             let expected = self.resolved(&mut req).await?;
             if !req.permitted(expected.target.as_ref()) {
                 return Err(PlaceError::NotAllowed);
             }
+            read = Some(expected);
         }
         if let Some(r) = &req.caller_rate {
             self.take_caller_call(&req.conv.tenant, &r.bucket, r.per_second)
                 .await?;
         }
         if !self.cluster {
-            return self.place_here(req, true).await;
+            return self.place_here(req, read, true).await;
         }
         let per_second = req.calls_per_second;
         match self
@@ -129,9 +133,9 @@ impl RedisBroker {
                     self.reserves.hold(tenant, held, Instant::now());
                 }
                 taken?;
-                self.place_here(req, false).await
+                self.place_here(req, read, false).await
             }
-            Reserved::Spent { refill: None } => self.place_here(req, false).await,
+            Reserved::Spent { refill: None } => self.place_here(req, read, false).await,
             Reserved::Spent {
                 refill: Some(Batch { want, back }),
             } => {
@@ -139,7 +143,7 @@ impl RedisBroker {
                 let tenant = req.conv.tenant.clone();
                 let (taken, placed) = tokio::join!(
                     self.take_tokens(&tenant, per_second, want, back, "gcra"),
-                    self.place_here(req, false)
+                    self.place_here(req, read, false)
                 );
                 self.reserves
                     .hold(&tenant, taken.unwrap_or(0), Instant::now());
@@ -148,15 +152,21 @@ impl RedisBroker {
         }
     }
 
-    /// `place.lua` against what this node last read of the conversation; read again and
-    /// retried when the conversation changed since. With `rate_here`, the script takes the
-    /// tenant's rate; without, the call's token was taken already.
+    /// `place.lua` against what this node last read of the conversation (`read`, when the
+    /// request was already named and its policy asked against it); read again and retried when
+    /// the conversation changed since, the tool named and the policy asked again against the
+    /// new read. With `rate_here`, the script takes the tenant's rate; without, the call's
+    /// token was taken already.
     async fn place_here(
         &self,
         mut req: CallRequest,
+        read: Option<Arc<Expected>>,
         rate_here: bool,
     ) -> Result<Placed, PlaceError> {
-        let mut expected = self.resolved(&mut req).await?;
+        let mut expected = match read {
+            Some(e) => e,
+            None => self.resolved(&mut req).await?,
+        };
         for _ in 0..4 {
             let client = expected
                 .target
@@ -164,12 +174,6 @@ impl RedisBroker {
                 .map_or(String::new(), |t| t.client_id.clone());
             // With no page to send to, the script still takes the rate (in that order, as
             // everywhere) and answers `no_page`; nothing is bound.
-            // The manifest the script holds current: the tool is named (again, after a stale
-            // answer) and the policy asked against it.
-            req.resolve(expected.tools())?;
-            if !req.permitted(expected.target.as_ref()) {
-                return Err(PlaceError::NotAllowed);
-            }
             let fallback = CallTarget {
                 client_id: String::new(),
                 rev: None,
@@ -256,8 +260,14 @@ impl RedisBroker {
                 }
                 _ => {
                     // `stale`: the conversation's current page changed since this node read it.
+                    // The manifest the script holds current: the tool is named and the policy
+                    // asked against it again.
                     self.waiters.forget(&binding.id);
                     expected = self.expect(&req.conv).await?;
+                    req.resolve(expected.tools())?;
+                    if !req.permitted(expected.target.as_ref()) {
+                        return Err(PlaceError::NotAllowed);
+                    }
                 }
             }
         }
