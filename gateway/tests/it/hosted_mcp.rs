@@ -243,14 +243,27 @@ pub(crate) async fn client_via(
 }
 
 async fn call(service: &RunningService<RoleClient, Client>, name: &str, args: Value) -> Value {
+    call_spawned(service, name, args).await.unwrap()
+}
+
+/// [`call`] in a task of its own, for a test that answers the page's frame meanwhile: the
+/// result, once the page answered.
+fn call_spawned(
+    service: &RunningService<RoleClient, Client>,
+    name: &str,
+    args: Value,
+) -> tokio::task::JoinHandle<Value> {
     let Value::Object(arguments) = args else {
         panic!("arguments are an object")
     };
-    let result = service
-        .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(arguments))
-        .await
-        .expect("the call is answered");
-    serde_json::to_value(result).unwrap()
+    let (peer, name) = (service.peer().clone(), name.to_owned());
+    tokio::spawn(async move {
+        let result = peer
+            .call_tool(CallToolRequestParams::new(name).with_arguments(arguments))
+            .await
+            .expect("the call is answered");
+        serde_json::to_value(result).unwrap()
+    })
 }
 
 async fn listed(service: &RunningService<RoleClient, Client>) -> Vec<Value> {
@@ -299,16 +312,7 @@ async fn a_client_reaches_the_page_on_another_node(version: Option<ProtocolVersi
     );
 
     // A call is an agent call: the page gets a `call` frame bound to its clientId.
-    let pending = {
-        let peer = service.peer().clone();
-        tokio::spawn(async move {
-            peer.call_tool(
-                CallToolRequestParams::new("todo__add")
-                    .with_arguments(json!({"text": "milk"}).as_object().unwrap().clone()),
-            )
-            .await
-        })
-    };
+    let pending = call_spawned(&service, "todo__add", json!({"text": "milk"}));
     let frame = page.next().await;
     assert_eq!(
         (
@@ -328,7 +332,7 @@ async fn a_client_reaches_the_page_on_another_node(version: Option<ProtocolVersi
         frame["id"].as_str().unwrap(),
         json!({"status": "ok", "data": {"added": "milk"}}),
     );
-    let result = serde_json::to_value(pending.await.unwrap().unwrap()).unwrap();
+    let result = pending.await.unwrap();
     assert_eq!(
         result["structuredContent"],
         json!({"status": "ok", "data": {"added": "milk"}})
@@ -336,19 +340,13 @@ async fn a_client_reaches_the_page_on_another_node(version: Option<ProtocolVersi
     assert_eq!(result["isError"], json!(false));
 
     // A consequential tool: its needs_confirmation is the result.
-    let pending = {
-        let peer = service.peer().clone();
-        tokio::spawn(async move {
-            peer.call_tool(CallToolRequestParams::new("todo__delete"))
-                .await
-        })
-    };
+    let pending = call_spawned(&service, "todo__delete", json!({}));
     let frame = page.next().await;
     page.answer(
         frame["id"].as_str().unwrap(),
         json!({"status": "needs_confirmation", "confirmId": "cf-1", "summary": "Delete the todo"}),
     );
-    let result = serde_json::to_value(pending.await.unwrap().unwrap()).unwrap();
+    let result = pending.await.unwrap();
     assert_eq!(result["structuredContent"]["status"], "needs_confirmation");
     assert!(
         result["content"][0]["text"]
@@ -372,17 +370,11 @@ async fn a_client_reaches_the_page_on_another_node(version: Option<ProtocolVersi
         .collect();
     assert!(names.contains(&"todo__rename".to_owned()), "{names:?}");
     // The new tool is called by its listed name, on the node that had read the first manifest.
-    let pending = {
-        let peer = service.peer().clone();
-        tokio::spawn(async move {
-            peer.call_tool(CallToolRequestParams::new("todo__rename"))
-                .await
-        })
-    };
+    let pending = call_spawned(&service, "todo__rename", json!({}));
     let frame = page.next().await;
     assert_eq!(frame["tool"], "todo.rename", "{frame}");
     page.answer(frame["id"].as_str().unwrap(), json!({"status": "ok"}));
-    pending.await.unwrap().unwrap();
+    pending.await.unwrap();
     // A name the page does not list is the client's error; the page hears nothing of it.
     let unknown = service
         .peer()
@@ -393,20 +385,14 @@ async fn a_client_reaches_the_page_on_another_node(version: Option<ProtocolVersi
         unknown.to_string().contains("unknown tool todo__missing"),
         "{unknown}"
     );
-    let pending = {
-        let peer = service.peer().clone();
-        tokio::spawn(async move {
-            peer.call_tool(CallToolRequestParams::new("todo__list"))
-                .await
-        })
-    };
+    let pending = call_spawned(&service, "todo__list", json!({}));
     let frame = page.next().await;
     assert_eq!(
         frame["tool"], "todo.list",
         "the next frame the page gets: {frame}"
     );
     page.answer(frame["id"].as_str().unwrap(), json!({"status": "ok"}));
-    pending.await.unwrap().unwrap();
+    pending.await.unwrap();
     service.cancel().await.unwrap();
 }
 
@@ -684,20 +670,11 @@ async fn with_tools_page_the_client_gets_page_call_and_page_describe() {
         toolmark_proto::llm::page_call_schema()
     );
 
-    let pending = {
-        let peer = service.peer().clone();
-        tokio::spawn(async move {
-            peer.call_tool(
-                CallToolRequestParams::new("page_call").with_arguments(
-                    json!({"tool": "todo.add", "input": {"text": "milk"}})
-                        .as_object()
-                        .unwrap()
-                        .clone(),
-                ),
-            )
-            .await
-        })
-    };
+    let pending = call_spawned(
+        &service,
+        "page_call",
+        json!({"tool": "todo.add", "input": {"text": "milk"}}),
+    );
     let frame = page.next().await;
     assert_eq!(
         (&frame["tool"], &frame["input"]),
@@ -707,7 +684,7 @@ async fn with_tools_page_the_client_gets_page_call_and_page_describe() {
         frame["id"].as_str().unwrap(),
         json!({"status": "ok", "data": 1}),
     );
-    let result = serde_json::to_value(pending.await.unwrap().unwrap()).unwrap();
+    let result = pending.await.unwrap();
     assert_eq!(
         result["structuredContent"],
         json!({"status": "ok", "data": 1})
