@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use reqwest::{Client, StatusCode};
-// reqwest answers its body as `bytes::Bytes`, which tungstenite re-exports.
 use serde_json::{Value, json};
+// reqwest answers its body as `bytes::Bytes`, which tungstenite re-exports.
 use tokio_tungstenite::tungstenite::Bytes;
 
 use crate::error::LoadError;
