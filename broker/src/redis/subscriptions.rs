@@ -11,6 +11,9 @@
 //! - every [`PROBE_EVERY`] the node publishes a probe on its own channel of each partition: a
 //!   probe no subscriber received (`SPUBLISH` answers 0), or one a subscriber took that has not
 //!   come back for `state::probes::PROBE_SILENT`, has its channel subscribed again;
+//! - a round that failed to subscribe some channel again (its slot still moving, its master
+//!   not answering) is tried again at the next probe, every channel of it: an event channel
+//!   has no probe of its own;
 //! - after a channel is back, what may have been published while it was not is read from where
 //!   it is kept: the outcome of each call this node waits on or watches, the frames of calls
 //!   still pending for its pages, and the events after the last one each tenant's readers got
@@ -109,7 +112,9 @@ impl RedisBroker {
             })
             .collect();
         let lost = self.probes.settle(&probed);
-        if lost.is_empty() && why == Why::Probe {
+        // After a round that failed to subscribe some channel again, the probes' round
+        // subscribes everything again: an event channel has no probe to say it is lost.
+        if lost.is_empty() && why == Why::Probe && !self.probes.again_failed() {
             self.probes.subscribed();
             return;
         }
@@ -140,8 +145,9 @@ impl RedisBroker {
             .into_iter()
             .filter(Result::is_err)
             .count();
+        self.probes.subscribed_again(failed == 0);
         if failed > 0 {
-            tracing::warn!(node = %self.node, why, failed, of = count, "subscribing again failed; the probes try again");
+            tracing::warn!(node = %self.node, why, failed, of = count, "subscribing again failed; the next round of probes tries again");
             self.probes.unsubscribed();
             return false;
         }

@@ -33,6 +33,9 @@ pub(in crate::redis) struct Probes {
     awaited: Mutex<Vec<Option<Instant>>>,
     /// Since when some subscription has been lost and not restored.
     unsubscribed_since: Mutex<Option<Instant>>,
+    /// The last round of subscribing again failed for some channel: the next round of probes
+    /// subscribes everything again, whatever the probes find (an event channel has no probe).
+    again_failed: Mutex<bool>,
 }
 
 impl Probes {
@@ -41,6 +44,7 @@ impl Probes {
         Probes {
             awaited: Mutex::new(vec![None; usize::from(partitions)]),
             unsubscribed_since: Mutex::default(),
+            again_failed: Mutex::default(),
         }
     }
 
@@ -81,6 +85,16 @@ impl Probes {
     /// Every subscription holds.
     pub(in crate::redis) fn subscribed(&self) {
         *lock(&self.unsubscribed_since) = None;
+    }
+
+    /// How the last round of subscribing every channel again ended.
+    pub(in crate::redis) fn subscribed_again(&self, all: bool) {
+        *lock(&self.again_failed) = !all;
+    }
+
+    /// Whether the last round of subscribing again left some channel unsubscribed.
+    pub(in crate::redis) fn again_failed(&self) -> bool {
+        *lock(&self.again_failed)
     }
 
     /// Whether the subscriptions hold, or have not been lost for long.
