@@ -58,19 +58,25 @@ pub async fn upgrade(
         .write_buffer_size(0)
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |socket| async move {
-            let _open = app.life.hold();
+        .on_upgrade(move |socket| {
+            let open = app.life.hold();
             // The page's state lives in one box and the task holds only the loop's state, not
             // room for admission and close as well (docs/architecture.md, memory per idle page).
-            let Some(mut admitted) =
-                Box::pin(admit(app, &tenant_id, q.token, origin, socket)).await
-            else {
-                return;
-            };
-            let Admitted { page, socket } = &mut *admitted;
-            let outbound = Arc::clone(&page.session.outbox);
-            let end = page.run(socket, outbound).await;
-            Box::pin(finish(admitted, end)).await;
+            // What the request brought (the socket, the tenant's id, the token, the origin) is
+            // moved into admission's box here, outside the task's own future: a value the
+            // task captured would keep its room in the task for the page's whole life, moved
+            // out or not (the socket alone is 368 bytes).
+            let admitting = Box::pin(admit(app, tenant_id, q.token, origin, socket));
+            async move {
+                let _open = open;
+                let Some(mut admitted) = admitting.await else {
+                    return;
+                };
+                let Admitted { page, socket } = &mut *admitted;
+                let outbound = Arc::clone(&page.session.outbox);
+                let end = page.run(socket, outbound).await;
+                Box::pin(finish(admitted, end)).await;
+            }
         })
 }
 
@@ -83,13 +89,13 @@ struct Admitted {
 /// Authenticates and admits the page; a refused page gets its close code here and `None`.
 async fn admit(
     app: AppState,
-    tenant_id: &str,
+    tenant_id: String,
     token: Option<String>,
     origin: Option<String>,
     socket: WebSocket,
 ) -> Option<Box<Admitted>> {
     let (tenant, conv, grant) =
-        match authenticate(&app, tenant_id, token.as_deref(), origin.as_deref()) {
+        match authenticate(&app, &tenant_id, token.as_deref(), origin.as_deref()) {
             Ok(found) => found,
             Err((code, reason)) => {
                 refuse(&app, socket, code, reason).await;

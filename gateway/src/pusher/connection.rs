@@ -64,14 +64,52 @@ enum Flow {
     Gone,
 }
 
-/// Serves one upgraded connection for the app key `key`.
-pub(super) async fn serve(
+/// Serves one upgraded connection for the app key `key`. The opening (the checks, the
+/// admission, a refusal) runs in a box of its own that takes what the request brought, and the
+/// opened connection is boxed too: the task's own future keeps room only for the loop's state,
+/// not for a socket and strings moved out long ago (`docs/architecture.md`, "Memory per idle
+/// page").
+pub(super) fn serve(
+    app: AppState,
+    socket: WebSocket,
+    key: String,
+    proto: Option<String>,
+    origin: Option<String>,
+) -> impl Future<Output = ()> + Send {
+    let opening = Box::pin(open(app, socket, key, proto, origin));
+    async move {
+        let Some(mut opened) = opening.await else {
+            return;
+        };
+        let span = tracing::info_span!(parent: None, "pusher", tenant = %opened.conn.tenant.id, socket_id = %opened.conn.socket_id);
+        async move {
+            let Opened { conn, socket } = &mut *opened;
+            let hello = protocol::established(&conn.socket_id);
+            if socket.send(Message::Text(hello.into())).await.is_ok() {
+                Box::pin(conn.run(socket)).await;
+            }
+            Box::pin(opened.conn.finish()).await;
+        }
+        .instrument(span)
+        .await;
+    }
+}
+
+/// An admitted connection and its socket.
+struct Opened {
+    conn: Connection,
+    socket: WebSocket,
+}
+
+/// The checks and the admission of a connection; a refused one gets its `pusher:error` and
+/// close here, and `None`.
+async fn open(
     app: AppState,
     mut socket: WebSocket,
     key: String,
     proto: Option<String>,
     origin: Option<String>,
-) {
+) -> Option<Box<Opened>> {
     let tenant = app.tenants.by_pusher_key(&key);
     let mut refusal = match (&tenant, proto.as_deref()) {
         _ if app.is_draining() => Some((code::OVER_CAPACITY, "draining")),
@@ -105,9 +143,9 @@ pub(super) async fn serve(
             .send(Message::Text(protocol::error(c, why, None).into()))
             .await;
         close(&mut socket, c, why).await;
-        return;
+        return None;
     };
-    let mut conn = Connection {
+    let conn = Connection {
         rate: toolmark_broker::rate::bucket(tenant.limits.page_messages_per_second),
         app,
         tenant,
@@ -116,16 +154,7 @@ pub(super) async fn serve(
         frames: SelectAll::new(),
         slot: true,
     };
-    let span = tracing::info_span!(parent: None, "pusher", tenant = %conn.tenant.id, socket_id = %conn.socket_id);
-    async move {
-        let hello = protocol::established(&conn.socket_id);
-        if socket.send(Message::Text(hello.into())).await.is_ok() {
-            Box::pin(conn.run(&mut socket)).await;
-        }
-        conn.finish().await;
-    }
-    .instrument(span)
-    .await;
+    Some(Box::new(Opened { conn, socket }))
 }
 
 async fn close(socket: &mut WebSocket, code: u16, reason: &'static str) {

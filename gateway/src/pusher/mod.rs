@@ -45,8 +45,14 @@ pub async fn upgrade(
         .write_buffer_size(0)
         .max_message_size(MAX_CLIENT_FRAME)
         .max_frame_size(MAX_CLIENT_FRAME)
-        .on_upgrade(move |socket| async move {
-            let _open = app.life.hold();
-            connection::serve(app, socket, key, q.protocol, origin).await;
+        .on_upgrade(move |socket| {
+            let open = app.life.hold();
+            // Not captured by an async block of this closure: what it captured would keep
+            // its room in the connection's task for the connection's life.
+            let serving = connection::serve(app, socket, key, q.protocol, origin);
+            async move {
+                let _open = open;
+                serving.await;
+            }
         })
 }
