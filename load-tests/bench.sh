@@ -39,7 +39,9 @@
 #          (2000/s) over 1000 pages or channels for REFERENCE_SECS (20), then HANDSHAKE_PAGES
 #          sockets at HANDSHAKE_CONCURRENCY against its /app/<key>, our Laravel Echo socket
 #          (same Pusher client) and our page socket; not in the default stages. With
-#          REFERENCE_PID (the server's process id) its CPU per event and per set-up too
+#          REFERENCE_PID (the server's process id) its CPU per event and per set-up and its
+#          memory per open socket too; REFERENCE_CMD (its command line) instead starts the
+#          server for the stage and stops it after, so that each round measures a fresh one
 # SWEEP_SYSCALLS=1 counts every process's system calls in the sweeps too (`perf stat`, which
 # adds a little to each system call: the ceilings are read without it).
 # Stages: BENCH_STAGES (default "idle calls cross reloads tasks handshakes storm"). Output: one JSON line per run in
@@ -360,9 +362,25 @@ PY
             lt_write_config memory
         lt_start_node reference
         ref() { TOOLMARK_BENCH_PUSHER_SECRET="$REFERENCE_SECRET" "$lt_loadgen_bin" "$@"; }
-        # Its process, when REFERENCE_PID names it: its CPU per event and per set-up.
+        # REFERENCE_CMD starts the other server for this stage and stops it after, as our node
+        # is: every round then measures a fresh process (a server's memory per socket is read
+        # as the growth of its RSS, which an allocator does not give back between rounds).
+        reference_pid="${REFERENCE_PID:-}"
+        if [[ -n "${REFERENCE_CMD:-}" ]]; then
+            # shellcheck disable=SC2086 # a command line, split into its words on purpose
+            $REFERENCE_CMD >"$lt_work/reference.log" 2>&1 &
+            reference_pid=$!
+            lt_pids+=("$reference_pid")
+            ref_addr="${REFERENCE_URL#http://}"; ref_addr="${ref_addr%%/*}"
+            for _ in $(seq 100); do
+                (exec 3<>"/dev/tcp/${ref_addr%:*}/${ref_addr##*:}") 2>/dev/null && break
+                kill -0 "$reference_pid" 2>/dev/null || { cat "$lt_work/reference.log" >&2; echo "bench.sh: REFERENCE_CMD exited" >&2; exit 1; }
+                sleep 0.1
+            done
+        fi
+        # Its process, when known: its CPU per event and per set-up, its memory per socket.
         ref_pid=()
-        [[ -n "${REFERENCE_PID:-}" ]] && ref_pid=(--server-pid "$REFERENCE_PID")
+        [[ -n "$reference_pid" ]] && ref_pid=(--server-pid "$reference_pid")
         quiet_machine
         echo "== reference: our calls at $reference_rate/s on one node" >&2
         res="$(loadgen calls --url "$lt_node_url" --pages 1000 --rate "$reference_rate" --duration-secs "$reference_secs" --gateway-pid "$lt_node_pid" | sed -n 1p)"

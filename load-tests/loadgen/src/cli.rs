@@ -161,7 +161,8 @@ pub struct PusherServer {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u8).range(1..=254))]
     pub source_addrs: u8,
     /// The server's process id: when given, its CPU time and threads' context switches per
-    /// set-up (`pusher-handshakes`) or per published event (`pusher-publish`) are reported.
+    /// set-up (`pusher-handshakes`, with its resident memory per open socket) or per published
+    /// event (`pusher-publish`) are reported.
     #[arg(long)]
     pub server_pid: Option<u32>,
 }

@@ -97,6 +97,7 @@ async fn until_event(ws: &mut Socket, event: &str) -> Result<serde_json::Value, 
 pub async fn handshakes(args: PusherHandshakeArgs) -> Result<(), LoadError> {
     let server = Arc::new(Server::resolve(&args.server).await?);
     let cost = args.server.server_pid.map(Cost::read).transpose()?;
+    let rss_before = args.server.server_pid.map(crate::rss::read_kib).transpose()?;
     let started = Instant::now();
     let results: Vec<_> = futures_util::stream::iter(0..args.connections as usize)
         .map(|index| {
@@ -144,6 +145,14 @@ pub async fn handshakes(args: PusherHandshakeArgs) -> Result<(), LoadError> {
     } = setups;
     if let Some(cost) = cost {
         cost.report(open.len() as u64, "server", "setup", &mut line)?;
+    }
+    // What the server holds per open socket: every socket is still open here.
+    if let (Some(pid), Some(before)) = (args.server.server_pid, rss_before) {
+        let after = crate::rss::read_kib(pid)?;
+        line["server_rss_before_kib"] = json!(before);
+        line["server_rss_after_kib"] = json!(after);
+        let per_socket = after.saturating_sub(before) as f64 / open.len().max(1) as f64;
+        line["server_kib_per_socket"] = json!((per_socket * 100.0).round() / 100.0);
     }
     let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     let human = format!(
