@@ -97,7 +97,11 @@ async fn until_event(ws: &mut Socket, event: &str) -> Result<serde_json::Value, 
 pub async fn handshakes(args: PusherHandshakeArgs) -> Result<(), LoadError> {
     let server = Arc::new(Server::resolve(&args.server).await?);
     let cost = args.server.server_pid.map(Cost::read).transpose()?;
-    let rss_before = args.server.server_pid.map(crate::rss::read_kib).transpose()?;
+    let rss_before = args
+        .server
+        .server_pid
+        .map(crate::rss::read_kib)
+        .transpose()?;
     let started = Instant::now();
     let results: Vec<_> = futures_util::stream::iter(0..args.connections as usize)
         .map(|index| {
