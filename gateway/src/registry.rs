@@ -131,10 +131,7 @@ impl Outbox {
                     s.frames = VecDeque::new();
                     return None;
                 }
-                if let Some(f) = s.frames.pop_front() {
-                    if s.frames.is_empty() && s.frames.capacity() > 8 {
-                        s.frames = VecDeque::new();
-                    }
+                if let Some(f) = s.pop() {
                     return Some(Outgoing::Frame(f));
                 }
                 if s.closed {
@@ -143,6 +140,28 @@ impl Outbox {
             }
             self.ready.notified().await;
         }
+    }
+
+    /// A frame queued now, without waiting, for the write that carries the frame
+    /// [`Self::next`] just gave: none while a probe, an eviction or a revocation waits (they
+    /// go before any frame, through [`Self::next`]) or once the queue overflowed.
+    pub fn queued_frame(&self) -> Option<Arc<str>> {
+        let mut s = self.lock();
+        if s.revoked || s.evict || s.probe || (s.closed && s.frames.len() >= OUTBOUND_QUEUE) {
+            return None;
+        }
+        s.pop()
+    }
+}
+
+impl OutboxState {
+    /// The first queued frame; an emptied queue gives its room back.
+    fn pop(&mut self) -> Option<Arc<str>> {
+        let f = self.frames.pop_front()?;
+        if self.frames.is_empty() && self.frames.capacity() > 8 {
+            self.frames = VecDeque::new();
+        }
+        Some(f)
     }
 }
 
@@ -377,6 +396,34 @@ mod tests {
         r.leave(&c2, c);
         r.leave(&c2, c);
         assert_eq!((r.conversations("t"), r.conversations_total()), (0, 1));
+    }
+
+    #[tokio::test]
+    async fn queued_frames_are_taken_in_order_and_never_before_a_probe_an_eviction_or_an_overflow()
+    {
+        let r = Registry::default();
+        let conv = ConvKey::new("t", "u", "c");
+        let (_a, rx) = r.join(&conv, test_grant());
+        assert_eq!(rx.queued_frame(), None, "an empty queue gives nothing");
+        for f in ["1", "2", "3"] {
+            r.deliver(&conv, "p1", f.into());
+        }
+        assert_eq!(rx.next().await, Some(Outgoing::Frame("1".into())));
+        assert_eq!(rx.queued_frame().as_deref(), Some("2"));
+        rx.probe();
+        assert_eq!(rx.queued_frame(), None, "a probe goes before the frames");
+        assert_eq!(rx.next().await, Some(Outgoing::Probe));
+        assert_eq!(rx.queued_frame().as_deref(), Some("3"));
+        assert_eq!(rx.queued_frame(), None);
+        for _ in 0..=OUTBOUND_QUEUE {
+            r.deliver(&conv, "p1", "x".into());
+        }
+        assert_eq!(
+            rx.queued_frame(),
+            None,
+            "an overflowed queue ends the socket"
+        );
+        assert_eq!(rx.next().await, None);
     }
 
     #[tokio::test]

@@ -10,6 +10,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
+use futures_util::SinkExt;
 use governor::DefaultDirectRateLimiter;
 use serde::Deserialize;
 use toolmark_broker::{AdmitError, ConvKey};
@@ -27,6 +28,13 @@ use toolmark_config::MAX_FRAME_BYTES;
 /// Read buffer per socket: small, since page frames are small and idle sockets are many
 /// (larger frames are read in several chunks).
 const READ_BUFFER: usize = 1024;
+/// Frames to the page gather in the socket's write buffer up to this size before they are
+/// written: the frames queued behind one leave with it in one write (see [`send_frames`]). A
+/// lone frame is written at once, since every batch ends with a flush.
+const WRITE_BATCH: usize = 8 * 1024;
+/// Most frames one batch takes, so that a page far behind still gets its pings and probes
+/// between batches.
+const FRAMES_PER_WRITE: usize = 16;
 /// Invalid frames tolerated within [`STRIKE_WINDOW`] before closing with 1008.
 const MAX_STRIKES: usize = 20;
 const STRIKE_WINDOW: Duration = Duration::from_secs(60);
@@ -55,7 +63,7 @@ pub async fn upgrade(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     ws.read_buffer_size(READ_BUFFER)
-        .write_buffer_size(0)
+        .write_buffer_size(WRITE_BATCH)
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| {
@@ -192,6 +200,24 @@ async fn finish(admitted: Box<Admitted>, end: End) {
     .await;
 }
 
+/// Sends `first` and the frames already queued behind it (at most [`FRAMES_PER_WRITE`] in
+/// all), then flushes: under load the frames a page has waiting leave in one write instead of
+/// one each.
+async fn send_frames(
+    socket: &mut WebSocket,
+    outbound: &crate::registry::Outbox,
+    first: &str,
+) -> Result<(), axum::Error> {
+    socket.feed(Message::Text(first.into())).await?;
+    for _ in 1..FRAMES_PER_WRITE {
+        let Some(next) = outbound.queued_frame() else {
+            break;
+        };
+        socket.feed(Message::Text(next.as_ref().into())).await?;
+    }
+    socket.flush().await
+}
+
 /// Why a socket loop ended.
 #[derive(Debug)]
 enum End {
@@ -247,7 +273,7 @@ impl PageSocket {
             let flow = tokio::select! {
                 () = shutdown.cancelled() => Flow::Close(close::GOING_AWAY, "draining"),
                 frame = outbound.next() => match frame {
-                    Some(Outgoing::Frame(frame)) => match socket.send(Message::Text(frame.as_ref().into())).await {
+                    Some(Outgoing::Frame(frame)) => match send_frames(socket, &outbound, &frame).await {
                         Ok(()) => Flow::Continue,
                         Err(_) => return End::Gone,
                     },

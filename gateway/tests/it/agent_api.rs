@@ -363,6 +363,56 @@ async fn async_calls_answer_202_and_emit_call_result() {
 }
 
 #[tokio::test]
+async fn a_burst_of_calls_reaches_its_page_whole_each_once_and_every_one_is_answered() {
+    const CALLS: usize = 48;
+    let gw = Gateway::start().await;
+    let mut page = ready_page(&gw, "acme", "u1", "c1", tools()).await;
+    let acme = gw.acme();
+    // Placed at once, their frames queue for the page's socket, which sends what it finds
+    // queued behind a frame in the same write.
+    let placed = futures_util::future::join_all((0..CALLS).map(|_| {
+        gw.http
+            .post(acme.url("/users/u1/conversations/c1/calls"))
+            .bearer_auth(&acme.key)
+            .header("prefer", "respond-async")
+            .json(&json!({"tool": "todo.add", "input": {}}))
+            .send()
+    }))
+    .await;
+    let mut ids = std::collections::BTreeSet::new();
+    for r in placed {
+        let r = r.unwrap();
+        assert_eq!(r.status(), 202);
+        let body: Value = r.json().await.unwrap();
+        ids.insert(body["id"].as_str().unwrap().to_owned());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < CALLS {
+        let frame = page
+            .try_recv_raw(std::time::Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("{} of {CALLS} call frames arrived", seen.len()));
+        assert_eq!(frame["type"], "call", "{frame}");
+        let id = frame["id"].as_str().unwrap().to_owned();
+        assert!(ids.contains(&id), "a frame of a call placed here: {frame}");
+        assert!(seen.insert(id), "each call's frame once: {frame}");
+    }
+    for id in &ids {
+        page.answer(id, json!({"status": "ok", "data": 1})).await;
+    }
+    for id in &ids {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            if acme.get(&format!("/calls/{id}")).await.body["state"] == "answered" {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "call {id} answered");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test]
 async fn cancel_sends_the_protocol_cancel_and_the_page_result_stays_the_outcome() {
     let gw = Gateway::start().await;
     let mut page = ready_page(&gw, "acme", "u1", "c1", tools()).await;
