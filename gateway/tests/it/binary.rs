@@ -540,17 +540,23 @@ async fn mcp_library_lines(envs: &[(&str, &str)]) -> Vec<serde_json::Value> {
     let (config, mut child, addr, stderr) = start_logging(envs);
     let mut lines = JsonLines::read(stderr);
     let http = crate::harness::http_client();
-    let minted: serde_json::Value = http
-        .post(format!("http://{addr}/v1/tenants/acme/tokens"))
-        .bearer_auth(crate::harness::ACME_KEY)
-        .json(&serde_json::json!({"user": "u1", "conversation": "c1", "scope": "mcp"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let token = minted["token"].as_str().expect("an MCP token").to_owned();
+    let acme = crate::harness::Agent::new(
+        &format!("http://{addr}"),
+        "acme",
+        crate::harness::ACME_KEY,
+        http.clone(),
+    );
+    let minted = acme
+        .post(
+            "/tokens",
+            serde_json::json!({"user": "u1", "conversation": "c1", "scope": "mcp"}),
+        )
+        .await;
+    assert_eq!(minted.status, 201, "{}", minted.body);
+    let token = minted.body["token"]
+        .as_str()
+        .expect("an MCP token")
+        .to_owned();
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
     let r = http
         .post(format!("http://{addr}/v1/tenants/acme/mcp"))
