@@ -127,7 +127,7 @@ impl Outbox {
                     s.probe = false;
                     return Some(Outgoing::Probe);
                 }
-                if s.closed && s.frames.len() >= OUTBOUND_QUEUE {
+                if s.overflowed() {
                     s.frames = VecDeque::new();
                     return None;
                 }
@@ -147,7 +147,7 @@ impl Outbox {
     /// go before any frame, through [`Self::next`]) or once the queue overflowed.
     pub fn queued_frame(&self) -> Option<Arc<str>> {
         let mut s = self.lock();
-        if s.revoked || s.evict || s.probe || (s.closed && s.frames.len() >= OUTBOUND_QUEUE) {
+        if s.revoked || s.evict || s.probe || s.overflowed() {
             return None;
         }
         s.pop()
@@ -155,6 +155,11 @@ impl Outbox {
 }
 
 impl OutboxState {
+    /// The queue overflowed: the page could not keep up, and its socket ends.
+    fn overflowed(&self) -> bool {
+        self.closed && self.frames.len() >= OUTBOUND_QUEUE
+    }
+
     /// The first queued frame; an emptied queue gives its room back.
     fn pop(&mut self) -> Option<Arc<str>> {
         let f = self.frames.pop_front()?;
