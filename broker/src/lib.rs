@@ -33,7 +33,7 @@ pub use traffic::{NodeTraffic, SharedTraffic, TrafficEntry};
 pub use types::{
     AdmitLimits, CallBinding, CallKind, CallRecord, CallRequest, CallState, CallTarget, CallerRate,
     CallerRef, ConfirmBinding, ConvKey, ConversationState, Event, EventType, Outcome, PageIdentity,
-    PageInfo, PageLeft, Placed, Resolution, ToolGate, event_id_after, facts_of, now_ms,
+    PageInfo, PageLeft, Placed, RawEvent, Resolution, ToolGate, event_id_after, facts_of, now_ms,
 };
 
 /// How long [`Events::emit_once`] remembers a name: past the longest a node holds a page's
@@ -62,11 +62,17 @@ pub enum Watch {
 /// Receives the final outcome of one call: its result, or a timeout. Exactly one arrives.
 pub type OutcomeWaiter = oneshot::Receiver<Outcome>;
 
-/// Events of one tenant: what was retained after the resume point, then the live feed.
+/// How many retained events one read of a replay takes ([`Events::events_after`]): what a
+/// reader that does not read holds of the log, at most.
+pub const EVENT_PAGE: usize = 16;
+
+/// Events of one tenant: the first page of what was retained after the resume point, then the
+/// live feed.
 #[derive(Debug)]
 pub struct EventFeed {
-    /// Retained events after the requested id, oldest first.
-    pub backlog: Vec<Event>,
+    /// At most [`EVENT_PAGE`] retained events after the requested id, oldest first, unparsed;
+    /// a full page may have more behind it ([`Events::events_after`]).
+    pub backlog: Vec<RawEvent>,
     /// Events emitted from now on (may repeat the tail of `backlog`; skip ids not after it).
     pub live: broadcast::Receiver<Event>,
 }
@@ -318,8 +324,37 @@ pub trait Events: Send + Sync {
         once: &str,
     ) -> Result<Option<Event>, BrokerError>;
 
-    /// The tenant's events after `after` (an event id; `None` means only live ones).
+    /// The tenant's live events, and the first [`EVENT_PAGE`] retained after `after` (an event
+    /// id; `None` means only live ones).
     async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError>;
+
+    /// At most `limit` retained events after `after`, oldest first, unparsed: a replay reads
+    /// the log a page at a time, as its reader takes them.
+    async fn events_after(
+        &self,
+        tenant: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<RawEvent>, BrokerError>;
+
+    /// Every retained event after `after`, parsed, read page by page: for tests and tools that
+    /// want the log at once (a replay to a reader takes a page at a time, as it reads).
+    async fn retained(&self, tenant: &str, after: &str) -> Result<Vec<Event>, BrokerError> {
+        let mut all = Vec::new();
+        let mut from = after.to_owned();
+        loop {
+            let page = self.events_after(tenant, &from, EVENT_PAGE).await?;
+            let Some(last) = page.last() else {
+                return Ok(all);
+            };
+            from.clone_from(&last.id);
+            let full = page.len() == EVENT_PAGE;
+            all.extend(page.iter().filter_map(RawEvent::parse));
+            if !full {
+                return Ok(all);
+            }
+        }
+    }
 
     /// What this process emitted so far (for the processes' metrics).
     fn emitted(&self) -> &Emitted;

@@ -23,11 +23,31 @@ pub struct NodeTraffic {
     pub seconds: Vec<u64>,
     /// Calls and describes finished since the node started, by outcome status.
     pub outcomes: BTreeMap<String, u64>,
-    /// Agent requests answered with a problem since the node started, by its code.
+    /// Agent requests answered with a problem since the node started, by its code (requests
+    /// that failed authentication apart, in `unauthenticated`).
     pub refusals: BTreeMap<String, u64>,
+    /// Requests naming the tenant that failed authentication (anyone can send them: never the
+    /// tenant's own refusals).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unauthenticated: u64,
+    /// The incarnation of the tenant the counts are of: a reader sums only the entries of the
+    /// tenant as it is now, never a deleted predecessor's under the same id. `None` in an entry
+    /// of the previous release (summed, as it was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl NodeTraffic {
+    /// Whether the entry counts for the tenant's incarnation `incarnation`.
+    pub fn of_incarnation(&self, incarnation: u64) -> bool {
+        self.incarnation.is_none_or(|i| i == incarnation)
+    }
+
     /// Finished calls a second over [`NodeTraffic::seconds`] (0 for an empty window).
     pub fn calls_per_second(&self) -> f64 {
         if self.seconds.is_empty() {
@@ -107,6 +127,8 @@ mod tests {
             seconds: vec![0, 2, 4, 0],
             outcomes: BTreeMap::from([("ok".to_owned(), 6)]),
             refusals: BTreeMap::new(),
+            unauthenticated: 3,
+            incarnation: Some(2),
         };
         let s = encode(2_000, 1_000, &t);
         let e = decode("n1".to_owned(), &s, 1_999).unwrap();
@@ -115,5 +137,10 @@ mod tests {
         assert!((e.traffic.calls_per_second() - 1.5).abs() < 1e-9);
         assert_eq!(decode("n1".to_owned(), &s, 2_000), None);
         assert_eq!(decode("n1".to_owned(), "garbage", 0), None);
+        // An entry of the previous release (no incarnation) counts for any.
+        let old: NodeTraffic =
+            serde_json::from_str(r#"{"seconds":[],"outcomes":{},"refusals":{}}"#).unwrap();
+        assert!(old.of_incarnation(5));
+        assert!(t.of_incarnation(2) && !t.of_incarnation(3));
     }
 }

@@ -79,6 +79,24 @@ pub enum CallerRef {
     },
 }
 
+impl CallerRef {
+    /// Who answers for the credential: an API key (an MCP token is the key that minted it), or
+    /// an OAuth subject with its client. What a credential makes (an idempotent call, a task)
+    /// belongs to its principal: another key's request never finds it.
+    pub fn principal(&self) -> String {
+        match self {
+            CallerRef::ApiKey { id } | CallerRef::McpToken { api_key_id: id, .. } => {
+                format!("k:{id}")
+            }
+            CallerRef::OAuth { sub, client_id } => {
+                let client = client_id.as_deref().unwrap_or_default();
+                // The client's length first: no subject can pass for another client's.
+                format!("o:{}:{client}{sub}", client.len())
+            }
+        }
+    }
+}
+
 /// Whether a request is a `call` or a `describe`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -544,6 +562,73 @@ impl Event {
     /// `{"type", "id", "timestamp", "data"}`.
     pub fn body(&self) -> Value {
         json!({"type": self.kind.as_str(), "id": self.id, "timestamp": self.timestamp, "data": self.data})
+    }
+}
+
+/// An event as the log keeps it, not yet parsed: a replay holds a page of these and parses one
+/// at a time as its reader takes them, so a reader that does not read holds a page of the
+/// log's bytes, never the log parsed ([`crate::Events::events_after`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawEvent {
+    /// Its id.
+    pub id: String,
+    /// `{"type", "timestamp", "user", "conversation", "data"}` as JSON (the form of a Redis
+    /// stream's entry).
+    pub body: Box<str>,
+}
+
+/// The stored form's fields, borrowed where the JSON allows.
+#[derive(Deserialize)]
+struct StoredBody {
+    #[serde(rename = "type")]
+    kind: EventType,
+    timestamp: String,
+    user: String,
+    conversation: String,
+    data: Value,
+}
+
+impl RawEvent {
+    /// The stored form of an event's fields, `data` being its payload as JSON text.
+    pub fn store(
+        id: &str,
+        kind: EventType,
+        timestamp: &str,
+        user: &str,
+        conversation: &str,
+        data: &str,
+    ) -> Self {
+        let text = |s: &str| Value::String(s.to_owned()).to_string();
+        let body = format!(
+            r#"{{"type":"{}","timestamp":{},"user":{},"conversation":{},"data":{data}}}"#,
+            kind.as_str(),
+            text(timestamp),
+            text(user),
+            text(conversation),
+        );
+        RawEvent {
+            id: id.to_owned(),
+            body: body.into_boxed_str(),
+        }
+    }
+
+    /// Its bytes.
+    pub fn size(&self) -> usize {
+        self.id.len() + self.body.len()
+    }
+
+    /// The event; `None` for an entry that is not one (never one the gateway wrote).
+    pub fn parse(&self) -> Option<Event> {
+        let b: StoredBody = serde_json::from_str(&self.body).ok()?;
+        Some(Event {
+            id: self.id.clone(),
+            kind: b.kind,
+            timestamp: b.timestamp,
+            user: b.user,
+            conversation: b.conversation,
+            data: b.data,
+            held_for_webhooks: false,
+        })
     }
 }
 

@@ -124,6 +124,20 @@ pub struct ServerConfig {
     /// unwritten.
     #[serde(default = "default_stats_flush")]
     pub stats_flush_ms: u64,
+    /// Open event streams (`GET …/events`) per tenant on one node; one more is 429.
+    #[serde(default = "default_event_streams_per_tenant")]
+    pub max_event_streams_per_tenant: usize,
+    /// Open event streams per API key on one node; one more is 429.
+    #[serde(default = "default_event_streams_per_key")]
+    pub max_event_streams_per_key: usize,
+}
+
+const fn default_event_streams_per_tenant() -> usize {
+    1_000
+}
+
+const fn default_event_streams_per_key() -> usize {
+    16
 }
 
 const fn default_stats_flush() -> u64 {
@@ -149,6 +163,8 @@ impl Default for ServerConfig {
             run_jobs: false,
             public_url: None,
             stats_flush_ms: default_stats_flush(),
+            max_event_streams_per_tenant: default_event_streams_per_tenant(),
+            max_event_streams_per_key: default_event_streams_per_key(),
         }
     }
 }

@@ -91,8 +91,22 @@ pub struct ToolFacts {
     pub destructive: bool,
 }
 
-/// Whether `name` matches `pattern`, whose `*` matches any run of characters (none included).
+/// Whether `name` matches `pattern`, whose `*` matches any run of characters (none included),
+/// regardless of case: `*.delete*` holds `notes.DeleteAll` too, in `deny` as in `allow`.
 pub fn glob(pattern: &str, name: &str) -> bool {
+    glob_folded(&folded(pattern), &folded(name))
+}
+
+/// `s` in lower case (borrowed when it already is).
+fn folded(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_uppercase) {
+        std::borrow::Cow::Owned(s.to_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
+}
+
+fn glob_folded(pattern: &str, name: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
     let (first, rest) = parts.split_first().expect("split yields one part at least");
     let Some(mut left) = name.strip_prefix(first) else {
@@ -198,6 +212,11 @@ mod tests {
         assert!(!glob("todo.*", "todos.add"));
         assert!(glob("*.delete*", "todo.deleteAll"));
         assert!(glob("*", "x"));
+        // Regardless of case, both ways.
+        assert!(glob("*.delete*", "notes.DeleteAll"));
+        assert!(glob("*.DELETE*", "notes.deleteAll"));
+        assert!(glob("Todo.*", "todo.add"));
+        assert!(!glob("todo.*", "TODOS.add"));
         assert!(glob("a*b*c", "abc"));
         assert!(glob("a*b*c", "a-b-b-c"));
         assert!(!glob("a*b*c", "a-c"));

@@ -50,6 +50,10 @@ pub struct ServerSettings {
     pub public_url: Option<String>,
     /// How often this node writes its call figures into the broker (`server.stats_flush_ms`).
     pub stats_flush: Duration,
+    /// Open event streams per tenant on one node (`server.max_event_streams_per_tenant`).
+    pub max_event_streams_per_tenant: usize,
+    /// Open event streams per API key on one node (`server.max_event_streams_per_key`).
+    pub max_event_streams_per_key: usize,
 }
 
 impl std::fmt::Debug for ServerSettings {
@@ -62,6 +66,11 @@ impl std::fmt::Debug for ServerSettings {
             .field("run_jobs", &self.run_jobs)
             .field("public_url", &self.public_url)
             .field("stats_flush", &self.stats_flush)
+            .field(
+                "max_event_streams_per_tenant",
+                &self.max_event_streams_per_tenant,
+            )
+            .field("max_event_streams_per_key", &self.max_event_streams_per_key)
             .finish()
     }
 }
@@ -297,7 +306,23 @@ fn parse_server(s: &ServerConfig, dev_mode: bool) -> Result<ServerSettings, Conf
             "must be between 100 and 10000",
         ));
     }
+    for (key, n) in [
+        (
+            "server.max_event_streams_per_tenant",
+            s.max_event_streams_per_tenant,
+        ),
+        (
+            "server.max_event_streams_per_key",
+            s.max_event_streams_per_key,
+        ),
+    ] {
+        if n == 0 {
+            return Err(ConfigError::new(key, "must be at least 1"));
+        }
+    }
     Ok(ServerSettings {
+        max_event_streams_per_tenant: s.max_event_streams_per_tenant,
+        max_event_streams_per_key: s.max_event_streams_per_key,
         listen,
         tls,
         drain_timeout: Duration::from_millis(s.drain_timeout_ms),

@@ -90,6 +90,7 @@ export function renderTenantFigures(s) {
     countsList(s.cluster.calls, 'No call finished yet.'),
     h('h4', {}, 'Refusals by code (cluster-wide)'),
     countsList(s.cluster.refusals, 'Nothing refused.'),
+    h('p', {}, `Requests that failed authentication (anyone can send them): ${s.cluster.unauthenticated ?? 0}`),
   );
 }
 

@@ -72,6 +72,13 @@ impl Caller {
         }
     }
 
+    /// What the hosted MCP endpoint asks of every credential, on every request, and of a key
+    /// that mints an MCP token: the `calls` scope (the endpoint lists and calls tools). Else 403
+    /// `scope_denied` (counted).
+    pub fn require_mcp(&self, metrics: &Metrics) -> Result<(), Problem> {
+        self.require(Scope::Calls, metrics)
+    }
+
     /// Whether the policy narrows calls by tool (a call then needs the tool's manifest entry).
     pub fn limits_tools(&self) -> bool {
         self.with_policies(|p| p.limits_tools())

@@ -121,6 +121,8 @@ pub struct Metrics {
     events_synced: std::sync::Mutex<()>,
     /// Page frames held now until the broker answers.
     pub frames_holding: Gauge,
+    /// Bytes of the hosted MCP's cache of tool input schemas on this node.
+    pub mcp_schema_cache_bytes: Gauge,
     /// Page frames that were held (the broker did not answer their first submission).
     frames_held: Counter,
     /// Page frames dropped after they were accepted, by reason (`hold_full`, `hold_time`).
@@ -154,6 +156,7 @@ impl Metrics {
         let events = Family::<TypeLabel, Counter>::default();
         let events_held_for_webhooks = Counter::default();
         let frames_holding = Gauge::default();
+        let mcp_schema_cache_bytes = Gauge::default();
         let frames_held = Counter::default();
         let frames_dropped = Family::<ReasonLabel, Counter>::default();
         let calls_refused = Family::<ReasonLabel, Counter>::default();
@@ -204,6 +207,11 @@ impl Metrics {
             "toolmark_events_held_for_webhooks",
             "Events emitted while the tenant's event log was at its retention bound and its oldest events waited for webhook delivery (kept, not trimmed)",
             events_held_for_webhooks.clone(),
+        );
+        registry.register(
+            "toolmark_mcp_schema_cache_bytes",
+            "Bytes of the tool input schemas the hosted MCP endpoint keeps on this node (bounded by 32 MiB)",
+            mcp_schema_cache_bytes.clone(),
         );
         registry.register(
             "toolmark_frames_holding",
@@ -268,6 +276,7 @@ impl Metrics {
             events_held_for_webhooks,
             events_synced: std::sync::Mutex::default(),
             frames_holding,
+            mcp_schema_cache_bytes,
             frames_held,
             frames_dropped,
             calls_refused,

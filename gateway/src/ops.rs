@@ -90,9 +90,9 @@ pub async fn count_request(
     if let (Some(code), Some(t)) = (
         res.extensions().get::<crate::http::problem::ProblemCode>(),
         tenant,
-    ) && app.tenants.get(t).is_some()
+    ) && let Some(known) = app.tenants.get(t)
     {
-        app.traffic.refused(t, code.0);
+        app.traffic.refused(t, known.incarnation, code.0);
     }
     tracing::info!(
         target: "toolmark_gateway::access",

@@ -215,9 +215,14 @@ async fn serve_until_stopped(
         mcp_live,
         settings.hold,
     );
+    app.event_streams.bound(
+        settings.server.max_event_streams_per_tenant,
+        settings.server.max_event_streams_per_key,
+    );
     life.spawn(crate::traffic::flush(
         Arc::clone(&app.traffic),
         Arc::clone(&broker),
+        app.tenants.clone(),
         settings.server.stats_flush,
         life.stopping().clone(),
     ));

@@ -51,6 +51,8 @@ pub struct Inner {
     pub hold: crate::hold::Hold,
     /// Per-tenant calls and refusals of this node (the admin stats).
     pub traffic: Arc<crate::traffic::Traffic>,
+    /// Open event streams of this node, bounded per tenant and per key.
+    pub event_streams: Arc<crate::api::events::EventStreams>,
 }
 
 impl std::ops::Deref for AppState {
@@ -90,6 +92,7 @@ impl AppState {
             mcp_live,
             hold,
             traffic: Arc::default(),
+            event_streams: Arc::default(),
         }))
     }
 

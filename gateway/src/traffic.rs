@@ -46,6 +46,10 @@ struct Counts {
     outcomes: BTreeMap<&'static str, u64>,
     /// Agent requests answered with a problem, by its code (`rate_limited`, `no_page`…).
     refusals: BTreeMap<&'static str, u64>,
+    /// Requests that failed authentication.
+    unauthenticated: u64,
+    /// The tenant's incarnation these counts are of.
+    incarnation: u64,
     /// Finished calls per second: `(second since start, count)`, a ring indexed by second.
     seconds: [(u64, u64); BUCKETS],
     /// Whether something was counted since the counts were last written into the broker.
@@ -77,6 +81,8 @@ pub struct TrafficView {
     pub outcomes: BTreeMap<&'static str, u64>,
     /// Problems answered, by code, since the node started.
     pub refusals: BTreeMap<&'static str, u64>,
+    /// Requests that failed authentication, since the node started.
+    pub unauthenticated: u64,
 }
 
 impl TrafficView {
@@ -89,6 +95,7 @@ impl TrafficView {
         for (k, v) in &other.refusals {
             *self.refusals.entry(k).or_default() += v;
         }
+        self.unauthenticated += other.unauthenticated;
     }
 }
 
@@ -97,26 +104,44 @@ impl Traffic {
         self.started.elapsed().as_secs()
     }
 
-    /// The counts of `tenant`, made on its first use. Only known tenants are counted (the
-    /// caller checks), so the map cannot be grown by requests naming made-up ids.
-    fn counts(&self, tenant: &str) -> Arc<Mutex<Counts>> {
+    /// The counts of `tenant`'s incarnation `incarnation`, made on its first use (those of
+    /// another incarnation are dropped: a tenant created again under its id starts at zero).
+    /// Only known tenants are counted (the caller checks), so the map cannot be grown by
+    /// requests naming made-up ids.
+    fn counts(&self, tenant: &str, incarnation: u64) -> Arc<Mutex<Counts>> {
+        let current = |c: &Arc<Mutex<Counts>>| {
+            c.lock().unwrap_or_else(PoisonError::into_inner).incarnation == incarnation
+        };
         if let Some(c) = self
             .tenants
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(tenant)
+            .filter(|c| current(c))
         {
             return Arc::clone(c);
         }
         let mut all = self.tenants.write().unwrap_or_else(PoisonError::into_inner);
-        Arc::clone(all.entry(tenant.to_owned()).or_default())
+        let entry = all.entry(tenant.to_owned()).or_insert_with(|| {
+            Arc::new(Mutex::new(Counts {
+                incarnation,
+                ..Counts::default()
+            }))
+        });
+        if !current(entry) {
+            *entry = Arc::new(Mutex::new(Counts {
+                incarnation,
+                ..Counts::default()
+            }));
+        }
+        Arc::clone(entry)
     }
 
     /// Counts a call or describe of `tenant` that finished with `status` (through
     /// `calls::finished`, which counts it in the metrics too).
-    pub(crate) fn call_finished(&self, tenant: &str, status: &'static str) {
+    pub(crate) fn call_finished(&self, tenant: &str, incarnation: u64, status: &'static str) {
         let now = self.second();
-        let counts = self.counts(tenant);
+        let counts = self.counts(tenant, incarnation);
         let mut c = counts.lock().unwrap_or_else(PoisonError::into_inner);
         c.changed = true;
         *c.outcomes.entry(status).or_default() += 1;
@@ -130,12 +155,32 @@ impl Traffic {
         }
     }
 
-    /// Counts an agent request of `tenant` answered with the problem `code`.
-    pub fn refused(&self, tenant: &str, code: &'static str) {
-        let counts = self.counts(tenant);
+    /// Counts an agent request of `tenant` answered with the problem `code`; one that failed
+    /// authentication (`unauthorized`) is counted apart, never as the tenant's own refusal.
+    pub fn refused(&self, tenant: &str, incarnation: u64, code: &'static str) {
+        let counts = self.counts(tenant, incarnation);
         let mut c = counts.lock().unwrap_or_else(PoisonError::into_inner);
         c.changed = true;
-        *c.refusals.entry(code).or_default() += 1;
+        if code == "unauthorized" {
+            c.unauthenticated += 1;
+        } else {
+            *c.refusals.entry(code).or_default() += 1;
+        }
+    }
+
+    /// Forgets the counts of every tenant that `current` does not hold as it is counted (gone,
+    /// or created again with a new incarnation): run by every node at each flush, so a deleted
+    /// tenant's figures leave every node, not only the one that deleted it.
+    pub fn keep_only(&self, current: impl Fn(&str, u64) -> bool) {
+        self.tenants
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|id, c| {
+                current(
+                    id,
+                    c.lock().unwrap_or_else(PoisonError::into_inner).incarnation,
+                )
+            });
     }
 
     /// The entries to write now, marked written: the tenants whose counts changed, whose last
@@ -170,6 +215,8 @@ impl Traffic {
                     seconds,
                     outcomes: owned(&c.outcomes),
                     refusals: owned(&c.refusals),
+                    unauthenticated: c.unauthenticated,
+                    incarnation: Some(c.incarnation),
                 },
             ));
         }
@@ -188,13 +235,15 @@ impl Traffic {
         }
     }
 
-    /// `tenant`'s traffic now (all zero for a tenant this node has not served).
-    pub fn view(&self, tenant: &str) -> TrafficView {
+    /// The traffic of `tenant`'s incarnation `incarnation` now (all zero for one this node has
+    /// not served).
+    pub fn view(&self, tenant: &str, incarnation: u64) -> TrafficView {
         let counts = self
             .tenants
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(tenant)
+            .filter(|c| c.lock().unwrap_or_else(PoisonError::into_inner).incarnation == incarnation)
             .cloned();
         let Some(counts) = counts else {
             return TrafficView::default();
@@ -211,6 +260,7 @@ impl Traffic {
             calls_per_second,
             outcomes: c.outcomes,
             refusals: c.refusals,
+            unauthenticated: c.unauthenticated,
         }
     }
 
@@ -257,6 +307,7 @@ impl Counts {
 pub async fn flush(
     traffic: Arc<Traffic>,
     broker: SharedBroker,
+    tenants: crate::tenants::Tenants,
     every: Duration,
     stop: CancellationToken,
 ) {
@@ -268,6 +319,11 @@ pub async fn flush(
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
+        traffic.keep_only(|id, incarnation| {
+            tenants
+                .get(id)
+                .is_some_and(|t| t.incarnation == incarnation)
+        });
         let due = traffic.due(every * REFRESH_FLUSHES);
         futures_util::stream::iter(due)
             .for_each_concurrent(WRITES_AT_ONCE, |(tenant, figures)| {
@@ -290,19 +346,47 @@ mod tests {
     #[test]
     fn outcomes_and_refusals_are_counted_per_tenant() {
         let t = Traffic::default();
-        t.call_finished("a", "ok");
-        t.call_finished("a", "ok");
-        t.call_finished("a", "timeout");
-        t.refused("a", "rate_limited");
-        t.call_finished("b", "error");
-        let a = t.view("a");
+        t.call_finished("a", 0, "ok");
+        t.call_finished("a", 0, "ok");
+        t.call_finished("a", 0, "timeout");
+        t.refused("a", 0, "rate_limited");
+        t.call_finished("b", 0, "error");
+        let a = t.view("a", 0);
         assert_eq!(a.outcomes.get("ok"), Some(&2));
         assert_eq!(a.outcomes.get("timeout"), Some(&1));
         assert_eq!(a.refusals.get("rate_limited"), Some(&1));
-        assert_eq!(t.view("b").outcomes.get("error"), Some(&1));
-        assert_eq!(t.view("c"), TrafficView::default());
+        assert_eq!(t.view("b", 0).outcomes.get("error"), Some(&1));
+        assert_eq!(t.view("c", 0), TrafficView::default());
         t.forget("a");
-        assert_eq!(t.view("a"), TrafficView::default());
+        assert_eq!(t.view("a", 0), TrafficView::default());
+    }
+
+    #[test]
+    fn a_tenant_created_again_starts_at_zero_and_failed_authentication_is_counted_apart() {
+        let t = Traffic::default();
+        t.refused("a", 1, "rate_limited");
+        t.refused("a", 1, "unauthorized");
+        t.refused("a", 1, "unauthorized");
+        let a = t.view("a", 1);
+        assert_eq!(a.refusals.get("rate_limited"), Some(&1));
+        assert_eq!(a.refusals.get("unauthorized"), None);
+        assert_eq!(a.unauthenticated, 2);
+        let due = t.due(Duration::from_secs(60));
+        assert_eq!(due[0].1.incarnation, Some(1));
+        assert_eq!(due[0].1.unauthenticated, 2);
+        // Created again under its id: nothing of its predecessor, here or in what is written.
+        assert_eq!(t.view("a", 2), TrafficView::default());
+        t.refused("a", 2, "no_page");
+        assert_eq!(t.view("a", 1), TrafficView::default());
+        let due = t.due(Duration::from_secs(60));
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].1.incarnation, Some(2));
+        assert_eq!(due[0].1.refusals.get("rate_limited"), None);
+        // Every node forgets a tenant that is gone at its next flush.
+        t.refused("b", 0, "no_page");
+        t.keep_only(|id, _| id == "b");
+        assert_eq!(t.view("a", 2), TrafficView::default());
+        assert_eq!(t.view("b", 0).refusals.get("no_page"), Some(&1));
     }
 
     #[test]
@@ -313,13 +397,13 @@ mod tests {
         };
         let now = t.second();
         {
-            let counts = t.counts("a");
+            let counts = t.counts("a", 0);
             let mut c = counts.lock().unwrap();
             // Five calls two seconds ago, three long before the window.
             c.seconds[((now - 2) % BUCKETS as u64) as usize] = (now - 2, 5);
             c.seconds[((now - 12) % BUCKETS as u64) as usize] = (now - 12, 3);
         }
-        let v = t.view("a");
+        let v = t.view("a", 0);
         assert!(
             (v.calls_per_second - 0.5).abs() < 1e-9,
             "{}",
@@ -335,11 +419,11 @@ mod tests {
         let t = Traffic::default();
         let refresh = Duration::from_secs(60);
         assert!(t.due(refresh).is_empty());
-        t.refused("a", "no_page");
-        t.refused("b", "no_page");
+        t.refused("a", 0, "no_page");
+        t.refused("b", 0, "no_page");
         assert_eq!(t.due(refresh).len(), 2);
         assert!(t.due(refresh).is_empty(), "nothing moved");
-        t.call_finished("a", "ok");
+        t.call_finished("a", 0, "ok");
         let due = t.due(refresh);
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].0, "a");

@@ -143,6 +143,13 @@ pub fn untrusted_meta() -> MetaObject {
     meta
 }
 
+/// What a listing shows of `schema`: the page's own when it is an object schema within the size
+/// and depth caps, else `{"type":"object"}`; `None` for none. A cache of schemas keeps only
+/// this.
+pub fn shown_schema(schema: Option<&Value>) -> Option<Value> {
+    schema.map(|s| Value::Object(listed_schema(Some(s))))
+}
+
 /// The schema as listed: the page's own when it is an object schema within the size and depth
 /// caps, else `{"type":"object"}`.
 fn listed_schema(schema: Option<&Value>) -> JsonObject {

@@ -31,16 +31,19 @@ impl Events for MemoryBroker {
         let mut logs = lock(&self.logs);
         let log = logs.entry(tenant.to_owned()).or_insert_with(TenantLog::new);
         let live = log.live.subscribe();
-        let backlog = match after {
-            None => Vec::new(),
-            Some(after) => log
-                .events
-                .iter()
-                .filter(|e| event_id_after(&e.id, after))
-                .map(StoredEvent::to_event)
-                .collect(),
-        };
+        let backlog = after.map_or_else(Vec::new, |after| log.page(after, crate::EVENT_PAGE));
         Ok(EventFeed { backlog, live })
+    }
+
+    async fn events_after(
+        &self,
+        tenant: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<RawEvent>, BrokerError> {
+        Ok(lock(&self.logs)
+            .get(tenant)
+            .map_or_else(Vec::new, |log| log.page(after, limit)))
     }
 
     fn emitted(&self) -> &crate::Emitted {

@@ -27,8 +27,8 @@ use toolmark_proto::{AgentMessage, Cancel, Manifest, ToolResult};
 use crate::{
     AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallState,
     ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
-    OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, RateLimited, Rejection, SubmitError,
-    TakeError, Watch, event_id_after, now_ms,
+    OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, RateLimited, RawEvent, Rejection,
+    SubmitError, TakeError, Watch, event_id_after, now_ms,
 };
 
 pub use crate::model::Retention;
@@ -145,16 +145,15 @@ impl StoredEvent {
             + self.data.len()) as u64
     }
 
-    fn to_event(&self) -> Event {
-        Event {
-            id: self.id.to_string(),
-            kind: self.kind,
-            timestamp: self.timestamp.to_string(),
-            user: self.user.to_string(),
-            conversation: self.conversation.to_string(),
-            data: serde_json::from_str(&self.data).unwrap_or(Value::Null),
-            held_for_webhooks: false,
-        }
+    fn to_raw(&self) -> crate::RawEvent {
+        crate::RawEvent::store(
+            &self.id,
+            self.kind,
+            &self.timestamp,
+            &self.user,
+            &self.conversation,
+            &self.data,
+        )
     }
 }
 
@@ -177,6 +176,18 @@ impl TenantLog {
             live: broadcast::channel(1024).0,
             once: Recent::new(EMISSIONS_KEPT),
         }
+    }
+
+    /// At most `limit` retained events after `after`, oldest first (ids increase along the log).
+    fn page(&self, after: &str, limit: usize) -> Vec<crate::RawEvent> {
+        let start = self
+            .events
+            .partition_point(|e| !event_id_after(&e.id, after));
+        self.events
+            .range(start..)
+            .take(limit)
+            .map(StoredEvent::to_raw)
+            .collect()
     }
 }
 
@@ -526,9 +537,10 @@ mod tests {
             .unwrap();
         assert!(event_id_after(&e2.id, &e1.id));
         let feed = b.events("t", Some(&e1.id)).await.unwrap();
-        assert_eq!(feed.backlog, vec![e2]);
+        let parsed: Vec<Event> = feed.backlog.iter().filter_map(RawEvent::parse).collect();
+        assert_eq!(parsed, vec![e2]);
         assert!(b.events("t", None).await.unwrap().backlog.is_empty());
-        let all = b.events("other", Some("0-0")).await.unwrap();
-        assert_eq!(all.backlog.len(), 1);
+        let all = b.retained("other", "0-0").await.unwrap();
+        assert_eq!(all.len(), 1);
     }
 }

@@ -8,10 +8,10 @@ use fred::interfaces::{PubsubInterface, StreamsInterface};
 use serde_json::Value as Json;
 
 use super::RedisBroker;
-use super::reply::{millis, parse_event, strings, unavailable};
+use super::reply::{millis, strings, unavailable};
 use super::scripts::Emit;
 use crate::prelude::*;
-use crate::{BrokerError, ConvKey, Emitted, Event, EventFeed, EventType, event_id_after};
+use crate::{BrokerError, ConvKey, Emitted, Event, EventFeed, EventType, RawEvent, event_id_after};
 
 #[async_trait]
 impl Events for RedisBroker {
@@ -47,27 +47,42 @@ impl Events for RedisBroker {
         }
         let backlog = match after {
             None => Vec::new(),
-            Some(after) => {
-                let start = format!("({after}");
-                let entries: Vec<(String, HashMap<String, String>)> = self
-                    .again("xrange", || {
-                        self.client.xrange(
-                            self.keys.events(tenant),
-                            start.clone(),
-                            "+",
-                            Some(self.opts.retention.events_per_tenant),
-                        )
-                    })
-                    .await
-                    .map_err(|e| unavailable(&e))?;
-                entries
-                    .into_iter()
-                    .filter(|(id, _)| event_id_after(id, after))
-                    .filter_map(|(id, fields)| parse_event(&id, fields.get("e")?))
-                    .collect()
-            }
+            Some(after) => self.events_after(tenant, after, crate::EVENT_PAGE).await?,
         };
         Ok(EventFeed { backlog, live })
+    }
+
+    async fn events_after(
+        &self,
+        tenant: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<RawEvent>, BrokerError> {
+        // An id that is not one starts at the log's beginning.
+        let start = if crate::event_id_after("1-0", after) {
+            format!("({after}")
+        } else {
+            "-".to_owned()
+        };
+        let entries: Vec<(String, HashMap<String, String>)> = self
+            .again("xrange", || {
+                self.client.xrange(
+                    self.keys.events(tenant),
+                    start.clone(),
+                    "+",
+                    Some(limit as u64),
+                )
+            })
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(entries
+            .into_iter()
+            .filter(|(id, _)| event_id_after(id, after))
+            .filter_map(|(id, mut fields)| {
+                let body = fields.remove("e")?.into_boxed_str();
+                Some(RawEvent { id, body })
+            })
+            .collect())
     }
 
     fn emitted(&self) -> &Emitted {

@@ -78,14 +78,9 @@ pub(super) fn parse_manifest(stored: &str) -> Option<Manifest> {
 
 /// An event as stored in a tenant's stream, under its id.
 pub(super) fn parse_event(id: &str, body: &str) -> Option<Event> {
-    let v: Json = serde_json::from_str(body).ok()?;
-    Some(Event {
+    crate::RawEvent {
         id: id.to_owned(),
-        kind: serde_json::from_value(v.get("type")?.clone()).ok()?,
-        timestamp: v.get("timestamp")?.as_str()?.to_owned(),
-        user: v.get("user")?.as_str()?.to_owned(),
-        conversation: v.get("conversation")?.as_str()?.to_owned(),
-        data: v.get("data")?.clone(),
-        held_for_webhooks: false,
-    })
+        body: body.into(),
+    }
+    .parse()
 }

@@ -306,7 +306,7 @@ async fn a_call_carries_how_its_confirmation_ended_and_is_kept_past_it(backend: 
         "{} vs {before}",
         res.at_ms
     );
-    let log = b.events("t", Some("0-0")).await.unwrap().backlog;
+    let log = b.retained("t", "0-0").await.unwrap();
     let resolved: Vec<_> = log
         .iter()
         .filter(|e| e.kind == EventType::ConfirmationResolved && e.data["callId"] == id.as_str())
@@ -465,25 +465,70 @@ async fn events_are_bounded_in_count_and_in_bytes(backend: Backend) {
         .await
         .unwrap();
     }
-    let feed = b.events("t", Some("0-0")).await.unwrap();
-    let bytes: usize = feed.backlog.iter().map(|e| e.data.to_string().len()).sum();
+    let feed = b.retained("t", "0-0").await.unwrap();
+    let bytes: usize = feed.iter().map(|e| e.data.to_string().len()).sum();
     assert!(bytes <= 20_000, "{bytes} bytes of events retained");
-    assert!(feed.backlog.len() >= 5, "only {} kept", feed.backlog.len());
-    assert_eq!(
-        feed.backlog.last().unwrap().data["i"],
-        39,
-        "the newest is kept"
-    );
+    assert!(feed.len() >= 5, "only {} kept", feed.len());
+    assert_eq!(feed.last().unwrap().data["i"], 39, "the newest is kept");
     for i in 0..100 {
         b.emit("t", EventType::CallTimeout, &c, json!({"i": i}))
             .await
             .unwrap();
     }
-    let feed = b.events("t", Some("0-0")).await.unwrap();
-    assert_eq!(feed.backlog.len(), 50);
-    assert_eq!(feed.backlog.first().unwrap().data["i"], 50);
+    let feed = b.retained("t", "0-0").await.unwrap();
+    assert_eq!(feed.len(), 50);
+    assert_eq!(feed.first().unwrap().data["i"], 50);
 }
 contract!(events_are_bounded_in_count_and_in_bytes);
+
+/// A replay reads the log a page at a time: the feed brings the first page after the resume
+/// point, each read after it the next, in order, none twice, until a short page.
+async fn a_replay_reads_the_log_a_page_at_a_time(backend: Backend) {
+    let mut nodes = Nodes::new(backend, short());
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    let total = toolmark_broker::EVENT_PAGE * 2 + 5;
+    for i in 0..total {
+        b.emit("t", EventType::CallTimeout, &c, json!({"i": i}))
+            .await
+            .unwrap();
+    }
+    let feed = b.events("t", Some("0-0")).await.unwrap();
+    assert_eq!(feed.backlog.len(), toolmark_broker::EVENT_PAGE);
+    let mut seen: Vec<u64> = feed
+        .backlog
+        .iter()
+        .map(|e| e.parse().unwrap().data["i"].as_u64().unwrap())
+        .collect();
+    let mut last = feed.backlog.last().unwrap().id.clone();
+    loop {
+        let page = b
+            .events_after("t", &last, toolmark_broker::EVENT_PAGE)
+            .await
+            .unwrap();
+        assert!(page.len() <= toolmark_broker::EVENT_PAGE);
+        seen.extend(
+            page.iter()
+                .map(|e| e.parse().unwrap().data["i"].as_u64().unwrap()),
+        );
+        match page.last() {
+            Some(e) if page.len() == toolmark_broker::EVENT_PAGE => last = e.id.clone(),
+            _ => break,
+        }
+    }
+    assert_eq!(seen, (0..total as u64).collect::<Vec<_>>());
+    // After the newest: nothing.
+    let newest = b
+        .retained("t", "0-0")
+        .await
+        .unwrap()
+        .last()
+        .unwrap()
+        .id
+        .clone();
+    assert!(b.events_after("t", &newest, 8).await.unwrap().is_empty());
+}
+contract!(a_replay_reads_the_log_a_page_at_a_time);
 
 async fn the_rate_is_a_burst_of_twice_the_rate(backend: Backend) {
     let mut nodes = Nodes::new(backend, short());
@@ -899,13 +944,13 @@ async fn a_frame_submitted_again_is_applied_once_and_its_event_recorded_once(bac
                 .unwrap()
         }
     };
-    let feed = b.events("t", Some("0-0")).await.unwrap();
-    let before = feed.backlog.len();
+    let feed = b.retained("t", "0-0").await.unwrap();
+    let before = feed.len();
     assert!(emit("frame-1").await.is_some());
     assert!(emit("frame-1").await.is_none(), "recorded twice");
     assert!(emit("frame-2").await.is_some());
-    let feed = b.events("t", Some("0-0")).await.unwrap();
-    assert_eq!(feed.backlog.len(), before + 2);
+    let feed = b.retained("t", "0-0").await.unwrap();
+    assert_eq!(feed.len(), before + 2);
 }
 contract!(a_frame_submitted_again_is_applied_once_and_its_event_recorded_once);
 
@@ -953,7 +998,7 @@ async fn every_change_records_its_events_once(backend: Backend) {
         .unwrap()
         .page_gone
     );
-    let events = b.events("t", Some("0-0")).await.unwrap().backlog;
+    let events = b.retained("t", "0-0").await.unwrap();
     let kinds: Vec<(&str, String)> = events
         .iter()
         .map(|e| {
@@ -982,7 +1027,7 @@ async fn every_change_records_its_events_once(backend: Backend) {
     assert_eq!(events[6].data["clientId"], "p1");
     // Nothing is left for the sweep to emit again.
     b.sweep_deadlines().await.unwrap();
-    assert_eq!(b.events("t", Some("0-0")).await.unwrap().backlog.len(), 7);
+    assert_eq!(b.retained("t", "0-0").await.unwrap().len(), 7);
 }
 contract!(every_change_records_its_events_once);
 
@@ -1031,7 +1076,7 @@ async fn a_release_asked_again_is_applied_once(backend: Backend) {
             .unwrap()
             .page_gone
     );
-    let left = b.events("t", Some("0-0")).await.unwrap().backlog;
+    let left = b.retained("t", "0-0").await.unwrap();
     let left: Vec<_> = left
         .iter()
         .filter(|e| e.kind == EventType::PageDisconnected)

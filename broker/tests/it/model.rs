@@ -292,9 +292,9 @@ impl Case {
 
     /// The tenant's log holds exactly the events the changes announce, each once.
     async fn events(&self) -> Result<(), TestCaseError> {
-        let log = self.nodes()[0].events("t", Some("0-0")).await.unwrap();
+        let log = self.nodes()[0].retained("t", "0-0").await.unwrap();
         let mut got: BTreeMap<(&'static str, String), usize> = BTreeMap::new();
-        for e in log.backlog {
+        for e in log {
             let named = match e.kind.as_str() {
                 "page.manifest" => e.data["rev"].to_string(),
                 "page.disconnected" => e.data["clientId"].as_str().unwrap_or("").to_owned(),

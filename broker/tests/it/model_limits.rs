@@ -279,8 +279,8 @@ async fn retention(
         for (_, size) in kept.drain(..drop) {
             bytes -= size;
         }
-        let log = nodes[0].events("t", Some("0-0")).await.unwrap();
-        let got: Vec<&str> = log.backlog.iter().map(|e| e.id.as_str()).collect();
+        let log = nodes[0].retained("t", "0-0").await.unwrap();
+        let got: Vec<&str> = log.iter().map(|e| e.id.as_str()).collect();
         let want: Vec<&str> = kept.iter().map(|k| k.0.as_str()).collect();
         prop_assert_eq!(got, want, "after event {} ({} bytes)", i, size);
     }

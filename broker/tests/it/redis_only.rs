@@ -144,7 +144,7 @@ async fn events_a_webhook_consumer_has_not_read_are_never_trimmed() {
         .await
         .unwrap();
     assert!(stream_len() <= 6, "{} kept after delivery", stream_len());
-    let kept = b.events("t", Some("0-0")).await.unwrap().backlog;
+    let kept = b.retained("t", "0-0").await.unwrap();
     assert_eq!(kept.last().unwrap().data["i"], 13);
     b.close().await;
 }
@@ -672,7 +672,7 @@ async fn a_change_whose_node_never_emitted_its_events_is_announced_once_by_the_s
     let kinds = || {
         let b = sweeper.clone();
         async move {
-            let events = b.events("t", Some("0-0")).await.unwrap().backlog;
+            let events = b.retained("t", "0-0").await.unwrap();
             events
                 .iter()
                 .map(|e| e.kind.as_str())
@@ -690,7 +690,7 @@ async fn a_change_whose_node_never_emitted_its_events_is_announced_once_by_the_s
                     let b = b.clone();
                     async move {
                         let _ = b.sweep_deadlines().await;
-                        let events = b.events("t", Some("0-0")).await.ok()?.backlog;
+                        let events = b.retained("t", "0-0").await.ok()?;
                         (events
                             .iter()
                             .filter(|e| e.kind.as_str() != "page.manifest")
@@ -727,7 +727,7 @@ async fn a_change_whose_node_never_emitted_its_events_is_announced_once_by_the_s
     .await;
     assert_eq!(again.call_id, id);
     assert_eq!(kinds().await, ["confirmation.resolved"]);
-    let resolved = sweeper.events("t", Some("0-0")).await.unwrap().backlog;
+    let resolved = sweeper.retained("t", "0-0").await.unwrap();
     let resolved = resolved.last().unwrap();
     assert_eq!(resolved.data["tool"], "todo.add");
     assert_eq!(resolved.data["outcome"]["data"], "done");

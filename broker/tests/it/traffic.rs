@@ -15,6 +15,8 @@ fn figures(ok: u64, second: u64) -> NodeTraffic {
         seconds: vec![0, second, 0, 0],
         outcomes: BTreeMap::from([("ok".to_owned(), ok)]),
         refusals: BTreeMap::from([("rate_limited".to_owned(), 1)]),
+        unauthenticated: 2,
+        incarnation: Some(7),
     }
 }
 

@@ -6,9 +6,13 @@
 use std::convert::Infallible;
 
 use axum::response::sse::{KeepAlive, Sse};
-use futures_util::stream::{self, StreamExt};
+use futures_util::stream::StreamExt;
 
-use crate::api::events::{live_after, to_sse};
+use std::collections::VecDeque;
+
+use toolmark_broker::{EVENT_PAGE, RawEvent};
+
+use crate::api::events::{replay_then_live, to_sse};
 
 use super::*;
 
@@ -65,21 +69,32 @@ pub(crate) async fn tail(
             .broker
             .events(&id, Some(last_id.as_deref().unwrap_or(&since)))
             .await?;
-    let mut backlog = feed.backlog;
-    if last_id.is_none() && backlog.len() > TAIL {
-        backlog.drain(..backlog.len() - TAIL);
+    let broker = &s.0.app.broker;
+    let mut feed = feed;
+    if last_id.is_none() {
+        // The newest TAIL of the last minute: the minute read a page at a time, keeping at
+        // most TAIL raw entries.
+        let mut newest: VecDeque<RawEvent> = std::mem::take(&mut feed.backlog).into();
+        let mut more = newest.len() == EVENT_PAGE;
+        while more && let Some(from) = newest.back().map(|e| e.id.clone()) {
+            let page = broker.events_after(&id, &from, EVENT_PAGE).await?;
+            more = page.len() == EVENT_PAGE;
+            newest.extend(page);
+            while newest.len() > TAIL {
+                newest.pop_front();
+            }
+        }
+        feed.backlog = newest.into();
     }
-    let seen = backlog
-        .last()
-        .map(|e| e.id.clone())
-        .or(last_id)
-        .or(Some(since));
-    let first = stream::iter(backlog.into_iter().map(|e| Ok::<_, Infallible>(to_sse(&e))));
-    let live = live_after(feed.live, seen, |_| true);
+    let events = replay_then_live(
+        std::sync::Arc::clone(broker),
+        id.clone(),
+        feed,
+        Some(last_id.unwrap_or(since)),
+    )
+    .map(|e| Ok::<_, Infallible>(to_sse(&e)));
     let shutdown = s.0.app.life.stopping().clone();
-    let events = first
-        .chain(live)
-        .take_until(async move { shutdown.cancelled().await });
+    let events = events.take_until(async move { shutdown.cancelled().await });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(15)))
         .into_response())

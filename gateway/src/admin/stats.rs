@@ -49,15 +49,25 @@ pub(crate) struct ClusterTraffic {
     calls_per_second: f64,
     /// Finished calls and describes by outcome status, since each node started.
     calls: BTreeMap<String, u64>,
-    /// Agent requests answered with a problem, by its code, since each node started.
+    /// Agent requests answered with a problem, by its code, since each node started (those
+    /// that failed authentication apart).
     refusals: BTreeMap<String, u64>,
+    /// Requests naming the tenant that failed authentication, since each node started: anyone
+    /// can send them, so they are never the tenant's own refusals.
+    unauthenticated: u64,
     /// How many nodes' entries were summed.
     nodes: u64,
 }
 
 impl ClusterTraffic {
-    fn add(&mut self, entries: &[TrafficEntry]) {
-        for e in entries {
+    /// Adds the entries of the tenant's incarnation `incarnation` (never a deleted
+    /// predecessor's under the same id).
+    fn add(&mut self, entries: &[TrafficEntry], incarnation: u64) {
+        for e in entries
+            .iter()
+            .filter(|e| e.traffic.of_incarnation(incarnation))
+        {
+            self.unauthenticated += e.traffic.unauthenticated;
             self.calls_per_second += e.traffic.calls_per_second();
             for (k, v) in &e.traffic.outcomes {
                 *self.calls.entry(k.clone()).or_default() += v;
@@ -69,9 +79,9 @@ impl ClusterTraffic {
         }
     }
 
-    fn of(entries: &[TrafficEntry]) -> Self {
+    fn of(entries: &[TrafficEntry], incarnation: u64) -> Self {
         let mut t = ClusterTraffic::default();
-        t.add(entries);
+        t.add(entries, incarnation);
         t
     }
 }
@@ -88,10 +98,12 @@ pub(crate) struct NodeFigures {
     /// `needs_confirmation`, `cancelled`, `error`, `timeout`).
     #[schema(value_type = BTreeMap<String, u64>)]
     calls: BTreeMap<&'static str, u64>,
-    /// Agent requests answered with a problem, by its code (`unauthorized`, `rate_limited`,
-    /// `no_page`, `scope_denied`…).
+    /// Agent requests answered with a problem, by its code (`rate_limited`, `no_page`,
+    /// `scope_denied`…).
     #[schema(value_type = BTreeMap<String, u64>)]
     refusals: BTreeMap<&'static str, u64>,
+    /// Requests that failed authentication.
+    unauthenticated: u64,
 }
 
 impl NodeFigures {
@@ -101,6 +113,7 @@ impl NodeFigures {
             calls_per_second: t.calls_per_second,
             calls: t.outcomes,
             refusals: t.refusals,
+            unauthenticated: t.unauthenticated,
         }
     }
 }
@@ -176,9 +189,10 @@ pub(crate) async fn tenant_stats(
 ) -> Result<axum::Json<TenantStats>, Problem> {
     AdminState::known_id(&id)?;
     let app = &s.0.app;
-    if app.tenants.get(&id).is_none() {
+    let Some(tenant) = app.tenants.get(&id) else {
         return Err(Problem::not_found("Tenant"));
-    }
+    };
+    let incarnation = tenant.incarnation;
     let backlog = async {
         match &s.0.webhooks {
             Some(q) => q.0.depth(&id).await.map(Some),
@@ -196,9 +210,12 @@ pub(crate) async fn tenant_stats(
         cluster: ClusterFigures {
             connections,
             webhook_backlog,
-            traffic: ClusterTraffic::of(&traffic),
+            traffic: ClusterTraffic::of(&traffic, incarnation),
         },
-        node: NodeFigures::of(app.registry.conversations(&id), app.traffic.view(&id)),
+        node: NodeFigures::of(
+            app.registry.conversations(&id),
+            app.traffic.view(&id, incarnation),
+        ),
         tenant: id,
     }))
 }
@@ -214,8 +231,12 @@ pub(crate) async fn cluster_stats(
 ) -> Result<axum::Json<ClusterStats>, Problem> {
     let app = &s.0.app;
     let snapshot = app.tenants.snapshot();
-    let mut ids: Vec<String> = snapshot.all().map(|t| t.id.clone()).collect();
-    ids.sort();
+    let mut all: Vec<(String, u64)> = snapshot
+        .all()
+        .map(|t| (t.id.clone(), t.incarnation))
+        .collect();
+    all.sort();
+    let (ids, incarnations): (Vec<String>, Vec<u64>) = all.into_iter().unzip();
     type Read = Result<(u64, Vec<TrafficEntry>), toolmark_broker::BrokerError>;
     let reads: Vec<Read> = futures_util::stream::iter(ids.clone())
         .map(|id| {
@@ -229,14 +250,14 @@ pub(crate) async fn cluster_stats(
     let mut cluster = ClusterTraffic::default();
     let mut tenants = Vec::with_capacity(ids.len());
     let mut connections = 0;
-    for (id, read) in ids.into_iter().zip(reads) {
+    for ((id, incarnation), read) in ids.into_iter().zip(incarnations).zip(reads) {
         let (n, entries) = read?;
-        let t = app.traffic.view(&id);
+        let t = app.traffic.view(&id, incarnation);
         total.add(&t);
         connections += n;
-        let of_tenant = ClusterTraffic::of(&entries);
+        let of_tenant = ClusterTraffic::of(&entries, incarnation);
         let nodes = cluster.nodes.max(of_tenant.nodes);
-        cluster.add(&entries);
+        cluster.add(&entries, incarnation);
         cluster.nodes = nodes;
         tenants.push(TenantLine {
             connections: n,

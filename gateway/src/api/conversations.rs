@@ -11,12 +11,11 @@ use toolmark_broker::ConvKey;
 use toolmark_proto::llm::{LlmFormat, tool_definitions};
 use utoipa::ToSchema;
 
-use super::request::{Authed, parse_body};
+use super::request::{Authed, Calls, Tokens, parse_body};
 use crate::http::problem::Problem;
 use crate::http::{Body, check_ids};
 use crate::state::AppState;
 use crate::tenants::{MCP_SCOPE, PageClaims};
-use toolmark_config::policy::Scope;
 
 /// Default and largest lifetime of a minted page token.
 const DEFAULT_TOKEN_TTL: u64 = 3600;
@@ -49,10 +48,9 @@ pub struct ConversationView {
     security(("apiKey" = [])))]
 pub async fn state(
     State(app): State<AppState>,
-    Authed(tenant, caller): Authed,
+    Authed(tenant, caller, _): Authed<Calls>,
     Path((_, user, conversation)): Path<(String, String, String)>,
 ) -> Result<Json<ConversationView>, Problem> {
-    caller.require(Scope::Calls, &app.metrics)?;
     check_ids(&user, &conversation)?;
     let conv = ConvKey::new(&tenant.id, &user, &conversation);
     let s = app.broker.conversation(&conv).await?;
@@ -94,12 +92,11 @@ pub struct LlmTools {
     security(("apiKey" = [])))]
 pub async fn llm_tools(
     State(app): State<AppState>,
-    Authed(tenant, caller): Authed,
+    Authed(tenant, caller, _): Authed<Calls>,
     Path((_, user, conversation)): Path<(String, String, String)>,
     crate::http::QueryOf(q): crate::http::QueryOf<FormatQuery>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Calls, &app.metrics)?;
     check_ids(&user, &conversation)?;
     let format: LlmFormat = match q.format.as_deref() {
         None => LlmFormat::Anthropic,
@@ -175,11 +172,10 @@ pub struct Token {
     security(("apiKey" = [])))]
 pub async fn mint_token(
     State(app): State<AppState>,
-    Authed(tenant, caller): Authed,
+    Authed(tenant, caller, _): Authed<Tokens>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Tokens, &app.metrics)?;
     let req: TokenRequest = parse_body(&tenant, &body)?;
     if !crate::ids::is_valid_id(&req.user) {
         return Err(Problem::invalid(
@@ -205,6 +201,9 @@ pub async fn mint_token(
         Some(MCP_SCOPE) => true,
         Some(_) => return Err(Problem::invalid("/scope", "scope is page or mcp")),
     };
+    if mcp {
+        caller.require_mcp(&app.metrics)?;
+    }
     let narrowed = match (req.policy, mcp) {
         (None, _) => None,
         (Some(p), true) => Some(crate::http::parse_value("/policy", p)?),

@@ -1,7 +1,15 @@
 //! `GET /events?user=&conversation=`: the tenant's events as Server-Sent Events, resumable with
 //! `Last-Event-ID`. A reader too slow for the live feed is ended; it resumes from its last id.
+//!
+//! What a reader holds is bounded in bytes, whatever the log holds and however slowly it reads:
+//! a replay reads the log a page of raw entries at a time ([`toolmark_broker::EVENT_PAGE`]),
+//! only when the reader has taken the page before, and parses one event at a time; open streams
+//! are bounded per tenant and per key on each node ([`EventStreams`]). A reader sees only the
+//! events of tools its key may call, and a `page.manifest` lists only those ([`Sight`]).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::extract::State;
@@ -9,13 +17,17 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Deserialize;
-use tokio_stream::wrappers::BroadcastStream;
-use toolmark_broker::{Event, event_id_after};
+use serde_json::Value;
+use tokio::sync::broadcast::error::RecvError;
+use toolmark_broker::{
+    ConvKey, EVENT_PAGE, Event, EventType, RawEvent, SharedBroker, event_id_after,
+};
+use toolmark_config::policy::ToolFacts;
 
-use super::request::Authed;
+use super::request::{Authed, Events};
+use crate::caller::Caller;
 use crate::http::problem::Problem;
 use crate::state::AppState;
-use toolmark_config::policy::Scope;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -44,26 +56,293 @@ pub(crate) fn to_sse(e: &Event) -> SseEvent {
         .data(e.body().to_string())
 }
 
-/// The live events of a feed that come after `seen` (the last event sent, or the reader's
-/// `Last-Event-ID`) and that `wanted` keeps, as Server-Sent Events; a reader that lags ends
-/// here and resumes with `Last-Event-ID`. The agent API's stream and the admin API's tail.
-pub(crate) fn live_after(
-    live: tokio::sync::broadcast::Receiver<Event>,
-    mut seen: Option<String>,
-    wanted: impl Fn(&Event) -> bool + Send + 'static,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send {
-    BroadcastStream::new(live)
-        .take_while(|r| std::future::ready(r.is_ok()))
-        .filter_map(move |r| {
-            let item = match r {
-                Ok(e) if seen.as_deref().is_none_or(|s| event_id_after(&e.id, s)) => {
-                    seen = Some(e.id.clone());
-                    wanted(&e).then(|| Ok(to_sse(&e)))
+/// Where a replay stands.
+enum Phase {
+    /// Taking the retained events: the rest of the page read last, the id of the last event
+    /// taken, and whether a page may follow.
+    Replay {
+        page: std::vec::IntoIter<RawEvent>,
+        last: Option<String>,
+        more: bool,
+    },
+    /// Following the live feed after `seen`.
+    Live { seen: Option<String> },
+    /// Over: the reader resumes with `Last-Event-ID`.
+    Done,
+}
+
+/// The tenant's retained events after the resume point, then its live ones, in order and each
+/// once. The log is read a page at a time, only when the reader took the page before, and an
+/// event is parsed only as it is taken: a reader that does not read holds one page of raw
+/// entries. A page that cannot be read, or a reader that lags behind the live feed, ends the
+/// stream (never skips): the reader resumes from its last id.
+pub(crate) fn replay_then_live(
+    broker: SharedBroker,
+    tenant: String,
+    feed: toolmark_broker::EventFeed,
+    after: Option<String>,
+) -> impl Stream<Item = Event> + Send {
+    let more = feed.backlog.len() == EVENT_PAGE;
+    let phase = Phase::Replay {
+        page: feed.backlog.into_iter(),
+        last: after,
+        more,
+    };
+    stream::unfold((phase, feed.live), move |(mut phase, mut live)| {
+        let (broker, tenant) = (Arc::clone(&broker), tenant.clone());
+        async move {
+            loop {
+                phase = match phase {
+                    Phase::Replay {
+                        mut page,
+                        last,
+                        more,
+                    } => {
+                        if let Some(raw) = page.next() {
+                            let last = Some(raw.id.clone());
+                            let next = Phase::Replay { page, last, more };
+                            match raw.parse() {
+                                Some(e) => return Some((e, (next, live))),
+                                None => next,
+                            }
+                        } else if let (true, Some(from)) = (more, last.as_deref()) {
+                            match broker.events_after(&tenant, from, EVENT_PAGE).await {
+                                Ok(next) => Phase::Replay {
+                                    more: next.len() == EVENT_PAGE,
+                                    page: next.into_iter(),
+                                    last,
+                                },
+                                Err(e) => {
+                                    tracing::debug!(tenant, error = %e, "event replay ended: the reader resumes");
+                                    Phase::Done
+                                }
+                            }
+                        } else {
+                            Phase::Live { seen: last }
+                        }
+                    }
+                    Phase::Live { seen } => match live.recv().await {
+                        Ok(e) if seen.as_deref().is_none_or(|s| event_id_after(&e.id, s)) => {
+                            let next = Phase::Live {
+                                seen: Some(e.id.clone()),
+                            };
+                            return Some((e, (next, live)));
+                        }
+                        Ok(_) => Phase::Live { seen },
+                        Err(RecvError::Lagged(_) | RecvError::Closed) => Phase::Done,
+                    },
+                    Phase::Done => return None,
+                };
+            }
+        }
+    })
+}
+
+/// What an event reader may see under its policy: every event of the tools it may call (by
+/// name and by the hints the page's manifest gives them), a `page.manifest` trimmed to those
+/// tools. The hints of a call's tool are those of the conversation's manifest the reader last
+/// saw, else its current one (read once per conversation and kept, at most
+/// [`SIGHT_CONVERSATIONS`] conversations).
+pub(crate) struct Sight {
+    caller: Caller,
+    broker: SharedBroker,
+    tenant: String,
+    facts: HashMap<(String, String), HashMap<String, ToolFacts>>,
+}
+
+/// How many conversations' tool hints a reader keeps; past it, it starts again empty.
+const SIGHT_CONVERSATIONS: usize = 256;
+
+/// What a manifest entry says of itself.
+fn entry_facts(entry: &Value) -> ToolFacts {
+    let hint = |name: &str| {
+        entry
+            .get("hints")
+            .and_then(|h| h.get(name))
+            .and_then(Value::as_bool)
+            == Some(true)
+    };
+    ToolFacts {
+        read_only: hint("readOnly"),
+        destructive: hint("destructive"),
+    }
+}
+
+impl Sight {
+    /// The sight of `caller` over `tenant`'s events.
+    pub(crate) fn new(caller: Caller, broker: SharedBroker, tenant: &str) -> Self {
+        Sight {
+            caller,
+            broker,
+            tenant: tenant.to_owned(),
+            facts: HashMap::new(),
+        }
+    }
+
+    /// `kind`'s `data` of the conversation (`user`, `conversation`) as the reader may see it;
+    /// `None` when it may not see it at all.
+    pub(crate) async fn view(
+        &mut self,
+        kind: EventType,
+        user: &str,
+        conversation: &str,
+        mut data: Value,
+    ) -> Option<Value> {
+        if !self.caller.limits_tools() {
+            return Some(data);
+        }
+        match kind {
+            EventType::PageManifest => {
+                let mut facts = HashMap::new();
+                if let Some(tools) = data.get_mut("tools").and_then(Value::as_array_mut) {
+                    for entry in tools.iter() {
+                        if let Some(name) = entry.get("name").and_then(Value::as_str) {
+                            facts.insert(name.to_owned(), entry_facts(entry));
+                        }
+                    }
+                    tools.retain(|entry| {
+                        entry
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .is_some_and(|name| self.caller.allows(name, entry_facts(entry)))
+                    });
                 }
-                _ => None,
+                self.remember((user.to_owned(), conversation.to_owned()), facts);
+                Some(data)
+            }
+            EventType::PageDisconnected => Some(data),
+            EventType::CallResult | EventType::CallTimeout | EventType::ConfirmationResolved => {
+                let tool = data.get("tool").and_then(Value::as_str)?;
+                self.allows(user, conversation, tool).await.then_some(data)
+            }
+        }
+    }
+
+    /// Whether the reader may call `tool` of the conversation: by name alone when its hints
+    /// cannot change the answer, else by the hints of the conversation's manifest.
+    async fn allows(&mut self, user: &str, conversation: &str, tool: &str) -> bool {
+        let widest = ToolFacts {
+            read_only: true,
+            destructive: false,
+        };
+        let narrowest = ToolFacts {
+            read_only: false,
+            destructive: true,
+        };
+        if !self.caller.allows(tool, widest) {
+            return false;
+        }
+        if self.caller.allows(tool, narrowest) {
+            return true;
+        }
+        let key = (user.to_owned(), conversation.to_owned());
+        if !self.facts.contains_key(&key) {
+            let conv = ConvKey::new(&self.tenant, user, conversation);
+            let Ok(state) = self.broker.conversation(&conv).await else {
+                return false;
             };
-            std::future::ready(item)
+            let facts = state
+                .tools
+                .iter()
+                .map(|t| (t.name.clone(), toolmark_broker::facts_of(&t.hints)))
+                .collect();
+            self.remember(key.clone(), facts);
+        }
+        let facts = self
+            .facts
+            .get(&key)
+            .and_then(|f| f.get(tool))
+            .copied()
+            .unwrap_or_default();
+        self.caller.allows(tool, facts)
+    }
+
+    fn remember(&mut self, key: (String, String), facts: HashMap<String, ToolFacts>) {
+        if self.facts.len() >= SIGHT_CONVERSATIONS && !self.facts.contains_key(&key) {
+            self.facts.clear();
+        }
+        self.facts.insert(key, facts);
+    }
+}
+
+/// Open event streams on this node, by tenant and by key, bounded by
+/// `server.max_event_streams_per_tenant` and `server.max_event_streams_per_key`.
+#[derive(Debug)]
+pub struct EventStreams {
+    open: Mutex<HashMap<String, usize>>,
+    bounds: Mutex<(usize, usize)>,
+}
+
+impl Default for EventStreams {
+    fn default() -> Self {
+        let server = toolmark_config::ServerConfig::default();
+        EventStreams {
+            open: Mutex::default(),
+            bounds: Mutex::new((
+                server.max_event_streams_per_tenant,
+                server.max_event_streams_per_key,
+            )),
+        }
+    }
+}
+
+/// One open stream's places, given back when dropped (the stream ended, or its reader left).
+#[derive(Debug)]
+pub struct StreamPlace {
+    streams: Arc<EventStreams>,
+    keys: [String; 2],
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        let mut open = self
+            .streams
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for key in &self.keys {
+            if let Some(n) = open.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    open.remove(key);
+                }
+            }
+        }
+    }
+}
+
+impl EventStreams {
+    /// Sets the bounds (per tenant, per key).
+    pub fn bound(&self, per_tenant: usize, per_key: usize) {
+        *self.bounds.lock().unwrap_or_else(PoisonError::into_inner) = (per_tenant, per_key);
+    }
+
+    /// A place for one more stream of `caller` on `tenant`, or 429 naming the bound reached.
+    pub fn take(self: &Arc<Self>, tenant: &str, caller: &Caller) -> Result<StreamPlace, Problem> {
+        let (per_tenant, per_key) = *self.bounds.lock().unwrap_or_else(PoisonError::into_inner);
+        let tenant_key = format!("t\n{tenant}");
+        let caller_key = format!("k\n{tenant}\n{}", caller.rate_bucket());
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if open.get(&tenant_key).copied().unwrap_or(0) >= per_tenant {
+            return Err(Problem::too_many_event_streams("for this tenant"));
+        }
+        if open.get(&caller_key).copied().unwrap_or(0) >= per_key {
+            return Err(Problem::too_many_event_streams("for this key"));
+        }
+        for key in [&tenant_key, &caller_key] {
+            *open.entry(key.clone()).or_insert(0) += 1;
+        }
+        Ok(StreamPlace {
+            streams: Arc::clone(self),
+            keys: [tenant_key, caller_key],
         })
+    }
+
+    /// Open streams of a tenant on this node.
+    pub fn of_tenant(&self, tenant: &str) -> usize {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.get(&format!("t\n{tenant}")).copied().unwrap_or(0)
+    }
 }
 
 /// The SSE handler.
@@ -74,34 +353,45 @@ pub(crate) fn live_after(
     security(("apiKey" = [])))]
 pub async fn stream(
     State(app): State<AppState>,
-    Authed(tenant, caller): Authed,
+    Authed(tenant, caller, _): Authed<Events>,
     crate::http::QueryOf(q): crate::http::QueryOf<EventQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, Problem> {
-    caller.require(Scope::Events, &app.metrics)?;
+    let place = app.event_streams.take(&tenant.id, &caller)?;
     let last_id = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let feed = app.broker.events(&tenant.id, last_id.as_deref()).await?;
-    let wanted = move |e: &Event| {
-        q.user.as_deref().is_none_or(|u| u == e.user)
-            && q.conversation
-                .as_deref()
-                .is_none_or(|c| c == e.conversation)
-    };
-    let wanted_live = wanted.clone();
-    let seen = feed.backlog.last().map(|e| e.id.clone()).or(last_id);
-    let backlog = stream::iter(
-        feed.backlog
-            .into_iter()
-            .filter(move |e| wanted(e))
-            .map(|e| Ok(to_sse(&e))),
-    );
-    let live = live_after(feed.live, seen, wanted_live);
+    let events = replay_then_live(Arc::clone(&app.broker), tenant.id.clone(), feed, last_id);
+    let sight = Sight::new(caller, Arc::clone(&app.broker), &tenant.id);
+    let sight = Arc::new(tokio::sync::Mutex::new(sight));
+    let events = events
+        .filter(move |e| {
+            let wanted = q.user.as_deref().is_none_or(|u| u == e.user)
+                && q.conversation
+                    .as_deref()
+                    .is_none_or(|c| c == e.conversation);
+            std::future::ready(wanted)
+        })
+        .filter_map(move |mut e| {
+            let sight = Arc::clone(&sight);
+            async move {
+                let data = std::mem::take(&mut e.data);
+                let data = sight
+                    .lock()
+                    .await
+                    .view(e.kind, &e.user, &e.conversation, data)
+                    .await?;
+                e.data = data;
+                Some(Ok(to_sse(&e)))
+            }
+        })
+        .map(move |item| {
+            let _held = &place;
+            item
+        });
     let shutdown = app.life.stopping().clone();
-    let events = backlog
-        .chain(live)
-        .take_until(async move { shutdown.cancelled().await });
+    let events = events.take_until(async move { shutdown.cancelled().await });
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }

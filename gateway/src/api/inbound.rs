@@ -10,7 +10,7 @@ use std::time::Duration;
 use toolmark_broker::{ConvKey, RateLimited};
 use toolmark_proto::{DecodeError, Limits};
 
-use super::request::Authed;
+use super::request::{AnyKey, Authed};
 use crate::http::problem::Problem;
 use crate::http::{Body, check_ids};
 use crate::page::frames::{self, Refused};
@@ -26,7 +26,7 @@ use crate::tenants::Tenant;
     security(("apiKey" = [])))]
 pub async fn inbound(
     State(app): State<AppState>,
-    Authed(tenant, _): Authed,
+    Authed(tenant, _, _): Authed<AnyKey>,
     Path((_, user, conversation)): Path<(String, String, String)>,
     Body(body): Body,
 ) -> Result<StatusCode, Problem> {

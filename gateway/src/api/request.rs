@@ -1,6 +1,7 @@
 //! What an agent API request carries: the path tenant, authenticated with one of its API keys,
 //! and a body parsed strictly under that tenant's message size limit.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, RawPathParams};
@@ -11,13 +12,58 @@ use crate::caller::Caller;
 use crate::http::{Body, Problem, parse_json};
 use crate::state::AppState;
 use crate::tenants::Tenant;
+use toolmark_config::policy::Scope;
 
-/// A request authenticated with one of the path tenant's API keys: the tenant, and the key as
-/// the caller (its policy from the tenant snapshot).
+/// The scope a door of the agent API needs, named by the door's type: each handler takes
+/// `Authed<ItsScope>`, so the check is made once, by the extractor, before the handler runs,
+/// and a handler cannot forget it.
+pub trait Door: Send + Sync + 'static {
+    /// The scope; `None` for a door any key of the tenant may use.
+    const SCOPE: Option<Scope>;
+}
+
+/// Calls, describes, `llm-tools`, invoke, a call's resource and cancel, the conversation state.
+#[derive(Debug, Clone, Copy)]
+pub struct Calls;
+impl Door for Calls {
+    const SCOPE: Option<Scope> = Some(Scope::Calls);
+}
+
+/// `/events` and the webhooks' dead letters.
+#[derive(Debug, Clone, Copy)]
+pub struct Events;
+impl Door for Events {
+    const SCOPE: Option<Scope> = Some(Scope::Events);
+}
+
+/// `POST /tokens` (an MCP token needs [`Calls`] too: [`Caller::require_mcp`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Tokens;
+impl Door for Tokens {
+    const SCOPE: Option<Scope> = Some(Scope::Tokens);
+}
+
+/// The webhook retry.
+#[derive(Debug, Clone, Copy)]
+pub struct Webhooks;
+impl Door for Webhooks {
+    const SCOPE: Option<Scope> = Some(Scope::Webhooks);
+}
+
+/// A door that names no scope (`/inbound`, the bridge of a Laravel app's own backend).
+#[derive(Debug, Clone, Copy)]
+pub struct AnyKey;
+impl Door for AnyKey {
+    const SCOPE: Option<Scope> = None;
+}
+
+/// A request authenticated with one of the path tenant's API keys, whose policy covers the
+/// door's scope `D`: the tenant, and the key as the caller (its policy from the tenant
+/// snapshot). A key outside the scope is refused here, 403 `scope_denied`.
 #[derive(Debug, Clone)]
-pub struct Authed(pub Arc<Tenant>, pub Caller);
+pub struct Authed<D: Door>(pub Arc<Tenant>, pub Caller, pub PhantomData<D>);
 
-impl FromRequestParts<AppState> for Authed {
+impl<D: Door> FromRequestParts<AppState> for Authed<D> {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Problem> {
@@ -46,7 +92,10 @@ impl FromRequestParts<AppState> for Authed {
             policy: Arc::new(key.policy.clone()),
         };
         crate::ops::Credential::note(&parts.extensions, &caller);
-        Ok(Authed(tenant, caller))
+        if let Some(scope) = D::SCOPE {
+            caller.require(scope, &app.metrics)?;
+        }
+        Ok(Authed(tenant, caller, PhantomData))
     }
 }
 

@@ -6,10 +6,13 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::request::Authed;
+use std::sync::Arc;
+
+use toolmark_broker::EventType;
+
+use super::request::{Authed, Events, Webhooks};
 use crate::http::problem::Problem;
 use crate::state::AppState;
-use toolmark_config::policy::Scope;
 
 /// The tenant's webhook dead letters.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
@@ -35,10 +38,34 @@ struct DeadLetterPath {
     security(("apiKey" = [])))]
 pub async fn failed(
     State(app): State<AppState>,
-    Authed(tenant, caller): Authed,
+    Authed(tenant, caller, _): Authed<Events>,
 ) -> Result<Json<DeadLetters>, Problem> {
-    caller.require(Scope::Events, &app.metrics)?;
-    let failed = app.broker.webhook_failed(&tenant.id).await?;
+    let mut failed = app.broker.webhook_failed(&tenant.id).await?;
+    // Held to the reader's policy as the event stream is: dead letters of tools it may not
+    // call are left out, a manifest lists only the tools it may call.
+    if caller.limits_tools() {
+        let mut sight = super::events::Sight::new(caller, Arc::clone(&app.broker), &tenant.id);
+        let mut kept = Vec::with_capacity(failed.len());
+        for mut letter in failed {
+            let kind = letter
+                .event
+                .get("type")
+                .and_then(|t| serde_json::from_value::<EventType>(t.clone()).ok());
+            let (user, conversation) = letter
+                .conversation
+                .split_once('/')
+                .map(|(u, c)| (u.to_owned(), c.to_owned()))
+                .unwrap_or_default();
+            let Some(kind) = kind else { continue };
+            let data = letter.event.get_mut("data").map(std::mem::take);
+            let Some(data) = data else { continue };
+            if let Some(seen) = sight.view(kind, &user, &conversation, data).await {
+                letter.event["data"] = seen;
+                kept.push(letter);
+            }
+        }
+        failed = kept;
+    }
     Ok(Json(DeadLetters { failed }))
 }
 
@@ -49,10 +76,9 @@ pub async fn failed(
     security(("apiKey" = [])))]
 pub async fn retry(
     State(app): State<AppState>,
-    Authed(tenant, caller): Authed,
+    Authed(tenant, _, _): Authed<Webhooks>,
     Path((_, id)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Webhooks, &app.metrics)?;
     if app.broker.webhook_retry(&tenant.id, &id).await? {
         Ok(StatusCode::ACCEPTED.into_response())
     } else {

@@ -27,6 +27,11 @@ pub(super) fn count_finished(
         Outcome::Timeout => "timeout",
     };
     app.metrics.call_finished(kind, status, took.as_secs_f64());
-    app.traffic.call_finished(&binding.conv.tenant, status);
+    let incarnation = app
+        .tenants
+        .get(&binding.conv.tenant)
+        .map_or(0, |t| t.incarnation);
+    app.traffic
+        .call_finished(&binding.conv.tenant, incarnation, status);
     status
 }

@@ -18,7 +18,7 @@ use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use toolmark_broker::{CallBinding, Outcome, Watch, now_ms};
+use toolmark_broker::{CallBinding, CallerRef, Outcome, Watch, now_ms};
 
 use crate::http::problem::Problem;
 use crate::state::AppState;
@@ -77,10 +77,22 @@ pub fn key_of(headers: &HeaderMap) -> Result<Option<String>, Problem> {
     Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
 }
 
-/// The key as the broker keeps it: a tenant of the admin API's under its incarnation, so that
-/// a tenant deleted and created again under its id sees none of the old one's keys. A config
-/// file's tenant (incarnation 0) is never re-created: its keys are kept as they are sent.
-pub fn scoped(tenant: &crate::tenants::Tenant, key: &str) -> String {
+/// The key as the broker keeps it: under the principal that sent it (an API key and its MCP
+/// tokens, [`CallerRef::principal`]), so that another key's request with the same value is a
+/// new call; and a tenant of the admin API's under its incarnation, so that a tenant deleted
+/// and created again under its id sees none of the old one's keys.
+pub fn scoped(tenant: &crate::tenants::Tenant, caller: &CallerRef, key: &str) -> String {
+    let principal = caller.principal();
+    if tenant.incarnation == 0 {
+        format!("{principal}:{key}")
+    } else {
+        format!("{}:{principal}:{key}", tenant.incarnation)
+    }
+}
+
+/// The key as a node of the previous release kept it (shared by the tenant's keys), read once
+/// while a rolling upgrade's records live ([`claim`]).
+pub fn scoped_before(tenant: &crate::tenants::Tenant, key: &str) -> String {
     if tenant.incarnation == 0 {
         key.to_owned()
     } else {
@@ -146,14 +158,17 @@ pub enum Claimed {
 }
 
 /// Claims `key` for a request of `fingerprint`, or finds the first request's record (waiting
-/// for it to start its call, when it is still about to). `legacy`: the key as a node before
-/// [`scoped`] kept it, looked at once when `key` is free, so that a retry across a rolling
-/// upgrade never runs a tool twice (its records are gone 24 h after the upgrade).
+/// for it to start its call, when it is still about to). `legacy`: the key as a node of the
+/// previous release kept it ([`scoped_before`]), looked at once when `key` is free, so that a
+/// retry across a rolling upgrade never runs a tool twice (its records are gone 24 h after
+/// the upgrade); its record counts only when its call was made by the same principal as this
+/// request (`caller`), read from the call's record.
 pub async fn claim(
     app: &AppState,
     tenant: &str,
     key: &str,
     legacy: Option<&str>,
+    caller: &CallerRef,
     fingerprint: &str,
 ) -> Result<Claimed, Problem> {
     let claimed = claim_scoped(app, tenant, key, fingerprint).await?;
@@ -164,6 +179,20 @@ pub async fn claim(
         return Ok(claimed);
     };
     let record: Option<Record> = serde_json::from_str(&old).ok();
+    // Another principal's record (or one whose call is gone, so that its maker is unknown) is
+    // not this request's: a new call.
+    let maker = match record.as_ref().and_then(|r| r.id.as_deref()) {
+        Some(id) => app
+            .broker
+            .call(tenant, id)
+            .await?
+            .and_then(|c| c.binding.caller)
+            .map(|c| c.principal()),
+        None => None,
+    };
+    if record.as_ref().is_some_and(|r| r.id.is_some()) && maker != Some(caller.principal()) {
+        return Ok(claimed);
+    }
     match record {
         Some(r) if r.f == fingerprint && r.id.is_some() => {
             // The first request ran on a node before the upgrade: its record, under the key.
@@ -366,13 +395,40 @@ mod tests {
         )
     }
 
+    /// A call made by `caller`, in the broker as a node of the previous release stores it.
+    async fn stored_call(app: &AppState, caller: &CallerRef) -> String {
+        let conv = toolmark_broker::ConvKey::new("t", "u", "c");
+        let binding = CallBinding {
+            id: toolmark_broker::partition::new_call_id(&conv),
+            conv,
+            client_id: "p1".into(),
+            tool: "todo.add".into(),
+            kind: toolmark_broker::CallKind::Call,
+            deadline_ms: now_ms() + 30_000,
+            node: "n1".into(),
+            untrusted: false,
+            respond_async: false,
+            caller: Some(caller.clone()),
+        };
+        let frame = toolmark_proto::AgentMessage::Describe(toolmark_proto::Describe {
+            client_id: "p1".into(),
+            id: binding.id.clone(),
+            tool: "todo.add".into(),
+        });
+        drop(app.broker.send_call(binding.clone(), frame).await.unwrap());
+        binding.id
+    }
+
     #[tokio::test]
     async fn a_key_recorded_before_the_incarnation_scope_is_still_a_repeat() {
         let app = app();
+        let k1 = CallerRef::ApiKey { id: "k1".into() };
+        let k2 = CallerRef::ApiKey { id: "k2".into() };
+        let call = stored_call(&app, &k1).await;
         // A node before the upgrade recorded `order-1` (unscoped) with its call.
         let first = Record {
             f: "fp".into(),
-            id: Some("call-1".into()),
+            id: Some(call.clone()),
             client: Some("p1".into()),
             untrusted: false,
             deadline_ms: Some(now_ms() + 30_000),
@@ -383,9 +439,16 @@ mod tests {
             .claim_idempotency("t", "order-1", &body, KEPT)
             .await
             .unwrap();
-        // A retry on an upgraded node: a repeat of that call, and the scoped key now holds it.
-        match claim(&app, "t", "7:order-1", Some("order-1"), "fp").await {
-            Ok(Claimed::Repeat(r)) => assert_eq!(r.id.as_deref(), Some("call-1")),
+        // Another key's request with the same value on an upgraded node: a new call, and the
+        // first key's record is left as it is.
+        assert!(matches!(
+            claim(&app, "t", "7:k:k2:order-1", Some("order-1"), &k2, "fp").await,
+            Ok(Claimed::First)
+        ));
+        // A retry of the same key on an upgraded node: a repeat of that call, and the scoped
+        // key now holds it.
+        match claim(&app, "t", "7:order-1", Some("order-1"), &k1, "fp").await {
+            Ok(Claimed::Repeat(r)) => assert_eq!(r.id.as_deref(), Some(call.as_str())),
             other => panic!("{other:?}"),
         }
         let kept = app.broker.idempotency("t", "7:order-1").await.unwrap();
@@ -396,7 +459,7 @@ mod tests {
             .await
             .unwrap();
         assert!(
-            claim(&app, "t", "7:order-9", Some("order-9"), "other")
+            claim(&app, "t", "7:order-9", Some("order-9"), &k1, "other")
                 .await
                 .is_err()
         );
@@ -409,7 +472,7 @@ mod tests {
         );
         // A key nobody recorded: the first request.
         assert!(matches!(
-            claim(&app, "t", "7:fresh", Some("fresh"), "fp").await,
+            claim(&app, "t", "7:fresh", Some("fresh"), &k1, "fp").await,
             Ok(Claimed::First)
         ));
     }

@@ -14,4 +14,4 @@ mod supervise;
 
 pub(crate) use follow::{Phase, follow, phase};
 pub(crate) use once::{Once, Route, once};
-pub(crate) use start::{Request, start};
+pub(crate) use start::{Request, authorize_tool, start};

@@ -56,11 +56,12 @@ pub(crate) async fn once(
     };
     // A repeat is held to the caller's policy as it is now, as a first request is in `start`.
     let conv = toolmark_broker::ConvKey::new(&tenant.id, user, conversation);
-    let key = idempotency::scoped(tenant, &sent);
-    let legacy = (key != sent).then_some(sent.as_str());
+    let caller = req.caller.reference();
+    let key = idempotency::scoped(tenant, &caller, &sent);
+    let legacy = idempotency::scoped_before(tenant, &sent);
     let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let fingerprint = idempotency::fingerprint(route, user, conversation, &value);
-    match idempotency::claim(app, &tenant.id, &key, legacy, &fingerprint).await? {
+    match idempotency::claim(app, &tenant.id, &key, Some(&legacy), &caller, &fingerprint).await? {
         Claimed::First => {
             req.idempotency = Some(Claim { key, fingerprint });
             Ok(Once::Run(req))

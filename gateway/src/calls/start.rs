@@ -38,6 +38,8 @@ pub(crate) struct Request {
 /// A call that was bound and sent.
 pub(crate) struct Started {
     pub id: String,
+    /// The tool's name (resolved from its LLM name when the call named it so).
+    pub tool: String,
     pub client_id: String,
     pub untrusted: bool,
     pub outcome: Supervision,
@@ -70,14 +72,16 @@ pub(crate) async fn start(
         Some(claim) => Some(claim.bind(app, &binding).await),
         None => None,
     };
-    let (id, client_id, untrusted) = (
+    let (id, tool, client_id, untrusted) = (
         binding.id.clone(),
+        binding.tool.clone(),
         binding.client_id.clone(),
         binding.untrusted,
     );
     let run = supervise(app.clone(), binding, timeout, waiter, bound);
     Ok(Started {
         id,
+        tool,
         client_id,
         untrusted,
         outcome: Supervision::new(run, app.life.clone()),
@@ -162,13 +166,26 @@ pub(crate) async fn authorize(
     conv: &ConvKey,
     req: &Request,
 ) -> Result<(), Problem> {
-    let Some(gate) = gate(&req.caller) else {
+    authorize_tool(app, &req.caller, conv, &req.tool).await
+}
+
+/// The caller's policy applied to `tool` of the conversation `conv` (a call's resource, its
+/// cancel, an idempotent repeat): against the page's current manifest, as a call is placed;
+/// 403 `tool_not_allowed` when it does not allow it. No broker read for a caller whose policy
+/// does not narrow tools.
+pub(crate) async fn authorize_tool(
+    app: &AppState,
+    caller: &Caller,
+    conv: &ConvKey,
+    tool: &str,
+) -> Result<(), Problem> {
+    let Some(gate) = gate(caller) else {
         return Ok(());
     };
     let s = app.broker.conversation(conv).await?;
-    if gate.allows(&req.tool, CallTarget::current(&s).as_ref()) {
+    if gate.allows(tool, CallTarget::current(&s).as_ref()) {
         Ok(())
     } else {
-        Err(not_allowed(app, &req.tool))
+        Err(not_allowed(app, tool))
     }
 }

@@ -203,6 +203,11 @@ pub async fn authenticate(
         }
     };
     crate::ops::Credential::note(req.extensions(), &grant.caller);
+    // The key's scopes hold here as on the agent API: a credential without `calls` neither
+    // lists nor calls tools (a key narrowed after minting narrows its tokens at once).
+    if let Err(p) = grant.caller.require_mcp(&app.metrics) {
+        return p.into_response();
+    }
     let session = req
         .headers()
         .get(SESSION_HEADER)

@@ -200,6 +200,11 @@ impl ServerHandler for HostedMcp {
             }
             Err(p) => return Err(internal(&p)),
         };
+        let task_of = super::tasks::Made {
+            id: started.id,
+            tool: started.tool,
+            untrusted: started.untrusted,
+        };
         let mut running = started.outcome;
         let task_after = if tasks {
             self.app.hosted_mcp.task_after
@@ -212,35 +217,28 @@ impl ServerHandler for HostedMcp {
             () = sleep_or_never(task_after) => {
                 // The supervision goes on in a task of its own (dropped unfinished).
                 drop(running);
-                return Ok(super::tasks::create(&self.app, &grant, &started.id, started.untrusted, None)
+                return Ok(super::tasks::create(&self.app, &grant, &task_of, None)
                     .await?
                     .into());
             }
             () = context.ct.cancelled() => {
                 // The client gave up (`notifications/cancelled`): the page gets the protocol
                 // `cancel`; the client expects no answer.
-                if let Err(e) = self.app.broker.cancel(&grant.tenant.id, &started.id).await {
-                    tracing::warn!(call_id = %started.id, error = %e, "MCP cancellation not sent to the page");
+                if let Err(e) = self.app.broker.cancel(&grant.tenant.id, &task_of.id).await {
+                    tracing::warn!(call_id = %task_of.id, error = %e, "MCP cancellation not sent to the page");
                 }
                 return Err(ErrorData::internal_error("cancelled", None));
             }
         };
         if tasks && let Outcome::Result(ToolResult::NeedsConfirmation { summary, .. }) = &outcome {
-            let task = super::tasks::create(
-                &self.app,
-                &grant,
-                &started.id,
-                started.untrusted,
-                Some(summary),
-            )
-            .await?;
+            let task = super::tasks::create(&self.app, &grant, &task_of, Some(summary)).await?;
             return Ok(task.into());
         }
         let end = match outcome {
             Outcome::Result(r) => CallEnd::Answered(r),
             Outcome::Timeout => CallEnd::DeadlinePassed,
         };
-        Ok(call_result(end, started.untrusted).into())
+        Ok(call_result(end, task_of.untrusted).into())
     }
 
     async fn get_task(

@@ -93,7 +93,9 @@ pub fn router(app: &AppState) -> Router<AppState> {
         app.broker.clone(),
         settings.session_idle,
     )));
-    let schemas = Arc::new(tools::Schemas::default());
+    let schemas = Arc::new(tools::Schemas::new(
+        app.metrics.mcp_schema_cache_bytes.clone(),
+    ));
     let listings = Arc::new(listings::Listings::default());
     let factory_app = app.clone();
     let service = StreamableHttpService::new(

@@ -7,7 +7,9 @@
 //! A task is its call: its id is the call's id, and its state is read from the call's record
 //! (`crate::calls::follow`), the one source of truth the call resource, `confirmation.resolved`
 //! and the webhooks read too. The broker keeps beside it only who owns the task (the token's
-//! tenant incarnation, user and conversation) and whether it was cancelled, in a record of the
+//! tenant incarnation, user and conversation, and the principal that made it: its API key, or
+//! its OAuth subject and client), its tool (a reader's policy must allow it), and whether it
+//! was cancelled, in a record of the
 //! front doors' store ([`toolmark_broker::Sessions`]), its time to live restarted by each read.
 //! The final result, once seen, is written to that record, so a task outlives its call's
 //! retention.
@@ -44,6 +46,14 @@ struct TaskRecord {
     incarnation: u64,
     user: String,
     conversation: String,
+    /// The principal that made it ([`toolmark_broker::CallerRef::principal`]: the API key of
+    /// the MCP token, or the OAuth subject and client). `None` in a record of the previous
+    /// release, which is held to the conversation alone for the 20 minutes it lives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    principal: Option<String>,
+    /// The call's tool, which a reader's policy must allow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool: Option<String>,
     /// Whether the tool is marked untrusted (its result is rendered so).
     #[serde(default)]
     untrusted: bool,
@@ -58,10 +68,16 @@ struct TaskRecord {
 }
 
 impl TaskRecord {
+    /// Whether `grant` is the task's maker: the same tenant incarnation, user and conversation,
+    /// and the same principal (another key's token, or another OAuth subject or client, is not).
     fn owned_by(&self, grant: &McpGrant) -> bool {
         self.incarnation == grant.tenant.incarnation
             && self.user == grant.user
             && self.conversation == grant.conversation
+            && self
+                .principal
+                .as_ref()
+                .is_none_or(|p| *p == grant.caller.reference().principal())
     }
 }
 
@@ -82,20 +98,32 @@ fn not_found() -> ErrorData {
     ErrorData::invalid_params("task not found", None)
 }
 
-/// Makes the call `call_id` (placed for `grant`) a task, and answers its handle.
+/// The call a task is made of.
+pub(super) struct Made {
+    /// Its id (the task's).
+    pub id: String,
+    /// Its tool.
+    pub tool: String,
+    /// Whether the tool is marked untrusted.
+    pub untrusted: bool,
+}
+
+/// Makes the call `started` (placed for `grant`) a task, and answers its handle.
 pub(super) async fn create(
     app: &AppState,
     grant: &McpGrant,
-    call_id: &str,
-    untrusted: bool,
+    started: &Made,
     waiting: Option<&str>,
 ) -> Result<CreateTaskResult, ErrorData> {
     let now = now_ms();
+    let call_id = started.id.as_str();
     let record = TaskRecord {
         incarnation: grant.tenant.incarnation,
         user: grant.user.clone(),
         conversation: grant.conversation.clone(),
-        untrusted,
+        principal: Some(grant.caller.reference().principal()),
+        tool: Some(started.tool.clone()),
+        untrusted: started.untrusted,
         created_ms: now,
         cancelled_ms: None,
         ended: None,
@@ -119,7 +147,9 @@ fn task(id: &str, status: TaskStatus, record: &TaskRecord, updated_ms: u64) -> T
         .with_poll_interval_ms(POLL_INTERVAL_MS)
 }
 
-/// The task `id` as `grant` may see it; "task not found" for one it does not own.
+/// The task `id` as `grant` may see it; "task not found" for one it did not make, or whose
+/// tool its policy does not allow now (read against the page's current manifest, as a call of
+/// it would be).
 async fn record(app: &AppState, grant: &McpGrant, id: &str) -> Result<TaskRecord, ErrorData> {
     let stored = app
         .broker
@@ -128,11 +158,17 @@ async fn record(app: &AppState, grant: &McpGrant, id: &str) -> Result<TaskRecord
         .map_err(internal)?
         .ok_or_else(not_found)?;
     let record: TaskRecord = serde_json::from_str(&stored).map_err(internal)?;
-    if record.owned_by(grant) {
-        Ok(record)
-    } else {
-        Err(not_found())
+    if !record.owned_by(grant) {
+        return Err(not_found());
     }
+    if let Some(tool) = &record.tool
+        && crate::calls::authorize_tool(app, &grant.caller, &grant.conv(), tool)
+            .await
+            .is_err()
+    {
+        return Err(not_found());
+    }
+    Ok(record)
 }
 
 /// `tasks/get`: where the task's call stands.

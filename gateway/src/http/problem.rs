@@ -227,6 +227,18 @@ impl Problem {
         }
     }
 
+    /// 429: too many open event streams (`server.max_event_streams_per_*`) on this node.
+    pub fn too_many_event_streams(which: &str) -> Self {
+        Problem {
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("Too many open event streams {which}; close one first."),
+            )
+        }
+    }
+
     /// 429: too many live hosted MCP sessions (`mcp.max_sessions_per_*`, counted across the
     /// nodes); one may begin again once another ends or idles out.
     pub fn too_many_sessions(which: &str, retry_after: Duration) -> Self {

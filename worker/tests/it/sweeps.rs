@@ -54,8 +54,8 @@ async fn worker(redis: &RedisProc, prefix: &str) -> (String, tokio::sync::onesho
 async fn event_of(reader: &SharedBroker, kind: &str, within: Duration) -> Event {
     let deadline = Instant::now() + within;
     loop {
-        let feed = reader.events("acme", Some("0-0")).await.unwrap();
-        if let Some(e) = feed.backlog.into_iter().find(|e| e.kind.as_str() == kind) {
+        let feed = reader.retained("acme", "0-0").await.unwrap();
+        if let Some(e) = feed.into_iter().find(|e| e.kind.as_str() == kind) {
             return e;
         }
         assert!(

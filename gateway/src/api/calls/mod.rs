@@ -13,12 +13,11 @@ use toolmark_broker::{CallKind, CallRecord, CallState, ConvKey, Outcome};
 use toolmark_proto::is_valid_tool_name;
 use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
 
-use super::request::{Authed, parse_body};
+use super::request::{Authed, Calls, parse_body};
 use crate::calls::{self, Once, Request, Route, idempotency};
 use crate::http::{Body, Problem, QueryOf, check_ids, parse_value};
 use crate::state::AppState;
 use crate::tenants::Tenant;
-use toolmark_config::policy::Scope;
 
 mod bodies;
 
@@ -68,12 +67,11 @@ fn check_tool(pointer: &str, tool: &str) -> Result<(), Problem> {
     security(("apiKey" = [])))]
 pub async fn call(
     State(app): State<AppState>,
-    Authed(tenant, caller): Authed,
+    Authed(tenant, caller, _): Authed<Calls>,
     Path((_, user, conversation)): Path<(String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Calls, &app.metrics)?;
     check_ids(&user, &conversation)?;
     let key = idempotency::key_of(&headers)?;
     let b: CallBody = parse_body(&tenant, &body)?;
@@ -105,12 +103,11 @@ pub async fn call(
     security(("apiKey" = [])))]
 pub async fn describe(
     State(app): State<AppState>,
-    Authed(tenant, caller): Authed,
+    Authed(tenant, caller, _): Authed<Calls>,
     Path((_, user, conversation)): Path<(String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Calls, &app.metrics)?;
     check_ids(&user, &conversation)?;
     let key = idempotency::key_of(&headers)?;
     let b: DescribeBody = parse_body(&tenant, &body)?;
@@ -191,12 +188,11 @@ fn accepted(tenant: &str, id: &str, client_id: &str) -> Response {
     security(("apiKey" = [])))]
 pub async fn invoke(
     State(app): State<AppState>,
-    Authed(tenant, caller): Authed,
+    Authed(tenant, caller, _): Authed<Calls>,
     Path((_, user, conversation)): Path<(String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Calls, &app.metrics)?;
     check_ids(&user, &conversation)?;
     let key = idempotency::key_of(&headers)?;
     let b: InvokeBody = parse_body(&tenant, &body)?;
@@ -275,11 +271,10 @@ fn invoked(id: &str, untrusted: bool, outcome: &Outcome) -> Response {
     security(("apiKey" = [])))]
 pub async fn get_call(
     State(app): State<AppState>,
-    Authed(tenant, caller): Authed,
+    Authed(tenant, caller, _): Authed<Calls>,
     Path((_, id)): Path<(String, String)>,
     QueryOf(q): QueryOf<WaitQuery>,
 ) -> Result<Json<CallView>, Problem> {
-    caller.require(Scope::Calls, &app.metrics)?;
     let wait = match q.wait {
         None => Duration::ZERO,
         Some(n @ 1..=60) => Duration::from_secs(n),
@@ -293,6 +288,8 @@ pub async fn get_call(
     let record = calls::follow(&app, &tenant.id, &id, wait)
         .await?
         .ok_or_else(|| Problem::not_found("Call"))?;
+    // The call's tool is held to the reader's policy, as a call of it would be.
+    calls::authorize_tool(&app, &caller, &record.binding.conv, &record.binding.tool).await?;
     Ok(Json(call_json(&record)))
 }
 
@@ -304,10 +301,19 @@ pub async fn get_call(
     security(("apiKey" = [])))]
 pub async fn cancel(
     State(app): State<AppState>,
-    Authed(tenant, caller): Authed,
+    Authed(tenant, caller, _): Authed<Calls>,
     Path((_, id)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
-    caller.require(Scope::Calls, &app.metrics)?;
+    // A caller whose policy narrows tools cancels only calls of tools it may call: asked
+    // before the page is sent anything.
+    if caller.limits_tools() {
+        let record = app
+            .broker
+            .call(&tenant.id, &id)
+            .await?
+            .ok_or_else(|| Problem::not_found("Call"))?;
+        calls::authorize_tool(&app, &caller, &record.binding.conv, &record.binding.tool).await?;
+    }
     app.broker
         .cancel(&tenant.id, &id)
         .await?
