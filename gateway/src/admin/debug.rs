@@ -75,10 +75,10 @@ pub(crate) async fn tail(
         // The newest TAIL of the last minute: the minute read a page at a time, keeping at
         // most TAIL raw entries.
         let mut newest: VecDeque<RawEvent> = std::mem::take(&mut feed.backlog).into();
-        let mut more = newest.len() == EVENT_PAGE;
+        let mut more = newest.len() >= EVENT_PAGE;
         while more && let Some(from) = newest.back().map(|e| e.id.clone()) {
             let page = broker.events_after(&id, &from, EVENT_PAGE).await?;
-            more = page.len() == EVENT_PAGE;
+            more = page.len() >= EVENT_PAGE;
             newest.extend(page);
             while newest.len() > TAIL {
                 newest.pop_front();

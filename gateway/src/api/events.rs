@@ -64,6 +64,7 @@ enum Phase {
         page: std::vec::IntoIter<RawEvent>,
         last: Option<String>,
         more: bool,
+        next: usize,
     },
     /// Following the live feed after `seen`.
     Live { seen: Option<String> },
@@ -82,11 +83,13 @@ pub(crate) fn replay_then_live(
     feed: toolmark_broker::EventFeed,
     after: Option<String>,
 ) -> impl Stream<Item = Event> + Send {
-    let more = feed.backlog.len() == EVENT_PAGE;
+    let more = feed.backlog.len() >= EVENT_PAGE;
+    let next = next_page(&feed.backlog);
     let phase = Phase::Replay {
         page: feed.backlog.into_iter(),
         last: after,
         more,
+        next,
     };
     stream::unfold((phase, feed.live), move |(mut phase, mut live)| {
         let (broker, tenant) = (Arc::clone(&broker), tenant.clone());
@@ -97,19 +100,26 @@ pub(crate) fn replay_then_live(
                         mut page,
                         last,
                         more,
+                        next,
                     } => {
                         if let Some(raw) = page.next() {
                             let last = Some(raw.id.clone());
-                            let next = Phase::Replay { page, last, more };
+                            let then = Phase::Replay {
+                                page,
+                                last,
+                                more,
+                                next,
+                            };
                             match raw.parse() {
-                                Some(e) => return Some((e, (next, live))),
-                                None => next,
+                                Some(e) => return Some((e, (then, live))),
+                                None => then,
                             }
                         } else if let (true, Some(from)) = (more, last.as_deref()) {
-                            match broker.events_after(&tenant, from, EVENT_PAGE).await {
-                                Ok(next) => Phase::Replay {
-                                    more: next.len() == EVENT_PAGE,
-                                    page: next.into_iter(),
+                            match broker.events_after(&tenant, from, next).await {
+                                Ok(read) => Phase::Replay {
+                                    more: read.len() >= next,
+                                    next: next_page(&read),
+                                    page: read.into_iter(),
                                     last,
                                 },
                                 Err(e) => {
@@ -136,6 +146,11 @@ pub(crate) fn replay_then_live(
             }
         }
     })
+}
+
+/// How many events the read after `page` takes.
+fn next_page(page: &[RawEvent]) -> usize {
+    toolmark_broker::next_event_page(page.iter().map(RawEvent::size).max().unwrap_or(0))
 }
 
 /// What an event reader may see under its policy: every event of the tools it may call (by

@@ -8,6 +8,7 @@ mod binary;
 mod callers;
 mod cluster_stats;
 mod console;
+mod doors;
 mod echo_inbound;
 mod faults;
 mod harness;

@@ -563,3 +563,88 @@ async fn raw_json_rpc_polls_a_task_to_its_end_as_the_docs_show() {
         json!({"status": "ok", "data": "deleted"})
     );
 }
+
+/// An MCP token of `key` (acme) for u1/c1.
+async fn token_of(gw: &Gateway, key: &str) -> String {
+    let a = gw
+        .agent("acme", key)
+        .post(
+            "/tokens",
+            json!({"user": "u1", "conversation": "c1", "scope": "mcp"}),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    a.body["token"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_task_is_served_only_to_the_caller_that_made_it_and_may_call_its_tool() {
+    // acme with two more keys: another with every right, and one for `todo.list` only.
+    const OTHER: &str = "key-acme-other";
+    const NARROW: &str = "key-acme-narrow";
+    let keys = format!(
+        r#"api_keys = ["{acme}", "{other}", {{hash = "{narrow}", id = "narrow", policy = {{tools = {{allow = ["todo.list"]}}}}}}]"#,
+        acme = hash(ACME_KEY),
+        other = hash(OTHER),
+        narrow = hash(NARROW),
+    );
+    let text = config_toml("").replacen(&format!("api_keys = [\"{}\"]", hash(ACME_KEY)), &keys, 1);
+    assert!(
+        text.contains("id = \"narrow\""),
+        "acme's keys were replaced"
+    );
+    let gw = Gateway::start_config(&text, None).await;
+    let mut page = LivePage::new(ready_page(&gw, "acme", "u1", "c1", page_tools()).await);
+
+    // The full key's token makes a task of `todo.delete`: its page asks for a confirmation.
+    let (maker, _) = task_client(&gw, &token_of(&gw, ACME_KEY).await, None).await;
+    let pending = call_later(&maker, "todo__delete");
+    let frame = page.next().await;
+    let id = frame["id"].as_str().unwrap().to_owned();
+    page.answer(
+        &id,
+        json!({"status": "needs_confirmation", "confirmId": "cf-own", "summary": "Delete it"}),
+    );
+    let task = task_of(pending.await.unwrap());
+    assert_eq!(task["taskId"], id.as_str(), "{task}");
+
+    // Another token of the same key: the same caller, served.
+    let (same, _) = task_client(&gw, &token_of(&gw, ACME_KEY).await, None).await;
+    assert_eq!(get(&same, &id).await.unwrap()["status"], "working");
+
+    // A token of a key that may not call `todo.delete`, and a token of another key with every
+    // right: neither finds the task, nor cancels it, nor hears of its end.
+    let (narrow, mut narrow_notes) = task_client(&gw, &token_of(&gw, NARROW).await, None).await;
+    let (other, mut other_notes) = task_client(&gw, &token_of(&gw, OTHER).await, None).await;
+    for (who, client) in [("narrow", &narrow), ("other", &other)] {
+        let found = get(client, &id).await;
+        assert!(
+            found.as_ref().is_err_and(|e| e.contains("task not found")),
+            "{who}: {found:?}"
+        );
+        let cancelled = client
+            .peer()
+            .cancel_task(CancelTaskParams::new(id.clone()))
+            .await;
+        assert!(cancelled.is_err(), "{who} cancelled: {cancelled:?}");
+    }
+    assert!(
+        page.try_next(Duration::from_millis(300)).await.is_none(),
+        "a refused cancel reached the page"
+    );
+    // The maker's task is untouched: the page confirms and it completes, for its maker.
+    page.confirmed("cf-own", json!({"status": "ok", "data": "deleted"}));
+    let done = until_ended(&maker, &id, WAIT).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    for (who, notes) in [("narrow", &mut narrow_notes), ("other", &mut other_notes)] {
+        let heard = tokio::time::timeout(Duration::from_millis(500), notes.recv()).await;
+        assert!(
+            !matches!(heard, Ok(Some(ref n)) if n["taskId"] == id.as_str()),
+            "{who} heard of the task: {heard:?}"
+        );
+    }
+    assert!(get(&narrow, &id).await.is_err());
+    for c in [maker, same, narrow, other] {
+        c.cancel().await.unwrap();
+    }
+}
