@@ -638,6 +638,11 @@ fn parse_event_id(id: &str) -> Option<(u64, u64)> {
     Some((ms.parse().ok()?, seq.parse().ok()?))
 }
 
+/// Whether `id` is an event id (`<ms>-<seq>`).
+pub fn is_event_id(id: &str) -> bool {
+    parse_event_id(id).is_some()
+}
+
 /// Whether event id `id` comes after `after` (ids that do not parse come after nothing).
 pub fn event_id_after(id: &str, after: &str) -> bool {
     match (parse_event_id(id), parse_event_id(after)) {

@@ -59,7 +59,7 @@ impl Events for RedisBroker {
         limit: usize,
     ) -> Result<Vec<RawEvent>, BrokerError> {
         // An id that is not one starts at the log's beginning.
-        let start = if crate::event_id_after("1-0", after) {
+        let start = if crate::types::is_event_id(after) {
             format!("({after}")
         } else {
             "-".to_owned()
