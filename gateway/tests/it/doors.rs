@@ -503,7 +503,10 @@ async fn a_replay_to_readers_that_never_read_holds_a_bounded_window() {
     // The gateway as a process of its own, so that its memory is its own.
     let config = std::env::temp_dir().join(format!("toolmark-doors-{}.toml", uuid::Uuid::new_v4()));
     std::fs::write(&config, config_toml("")).unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolmark-gateway"));
+    // `TOOLMARK_GATEWAY_BIN` runs the same attack on another build (an older release).
+    let bin = std::env::var("TOOLMARK_GATEWAY_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_toolmark-gateway").to_owned());
+    let mut cmd = std::process::Command::new(bin);
     cmd.args(["--config", config.to_str().unwrap()])
         .env_remove("RUST_LOG");
     let (mut child, addr) =
