@@ -64,6 +64,21 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// Removes a record if it is at `version`.
     async fn remove(&self, id: &str, version: u64) -> Result<(), CatalogError>;
 
+    /// Writes back what a node holds after the catalog lost its data (a Redis restarted
+    /// without persistence, a `FLUSHALL`, a failover to a replica that had not received the
+    /// last writes): when the catalog's revision is below `seen` (the revision the node last
+    /// read: a revision never goes back otherwise), each of `held` that the catalog lacks is
+    /// put back at its version, each of `gone` (an id the node saw deleted, with the revision
+    /// it saw it at) is removed where a record older than that deletion stands, and the
+    /// revision is set to `seen`, in one step. [`Restored::NotBehind`] when the catalog was
+    /// not behind (another node restored it first, or nothing was lost).
+    async fn restore(
+        &self,
+        held: &[Record],
+        gone: &[(String, u64)],
+        seen: u64,
+    ) -> Result<Restored, BrokerError>;
+
     /// Ids of the tenants changed from now on, by any node (a lagging receiver re-reads all).
     fn changes(&self) -> broadcast::Receiver<String>;
 
@@ -83,6 +98,40 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
         after: Option<&str>,
         count: usize,
     ) -> Result<Vec<(String, String)>, BrokerError>;
+}
+
+/// What [`Catalog::restore`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restored {
+    /// The catalog was behind: this many records were written back.
+    Wrote(usize),
+    /// The catalog was not behind: nothing written.
+    NotBehind,
+}
+
+/// What a restore does to one id, given what the catalog has of it (`current`, its version):
+/// the rule both brokers follow (`catalog_restore.lua` writes it in Lua). `held`: the
+/// version the node holds; `gone`: the revision at which the node saw it deleted.
+pub fn restore_one(current: Option<u64>, held: Option<u64>, gone: Option<u64>) -> RestoreStep {
+    match (current, held, gone) {
+        // What the catalog has stays, unless it is older than a deletion the node saw.
+        (Some(v), _, Some(deleted)) if v < deleted => RestoreStep::Remove,
+        (Some(_), _, _) => RestoreStep::Keep,
+        (None, Some(_), _) => RestoreStep::Put,
+        (None, None, _) => RestoreStep::Keep,
+    }
+}
+
+/// One id's step in a restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreStep {
+    /// Leave it as the catalog has it.
+    Keep,
+    /// Put the held record back at its version.
+    Put,
+    /// Remove the record the catalog has (written back by a node that had not yet seen it
+    /// deleted).
+    Remove,
 }
 
 /// How many audit entries the catalog keeps.

@@ -4,6 +4,13 @@
 //! every tenant when the catalog's revision moved without a notification reaching it (checked
 //! every [`REREAD_EVERY`]); each record is opened into the same [`TenantSettings`] a
 //! `[[tenants]]` entry gives, and each change is handed to the caller.
+//!
+//! A catalog whose revision went back (below the one this process last read) lost its data:
+//! a Redis restarted without persistence, a `FLUSHALL`, a failover to a replica behind. A
+//! follower never takes that for the tenants' deletion: it writes back the records it holds
+//! ([`Catalog::restore`], with the ids it saw deleted, so that no deleted record comes back)
+//! and reads the catalog again, so the platform's records survive as long as one process that
+//! held them lives, and no page of theirs is closed for it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -11,11 +18,15 @@ use std::time::Duration;
 
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
-use toolmark_broker::catalog::{Catalog, Record};
+use toolmark_broker::catalog::{Catalog, Record, Restored};
 use toolmark_config::{Sealer, StoredTenant, TenantSettings};
 
 /// How often the catalog's revision is compared with what was loaded.
 pub const REREAD_EVERY: Duration = Duration::from_secs(1);
+
+/// How many deleted ids a follower remembers (with the revision it saw each deleted at), for
+/// a restore not to bring them back.
+pub const GONE_KEPT: usize = 10_000;
 
 /// A stored tenant that changed: its new settings, or `None` once it is gone (deleted, or no
 /// longer opening).
@@ -32,8 +43,10 @@ pub struct Change {
 pub struct Follower {
     catalog: Arc<dyn Catalog>,
     sealer: Sealer,
-    /// Stored tenants as loaded: id → (version, settings).
-    loaded: Mutex<BTreeMap<String, (u64, Arc<TenantSettings>)>>,
+    /// Stored tenants as loaded: id → (record, settings).
+    loaded: Mutex<BTreeMap<String, (Record, Arc<TenantSettings>)>>,
+    /// Ids seen deleted: id → the catalog's revision when it was seen gone.
+    gone: Mutex<BTreeMap<String, u64>>,
     revision: Mutex<u64>,
 }
 
@@ -44,6 +57,7 @@ impl Follower {
             catalog,
             sealer,
             loaded: Mutex::default(),
+            gone: Mutex::default(),
             revision: Mutex::new(0),
         }
     }
@@ -63,8 +77,44 @@ impl Follower {
         self.lock().values().map(|(_, t)| Arc::clone(t)).collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (u64, Arc<TenantSettings>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (Record, Arc<TenantSettings>)>> {
         self.loaded.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn seen(&self) -> u64 {
+        *self.revision.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The catalog was found at revision `found`, below what this process read: it lost its
+    /// data. Writes back what this process holds; `false` when that failed (nothing is taken
+    /// from the catalog then: what was loaded stays).
+    async fn heal(&self, found: u64) -> bool {
+        let seen = self.seen();
+        let held: Vec<Record> = self.lock().values().map(|(r, _)| r.clone()).collect();
+        let gone: Vec<(String, u64)> = self
+            .gone
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(id, at)| (id.clone(), *at))
+            .collect();
+        match self.catalog.restore(&held, &gone, seen).await {
+            Ok(Restored::Wrote(n)) => {
+                tracing::warn!(
+                    found,
+                    seen,
+                    written_back = n,
+                    held = held.len(),
+                    "the tenant catalog lost its data (its revision went back): wrote back the records this process holds"
+                );
+                true
+            }
+            Ok(Restored::NotBehind) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "the tenant catalog lost its data and could not be written back yet; keeping what was loaded");
+                false
+            }
+        }
     }
 
     fn open(&self, r: &Record) -> Option<Arc<TenantSettings>> {
@@ -84,41 +134,71 @@ impl Follower {
         }
     }
 
-    /// Takes `record` (or its absence) as tenant `id`'s state; the change, if it is one.
-    fn apply(&self, id: &str, record: Option<&Record>) -> Option<Change> {
+    /// Takes `record` (or its absence, seen at the catalog's revision `at`) as tenant `id`'s
+    /// state; the change, if it is one.
+    fn apply(&self, id: &str, record: Option<&Record>, at: u64) -> Option<Change> {
         let mut loaded = self.lock();
-        let current = loaded.get(id).map(|(v, _)| *v);
+        let current = loaded.get(id).map(|(r, _)| r.version);
         let next = match record {
             Some(r) if current == Some(r.version) => return None,
-            Some(r) => self.open(r).map(|t| (r.version, t)),
+            Some(r) => self.open(r).map(|t| (r.clone(), t)),
             None if current.is_none() => return None,
             None => None,
         };
+        let mut gone = self.gone.lock().unwrap_or_else(PoisonError::into_inner);
         match &next {
-            Some(n) => loaded.insert(id.to_owned(), n.clone()),
-            None => loaded.remove(id),
+            Some(n) => {
+                loaded.insert(id.to_owned(), n.clone());
+                gone.remove(id);
+            }
+            None => {
+                loaded.remove(id);
+                gone.insert(id.to_owned(), at);
+                if gone.len() > GONE_KEPT {
+                    // The one seen deleted longest ago goes first.
+                    let oldest = gone
+                        .iter()
+                        .min_by_key(|(_, at)| **at)
+                        .map(|(id, _)| id.clone());
+                    if let Some(oldest) = oldest {
+                        gone.remove(&oldest);
+                    }
+                }
+            }
         };
+        drop(gone);
         Some(Change {
             id: id.to_owned(),
             tenant: next.map(|(_, t)| t),
         })
     }
 
-    /// Re-reads every stored tenant; the changes (none when the catalog cannot be read).
+    /// Re-reads every stored tenant; the changes (none when the catalog cannot be read). A
+    /// catalog found behind what was read before is written back first ([`Follower::heal`]).
     pub async fn load_all(&self) -> Vec<Change> {
-        let (revision, records) = match self.catalog.records().await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(error = %e, "tenant catalog not read; keeping what was loaded");
+        let mut healed = false;
+        let (revision, records) = loop {
+            let read = match self.catalog.records().await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "tenant catalog not read; keeping what was loaded");
+                    return Vec::new();
+                }
+            };
+            if read.0 >= self.seen() {
+                break read;
+            }
+            if healed || !self.heal(read.0).await {
                 return Vec::new();
             }
+            healed = true;
         };
         let next: BTreeMap<String, Record> =
             records.into_iter().map(|r| (r.id.clone(), r)).collect();
         let ids: Vec<String> = self.lock().keys().chain(next.keys()).cloned().collect();
         let changes = ids
             .iter()
-            .filter_map(|id| self.apply(id, next.get(id)))
+            .filter_map(|id| self.apply(id, next.get(id), revision))
             .collect();
         *self.revision.lock().unwrap_or_else(PoisonError::into_inner) = revision;
         changes
@@ -127,7 +207,21 @@ impl Follower {
     /// Re-reads one stored tenant (named by a change notification, or just written here).
     pub async fn load_one(&self, id: &str) -> Vec<Change> {
         match self.catalog.record(id).await {
-            Ok(r) => self.apply(id, r.as_ref()).into_iter().collect(),
+            Ok(None) if self.lock().contains_key(id) => {
+                // Gone: deleted, or lost with the catalog's data. The revision tells.
+                match self.catalog.revision().await {
+                    Ok(at) if at >= self.seen() => self.apply(id, None, at).into_iter().collect(),
+                    Ok(_) => self.load_all().await,
+                    Err(e) => {
+                        tracing::warn!(tenant = %id, error = %e, "catalog revision not read");
+                        Vec::new()
+                    }
+                }
+            }
+            Ok(r) => self
+                .apply(id, r.as_ref(), self.seen())
+                .into_iter()
+                .collect(),
             Err(e) => {
                 tracing::warn!(tenant = %id, error = %e, "stored tenant not read");
                 Vec::new()
@@ -154,7 +248,7 @@ impl Follower {
                     Err(RecvError::Closed) => return,
                 },
                 _ = tick.tick() => {
-                    let seen = *self.revision.lock().unwrap_or_else(PoisonError::into_inner);
+                    let seen = self.seen();
                     match self.catalog.revision().await {
                         Ok(r) if r != seen => self.load_all().await,
                         Ok(_) => Vec::new(),

@@ -7,7 +7,9 @@ use tokio::sync::broadcast;
 
 use super::{MemoryBroker, lock};
 use crate::BrokerError;
-use crate::catalog::{self, AUDIT_KEPT, Catalog, CatalogError, Expect, Record};
+use crate::catalog::{
+    self, AUDIT_KEPT, Catalog, CatalogError, Expect, Record, RestoreStep, Restored,
+};
 use crate::{event_id_after, now_ms};
 
 /// Records by id and the revision.
@@ -74,6 +76,34 @@ impl Catalog for MemoryBroker {
         t.records.remove(id);
         let _ = t.changes.send(id.to_owned());
         Ok(())
+    }
+
+    async fn restore(
+        &self,
+        held: &[Record],
+        gone: &[(String, u64)],
+        seen: u64,
+    ) -> Result<Restored, BrokerError> {
+        let mut t = lock(&self.catalog);
+        if t.revision >= seen {
+            return Ok(Restored::NotBehind);
+        }
+        let mut wrote = 0;
+        for (id, deleted) in gone {
+            let current = t.records.get(id).map(|r| r.version);
+            if catalog::restore_one(current, None, Some(*deleted)) == RestoreStep::Remove {
+                t.records.remove(id);
+            }
+        }
+        for r in held {
+            let current = t.records.get(&r.id).map(|r| r.version);
+            if catalog::restore_one(current, Some(r.version), None) == RestoreStep::Put {
+                t.records.insert(r.id.clone(), r.clone());
+                wrote += 1;
+            }
+        }
+        t.revision = seen;
+        Ok(Restored::Wrote(wrote))
     }
 
     fn changes(&self) -> broadcast::Receiver<String> {

@@ -10,9 +10,9 @@ use tokio::sync::broadcast;
 
 use super::RedisBroker;
 use super::reply::{RETRY, strings, unavailable};
-use super::scripts::{CatalogPut, CatalogRemove};
+use super::scripts::{CatalogPut, CatalogRemove, CatalogRestore};
 use crate::BrokerError;
-use crate::catalog::{AUDIT_KEPT, Catalog, CatalogError, Expect, Record};
+use crate::catalog::{AUDIT_KEPT, Catalog, CatalogError, Expect, Record, Restored};
 
 fn parse_record(id: String, stored: &str) -> Option<Record> {
     let (version, body) = stored.split_once('\n')?;
@@ -108,6 +108,28 @@ impl Catalog for RedisBroker {
             Some(code) => Err(catalog_error(code)),
             None => Err(catalog_error("")),
         }
+    }
+
+    async fn restore(
+        &self,
+        held: &[Record],
+        gone: &[(String, u64)],
+        seen: u64,
+    ) -> Result<Restored, BrokerError> {
+        let reply = self
+            .run(CatalogRestore {
+                catalog: self.keys.catalog(),
+                revision: self.keys.catalog_revision(),
+                seen,
+                gone: gone.to_vec(),
+                held: held
+                    .iter()
+                    .map(|r| (r.id.clone(), format!("{}\n{}", r.version, r.body)))
+                    .collect(),
+            })
+            .await?;
+        let wrote = reply.as_i64().unwrap_or(-1);
+        Ok(usize::try_from(wrote).map_or(Restored::NotBehind, Restored::Wrote))
     }
 
     fn changes(&self) -> broadcast::Receiver<String> {

@@ -1085,3 +1085,75 @@ async fn a_release_asked_again_is_applied_once(backend: Backend) {
     assert_eq!(left[0].data["clientId"], "p1");
 }
 contract!(a_release_asked_again_is_applied_once);
+
+/// A catalog that lost its data takes back what the nodes held, and nothing they saw deleted:
+/// the catalog after a wipe is an empty one (a fresh state here); a node that had not seen a
+/// deletion writes the record back, a node that had seen it takes it out again; what was
+/// written after the wipe stays; a catalog not behind takes nothing.
+async fn a_catalog_that_lost_its_data_takes_back_what_the_nodes_held_and_nothing_deleted(
+    backend: Backend,
+) {
+    use toolmark_broker::catalog::{Expect, Restored};
+    let mut before = Nodes::new(backend, short());
+    let old = before.catalog("n1").await;
+    let a = old.put("a", r#"{"a":1}"#, Expect::Absent).await.unwrap();
+    old.put("b", r#"{"b":1}"#, Expect::Absent).await.unwrap();
+    let c = old.put("c", r#"{"c":1}"#, Expect::Absent).await.unwrap();
+    // A node that read everything so far (and has not seen the deletion that follows).
+    let (stale_seen, stale_held) = old.records().await.unwrap();
+    old.remove("c", c).await.unwrap();
+    let (seen, held) = old.records().await.unwrap();
+    assert!(seen > stale_seen);
+    // Not behind: nothing is taken.
+    assert_eq!(
+        old.restore(&held, &[("c".into(), seen)], seen)
+            .await
+            .unwrap(),
+        Restored::NotBehind
+    );
+
+    // The data is lost; an admin creates `d` before any node notices.
+    let mut after = Nodes::new(backend, short());
+    let wiped = after.catalog("n1").await;
+    wiped.put("d", r#"{"d":1}"#, Expect::Absent).await.unwrap();
+    assert!(wiped.revision().await.unwrap() < stale_seen);
+    // The stale node first: a, b and c come back at their versions.
+    assert_eq!(
+        wiped.restore(&stale_held, &[], stale_seen).await.unwrap(),
+        Restored::Wrote(3)
+    );
+    // The node that saw `c` deleted: `c` goes again, the rest stays.
+    assert_eq!(
+        wiped
+            .restore(&held, &[("c".into(), seen)], seen)
+            .await
+            .unwrap(),
+        Restored::Wrote(0)
+    );
+    let (revision, records) = wiped.records().await.unwrap();
+    assert_eq!(revision, seen);
+    let ids: Vec<(&str, &str)> = records
+        .iter()
+        .map(|r| (r.id.as_str(), r.body.as_str()))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("a", r#"{"a":1}"#),
+            ("b", r#"{"b":1}"#),
+            ("d", r#"{"d":1}"#)
+        ]
+    );
+    assert_eq!(records[0].version, a, "written back at its version");
+    // Writes go on from there, compare-and-set on the versions the nodes hold.
+    let next = wiped
+        .put("a", r#"{"a":2}"#, Expect::Version(a))
+        .await
+        .unwrap();
+    assert!(next > seen);
+    assert_eq!(
+        wiped.restore(&held, &[], seen).await.unwrap(),
+        Restored::NotBehind
+    );
+}
+contract!(a_catalog_that_lost_its_data_takes_back_what_the_nodes_held_and_nothing_deleted);

@@ -469,3 +469,82 @@ async fn a_draining_node_emits_every_page_disconnected_before_it_stops() {
         "page.disconnected events lost at the drain"
     );
 }
+
+/// Waits until both `nodes` answer `GET /admin/v1/tenants/{id}` with `status`: how long it took.
+async fn admin_status_on_every_node(
+    nodes: &[Gateway],
+    id: &str,
+    status: u16,
+    what: &str,
+) -> Duration {
+    let started = Instant::now();
+    crate::admin::until(what, || async {
+        for n in nodes {
+            let r = crate::admin::admin(n, "GET", &format!("/admin/v1/tenants/{id}"), None).await;
+            if r.status != status {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_platforms_records_survive_a_redis_wipe_while_a_node_lives_and_deleted_ones_stay_gone()
+{
+    // Its own Redis (it is flushed and restarted): once, in the memory suite.
+    if toolmark_testkit::redis::mode() != toolmark_testkit::redis::Mode::Memory {
+        eprintln!("runs once, in the memory suite (on a Redis of its own)");
+        return;
+    }
+    let mut redis = RedisProc::start(&[]);
+    let broker = redis_broker(&redis.url(), &fresh_prefix());
+    let nodes = Gateway::start_admin_nodes_on(2, &broker, None, &[]).await;
+    let (n1, n2) = (&nodes[0], &nodes[1]);
+    let secrets = crate::admin::create(n1, "kept").await;
+    let key = secrets["apiKey"].as_str().unwrap().to_owned();
+    crate::admin::create(n1, "deleted").await;
+    let gone = crate::admin::admin(n1, "DELETE", "/admin/v1/tenants/deleted", None).await;
+    assert_eq!(gone.status, 204, "{}", gone.body);
+    admin_status_on_every_node(&nodes, "kept", 200, "both nodes hold the tenant").await;
+    admin_status_on_every_node(&nodes, "deleted", 404, "both nodes saw the deletion").await;
+    let token = crate::admin::minted(n2, "kept", &key, "u1", "c1").await;
+    let mut page = crate::admin::live_page(n2, "kept", &key, &token, "u1").await;
+
+    for fault in ["FLUSHALL", "a restart without persistence"] {
+        if fault == "FLUSHALL" {
+            assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK");
+        } else {
+            redis.restart();
+        }
+        // Within 5 s every node serves the tenant again from the catalog, which a node wrote
+        // back; the deleted one stays deleted.
+        let took = admin_status_on_every_node(&nodes, "kept", 200, fault).await;
+        eprintln!("after {fault}: the catalog held the tenant again on both nodes after {took:?}");
+        assert!(took < Duration::from_secs(5), "{fault}: {took:?}");
+        let revision = redis.cli(&["KEYS", "*catalog*"]);
+        assert!(!revision.trim().is_empty(), "{fault}: nothing written back");
+        admin_status_on_every_node(&nodes, "deleted", 404, fault).await;
+        // Its API key works on either node; a new page is admitted.
+        for n in [n1, n2] {
+            let minted = n
+                .agent("kept", &key)
+                .post("/tokens", json!({"user": "u2", "conversation": "c1"}))
+                .await;
+            assert_eq!(minted.status, 201, "{fault}: {}", minted.body);
+        }
+        let token = crate::admin::minted(n1, "kept", &key, "u3", "c1").await;
+        n1.connect("kept", &token, Some(crate::harness::ACME_ORIGIN))
+            .await
+            .expect("a new page of the tenant is admitted");
+        // The open page was never closed for it.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(500), page.closed())
+                .await
+                .is_err(),
+            "{fault}: the tenant's page was closed"
+        );
+    }
+}

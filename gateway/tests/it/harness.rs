@@ -205,7 +205,17 @@ impl Gateway {
             (toolmark_testkit::redis::Mode::Memory, 1) => String::new(),
             _ => redis_broker(&toolmark_testkit::redis::shared_url(), &fresh_prefix()),
         };
-        let text = config_with(&broker, &admin_section());
+        Self::start_admin_nodes_on(n, &broker, public, env).await
+    }
+
+    /// `n` nodes with the admin API on the broker of the `[broker]` section `broker`.
+    pub async fn start_admin_nodes_on(
+        n: usize,
+        broker: &str,
+        public: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Vec<Gateway> {
+        let text = config_with(broker, &admin_section());
         let text = match public {
             Some(url) => with_public_url(&text, url),
             None => text,

@@ -111,6 +111,8 @@ pub static RELEASE: Lua = Lua::new("release", lua!("release"));
 pub static CATALOG_PUT: Lua = Lua::new("catalog_put", lua!("catalog_put"));
 /// `catalog_remove.lua`: [`CatalogRemove`].
 pub static CATALOG_REMOVE: Lua = Lua::new("catalog_remove", lua!("catalog_remove"));
+/// `catalog_restore.lua`: [`CatalogRestore`].
+pub static CATALOG_RESTORE: Lua = Lua::new("catalog_restore", lua!("catalog_restore"));
 /// `places.lua`: [`Places`].
 pub static PLACES: Lua = Lua::new("places", lua!("places"));
 /// `webhook_admit.lua`: [`WebhookAdmit`].
@@ -130,7 +132,7 @@ pub static TRAFFIC_PUT: Lua = Lua::new("traffic_put", lua!("traffic_put"));
 pub static TRAFFIC_READ: Lua = Lua::new("traffic_read", lua!("traffic_read"));
 
 /// Every script, loaded on every primary before the node uses them.
-pub static ALL: [&Lua; 30] = [
+pub static ALL: [&Lua; 31] = [
     &BIND,
     &PLACE,
     &RESULT,
@@ -153,6 +155,7 @@ pub static ALL: [&Lua; 30] = [
     &RELEASE,
     &CATALOG_PUT,
     &CATALOG_REMOVE,
+    &CATALOG_RESTORE,
     &PLACES,
     &WEBHOOK_ADMIT,
     &WEBHOOK_DEFER,

@@ -2,8 +2,8 @@
 //! catalog record, its counted sessions, its nodes' traffic entries; a lease given back.
 
 use super::{
-    CATALOG_PUT, CATALOG_REMOVE, EMIT, GCRA, Lua, PLACES, RELEASE, ScriptArgs, TRAFFIC_PUT,
-    TRAFFIC_READ,
+    CATALOG_PUT, CATALOG_REMOVE, CATALOG_RESTORE, EMIT, GCRA, Lua, PLACES, RELEASE, ScriptArgs,
+    TRAFFIC_PUT, TRAFFIC_READ,
 };
 
 /// `gcra.lua`: calls of a tenant's rate given back, then taken.
@@ -153,6 +153,40 @@ impl ScriptArgs for CatalogRemove {
             vec![self.catalog, self.revision],
             vec![self.id, self.version.to_string(), self.channel],
         )
+    }
+}
+
+/// `catalog_restore.lua`: what a node holds written back into a catalog that lost its data.
+#[derive(Debug, Clone)]
+pub struct CatalogRestore {
+    /// KEYS: the catalog hash.
+    pub catalog: String,
+    /// KEYS: its revision counter.
+    pub revision: String,
+    /// The revision the node last read.
+    pub seen: u64,
+    /// Ids the node saw deleted, with the revision it saw each at.
+    pub gone: Vec<(String, u64)>,
+    /// The held records: id and `<version>\n<record>`.
+    pub held: Vec<(String, String)>,
+}
+
+impl ScriptArgs for CatalogRestore {
+    fn lua() -> &'static Lua {
+        &CATALOG_RESTORE
+    }
+
+    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
+        let mut argv = vec![self.seen.to_string(), self.gone.len().to_string()];
+        for (id, at) in self.gone {
+            argv.push(id);
+            argv.push(at.to_string());
+        }
+        for (id, stored) in self.held {
+            argv.push(id);
+            argv.push(stored);
+        }
+        (vec![self.catalog, self.revision], argv)
     }
 }
 
