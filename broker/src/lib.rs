@@ -33,7 +33,8 @@ pub use traffic::{NodeTraffic, SharedTraffic, TrafficEntry};
 pub use types::{
     AdmitLimits, CallBinding, CallKind, CallRecord, CallRequest, CallState, CallTarget, CallerRate,
     CallerRef, ConfirmBinding, ConvKey, ConversationState, Event, EventType, Outcome, PageIdentity,
-    PageInfo, PageLeft, Placed, RawEvent, Resolution, ToolGate, event_id_after, facts_of, now_ms,
+    PageInfo, PageLeft, Placed, RawEvent, Resolution, ToolGate, event_id_after, facts_of,
+    is_event_id, now_ms,
 };
 
 /// How long [`Events::emit_once`] remembers a name: past the longest a node holds a page's

@@ -132,6 +132,7 @@ impl Modify for Security {
         crate::admin::secrets::remove_webhook_secret,
         crate::admin::secrets::disconnect,
         crate::admin::events::events,
+        crate::admin::events::audit,
         crate::admin::stats::cluster_stats,
         crate::admin::stats::tenant_stats,
         crate::admin::debug::tail,

@@ -59,7 +59,7 @@ impl Events for RedisBroker {
         limit: usize,
     ) -> Result<Vec<RawEvent>, BrokerError> {
         // An id that is not one starts at the log's beginning.
-        let start = if crate::types::is_event_id(after) {
+        let start = if crate::is_event_id(after) {
             format!("({after}")
         } else {
             "-".to_owned()

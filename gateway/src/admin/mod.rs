@@ -144,6 +144,7 @@ pub fn router(state: AdminState) -> Router {
             post(disconnect),
         )
         .route("/admin/v1/events", get(events))
+        .route("/admin/v1/audit", get(events::audit))
         .route("/admin/console", get(console::page))
         .route("/admin/console/{file}", get(console::asset))
         .route("/admin/v1/stats", get(stats::cluster_stats))

@@ -1005,3 +1005,94 @@ async fn every_admin_change_is_in_the_audit_stream_of_every_node() {
         ]
     );
 }
+
+#[tokio::test]
+async fn the_audit_log_is_read_a_page_at_a_time_by_tenant_and_time() {
+    let nodes = Gateway::start_admin_nodes(1).await;
+    let gw = &nodes[0];
+    let started = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+    create(gw, "audit-a").await;
+    create(gw, "audit-b").await;
+    let patched = admin(
+        gw,
+        "PATCH",
+        "/admin/v1/tenants/audit-a",
+        Some(json!({"allowedOrigins": [ACME_ORIGIN, GLOBEX_ORIGIN]})),
+    )
+    .await;
+    assert_eq!(patched.status, 200, "{}", patched.body);
+    let deleted = admin(gw, "DELETE", "/admin/v1/tenants/audit-b", None).await;
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+
+    // Every change since the test began, oldest first, each with its admin key and tenant.
+    let all = admin(gw, "GET", &format!("/admin/v1/audit?since={started}"), None).await;
+    assert_eq!(all.status, 200, "{}", all.body);
+    let entries = all.body["entries"].as_array().unwrap();
+    let seen: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|e| (e["kind"].as_str().unwrap(), e["tenant"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("tenant.created", "audit-a"),
+            ("tenant.created", "audit-b"),
+            ("tenant.updated", "audit-a"),
+            ("tenant.deleted", "audit-b"),
+        ],
+        "{}",
+        all.body
+    );
+    assert!(
+        entries
+            .iter()
+            .all(|e| e["adminKeyId"].is_string() && e["at"].is_string())
+    );
+    assert_eq!(all.body["next"], Value::Null);
+    assert!(
+        !all.body.to_string().contains("tmk_"),
+        "no secret in the log"
+    );
+
+    // One tenant's, a page of one at a time, following `next`.
+    let mut cursor: Option<String> = None;
+    let mut pages = Vec::new();
+    loop {
+        let path = match &cursor {
+            None => format!("/admin/v1/audit?tenant=audit-a&limit=1&since={started}"),
+            Some(c) => format!("/admin/v1/audit?tenant=audit-a&limit=1&cursor={c}"),
+        };
+        let page = admin(gw, "GET", &path, None).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        for e in page.body["entries"].as_array().unwrap() {
+            pages.push(e["kind"].as_str().unwrap().to_owned());
+        }
+        match page.body["next"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+        assert!(pages.len() <= 2, "{pages:?}");
+    }
+    assert_eq!(pages, ["tenant.created", "tenant.updated"]);
+
+    // Before the first change: nothing; bad queries name their parameter.
+    let none = admin(
+        gw,
+        "GET",
+        &format!("/admin/v1/audit?until={started}&tenant=audit-a"),
+        None,
+    )
+    .await;
+    assert_eq!(none.body["entries"], json!([]), "{}", none.body);
+    for (query, pointer) in [
+        ("since=yesterday", "/since"),
+        ("limit=0", "/limit"),
+        ("cursor=nope", "/cursor"),
+    ] {
+        let bad = admin(gw, "GET", &format!("/admin/v1/audit?{query}"), None).await;
+        assert_eq!(bad.status, 400, "{query}: {}", bad.body);
+        assert_eq!(bad.body["pointer"], pointer, "{query}");
+    }
+    let anonymous = admin_with(gw, "GET", "/admin/v1/audit", None, None, &[]).await;
+    assert_eq!(anonymous.status, 401);
+}
