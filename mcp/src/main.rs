@@ -12,7 +12,11 @@ fn main() -> ExitCode {
         Ok(Command::Run(config)) => config,
         Ok(Command::Help) => return print_stdout(&format!("{USAGE}\n\n{HELP_DETAILS}")),
         Ok(Command::Version) => {
-            return print_stdout(&format!("toolmark-mcp {}", env!("CARGO_PKG_VERSION")));
+            return print_stdout(&format!(
+                "toolmark-mcp {} ({})",
+                env!("CARGO_PKG_VERSION"),
+                env!("TOOLMARK_BUILD_REVISION")
+            ));
         }
         Err(e) => {
             eprintln!("toolmark-mcp: {e}\n{USAGE}");

@@ -16,7 +16,7 @@ use toolmark_config::{Overrides, Settings};
 #[derive(Debug, Parser)]
 #[command(
     name = "toolmark-gateway",
-    version,
+    version = crate::VERSION_LINE,
     about = "Toolmark Gateway: the hosted server side of the Toolmark bridge protocol v1."
 )]
 pub struct GatewayArgs {
@@ -44,7 +44,7 @@ pub struct GatewayArgs {
 #[derive(Debug, Parser)]
 #[command(
     name = "toolmark-worker",
-    version,
+    version = crate::VERSION_LINE,
     about = "Toolmark Gateway background jobs: deadline sweeps, confirmation expiry and webhook delivery."
 )]
 pub struct WorkerArgs {

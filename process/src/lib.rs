@@ -10,6 +10,14 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The commit they were built from (`TOOLMARK_REVISION` at build time, else git's, else
 /// `unknown`).
 pub const REVISION: &str = env!("TOOLMARK_BUILD_REVISION");
+/// What `--version` prints after the program's name: the release, then the commit
+/// (`1.0.0 (3f2a9c1d0e4b)`).
+pub const VERSION_LINE: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("TOOLMARK_BUILD_REVISION"),
+    ")"
+);
 
 pub mod cli;
 pub mod lifecycle;

@@ -41,6 +41,26 @@ fn flags_and_config_errors_exit_with_the_documented_codes() {
     let (code, out) = run(&["--help"]);
     assert_eq!(code, 0);
     assert!(out.contains("--config"), "{out}");
+    // The release as semver, then the commit it was built from.
+    let (code, out) = run(&["--version"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.lines().next(),
+        Some(
+            format!(
+                "toolmark-gateway {} ({})",
+                env!("CARGO_PKG_VERSION"),
+                toolmark_process::REVISION
+            )
+            .as_str()
+        ),
+        "{out}"
+    );
+    let semver = env!("CARGO_PKG_VERSION").split('.').collect::<Vec<_>>();
+    assert!(
+        semver.len() == 3 && semver.iter().all(|n| n.parse::<u64>().is_ok()),
+        "{out}"
+    );
     let (code, out) = run(&["--nope"]);
     assert_eq!(code, 2);
     assert_eq!(out.trim().lines().count(), 1, "{out}");

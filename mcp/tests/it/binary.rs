@@ -27,7 +27,11 @@ async fn help_and_version_print_to_stdout_and_exit_0() {
     assert_eq!(version.status.code(), Some(0));
     assert_eq!(
         String::from_utf8_lossy(&version.stdout),
-        format!("toolmark-mcp {}\n", env!("CARGO_PKG_VERSION"))
+        format!(
+            "toolmark-mcp {} ({})\n",
+            env!("CARGO_PKG_VERSION"),
+            env!("TOOLMARK_BUILD_REVISION")
+        )
     );
 }
 
