@@ -27,7 +27,7 @@ pub const RATE_WINDOW_SECS: u64 = 10;
 #[derive(Debug)]
 pub struct Traffic {
     started: Instant,
-    tenants: RwLock<HashMap<String, Arc<Mutex<Counts>>>>,
+    tenants: RwLock<HashMap<String, Arc<Entry>>>,
 }
 
 impl Default for Traffic {
@@ -36,6 +36,26 @@ impl Default for Traffic {
             started: Instant::now(),
             tenants: RwLock::default(),
         }
+    }
+}
+
+/// One tenant's counts, of one incarnation of it (read without a lock).
+#[derive(Debug)]
+struct Entry {
+    incarnation: u64,
+    counts: Mutex<Counts>,
+}
+
+impl Entry {
+    fn new(incarnation: u64) -> Arc<Entry> {
+        Arc::new(Entry {
+            incarnation,
+            counts: Mutex::default(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -48,8 +68,6 @@ struct Counts {
     refusals: BTreeMap<&'static str, u64>,
     /// Requests that failed authentication.
     unauthenticated: u64,
-    /// The tenant's incarnation these counts are of.
-    incarnation: u64,
     /// Finished calls per second: `(second since start, count)`, a ring indexed by second.
     seconds: [(u64, u64); BUCKETS],
     /// Whether something was counted since the counts were last written into the broker.
@@ -108,10 +126,8 @@ impl Traffic {
     /// another incarnation are dropped: a tenant created again under its id starts at zero).
     /// Only known tenants are counted (the caller checks), so the map cannot be grown by
     /// requests naming made-up ids.
-    fn counts(&self, tenant: &str, incarnation: u64) -> Arc<Mutex<Counts>> {
-        let current = |c: &Arc<Mutex<Counts>>| {
-            c.lock().unwrap_or_else(PoisonError::into_inner).incarnation == incarnation
-        };
+    fn counts(&self, tenant: &str, incarnation: u64) -> Arc<Entry> {
+        let current = |c: &Arc<Entry>| c.incarnation == incarnation;
         if let Some(c) = self
             .tenants
             .read()
@@ -122,17 +138,11 @@ impl Traffic {
             return Arc::clone(c);
         }
         let mut all = self.tenants.write().unwrap_or_else(PoisonError::into_inner);
-        let entry = all.entry(tenant.to_owned()).or_insert_with(|| {
-            Arc::new(Mutex::new(Counts {
-                incarnation,
-                ..Counts::default()
-            }))
-        });
+        let entry = all
+            .entry(tenant.to_owned())
+            .or_insert_with(|| Entry::new(incarnation));
         if !current(entry) {
-            *entry = Arc::new(Mutex::new(Counts {
-                incarnation,
-                ..Counts::default()
-            }));
+            *entry = Entry::new(incarnation);
         }
         Arc::clone(entry)
     }
@@ -142,7 +152,7 @@ impl Traffic {
     pub(crate) fn call_finished(&self, tenant: &str, incarnation: u64, status: &'static str) {
         let now = self.second();
         let counts = self.counts(tenant, incarnation);
-        let mut c = counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut c = counts.lock();
         c.changed = true;
         *c.outcomes.entry(status).or_default() += 1;
         // The ring is indexed by second modulo its length, which fits in usize.
@@ -159,7 +169,7 @@ impl Traffic {
     /// authentication (`unauthorized`) is counted apart, never as the tenant's own refusal.
     pub fn refused(&self, tenant: &str, incarnation: u64, code: &'static str) {
         let counts = self.counts(tenant, incarnation);
-        let mut c = counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut c = counts.lock();
         c.changed = true;
         if code == "unauthorized" {
             c.unauthenticated += 1;
@@ -175,19 +185,14 @@ impl Traffic {
         self.tenants
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .retain(|id, c| {
-                current(
-                    id,
-                    c.lock().unwrap_or_else(PoisonError::into_inner).incarnation,
-                )
-            });
+            .retain(|id, c| current(id, c.incarnation));
     }
 
     /// The entries to write now, marked written: the tenants whose counts changed, whose last
     /// written window held calls, or whose entry was written `refresh` ago or longer.
     fn due(&self, refresh: Duration) -> Vec<(String, NodeTraffic)> {
         let now = self.second();
-        let all: Vec<(String, Arc<Mutex<Counts>>)> = self
+        let all: Vec<(String, Arc<Entry>)> = self
             .tenants
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -196,7 +201,7 @@ impl Traffic {
             .collect();
         let mut due = Vec::new();
         for (tenant, counts) in all {
-            let mut c = counts.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut c = counts.lock();
             let stale = c.written.is_none_or(|w| w.elapsed() >= refresh);
             if !(c.changed || c.window_busy || stale) {
                 continue;
@@ -216,7 +221,7 @@ impl Traffic {
                     outcomes: owned(&c.outcomes),
                     refusals: owned(&c.refusals),
                     unauthenticated: c.unauthenticated,
-                    incarnation: Some(c.incarnation),
+                    incarnation: Some(counts.incarnation),
                 },
             ));
         }
@@ -231,7 +236,7 @@ impl Traffic {
             .unwrap_or_else(PoisonError::into_inner)
             .get(tenant)
         {
-            c.lock().unwrap_or_else(PoisonError::into_inner).changed = true;
+            c.lock().changed = true;
         }
     }
 
@@ -243,15 +248,12 @@ impl Traffic {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(tenant)
-            .filter(|c| c.lock().unwrap_or_else(PoisonError::into_inner).incarnation == incarnation)
+            .filter(|c| c.incarnation == incarnation)
             .cloned();
         let Some(counts) = counts else {
             return TrafficView::default();
         };
-        let c = counts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let c = counts.lock().clone();
         let calls: u64 = c.window(self.second()).iter().sum();
         // Counts of calls stay far below 2^52.
         #[allow(clippy::cast_precision_loss)]
@@ -398,7 +400,7 @@ mod tests {
         let now = t.second();
         {
             let counts = t.counts("a", 0);
-            let mut c = counts.lock().unwrap();
+            let mut c = counts.lock();
             // Five calls two seconds ago, three long before the window.
             c.seconds[((now - 2) % BUCKETS as u64) as usize] = (now - 2, 5);
             c.seconds[((now - 12) % BUCKETS as u64) as usize] = (now - 12, 3);

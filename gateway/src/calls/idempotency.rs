@@ -151,18 +151,20 @@ fn write_canonical(value: &Value, out: &mut String) {
 /// What a key says of this request.
 #[derive(Debug)]
 pub enum Claimed {
-    /// This request is the first: run it.
-    First,
+    /// This request is the first: run it. With the key as the previous release keeps it,
+    /// when this request claimed that too ([`Claim::mirror`]).
+    First(Option<String>),
     /// A repeat: answer as the first (its call is started; its outcome may not be known yet).
     Repeat(Record),
 }
 
 /// Claims `key` for a request of `fingerprint`, or finds the first request's record (waiting
 /// for it to start its call, when it is still about to). `legacy`: the key as a node of the
-/// previous release kept it ([`scoped_before`]), looked at once when `key` is free, so that a
-/// retry across a rolling upgrade never runs a tool twice (its records are gone 24 h after
-/// the upgrade); its record counts only when its call was made by the same principal as this
-/// request (`caller`), read from the call's record.
+/// previous release keeps it ([`scoped_before`]), claimed too when `key` is free, so that a
+/// retry across a rolling upgrade never runs a tool twice, whichever version it reaches: a
+/// record found there counts only when its call was made by the same principal as this
+/// request (`caller`, read from the call's record); one claimed here is written as the key's
+/// own is (the mirror), for older nodes to find. The mirror goes with the previous release.
 pub async fn claim(
     app: &AppState,
     tenant: &str,
@@ -172,11 +174,24 @@ pub async fn claim(
     fingerprint: &str,
 ) -> Result<Claimed, Problem> {
     let claimed = claim_scoped(app, tenant, key, fingerprint).await?;
-    let (Claimed::First, Some(legacy)) = (&claimed, legacy) else {
+    let (Claimed::First(_), Some(legacy)) = (&claimed, legacy) else {
         return Ok(claimed);
     };
-    let Some(old) = app.broker.idempotency(tenant, legacy).await? else {
-        return Ok(claimed);
+    let fresh = serde_json::to_string(&Record {
+        f: fingerprint.to_owned(),
+        id: None,
+        client: None,
+        untrusted: false,
+        deadline_ms: None,
+        outcome: None,
+    })
+    .unwrap_or_default();
+    let Some(old) = app
+        .broker
+        .claim_idempotency(tenant, legacy, &fresh, KEPT)
+        .await?
+    else {
+        return Ok(Claimed::First(Some(legacy.to_owned())));
     };
     let record: Option<Record> = serde_json::from_str(&old).ok();
     // Another principal's record (or one whose call is gone, so that its maker is unknown) is
@@ -234,7 +249,7 @@ async fn claim_scoped(
             .claim_idempotency(tenant, key, &body, KEPT)
             .await?
         else {
-            return Ok(Claimed::First);
+            return Ok(Claimed::First(None));
         };
         let record: Record = serde_json::from_str(&existing)
             .map_err(|_| Problem::unavailable(Duration::from_secs(1)))?;
@@ -261,6 +276,9 @@ async fn claim_scoped(
 pub struct Claim {
     /// The key as the broker keeps it ([`scoped`]).
     pub key: String,
+    /// The key as the previous release keeps it, when this request claimed it too: written
+    /// as `key` is, for nodes of that release during a rolling upgrade.
+    pub mirror: Option<String>,
     /// The request's [`fingerprint`].
     pub fingerprint: String,
 }
@@ -277,17 +295,22 @@ impl Claim {
             deadline_ms: Some(binding.deadline_ms),
             outcome: None,
         };
-        write(app, &binding.conv.tenant, &self.key, &record).await;
+        for key in std::iter::once(&self.key).chain(&self.mirror) {
+            write(app, &binding.conv.tenant, key, &record).await;
+        }
         Bound {
             key: self.key,
+            mirror: self.mirror,
             record,
         }
     }
 
     /// Gives the key back: the first request failed before it started a call.
     pub async fn release(self, app: &AppState, tenant: &str) {
-        if let Err(e) = app.broker.release_idempotency(tenant, &self.key).await {
-            tracing::warn!(tenant, error = %e, "idempotency key of a failed request not released; it expires in 24 h");
+        for key in std::iter::once(&self.key).chain(&self.mirror) {
+            if let Err(e) = app.broker.release_idempotency(tenant, key).await {
+                tracing::warn!(tenant, error = %e, "idempotency key of a failed request not released; it expires in 24 h");
+            }
         }
     }
 }
@@ -296,15 +319,18 @@ impl Claim {
 #[derive(Debug)]
 pub struct Bound {
     key: String,
+    mirror: Option<String>,
     record: Record,
 }
 
 impl Bound {
-    /// Writes the call's outcome to the key: a repeat within 24 h answers with it, even once
-    /// the call itself left the broker's retention.
+    /// Writes the call's outcome to the key (and its mirror): a repeat within 24 h answers
+    /// with it, even once the call itself left the broker's retention.
     pub async fn finish(mut self, app: &AppState, tenant: &str, outcome: &Outcome) {
         self.record.outcome = Some(outcome.clone());
-        write(app, tenant, &self.key, &self.record).await;
+        for key in std::iter::once(&self.key).chain(&self.mirror) {
+            write(app, tenant, key, &self.record).await;
+        }
     }
 }
 
@@ -443,7 +469,7 @@ mod tests {
         // first key's record is left as it is.
         assert!(matches!(
             claim(&app, "t", "7:k:k2:order-1", Some("order-1"), &k2, "fp").await,
-            Ok(Claimed::First)
+            Ok(Claimed::First(_))
         ));
         // A retry of the same key on an upgraded node: a repeat of that call, and the scoped
         // key now holds it.
@@ -470,11 +496,19 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
-        // A key nobody recorded: the first request.
+        // A key nobody recorded: the first request, which claims the older form too, for
+        // nodes of the previous release to find.
         assert!(matches!(
             claim(&app, "t", "7:fresh", Some("fresh"), &k1, "fp").await,
-            Ok(Claimed::First)
+            Ok(Claimed::First(Some(ref mirror))) if mirror == "fresh"
         ));
+        assert!(
+            app.broker
+                .idempotency("t", "fresh")
+                .await
+                .unwrap()
+                .is_some()
+        );
     }
 
     #[test]

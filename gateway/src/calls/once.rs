@@ -62,8 +62,12 @@ pub(crate) async fn once(
     let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let fingerprint = idempotency::fingerprint(route, user, conversation, &value);
     match idempotency::claim(app, &tenant.id, &key, Some(&legacy), &caller, &fingerprint).await? {
-        Claimed::First => {
-            req.idempotency = Some(Claim { key, fingerprint });
+        Claimed::First(mirror) => {
+            req.idempotency = Some(Claim {
+                key,
+                mirror,
+                fingerprint,
+            });
             Ok(Once::Run(req))
         }
         Claimed::Repeat(record) => {

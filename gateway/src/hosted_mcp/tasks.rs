@@ -9,8 +9,8 @@
 //! and the webhooks read too. The broker keeps beside it only who owns the task (the token's
 //! tenant incarnation, user and conversation, and the principal that made it: its API key, or
 //! its OAuth subject and client), its tool (a reader's policy must allow it), and whether it
-//! was cancelled, in a record of the
-//! front doors' store ([`toolmark_broker::Sessions`]), its time to live restarted by each read.
+//! was cancelled, in a record of the front doors' store ([`toolmark_broker::Sessions`]), its
+//! time to live restarted by each read.
 //! The final result, once seen, is written to that record, so a task outlives its call's
 //! retention.
 
@@ -108,7 +108,8 @@ pub(super) struct Made {
     pub untrusted: bool,
 }
 
-/// Makes the call `started` (placed for `grant`) a task, and answers its handle.
+/// Makes the call `started` (placed for `grant`) a task, and answers its handle; the task's
+/// record names its maker and its tool.
 pub(super) async fn create(
     app: &AppState,
     grant: &McpGrant,
