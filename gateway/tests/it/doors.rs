@@ -500,6 +500,12 @@ fn rss_kib(pid: u32) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_to_readers_that_never_read_holds_a_bounded_window() {
     use std::io::Write as _;
+    // The replay is the same code on Redis and on a Cluster: once on the memory broker, once on
+    // Redis (where the review took a node from 83 to 2,315 MB).
+    if toolmark_testkit::redis::mode() == toolmark_testkit::redis::Mode::Cluster {
+        eprintln!("runs in the memory and redis suites");
+        return;
+    }
     // The gateway as a process of its own, so that its memory is its own.
     let config = std::env::temp_dir().join(format!("toolmark-doors-{}.toml", uuid::Uuid::new_v4()));
     std::fs::write(&config, config_toml("")).unwrap();
@@ -518,7 +524,9 @@ async fn a_replay_to_readers_that_never_read_holds_a_bounded_window() {
     acme.wait_current("u1", "c1", &page.client_id).await;
 
     // The log filled to its bound (16 MiB) with async results of ~400 KB of small objects,
-    // which take several times their size once parsed.
+    // which take several times their size once parsed. A live reader (no replay) hears the
+    // last one, so the log is whole before memory is first read.
+    let mut live = acme.events("", None).await;
     let data: Vec<Value> = (0..20_000).map(|i| json!({"n": i, "s": "ab"})).collect();
     let data = Value::Array(data);
     let mut results = 0;
@@ -544,20 +552,8 @@ async fn a_replay_to_readers_that_never_read_holds_a_bounded_window() {
             .await;
         results += 1;
     }
-    // The last result is in the log (emitted after its answer, trimming the oldest)…
-    let mut check = acme.events("", Some("0-0")).await;
-    while check.next_of("call.result").await.data["data"]["id"] != last.as_str() {}
-    drop(check);
-    // …and nothing moves any more: what is retained now is what a replay brings.
-    let mut check = acme.events("", Some("0-0")).await;
-    let mut replayed = 0;
-    while let Some(e) = check.next_within(Duration::from_secs(2)).await {
-        if e.event == "call.result" {
-            replayed += 1;
-        }
-    }
-    assert!(replayed >= 30, "only {replayed} results retained");
-    drop(check);
+    while live.next_of("call.result").await.data["data"]["id"] != last.as_str() {}
+    drop(live);
 
     let before = rss_kib(pid);
     // Twelve readers that ask for the whole log and never read a byte.
@@ -572,7 +568,7 @@ async fn a_replay_to_readers_that_never_read_holds_a_bounded_window() {
             s
         })
         .collect();
-    // Their streams are open (counted), then memory is watched while they stay.
+    // Memory is watched while they stay.
     let watch = Instant::now();
     let mut most = before;
     while watch.elapsed() < Duration::from_secs(4) {
@@ -589,18 +585,22 @@ async fn a_replay_to_readers_that_never_read_holds_a_bounded_window() {
         grown_mib < 160,
         "12 readers that never read grew the node by {grown_mib} MiB"
     );
-    // A reader that reads is still served the whole log meanwhile.
+    // A reader that reads is still served the whole retained log meanwhile, to the last result.
     let mut reading = acme.events("", Some("0-0")).await;
     let mut got = 0;
-    while got < replayed {
+    loop {
         let e = reading
             .next_within(WAIT)
             .await
-            .unwrap_or_else(|| panic!("{got} of {replayed} results replayed"));
+            .unwrap_or_else(|| panic!("the replay stopped after {got} results"));
         if e.event == "call.result" {
             got += 1;
+            if e.data["data"]["id"] == last.as_str() {
+                break;
+            }
         }
     }
+    assert!(got >= 30, "only {got} results retained");
     drop(readers);
     let _ = child.kill();
     let _ = child.wait();
