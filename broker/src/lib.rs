@@ -6,6 +6,7 @@
 pub mod catalog;
 mod change;
 mod error;
+mod event;
 pub mod memory;
 pub mod model;
 pub mod partition;
@@ -28,13 +29,13 @@ pub use change::{Announcement, Change, expired_confirmation};
 pub use error::{
     AdmitError, BrokerError, PlaceError, RateLimited, Rejection, SubmitError, TakeError,
 };
+pub use event::{Event, EventType, RawEvent, event_id_after, is_event_id};
 pub use model::{CONFIRM_ABANDON_GRACE, RECONNECT_GRACE, Retention};
 pub use traffic::{NodeTraffic, SharedTraffic, TrafficEntry};
 pub use types::{
     AdmitLimits, CallBinding, CallKind, CallRecord, CallRequest, CallState, CallTarget, CallerRate,
-    CallerRef, ConfirmBinding, ConvKey, ConversationState, Event, EventType, Outcome, PageIdentity,
-    PageInfo, PageLeft, Placed, RawEvent, Resolution, ToolGate, event_id_after, facts_of,
-    is_event_id, now_ms,
+    CallerRef, ConfirmBinding, ConvKey, ConversationState, Outcome, PageIdentity, PageInfo,
+    PageLeft, Placed, Resolution, ToolGate, facts_of, now_ms,
 };
 
 /// How long [`Events::emit_once`] remembers a name: past the longest a node holds a page's

@@ -21,6 +21,7 @@ pub mod metrics;
 mod openapi;
 mod ops;
 pub mod page;
+mod places;
 pub mod pusher;
 mod rate;
 mod registry;

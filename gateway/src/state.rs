@@ -52,7 +52,7 @@ pub struct Inner {
     /// Per-tenant calls and refusals of this node (the admin stats).
     pub traffic: Arc<crate::traffic::Traffic>,
     /// Open event streams of this node, bounded per tenant and per key.
-    pub event_streams: Arc<crate::api::events::EventStreams>,
+    pub event_streams: Arc<crate::places::EventStreams>,
 }
 
 impl std::ops::Deref for AppState {

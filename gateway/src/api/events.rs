@@ -4,12 +4,13 @@
 //! What a reader holds is bounded in bytes, whatever the log holds and however slowly it reads:
 //! a replay reads the log a page of raw entries at a time ([`toolmark_broker::EVENT_PAGE`]),
 //! only when the reader has taken the page before, and parses one event at a time; open streams
-//! are bounded per tenant and per key on each node ([`EventStreams`]). A reader sees only the
-//! events of tools its key may call, and a `page.manifest` lists only those ([`Sight`]).
+//! are bounded per tenant and per key on each node ([`crate::places::EventStreams`]). A reader
+//! sees only the events of tools its key may call, and a `page.manifest` lists only those
+//! ([`Sight`]).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -277,86 +278,6 @@ impl Sight {
             self.facts.clear();
         }
         self.facts.insert(key, facts);
-    }
-}
-
-/// Open event streams on this node, by tenant and by key, bounded by
-/// `server.max_event_streams_per_tenant` and `server.max_event_streams_per_key`.
-#[derive(Debug)]
-pub struct EventStreams {
-    open: Mutex<HashMap<String, usize>>,
-    bounds: Mutex<(usize, usize)>,
-}
-
-impl Default for EventStreams {
-    fn default() -> Self {
-        let server = toolmark_config::ServerConfig::default();
-        EventStreams {
-            open: Mutex::default(),
-            bounds: Mutex::new((
-                server.max_event_streams_per_tenant,
-                server.max_event_streams_per_key,
-            )),
-        }
-    }
-}
-
-/// One open stream's places, given back when dropped (the stream ended, or its reader left).
-#[derive(Debug)]
-pub struct StreamPlace {
-    streams: Arc<EventStreams>,
-    keys: [String; 2],
-}
-
-impl Drop for StreamPlace {
-    fn drop(&mut self) {
-        let mut open = self
-            .streams
-            .open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        for key in &self.keys {
-            if let Some(n) = open.get_mut(key) {
-                *n -= 1;
-                if *n == 0 {
-                    open.remove(key);
-                }
-            }
-        }
-    }
-}
-
-impl EventStreams {
-    /// Sets the bounds (per tenant, per key).
-    pub fn bound(&self, per_tenant: usize, per_key: usize) {
-        *self.bounds.lock().unwrap_or_else(PoisonError::into_inner) = (per_tenant, per_key);
-    }
-
-    /// A place for one more stream of `caller` on `tenant`, or 429 naming the bound reached.
-    pub fn take(self: &Arc<Self>, tenant: &str, caller: &Caller) -> Result<StreamPlace, Problem> {
-        let (per_tenant, per_key) = *self.bounds.lock().unwrap_or_else(PoisonError::into_inner);
-        let tenant_key = format!("t\n{tenant}");
-        let caller_key = format!("k\n{tenant}\n{}", caller.rate_bucket());
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        if open.get(&tenant_key).copied().unwrap_or(0) >= per_tenant {
-            return Err(Problem::too_many_event_streams("for this tenant"));
-        }
-        if open.get(&caller_key).copied().unwrap_or(0) >= per_key {
-            return Err(Problem::too_many_event_streams("for this key"));
-        }
-        for key in [&tenant_key, &caller_key] {
-            *open.entry(key.clone()).or_insert(0) += 1;
-        }
-        Ok(StreamPlace {
-            streams: Arc::clone(self),
-            keys: [tenant_key, caller_key],
-        })
-    }
-
-    /// Open streams of a tenant on this node.
-    pub fn of_tenant(&self, tenant: &str) -> usize {
-        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        open.get(&format!("t\n{tenant}")).copied().unwrap_or(0)
     }
 }
 

@@ -60,6 +60,25 @@ pub struct Record {
     pub outcome: Option<Outcome>,
 }
 
+impl Record {
+    /// The record of a key just claimed by a request of `fingerprint`: no call yet.
+    fn claimed(fingerprint: &str) -> Self {
+        Record {
+            f: fingerprint.to_owned(),
+            id: None,
+            client: None,
+            untrusted: false,
+            deadline_ms: None,
+            outcome: None,
+        }
+    }
+
+    /// As the broker keeps it.
+    fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
 /// The request's `Idempotency-Key`: none, or 1–255 visible ASCII characters.
 pub fn key_of(headers: &HeaderMap) -> Result<Option<String>, Problem> {
     let mut values = headers.get_all(HEADER).iter();
@@ -177,15 +196,7 @@ pub async fn claim(
     let (Claimed::First(_), Some(legacy)) = (&claimed, legacy) else {
         return Ok(claimed);
     };
-    let fresh = serde_json::to_string(&Record {
-        f: fingerprint.to_owned(),
-        id: None,
-        client: None,
-        untrusted: false,
-        deadline_ms: None,
-        outcome: None,
-    })
-    .unwrap_or_default();
+    let fresh = Record::claimed(fingerprint).to_json();
     let Some(old) = app
         .broker
         .claim_idempotency(tenant, legacy, &fresh, KEPT)
@@ -232,15 +243,7 @@ async fn claim_scoped(
     key: &str,
     fingerprint: &str,
 ) -> Result<Claimed, Problem> {
-    let fresh = Record {
-        f: fingerprint.to_owned(),
-        id: None,
-        client: None,
-        untrusted: false,
-        deadline_ms: None,
-        outcome: None,
-    };
-    let body = serde_json::to_string(&fresh).unwrap_or_default();
+    let body = Record::claimed(fingerprint).to_json();
     let waiting_since = Instant::now();
     let mut pause = START_POLL;
     loop {
@@ -336,7 +339,7 @@ impl Bound {
 
 /// Writes the key's record.
 async fn write(app: &AppState, tenant: &str, key: &str, record: &Record) {
-    let body = serde_json::to_string(record).unwrap_or_default();
+    let body = record.to_json();
     if let Err(e) = app.broker.update_idempotency(tenant, key, &body).await {
         tracing::warn!(tenant, error = %e, "idempotency key not bound to its call; a repeat waits for it, then runs");
     }

@@ -1,5 +1,5 @@
 //! Open hosted MCP streams on this node, bounded per tenant and per token
-//! (`mcp.max_streams_per_tenant`, `mcp.max_streams_per_token`): a session's `GET` stream and a
+//! (`mcp.max_streams_per_tenant`, `mcp.max_streams_per_token`; counted by [`Places`]): a session's `GET` stream and a
 //! `subscriptions/listen` stream each hold a place until the client or the node closes them,
 //! or a revocation of the credential that opened it ([`Streams::revoke`]).
 
@@ -14,11 +14,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::grant::McpGrant;
 use crate::http::problem::Problem;
+use crate::places::{Held, Places};
 
 /// The open streams, by tenant and by token, and each with the credential that opened it.
 #[derive(Debug, Default)]
 pub struct Streams {
-    open: Mutex<HashMap<String, usize>>,
+    places: Arc<Places>,
     next: AtomicU64,
     opened_by: Mutex<HashMap<u64, (McpGrant, CancellationToken)>>,
 }
@@ -28,7 +29,7 @@ pub struct Streams {
 #[derive(Debug)]
 pub struct Place {
     streams: Arc<Streams>,
-    keys: [String; 2],
+    _held: Held,
     id: u64,
     ended: CancellationToken,
 }
@@ -40,19 +41,6 @@ impl Drop for Place {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&self.id);
-        let mut open = self
-            .streams
-            .open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        for key in &self.keys {
-            if let Some(n) = open.get_mut(key) {
-                *n -= 1;
-                if *n == 0 {
-                    open.remove(key);
-                }
-            }
-        }
     }
 }
 
@@ -69,17 +57,16 @@ impl Streams {
             "u\n{}\n{}\n{}",
             grant.tenant.id, grant.user, grant.conversation
         );
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        if open.get(&tenant).copied().unwrap_or(0) >= per_tenant {
-            return Err(Problem::too_many_streams("for this tenant"));
-        }
-        if open.get(&token).copied().unwrap_or(0) >= per_token {
-            return Err(Problem::too_many_streams("for this token"));
-        }
-        for key in [&tenant, &token] {
-            *open.entry(key.clone()).or_insert(0) += 1;
-        }
-        drop(open);
+        let held = self
+            .places
+            .take([(tenant, per_tenant), (token, per_token)])
+            .map_err(|i| {
+                Problem::too_many_streams(if i == 0 {
+                    "for this tenant"
+                } else {
+                    "for this token"
+                })
+            })?;
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let ended = CancellationToken::new();
         self.opened_by
@@ -88,7 +75,7 @@ impl Streams {
             .insert(id, (grant.clone(), ended.clone()));
         Ok(Place {
             streams: Arc::clone(self),
-            keys: [tenant, token],
+            _held: held,
             id,
             ended,
         })
@@ -113,8 +100,7 @@ impl Streams {
 
     /// Open streams of a tenant (for tests and metrics).
     pub fn of_tenant(&self, tenant: &str) -> usize {
-        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        open.get(&format!("t\n{tenant}")).copied().unwrap_or(0)
+        self.places.count(&format!("t\n{tenant}"))
     }
 }
 
