@@ -27,9 +27,77 @@ pub struct AdminConfig {
     /// Admin keys, hashed like tenant keys (`sha256:<hex>`).
     #[serde(default)]
     pub api_keys: Vec<String>,
-    /// `base64:<32 bytes>`: seals tenant secrets in the broker.
+    /// `base64:<32 bytes>`: seals tenant secrets in the store.
     pub encryption_key: String,
+    /// Where the platform's records live: `postgres://…` (many nodes), `sqlite://PATH` (one
+    /// node) or `broker` (the default: in the broker, healed from the nodes after a wipe).
+    pub store: Option<String>,
+    /// How long a database store keeps the audit log, in days (default 365).
+    pub audit_retention_days: Option<u32>,
 }
+
+/// Where the platform's records live (`admin.store`).
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreSettings {
+    /// In the broker (the default).
+    Broker,
+    /// A PostgreSQL database: its URL as written (a password inside: never printed).
+    Postgres(String),
+    /// A SQLite file.
+    Sqlite(std::path::PathBuf),
+}
+
+impl std::fmt::Debug for StoreSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreSettings::Broker => f.write_str("Broker"),
+            StoreSettings::Postgres(_) => f.write_str("Postgres(…)"),
+            StoreSettings::Sqlite(p) => write!(f, "Sqlite({})", p.display()),
+        }
+    }
+}
+
+impl StoreSettings {
+    /// `broker`, `postgres://…` (or `postgresql://…`) or `sqlite://PATH`; the error says why
+    /// not, for the key that holds it.
+    pub fn parse(key: &str, value: &str) -> Result<StoreSettings, ConfigError> {
+        if value == "broker" {
+            return Ok(StoreSettings::Broker);
+        }
+        if let Some(rest) = value
+            .strip_prefix("postgres://")
+            .or_else(|| value.strip_prefix("postgresql://"))
+        {
+            if rest.is_empty() || rest.starts_with('/') {
+                return Err(ConfigError::new(key, "a PostgreSQL URL names its host"));
+            }
+            return Ok(StoreSettings::Postgres(value.to_owned()));
+        }
+        if let Some(path) = value.strip_prefix("sqlite://") {
+            let path = path.split('?').next().unwrap_or_default();
+            if path.is_empty() {
+                return Err(ConfigError::new(key, "sqlite:// names a file: sqlite:///var/lib/toolmark/catalog.db"));
+            }
+            return Ok(StoreSettings::Sqlite(path.into()));
+        }
+        Err(ConfigError::new(
+            key,
+            "must be \"broker\", a postgres:// URL or a sqlite://PATH",
+        ))
+    }
+
+    /// What a log line may say of it (no password).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreSettings::Broker => "broker",
+            StoreSettings::Postgres(_) => "postgres",
+            StoreSettings::Sqlite(_) => "sqlite",
+        }
+    }
+}
+
+/// How long a database store keeps the audit log when `admin.audit_retention_days` is unset.
+pub const DEFAULT_AUDIT_RETENTION_DAYS: u32 = 365;
 
 /// `[admin]`, parsed.
 #[derive(Debug, Clone)]
@@ -42,6 +110,10 @@ pub struct AdminSettings {
     pub sealer: Sealer,
     /// Dev mode's admin key in plain text (printed at start).
     pub dev_key: Option<String>,
+    /// Where the platform's records live.
+    pub store: StoreSettings,
+    /// How long a database store keeps the audit log.
+    pub audit_retention: std::time::Duration,
 }
 
 /// The admin listener when `[admin]` names none.
@@ -71,11 +143,26 @@ impl AdminConfig {
         }
         let sealer = Sealer::parse(&self.encryption_key)
             .ok_or_else(|| ConfigError::new("admin.encryption_key", "must be base64:<32 bytes>"))?;
+        let store = match &self.store {
+            Some(s) => StoreSettings::parse("admin.store", s)?,
+            None => StoreSettings::Broker,
+        };
+        let days = self
+            .audit_retention_days
+            .unwrap_or(DEFAULT_AUDIT_RETENTION_DAYS);
+        if !(1..=36_500).contains(&days) {
+            return Err(ConfigError::new(
+                "admin.audit_retention_days",
+                "must be between 1 and 36500",
+            ));
+        }
         Ok(AdminSettings {
             listen,
             api_keys,
             sealer,
             dev_key: None,
+            store,
+            audit_retention: std::time::Duration::from_secs(u64::from(days) * 86_400),
         })
     }
 }
@@ -104,6 +191,10 @@ impl AdminSettings {
             api_keys: vec![crate::signing::sha256(&key)],
             sealer: Sealer::generate().0,
             dev_key: Some(key),
+            store: StoreSettings::Broker,
+            audit_retention: std::time::Duration::from_secs(
+                u64::from(DEFAULT_AUDIT_RETENTION_DAYS) * 86_400,
+            ),
         })
     }
 }

@@ -30,7 +30,9 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use admin::{AdminConfig, AdminSettings, Sealer, StoredMcpOAuth, StoredTenant};
+pub use admin::{
+    AdminConfig, AdminSettings, Sealer, StoreSettings, StoredMcpOAuth, StoredTenant,
+};
 pub use keys::{KeyError, OAuthKeys, TokenKey};
 pub use layers::Overrides;
 pub use settings::{

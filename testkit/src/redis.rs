@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// A random port for a server to try to bind: below 55536, so that a cluster node's bus port
 /// (the port plus 10000) exists too, and above the usual ephemeral range's start.
-fn random_port() -> u16 {
+pub(crate) fn random_port() -> u16 {
     use rand::RngExt;
     rand::rng().random_range(20_000..55_000)
 }

@@ -127,23 +127,6 @@ impl Nodes {
         (b, sink)
     }
 
-    /// The tenant catalog these nodes share, as a node's process holds it.
-    pub async fn catalog(&mut self, name: &str) -> Arc<dyn toolmark_broker::catalog::Catalog> {
-        if self.backend == Backend::Memory {
-            self.node(name).await;
-            let (b, _) = self.memory.as_ref().expect("made by node");
-            return b.clone();
-        }
-        let opts = RedisOptions {
-            retention: self.retention,
-            prefix: self.prefix.clone(),
-            ..RedisOptions::default()
-        };
-        RedisBroker::connect(&self.url, name, Arc::new(Sink::default()), opts)
-            .await
-            .expect("the broker connects")
-    }
-
     /// The key prefix of these nodes' state (Redis).
     pub fn prefix(&self) -> &str {
         &self.prefix
