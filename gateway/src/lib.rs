@@ -24,6 +24,7 @@ pub mod page;
 mod places;
 pub mod pusher;
 mod rate;
+pub mod records;
 mod registry;
 mod serve;
 mod state;

@@ -29,6 +29,22 @@ fn main() -> ExitCode {
         eprintln!("{BIN}: configuration is valid");
         return ExitCode::SUCCESS;
     }
+    if let Some(to) = cli.copy_records_to {
+        return serve(BIN, async move {
+            use toolmark_gateway::records::{CopyError, copy_records};
+            match copy_records(&settings, &to).await {
+                Ok(done) => {
+                    println!(
+                        "{BIN}: copied {} records ({} already there as they are) and {} audit entries",
+                        done.written, done.unchanged, done.audit
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e @ CopyError::Config(_)) => fail(BIN, 2, format_args!("config: {e}")),
+                Err(e) => fail(BIN, 1, e),
+            }
+        });
+    }
     serve(BIN, async move {
         let life = Lifecycle::new();
         life.stop_on(signal::terminated());

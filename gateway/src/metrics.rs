@@ -102,6 +102,8 @@ pub struct Metrics {
     pub(crate) http_duration: RouteHistograms,
     /// Redis script round trips, by script.
     redis_scripts: RedisScripts,
+    /// The admin store's figures.
+    pub admin_store: toolmark_process::metrics::AdminStore,
     /// Page sockets refused or closed, by close code.
     pub(crate) closes: Family<CodeLabel, Counter>,
     /// Agent calls and describes by outcome status.
@@ -177,6 +179,7 @@ impl Metrics {
             http_duration.clone(),
         );
         let redis_scripts = RedisScripts::register(&mut registry);
+        let admin_store = toolmark_process::metrics::AdminStore::register(&mut registry);
         registry.register(
             "toolmark_page_closes",
             "Page WebSockets closed by the gateway, by close code",
@@ -267,6 +270,7 @@ impl Metrics {
             http_requests,
             http_duration,
             redis_scripts,
+            admin_store,
             closes,
             calls,
             call_latency,

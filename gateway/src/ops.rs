@@ -15,10 +15,18 @@ pub async fn healthz() -> &'static str {
     "ok"
 }
 
-/// `GET /readyz`: the broker is reachable and the node is not draining.
+/// `GET /readyz`: the broker is reachable, the node holds the admin store's records (read at
+/// least once since it started: a node that has them serves on while the store is down), and
+/// the node is not draining.
 pub async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
     if app.is_draining() {
         return (StatusCode::SERVICE_UNAVAILABLE, "draining");
+    }
+    if app.tenants.records_age() == Some(None) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "admin store never reached since start",
+        );
     }
     match app.broker.ready().await {
         Ok(()) => (StatusCode::OK, "ready"),
@@ -29,6 +37,9 @@ pub async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
 /// `GET /metrics`
 pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
     app.metrics.sync_events(app.broker.emitted());
+    if let Some(age) = app.tenants.records_age() {
+        app.metrics.admin_store.set_age(age);
+    }
     (
         [(
             header::CONTENT_TYPE,

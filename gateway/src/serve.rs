@@ -42,6 +42,9 @@ pub enum RunError {
         /// Why.
         source: std::io::Error,
     },
+    /// `admin.store` does not open.
+    #[error("{0}")]
+    Store(#[from] toolmark_store::StoreError),
     /// The dev tenant could not be made (dev mode).
     #[error("dev tenant: {0}")]
     DevTenant(#[from] toolmark_config::ConfigError),
@@ -157,6 +160,22 @@ async fn serve_until_stopped(
     let metrics = Arc::new(Metrics::new());
     let (broker, queue, catalog, webhook_reads) =
         connect(&settings, &node_id, &registry, &metrics).await?;
+    // The platform's records: in the broker, or in the database `admin.store` names.
+    let catalog = match &settings.admin {
+        Some(a) => {
+            let observed = Arc::clone(&metrics);
+            toolmark_store::open(
+                &a.store,
+                a.audit_retention,
+                catalog,
+                Arc::new(move |op, took, answered| {
+                    observed.admin_store.observe(op, took, answered);
+                }),
+            )
+            .await?
+        }
+        None => catalog,
+    };
     let job_metrics = match queue {
         Some(queue) => {
             let metrics = Arc::new(JobMetrics::default());

@@ -37,10 +37,12 @@ impl Loader {
         mcp: Arc<crate::hosted_mcp::live::Live>,
     ) -> Self {
         let statics = tenants.snapshot().all().cloned().collect();
+        let follower = Arc::new(Follower::new(catalog, sealer));
+        tenants.follow(Arc::clone(&follower));
         Loader {
             tenants,
             statics,
-            follower: Arc::new(Follower::new(catalog, sealer)),
+            follower,
             registry,
             mcp,
             stored: Mutex::default(),

@@ -340,16 +340,34 @@ impl Snapshot {
     }
 }
 
-/// The tenants a node serves: a snapshot replaced whole on every change.
+/// The tenants a node serves: a snapshot replaced whole on every change, and, when the admin
+/// API's records are followed, the follower that keeps them (how fresh the snapshot is).
 #[derive(Debug, Clone, Default)]
-pub struct Tenants(Arc<ArcSwap<Snapshot>>);
+pub struct Tenants(
+    Arc<ArcSwap<Snapshot>>,
+    Arc<std::sync::OnceLock<Arc<toolmark_process::tenant_follower::Follower>>>,
+);
 
 impl Tenants {
     /// From a list.
     pub fn new(list: Vec<Tenant>) -> Self {
-        Tenants(Arc::new(ArcSwap::from_pointee(Snapshot::new(
-            list.into_iter().map(Arc::new),
-        ))))
+        Tenants(
+            Arc::new(ArcSwap::from_pointee(Snapshot::new(
+                list.into_iter().map(Arc::new),
+            ))),
+            Arc::default(),
+        )
+    }
+
+    /// The snapshot holds the records `follower` reads from the admin store too.
+    pub fn follow(&self, follower: Arc<toolmark_process::tenant_follower::Follower>) {
+        let _ = self.1.set(follower);
+    }
+
+    /// How long ago the admin store's records were last read: `None` when the node follows
+    /// no store; `Some(None)` while it never could read it (the node is not ready).
+    pub fn records_age(&self) -> Option<Option<std::time::Duration>> {
+        self.1.get().map(|f| f.last_read().map(|at| at.elapsed()))
     }
 
     /// A tenant by id.

@@ -38,6 +38,11 @@ pub struct GatewayArgs {
     /// Validate the configuration and exit (0 when valid, 2 when not).
     #[arg(long)]
     pub check_config: bool,
+    /// Copy every record of this configuration's admin.store (tenants, keys, policies, sealed
+    /// secrets as they are, the audit log) into STORE (`postgres://…`, `sqlite://PATH` or
+    /// `broker`), then exit; safe to run twice.
+    #[arg(long = "copy-records-to", value_name = "STORE")]
+    pub copy_records_to: Option<String>,
 }
 
 /// The command line of `toolmark-worker`.

@@ -102,3 +102,69 @@ impl RedisScripts {
             .observe(seconds);
     }
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabel {
+    op: &'static str,
+}
+
+/// The admin store's figures (`admin.store` a database): each operation's latency and the
+/// ones it did not answer, by operation, and how old the node's copy of the records is.
+#[derive(Debug, Clone)]
+pub struct AdminStore {
+    duration: Family<OpLabel, Histogram, fn() -> Histogram>,
+    errors: Family<OpLabel, prometheus_client::metrics::counter::Counter>,
+    age: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+impl AdminStore {
+    /// Registers the families in `registry`.
+    pub fn register(registry: &mut Catalogued) -> Self {
+        fn buckets() -> Histogram {
+            Histogram::new([
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ])
+        }
+        let duration = Family::<OpLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+            buckets as fn() -> Histogram,
+        );
+        let errors = Family::<OpLabel, prometheus_client::metrics::counter::Counter>::default();
+        let age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "toolmark_admin_store_duration_seconds",
+            "Round trip of each operation on the admin store's database (records, revision, put, remove, audit), by operation",
+            duration.clone(),
+        );
+        registry.register(
+            "toolmark_admin_store_errors",
+            "Operations on the admin store's database that did not answer (an error or no answer within 5 s), by operation",
+            errors.clone(),
+        );
+        registry.register(
+            "toolmark_admin_snapshot_age_seconds",
+            "How long ago this node last read the admin store's records (-1 while it never did since it started)",
+            age.clone(),
+        );
+        AdminStore {
+            duration,
+            errors,
+            age,
+        }
+    }
+
+    /// Records one operation.
+    pub fn observe(&self, op: &'static str, took: std::time::Duration, answered: bool) {
+        let label = OpLabel { op };
+        self.duration
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
+        if !answered {
+            self.errors.get_or_create(&label).inc();
+        }
+    }
+
+    /// Sets how old the node's records are (`None`: never read).
+    pub fn set_age(&self, age: Option<std::time::Duration>) {
+        self.age.set(age.map_or(-1.0, |a| a.as_secs_f64()));
+    }
+}

@@ -48,6 +48,8 @@ pub struct Follower {
     /// Ids seen deleted: id → the catalog's revision when it was seen gone.
     gone: Mutex<BTreeMap<String, u64>>,
     revision: Mutex<u64>,
+    /// When the catalog last answered a read (none yet: the process has not its records).
+    read_at: Mutex<Option<std::time::Instant>>,
 }
 
 impl Follower {
@@ -59,7 +61,19 @@ impl Follower {
             loaded: Mutex::default(),
             gone: Mutex::default(),
             revision: Mutex::new(0),
+            read_at: Mutex::default(),
         }
+    }
+
+    /// When the catalog last answered (its records or its revision); `None` while it never
+    /// did since this process started.
+    pub fn last_read(&self) -> Option<std::time::Instant> {
+        *self.read_at.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn answered(&self) {
+        *self.read_at.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(std::time::Instant::now());
     }
 
     /// The catalog.
@@ -201,6 +215,7 @@ impl Follower {
             .filter_map(|id| self.apply(id, next.get(id), revision))
             .collect();
         *self.revision.lock().unwrap_or_else(PoisonError::into_inner) = revision;
+        self.answered();
         changes
     }
 
@@ -251,7 +266,10 @@ impl Follower {
                     let seen = self.seen();
                     match self.catalog.revision().await {
                         Ok(r) if r != seen => self.load_all().await,
-                        Ok(_) => Vec::new(),
+                        Ok(_) => {
+                            self.answered();
+                            Vec::new()
+                        }
                         Err(e) => {
                             tracing::debug!(error = %e, "catalog revision not read");
                             Vec::new()

@@ -41,11 +41,15 @@ pub enum StoreError {
     Url(String),
 }
 
+/// How long a process waits at start for its database's schema before it goes on without
+/// the records (not ready; they are read as soon as the database answers).
+pub const START_WAIT: Duration = Duration::from_secs(5);
+
 /// The store `settings` name: the broker's own `catalog`, or a database whose schema is
-/// created and migrated in the background (until then, and whenever the database does not
-/// answer, its operations fail as a broker that cannot be reached does). `retention` is how
-/// long a database keeps the audit log.
-pub fn open(
+/// created and migrated first (waited for at most [`START_WAIT`]; then in the background:
+/// until it is, and whenever the database does not answer, its operations fail as a broker
+/// that cannot be reached does). `retention` is how long a database keeps the audit log.
+pub async fn open(
     settings: &StoreSettings,
     retention: Duration,
     catalog: Arc<dyn Catalog>,
@@ -54,7 +58,14 @@ pub fn open(
     Ok(match settings {
         StoreSettings::Broker => catalog,
         StoreSettings::Postgres(_) | StoreSettings::Sqlite(_) => {
-            SqlCatalog::open(settings, retention, catalog, observer)?
+            let store = SqlCatalog::open(settings, retention, catalog, observer)?;
+            if !store.migrated(START_WAIT).await {
+                tracing::warn!(
+                    store = settings.kind(),
+                    "admin store not reachable at start: not ready until it answers"
+                );
+            }
+            store
         }
     })
 }

@@ -34,6 +34,9 @@ pub enum WorkerError {
     /// The jobs could not be set up.
     #[error("{0}")]
     Jobs(#[from] JobsError),
+    /// `admin.store` does not open.
+    #[error("{0}")]
+    Store(#[from] toolmark_store::StoreError),
     /// The `/metrics` listener.
     #[error("cannot listen on the worker address: {0}")]
     Listen(#[from] std::io::Error),
@@ -81,7 +84,16 @@ pub async fn run(
         &settings,
         &id,
         metrics.clone(),
-        Some(broker.clone() as Arc<dyn toolmark_broker::catalog::Catalog>),
+        match &settings.admin {
+            Some(a) => Some(toolmark_store::open(
+                &a.store,
+                a.audit_retention,
+                broker.clone(),
+                toolmark_store::unobserved(),
+            )
+            .await?),
+            None => None,
+        },
     )?;
     jobs.prepare().await;
     let listener = tokio::net::TcpListener::bind(settings.worker.listen).await?;

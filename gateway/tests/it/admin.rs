@@ -158,7 +158,7 @@ pub(crate) async fn live_page(
 }
 
 /// One call through `agent` answered by `page`.
-async fn call_ok(agent: &Agent, page: &mut Page, user: &str) {
+pub(crate) async fn call_ok(agent: &Agent, page: &mut Page, user: &str) {
     let pending = agent.call_later(user, "c1", json!({"tool": "todo.add", "input": {}}));
     answer_ok(page, pending, "done").await;
 }

@@ -25,6 +25,7 @@ mod policy;
 mod pusher;
 mod security;
 mod stall;
+mod store;
 mod tls;
 mod tokens;
 mod webhooks;
