@@ -76,7 +76,10 @@ impl StoreSettings {
         if let Some(path) = value.strip_prefix("sqlite://") {
             let path = path.split('?').next().unwrap_or_default();
             if path.is_empty() {
-                return Err(ConfigError::new(key, "sqlite:// names a file: sqlite:///var/lib/toolmark/catalog.db"));
+                return Err(ConfigError::new(
+                    key,
+                    "sqlite:// names a file: sqlite:///var/lib/toolmark/catalog.db",
+                ));
             }
             return Ok(StoreSettings::Sqlite(path.into()));
         }

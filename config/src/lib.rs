@@ -30,9 +30,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use admin::{
-    AdminConfig, AdminSettings, Sealer, StoreSettings, StoredMcpOAuth, StoredTenant,
-};
+pub use admin::{AdminConfig, AdminSettings, Sealer, StoreSettings, StoredMcpOAuth, StoredTenant};
 pub use keys::{KeyError, OAuthKeys, TokenKey};
 pub use layers::Overrides;
 pub use settings::{

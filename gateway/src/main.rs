@@ -34,9 +34,12 @@ fn main() -> ExitCode {
             use toolmark_gateway::records::{CopyError, copy_records};
             match copy_records(&settings, &to).await {
                 Ok(done) => {
-                    println!(
-                        "{BIN}: copied {} records ({} already there as they are) and {} audit entries",
-                        done.written, done.unchanged, done.audit
+                    toolmark_process::cli::report(
+                        BIN,
+                        format_args!(
+                            "copied {} records ({} already there as they are) and {} audit entries",
+                            done.written, done.unchanged, done.audit
+                        ),
                     );
                     ExitCode::SUCCESS
                 }

@@ -27,11 +27,17 @@ const REACH: std::time::Duration = std::time::Duration::from_secs(30);
 /// Copies every record of `settings`' store into `to`.
 pub async fn copy_records(settings: &Settings, to: &str) -> Result<Copied, CopyError> {
     let Some(admin) = &settings.admin else {
-        return Err(ConfigError::new("admin", "copying records needs [admin] (its store and encryption key)").into());
+        return Err(ConfigError::new(
+            "admin",
+            "copying records needs [admin] (its store and encryption key)",
+        )
+        .into());
     };
     let target = StoreSettings::parse("--copy-records-to", to)?;
     if target == admin.store {
-        return Err(ConfigError::new("--copy-records-to", "names the store the records are in").into());
+        return Err(
+            ConfigError::new("--copy-records-to", "names the store the records are in").into(),
+        );
     }
     let open = |store: &StoreSettings| {
         let store = store.clone();
@@ -39,10 +45,18 @@ pub async fn copy_records(settings: &Settings, to: &str) -> Result<Copied, CopyE
             match &store {
                 StoreSettings::Broker => broker(settings).await.map(Target::Other),
                 _ => {
-                    let c = SqlCatalog::open(&store, admin.audit_retention, empty_broker(), toolmark_store::unobserved())
-                        .map_err(|e| CopyError::Store(e.to_string()))?;
+                    let c = SqlCatalog::open(
+                        &store,
+                        admin.audit_retention,
+                        empty_broker(),
+                        toolmark_store::unobserved(),
+                    )
+                    .map_err(|e| CopyError::Store(e.to_string()))?;
                     if !c.migrated(REACH).await {
-                        return Err(CopyError::Store(format!("the {} store did not answer within {REACH:?}", store.kind())));
+                        return Err(CopyError::Store(format!(
+                            "the {} store did not answer within {REACH:?}",
+                            store.kind()
+                        )));
                     }
                     Ok(Target::Sql(c))
                 }
@@ -69,9 +83,14 @@ async fn broker(settings: &Settings) -> Result<Arc<dyn Catalog>, CopyError> {
                 ..RedisOptions::default()
             };
             let node = format!("copy-{}", crate::demo::random_hex(6));
-            let b = RedisBroker::connect(url, &node, Arc::new(crate::registry::Registry::default()), opts)
-                .await
-                .map_err(|e| CopyError::Store(format!("redis: {e}")))?;
+            let b = RedisBroker::connect(
+                url,
+                &node,
+                Arc::new(crate::registry::Registry::default()),
+                opts,
+            )
+            .await
+            .map_err(|e| CopyError::Store(format!("redis: {e}")))?;
             Ok(b)
         }
         BrokerSettings::Memory => Err(ConfigError::new(

@@ -114,6 +114,12 @@ pub fn announce_listening(binary: &str, bound: std::net::SocketAddr) {
     println!("{binary} listening on http://{bound}");
 }
 
+/// A one-shot command's result line on stdout (`--copy-records-to`).
+pub fn report(binary: &str, line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout().lock(), "{binary}: {line}");
+}
+
 /// The admin listener's line, `<binary> admin listening on http://ADDR`, printed after the
 /// readiness line. A reader may have stopped reading at the readiness line: a closed stdout is
 /// not an error here.

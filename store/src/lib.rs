@@ -74,7 +74,9 @@ pub async fn open(
 /// database of a previous release's schema.
 pub async fn migrate_postgres_to(url: &str, step: i64) -> Result<(), String> {
     sqlx::any::install_default_drivers();
-    let pool = sqlx::AnyPool::connect(url).await.map_err(|e| e.to_string())?;
+    let pool = sqlx::AnyPool::connect(url)
+        .await
+        .map_err(|e| e.to_string())?;
     let m = migrations::migrator(migrations::Dialect::Postgres)
         .await
         .map_err(|e| e.to_string())?;

@@ -5,9 +5,9 @@
 
 use std::borrow::Cow;
 
+use sqlx::SqlSafeStr as _;
 use sqlx::error::BoxDynError;
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
-use sqlx::SqlSafeStr as _;
 
 /// The database a schema is written for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,14 +18,30 @@ pub(crate) enum Dialect {
 
 /// PostgreSQL's steps: (version, description, SQL).
 const POSTGRES: &[(i64, &str, &str)] = &[
-    (1, "records", include_str!("../migrations/postgres/0001_records.sql")),
-    (2, "audit", include_str!("../migrations/postgres/0002_audit.sql")),
+    (
+        1,
+        "records",
+        include_str!("../migrations/postgres/0001_records.sql"),
+    ),
+    (
+        2,
+        "audit",
+        include_str!("../migrations/postgres/0002_audit.sql"),
+    ),
 ];
 
 /// SQLite's steps, the same tables in its types.
 const SQLITE: &[(i64, &str, &str)] = &[
-    (1, "records", include_str!("../migrations/sqlite/0001_records.sql")),
-    (2, "audit", include_str!("../migrations/sqlite/0002_audit.sql")),
+    (
+        1,
+        "records",
+        include_str!("../migrations/sqlite/0001_records.sql"),
+    ),
+    (
+        2,
+        "audit",
+        include_str!("../migrations/sqlite/0002_audit.sql"),
+    ),
 ];
 
 /// The steps of `dialect`, as sqlx's migrator reads them.
@@ -33,7 +49,9 @@ const SQLITE: &[(i64, &str, &str)] = &[
 struct Embedded(&'static [(i64, &'static str, &'static str)]);
 
 impl MigrationSource<'static> for Embedded {
-    fn resolve(self) -> futures_util::future::BoxFuture<'static, Result<Vec<Migration>, BoxDynError>> {
+    fn resolve(
+        self,
+    ) -> futures_util::future::BoxFuture<'static, Result<Vec<Migration>, BoxDynError>> {
         Box::pin(async move {
             Ok(self
                 .0

@@ -233,10 +233,11 @@ impl SqlCatalog {
         tx: &mut sqlx::Transaction<'static, sqlx::Any>,
         id: &str,
     ) -> Result<Option<u64>, Failure> {
-        let v: Option<i64> = sqlx::query_scalar("SELECT version FROM toolmark_records WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&mut **tx)
-            .await?;
+        let v: Option<i64> =
+            sqlx::query_scalar("SELECT version FROM toolmark_records WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut **tx)
+                .await?;
         Ok(v.map(to_u64))
     }
 
@@ -444,7 +445,10 @@ impl Catalog for SqlCatalog {
     async fn remove(&self, id: &str, version: u64) -> Result<(), CatalogError> {
         self.run("remove", async {
             let (mut tx, _) = self.begin().await?;
-            catalog::check(Expect::Version(version), Self::version_of(&mut tx, id).await?)?;
+            catalog::check(
+                Expect::Version(version),
+                Self::version_of(&mut tx, id).await?,
+            )?;
             Self::bump(&mut tx).await?;
             sqlx::query("DELETE FROM toolmark_records WHERE id = $1")
                 .bind(id)

@@ -215,7 +215,10 @@ async fn the_audit_log_pages_in_order(store: Store) {
     assert_eq!(read, ids.iter().map(String::as_str).collect::<Vec<_>>());
     let entries: Vec<&str> = all.iter().map(|(_, e)| e.as_str()).collect();
     assert_eq!(entries[6], r#"{"n":6}"#);
-    assert!(toolmark_broker::is_event_id(&ids[0]), "ids look like event ids");
+    assert!(
+        toolmark_broker::is_event_id(&ids[0]),
+        "ids look like event ids"
+    );
 }
 every_store!(the_audit_log_pages_in_order);
 
@@ -310,7 +313,10 @@ async fn the_schema_is_migrated_from_empty_and_from_the_previous_step() {
     let old = pg.database();
     let db = old.rsplit('/').next().unwrap().to_owned();
     toolmark_store::migrate_postgres_to(&old, 1).await.unwrap();
-    assert!(pg.sql(&db, "SELECT 1 FROM toolmark_audit").is_err(), "at step 1");
+    assert!(
+        pg.sql(&db, "SELECT 1 FROM toolmark_audit").is_err(),
+        "at step 1"
+    );
     pg.sql(
         &db,
         "INSERT INTO toolmark_records VALUES ('kept', 1, '{\"k\":1}'); UPDATE toolmark_revision SET revision = 1",
@@ -321,7 +327,10 @@ async fn the_schema_is_migrated_from_empty_and_from_the_previous_step() {
         upgraded.record("kept").await.unwrap().map(|r| r.body),
         Some(r#"{"k":1}"#.to_owned())
     );
-    assert!(upgraded.audit("{}").await.is_ok(), "the audit step was applied");
+    assert!(
+        upgraded.audit("{}").await.is_ok(),
+        "the audit step was applied"
+    );
     assert_eq!(upgraded.revision().await.unwrap(), 1);
 }
 
@@ -367,7 +376,11 @@ async fn the_audit_log_keeps_what_its_retention_says() {
             .into_iter()
             .map(|(_, e)| e)
             .collect();
-        assert_eq!(kept, [r#"{"hour":true}"#, r#"{"now":true}"#], "{settings:?}");
+        assert_eq!(
+            kept,
+            [r#"{"hour":true}"#, r#"{"now":true}"#],
+            "{settings:?}"
+        );
     }
 }
 
@@ -408,7 +421,10 @@ async fn a_killed_database_refuses_writes_whole_and_serves_again_once_back() {
     pg.kill();
     let down = n1.put("other", "{}", Expect::Absent).await;
     assert!(
-        matches!(down, Err(CatalogError::Broker(BrokerError::Unavailable { .. }))),
+        matches!(
+            down,
+            Err(CatalogError::Broker(BrokerError::Unavailable { .. }))
+        ),
         "{down:?}"
     );
     assert!(matches!(
@@ -440,10 +456,20 @@ async fn a_killed_database_refuses_writes_whole_and_serves_again_once_back() {
         format!(r#"{{"n":{}}}"#, last_ok.unwrap_or(0)),
         "the database holds the last write that answered: {answers:?}"
     );
-    until(Duration::from_secs(10), "the other node hears of writes again", async || {
-        let _ = n1.put(&format!("x{}", uuid::Uuid::new_v4().simple()), "{}", Expect::Absent).await;
-        std::iter::from_fn(|| heard.try_recv().ok()).any(|id| id.starts_with('x'))
-    })
+    until(
+        Duration::from_secs(10),
+        "the other node hears of writes again",
+        async || {
+            let _ = n1
+                .put(
+                    &format!("x{}", uuid::Uuid::new_v4().simple()),
+                    "{}",
+                    Expect::Absent,
+                )
+                .await;
+            std::iter::from_fn(|| heard.try_recv().ok()).any(|id| id.starts_with('x'))
+        },
+    )
     .await;
 }
 
@@ -456,7 +482,10 @@ async fn records_move_between_stores_and_a_second_run_changes_nothing() {
     from.put("acme", r#"{"sealed":"v1.abc"}"#, Expect::Absent)
         .await
         .unwrap();
-    let beta = from.put("beta", r#"{"b":1}"#, Expect::Absent).await.unwrap();
+    let beta = from
+        .put("beta", r#"{"b":1}"#, Expect::Absent)
+        .await
+        .unwrap();
     from.audit(r#"{"type":"tenant.created","tenant":"acme"}"#)
         .await
         .unwrap();

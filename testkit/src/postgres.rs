@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const INSTALL: &str = "PostgreSQL is not installed: run `make deps` or `apt-get install -y postgresql`";
+const INSTALL: &str =
+    "PostgreSQL is not installed: run `make deps` or `apt-get install -y postgresql`";
 
 /// The folder of PostgreSQL's server programs: Debian keeps them under
 /// `/usr/lib/postgresql/<major>/bin` (the newest wins), else they are on the `PATH`.
@@ -171,8 +172,26 @@ impl PostgresProc {
     /// Runs `sql` in database `db` with `psql`; its output (unaligned, tuples only).
     pub fn sql(&self, db: &str, sql: &str) -> Result<String, String> {
         let out = Command::new(self.bin.join("psql"))
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
-            .args(["-p", &self.port.to_string(), "-U", "toolmark", "-d", db, "-c", sql])
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
+            ])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "toolmark",
+                "-d",
+                db,
+                "-c",
+                sql,
+            ])
             .stdin(Stdio::null())
             .output()
             .map_err(|e| e.to_string())?;

@@ -366,10 +366,11 @@ fn the_committed_config_schema_is_the_one_the_types_give() {
 // ---------------------------------------------------------------- environment
 
 /// The product's own sources, where the environment it reads is named.
-const PRODUCT_SOURCES: [&str; 9] = [
+const PRODUCT_SOURCES: [&str; 10] = [
     "proto/src",
     "config/src",
     "broker/src",
+    "store/src",
     "process/src",
     "worker/src",
     "gateway/src",
@@ -476,8 +477,9 @@ fn sample_names(family: &str, kind: &str) -> Vec<String> {
     suffixes.iter().map(|s| format!("{family}{s}")).collect()
 }
 
-const CRATES: [&str; 10] = [
+const CRATES: [&str; 11] = [
     "toolmark_gateway",
+    "toolmark_store",
     "toolmark_proto",
     "toolmark_config",
     "toolmark_broker",
@@ -950,6 +952,7 @@ fn every_test_the_security_map_names_exists() {
         "proto",
         "config",
         "broker",
+        "store",
         "process",
         "worker",
         "gateway",

@@ -85,13 +85,15 @@ pub async fn run(
         &id,
         metrics.clone(),
         match &settings.admin {
-            Some(a) => Some(toolmark_store::open(
-                &a.store,
-                a.audit_retention,
-                broker.clone(),
-                toolmark_store::unobserved(),
-            )
-            .await?),
+            Some(a) => Some(
+                toolmark_store::open(
+                    &a.store,
+                    a.audit_retention,
+                    broker.clone(),
+                    toolmark_store::unobserved(),
+                )
+                .await?,
+            ),
             None => None,
         },
     )?;

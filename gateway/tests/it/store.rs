@@ -85,7 +85,8 @@ async fn records_in_postgres_survive_a_redis_wipe_and_every_node_restarting() {
     on_every_node(&nodes, "deleted", 404, "both nodes saw the deletion").await;
     let db = store.rsplit('/').next().unwrap();
     assert_eq!(
-        pg.sql(db, "SELECT string_agg(id, ',') FROM toolmark_records").unwrap(),
+        pg.sql(db, "SELECT string_agg(id, ',') FROM toolmark_records")
+            .unwrap(),
         "kept",
         "the records are in the database"
     );
@@ -297,7 +298,11 @@ async fn records_move_from_the_broker_to_postgres_with_one_command() {
     };
     let first = run();
     let said = String::from_utf8_lossy(&first.stdout);
-    assert!(first.status.success(), "{said} {}", String::from_utf8_lossy(&first.stderr));
+    assert!(
+        first.status.success(),
+        "{said} {}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     assert!(said.contains("copied 1 records (0 already there"), "{said}");
     let again = run();
     let said = String::from_utf8_lossy(&again.stdout);
@@ -309,7 +314,11 @@ async fn records_move_from_the_broker_to_postgres_with_one_command() {
         .args(["--copy-records-to", "broker"])
         .output()
         .unwrap();
-    assert_eq!(same.status.code(), Some(2), "copying a store onto itself is refused");
+    assert_eq!(
+        same.status.code(),
+        Some(2),
+        "copying a store onto itself is refused"
+    );
     assert!(String::from_utf8_lossy(&same.stderr).contains("--copy-records-to"));
 
     // The nodes move to the database (another Redis prefix: nothing of the broker's records).
@@ -329,7 +338,10 @@ async fn records_move_from_the_broker_to_postgres_with_one_command() {
             Some(crate::harness::ACME_ORIGIN),
         )
         .await;
-    assert!(page.is_ok(), "its sealed token key opens: a page is admitted");
+    assert!(
+        page.is_ok(),
+        "its sealed token key opens: a page is admitted"
+    );
     stop_all(nodes).await;
     let _ = std::fs::remove_dir_all(dir);
 }
