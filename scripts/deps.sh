@@ -7,6 +7,10 @@ need_apt=()
 command -v cargo >/dev/null || { echo "deps: cargo is required (install a Rust toolchain)" >&2; exit 1; }
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
+# PostgreSQL's server programs (initdb, postgres; Debian keeps them under
+# /usr/lib/postgresql/<major>/bin) and psql: the admin store's tests start a real server.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || need_apt+=(postgresql)
+command -v psql >/dev/null || need_apt+=(postgresql-client)
 command -v chromium >/dev/null || need_apt+=(chromium)
 command -v python3 >/dev/null || need_apt+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)

@@ -38,7 +38,7 @@ def dotenv(repo: Path) -> dict[str, str]:
 def check_compose(repo: Path, gateway: Path) -> str:
     compose = yaml.safe_load((repo / "docker-compose.yml").read_text())
     services = compose["services"]
-    want = {"redis", "gateway-1", "gateway-2", "worker"}
+    want = {"redis", "postgres", "gateway-1", "gateway-2", "worker"}
     if set(services) != want:
         raise Failure(f"services {sorted(services)}, want {sorted(want)}")
     published = [p.rsplit(":", 1)[0] for s in services.values() for p in s.get("ports", [])]

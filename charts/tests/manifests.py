@@ -88,7 +88,16 @@ def check_gateway_deployment(docs, values: dict) -> None:
     pod = spec["template"]["spec"]
     c = one([c for c in pod["containers"] if c["name"] == "gateway"], "gateway container")
     problems = []
-    if spec["strategy"]["rollingUpdate"]["maxUnavailable"] != 0:
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    if "store" in volumes:
+        # The admin store's SQLite file on a ReadWriteOnce claim: one pod at a time holds it.
+        if spec["strategy"]["type"] != "Recreate":
+            problems.append("a gateway holding the SQLite store's volume must be replaced with Recreate")
+        if spec.get("replicas", 1) != 1:
+            problems.append("the SQLite store is for one gateway")
+        if not any(e["name"] == "TOOLMARK_ADMIN__STORE" and e.get("value", "").startswith("sqlite:///var/lib/toolmark/") for e in c.get("env", [])):
+            problems.append("the store volume is mounted but admin.store does not name a file on it")
+    elif spec["strategy"]["rollingUpdate"]["maxUnavailable"] != 0:
         problems.append("rolling update must have maxUnavailable: 0")
     if c["readinessProbe"]["httpGet"]["path"] != "/readyz":
         problems.append("readiness probe must be /readyz")

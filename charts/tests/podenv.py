@@ -86,8 +86,11 @@ def check_config(docs, fixtures, gateway: Path, name: str = "gateway", runner=No
             elif "secret" in vol:
                 for key, text in secrets[vol["secret"]["secretName"]].items():
                     (target / key).write_text(text)
-            elif "emptyDir" not in vol:
-                raise Failure(f"volume {m['name']}: only configMap, secret and emptyDir are emulated")
+            elif "emptyDir" not in vol and "persistentVolumeClaim" not in vol:
+                # A claim starts as an empty folder, as an emptyDir does.
+                raise Failure(
+                    f"volume {m['name']}: only configMap, secret, emptyDir and persistentVolumeClaim are emulated"
+                )
             mounts.append(m["mountPath"])
         # Paths into mounted volumes inside the rendered config (server.tls_cert) point into
         # the emulated mounts too.

@@ -202,6 +202,58 @@ impl PostgresProc {
         }
     }
 
+    /// A backup of database `db` as `pg_dump` makes it (plain SQL).
+    pub fn dump(&self, db: &str) -> String {
+        let out = Command::new(self.bin.join("pg_dump"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "toolmark",
+            ])
+            .args(["--no-owner", "-d", db])
+            .stdin(Stdio::null())
+            .output()
+            .expect("pg_dump runs");
+        assert!(
+            out.status.success(),
+            "pg_dump failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("a plain SQL dump")
+    }
+
+    /// Restores `backup` (a [`PostgresProc::dump`]) into a new database; its URL.
+    pub fn restore(&self, backup: &str) -> String {
+        let url = self.database();
+        let db = url.rsplit('/').next().expect("a database").to_owned();
+        let mut psql = Command::new(self.bin.join("psql"))
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
+            .args(["-p", &self.port.to_string(), "-U", "toolmark", "-d", &db])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("psql runs");
+        {
+            use std::io::Write as _;
+            psql.stdin
+                .take()
+                .expect("stdin")
+                .write_all(backup.as_bytes())
+                .expect("the backup is written to psql");
+        }
+        let out = psql.wait_with_output().expect("psql ends");
+        assert!(
+            out.status.success(),
+            "the restore failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        url
+    }
+
     /// Whether the server runs (it was not killed).
     pub fn running(&self) -> bool {
         self.child.is_some()

@@ -170,6 +170,16 @@ TOML when they parse: api_keys is a TOML array, pusher_old_keys an array of inli
     secretKeyRef:
       name: {{ include "toolmark.adminSecretName" . }}
       key: encryption_key
+{{- if .Values.store.existingSecret }}
+- name: TOOLMARK_ADMIN__STORE
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.store.existingSecret }}
+      key: {{ .Values.store.existingSecretKey }}
+{{- else if include "toolmark.sqliteStore" . }}
+- name: TOOLMARK_ADMIN__STORE
+  value: "sqlite:///var/lib/toolmark/catalog.db"
+{{- end }}
 {{- end }}
 {{- $secret := include "toolmark.tenantSecretName" . -}}
 {{- range $i, $t := .Values.tenants }}
@@ -364,6 +374,20 @@ memory
 {{- if .Values.admin.enabled }}true{{ end -}}
 {{- else if not .Values.tenants -}}
 true
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when the admin API's records live in a SQLite file on the chart's PersistentVolumeClaim:
+store.sqlite.enabled, or when it is null, with the memory broker, the admin API and no
+store.existingSecret. Empty otherwise.
+*/}}
+{{- define "toolmark.sqliteStore" -}}
+{{- $s := .Values.store -}}
+{{- if and (include "toolmark.adminEnabled" .) (not $s.existingSecret) -}}
+{{- if kindIs "bool" $s.sqlite.enabled -}}
+{{- if $s.sqlite.enabled }}true{{ end -}}
+{{- else if eq (include "toolmark.brokerKind" .) "memory" }}true{{ end -}}
 {{- end -}}
 {{- end -}}
 
