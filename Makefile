@@ -5,7 +5,7 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit api examples chart-test image-test image browser mcp-e2e pusher bench bench-compare admin-propagation scale-sim profile load-test soak cluster-faults fuzz clean
+.PHONY: run test deps lint unit api examples chart-test image-test image browser mcp-e2e pusher bench bench-compare admin-propagation scale-sim profile load-test soak cluster-faults fuzz release clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
@@ -123,6 +123,14 @@ fuzz:
 	cd fuzz && for t in $(FUZZ_TARGETS); do \
 	  mkdir -p corpus/$$t && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t corpus/$$t seeds/$$t -- -max_total_time=$(FUZZ_SECONDS) -max_len=65536 || exit 1; \
 	done
+
+## release: cut the release VERSION (MAJOR.MINOR.PATCH, above the workspace's): the workspace,
+## Cargo.lock, the chart, the image's version and the CHANGELOG move to it, in one commit
+## "Release VERSION" tagged vVERSION, pushed by you once CI passes on it (docs/releases.md);
+## DRY_RUN=1 prints the changes and the checks and changes nothing (scripts/release)
+release:
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=x.y.z [DRY_RUN=1]" >&2; exit 2; }
+	CARGO="$(CARGO)" scripts/release $(if $(DRY_RUN),--dry-run) $(VERSION)
 
 clean:
 	$(CARGO) clean
