@@ -51,14 +51,15 @@ export async function api(method, path, body, headers = {}) {
 
 /**
  * Follows a Server-Sent Events stream of the admin API with fetch (an EventSource cannot send
- * the Authorization header), calling onEvent({id, event, data}) for each; reconnects after
- * the last id when the stream ends, until `name` is stopped.
+ * the Authorization header), calling onEvent({id, event, data}) for each, from after `after`
+ * (an event id) when given; reconnects after the last id when the stream ends, until `name`
+ * is stopped.
  */
-export function follow(name, path, onEvent, onError) {
+export function follow(name, path, onEvent, onError, after = '') {
   stopStream(name);
   const ctl = new AbortController();
   state.streams.set(name, ctl);
-  let lastId = '';
+  let lastId = after;
   const run = async () => {
     while (!ctl.signal.aborted) {
       try {

@@ -238,6 +238,15 @@ test('the audit log and the event tail follow live', { timeout: TEST_TIMEOUT_MS 
   await audit.filter({ hasText: 'tenant.created' }).filter({ hasText: tenant }).waitFor();
   await audit.filter({ hasText: 'tenant.key_policy' }).filter({ hasText: tenant }).waitFor();
   await shot('audit');
+  // The record of one tenant (GET /admin/v1/audit?tenant=), newest first, then live.
+  const before = await audit.count();
+  await page.locator('#audit-tenant').fill(tenant);
+  await page.getByRole('button', { name: 'Read', exact: true }).click();
+  await page.locator('#audit-count').filter({ hasText: `of ${tenant} kept` }).waitFor();
+  const entries = await audit.allTextContents();
+  assert.ok(entries.length > 0 && entries.length <= before, `${entries.length} of ${before}`);
+  for (const e of entries) assert.ok(e.includes(tenant), `only ${tenant}'s changes: ${e}`);
+  assert.match(entries[entries.length - 1], /tenant\.created/, 'the oldest kept is its creation');
 
   await view('Event tail');
   await page.locator('#events-tenant').selectOption(tenant);
