@@ -5,7 +5,7 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit api examples chart-test image-test image browser mcp-e2e pusher bench bench-compare admin-propagation scale-sim profile load-test soak cluster-faults fuzz release clean
+.PHONY: run test deps lint unit api examples chart-test image-test image browser mcp-e2e pusher bench bench-compare admin-propagation scale-sim profile load-test soak cluster-faults upgrade-test fuzz release clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
@@ -123,6 +123,12 @@ fuzz:
 	cd fuzz && for t in $(FUZZ_TARGETS); do \
 	  mkdir -p corpus/$$t && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t corpus/$$t seeds/$$t -- -max_total_time=$(FUZZ_SECONDS) -max_len=65536 || exit 1; \
 	done
+
+## upgrade-test: nodes of the previous release (UPGRADE_BASE, default 928ba32, built from git
+## once into target/upgrade-base/) and of this build on one Redis: calls, events and
+## confirmations both ways, a page moving, every node replaced under calls and the rollback
+upgrade-test:
+	CARGO="$(CARGO)" scripts/upgrade-test.sh
 
 ## release: cut the release VERSION (MAJOR.MINOR.PATCH, above the workspace's): the workspace,
 ## Cargo.lock, the chart, the image's version and the CHANGELOG move to it, in one commit

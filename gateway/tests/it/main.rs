@@ -28,5 +28,6 @@ mod stall;
 mod store;
 mod tls;
 mod tokens;
+mod upgrade;
 mod webhooks;
 mod webmcp;

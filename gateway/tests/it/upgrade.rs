@@ -1,0 +1,334 @@
+//! A rolling upgrade as an operator lives it (issue 54, `docs/releases.md`): nodes of the
+//! previous release (the binary `TOOLMARK_PREVIOUS_GATEWAY` names; `make upgrade-test` builds
+//! it from git) and of this build on one Redis, both ways. Calls, describes, async calls and
+//! their events, deferred confirmations and their resolution, a page moving from an old node
+//! to a new one, then every node replaced one at a time under calls, and the rollback.
+//!
+//! These tests need the previous release's binary: they are ignored in `make test` and run by
+//! `make upgrade-test` (`--ignored`), which fails if the binary cannot be built.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use toolmark_testkit::redis::RedisProc;
+
+use crate::agent::Agent;
+use crate::harness::{
+    ACME_KEY, config_with, fresh_prefix, http_client, page_at, redis_broker, tool,
+};
+
+/// The previous release's binary, or a failure that says how to get it.
+fn previous() -> PathBuf {
+    let path = std::env::var_os("TOOLMARK_PREVIOUS_GATEWAY").unwrap_or_else(|| {
+        panic!("TOOLMARK_PREVIOUS_GATEWAY is not set: run `make upgrade-test`, which builds the previous release from git")
+    });
+    let path = PathBuf::from(path);
+    assert!(path.exists(), "{} does not exist", path.display());
+    path
+}
+
+fn current() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_toolmark-gateway"))
+}
+
+/// One node: a binary of either release, on the shared config.
+struct Node {
+    child: Child,
+    addr: SocketAddr,
+    what: &'static str,
+}
+
+impl Node {
+    fn start(bin: &Path, config: &Path, id: &str, what: &'static str) -> Node {
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(["--config", config.to_str().unwrap()])
+            .args(["--listen", "127.0.0.1:0", "--node-id", id])
+            .env("RUST_LOG", "warn");
+        let (child, addr) =
+            toolmark_testkit::process::start_listening(toolmark_testkit::process::quiet(cmd));
+        Node { child, addr, what }
+    }
+
+    fn agent(&self) -> Agent {
+        Agent::new(
+            &format!("http://{}", self.addr),
+            "acme",
+            ACME_KEY,
+            http_client(),
+        )
+    }
+
+    /// SIGTERM, as a rollout does: the node drains (503 for new requests, pages closed with
+    /// a code they reconnect after), then exits.
+    fn drain(mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tools() -> serde_json::Value {
+    json!([
+        tool("todo.add", json!({})),
+        tool("signup.submit", json!({}))
+    ])
+}
+
+fn config(redis: &RedisProc) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("toolmark-upgrade-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(
+        &path,
+        config_with(&redis_broker(&redis.url(), &fresh_prefix()), ""),
+    )
+    .unwrap();
+    path
+}
+
+/// Through `agent_node`, to a page on `page_node` (each of either release): a sync call, a
+/// describe, an async call whose `call.result` a reader on the page's node hears once, and a
+/// deferred confirmation whose `confirmation.resolved` it hears once.
+async fn across(agent_node: &Node, page_node: &Node, user: &str) {
+    let what = format!("agent on {}, page on {}", agent_node.what, page_node.what);
+    let mut page = page_at(page_node.addr, "acme", user, "c1").await;
+    page.manifest(1, tools()).await;
+    let agent = agent_node.agent();
+    agent.wait_current(user, "c1", &page.client_id).await;
+    let mut events = page_node
+        .agent()
+        .events(&format!("?user={user}"), None)
+        .await;
+
+    let pending = agent.call_later(user, "c1", json!({"tool": "todo.add", "input": {}}));
+    crate::harness::answer_ok(&mut page, pending, "sync").await;
+
+    let describe = {
+        let agent = agent.clone();
+        let path = format!("{}/describe", agent.conv(user, "c1"));
+        tokio::spawn(async move { agent.post(&path, json!({"tool": "todo.add"})).await })
+    };
+    let frame = page.recv().await;
+    assert_eq!(frame["type"], "describe", "{what}: {frame}");
+    let full = json!({"name": "todo.add", "llmName": "todo__add", "description": "d", "hints": {}, "inputSchema": {"type": "object"}});
+    page.answer(
+        frame["id"].as_str().unwrap(),
+        json!({"status": "ok", "data": full}),
+    )
+    .await;
+    let a = describe.await.unwrap();
+    assert_eq!(
+        a.body["outcome"]["data"]["inputSchema"],
+        json!({"type": "object"}),
+        "{what}: describe {}",
+        a.body
+    );
+
+    let res = agent
+        .http
+        .post(agent.url(&format!("{}/calls", agent.conv(user, "c1"))))
+        .bearer_auth(&agent.key)
+        .header("prefer", "respond-async")
+        .json(&json!({"tool": "todo.add", "input": {}, "timeoutMs": 20000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202, "{what}: async");
+    let started: serde_json::Value = res.json().await.unwrap();
+    let id = started["id"].as_str().unwrap().to_owned();
+    let frame = page.recv().await;
+    page.answer(&id, json!({"status": "ok", "data": "later"}))
+        .await;
+    assert_eq!(frame["id"], id.as_str());
+    let ev = events.next_of("call.result").await;
+    assert_eq!(ev.data["data"]["id"], id.as_str(), "{what}: {:?}", ev.data);
+    let record = agent.get(&format!("/calls/{id}")).await;
+    assert_eq!(
+        record.body["outcome"]["data"], "later",
+        "{what}: {}",
+        record.body
+    );
+
+    let pending = agent.call_later(
+        user,
+        "c1",
+        json!({"tool": "signup.submit", "input": {}, "timeoutMs": 20000}),
+    );
+    let frame = page.recv().await;
+    let confirm_id = uuid::Uuid::new_v4().to_string();
+    page.answer(
+        frame["id"].as_str().unwrap(),
+        json!({"status": "needs_confirmation", "confirmId": confirm_id, "summary": "Sign up?"}),
+    )
+    .await;
+    let answer = pending.await.unwrap();
+    assert_eq!(
+        answer.body["outcome"]["status"], "needs_confirmation",
+        "{what}"
+    );
+    page.send(
+        json!({"protocol": 1, "type": "confirmed", "clientId": page.client_id,
+        "confirmId": confirm_id, "result": {"status": "ok", "data": "signed up"}}),
+    )
+    .await;
+    let resolved = events.next_of("confirmation.resolved").await;
+    assert_eq!(
+        resolved.data["data"]["confirmId"],
+        confirm_id.as_str(),
+        "{what}"
+    );
+    // Announced once.
+    while let Some(ev) = events.next_within(Duration::from_millis(500)).await {
+        assert_ne!(ev.event, "confirmation.resolved", "{what}: announced twice");
+    }
+}
+
+/// Nodes of the previous release and of this build serve one deployment, both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the previous release's binary: make upgrade-test"]
+async fn nodes_of_the_previous_release_and_of_this_one_serve_each_others_calls_and_events() {
+    let old_bin = previous();
+    let redis = RedisProc::start(&[]);
+    let config = config(&redis);
+    let old = Node::start(&old_bin, &config, "old-1", "the previous release");
+    let new = Node::start(&current(), &config, "new-1", "this build");
+    across(&new, &old, "u1").await;
+    across(&old, &new, "u2").await;
+
+    // A page of the old node reconnects to the new one when the old one drains.
+    let mut page = page_at(old.addr, "acme", "u3", "c1").await;
+    page.manifest(1, tools()).await;
+    new.agent().wait_current("u3", "c1", &page.client_id).await;
+    old.drain();
+    let code = page.closed().await;
+    assert_eq!(
+        code, 1001,
+        "a draining node closes pages with going away: they reconnect"
+    );
+    let mut moved = page_at(new.addr, "acme", "u3", "c1").await;
+    moved.manifest(2, tools()).await;
+    let agent = new.agent();
+    agent.wait_current("u3", "c1", &moved.client_id).await;
+    let pending = agent.call_later("u3", "c1", json!({"tool": "todo.add", "input": {}}));
+    crate::harness::answer_ok(&mut moved, pending, "moved").await;
+}
+
+/// Every node replaced one at a time under a steady stream of calls (the upgrade), then back
+/// (the rollback): every call is answered by its page, except 503s from a node while it drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the previous release's binary: make upgrade-test"]
+async fn a_rolling_replacement_and_its_rollback_lose_no_call() {
+    let old_bin = previous();
+    let new_bin = current();
+    let redis = RedisProc::start(&[]);
+    let config = config(&redis);
+    // Pages live on a node of their own that stays (their node's release is covered above);
+    // the agents' nodes are replaced.
+    let pages_node = Node::start(&old_bin, &config, "pages", "the previous release");
+    let mut agents = vec![
+        Node::start(&old_bin, &config, "a-1", "the previous release"),
+        Node::start(&old_bin, &config, "a-2", "the previous release"),
+    ];
+    let mut page = page_at(pages_node.addr, "acme", "u1", "c1").await;
+    page.manifest(1, tools()).await;
+    agents[0]
+        .agent()
+        .wait_current("u1", "c1", &page.client_id)
+        .await;
+    // The page answers every call it gets.
+    let answering = tokio::spawn(async move {
+        loop {
+            let frame = page.recv().await;
+            if let Some(id) = frame["id"].as_str() {
+                page.answer(id, json!({"status": "ok", "data": "done"}))
+                    .await;
+            }
+        }
+    });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let targets: Arc<std::sync::Mutex<Vec<SocketAddr>>> = Arc::new(std::sync::Mutex::new(
+        agents.iter().map(|n| n.addr).collect(),
+    ));
+    let load = {
+        let (stop, ok, refused, targets) =
+            (stop.clone(), ok.clone(), refused.clone(), targets.clone());
+        tokio::spawn(async move {
+            let http = http_client();
+            let mut i = 0usize;
+            let mut wrong = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let addr = {
+                    let t = targets.lock().unwrap();
+                    t[i % t.len()]
+                };
+                i += 1;
+                let agent = Agent::new(&format!("http://{addr}"), "acme", ACME_KEY, http.clone());
+                let a = agent
+                    .post(
+                        &format!("{}/calls", agent.conv("u1", "c1")),
+                        json!({"tool": "todo.add", "input": {}, "timeoutMs": 10000}),
+                    )
+                    .await;
+                match a.status {
+                    200 if a.body["outcome"]["data"] == "done" => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    503 | 0 => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => wrong.push(format!("{} {}", a.status, a.body)),
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            wrong
+        })
+    };
+    let roll = |from: &'static str, bin: PathBuf, agents: &mut Vec<Node>, tag: &str| {
+        let mut next = Vec::new();
+        for (j, old) in std::mem::take(agents).into_iter().enumerate() {
+            let fresh = Node::start(&bin, &config, &format!("{tag}-{j}"), from);
+            {
+                let mut t = targets.lock().unwrap();
+                t.retain(|a| *a != old.addr);
+                t.push(fresh.addr);
+            }
+            old.drain();
+            next.push(fresh);
+        }
+        *agents = next;
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    roll("this build", new_bin, &mut agents, "new");
+    let after_upgrade = ok.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    roll("the previous release", old_bin, &mut agents, "back");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let wrong = load.await.unwrap();
+    answering.abort();
+    let (ok, refused) = (ok.load(Ordering::Relaxed), refused.load(Ordering::Relaxed));
+    eprintln!(
+        "rolling replacement and rollback: {ok} calls answered, {refused} refused with 503 by a draining node"
+    );
+    assert!(
+        wrong.is_empty(),
+        "calls neither answered nor refused: {wrong:?}"
+    );
+    assert!(
+        after_upgrade > 0 && ok > after_upgrade,
+        "calls went on through both rolls"
+    );
+}
