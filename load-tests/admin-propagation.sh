@@ -36,7 +36,12 @@ case "$store" in
         pg_dir="$lt_work/pg"
         mkdir -p "$pg_dir"
         as_pg=()
-        if [[ "$(id -u)" == 0 ]]; then chown postgres "$pg_dir"; as_pg=(runuser -u postgres --); fi
+        if [[ "$(id -u)" == 0 ]]; then
+            # PostgreSQL refuses root: its own user runs it, and needs to reach the folder.
+            chmod o+x "$lt_work"
+            chown postgres "$pg_dir"
+            as_pg=(runuser -u postgres --)
+        fi
         "${as_pg[@]}" "$pg_bin/initdb" -D "$pg_dir/data" -U toolmark --auth=trust --no-sync >/dev/null
         pg_port=$((20000 + RANDOM % 30000))
         "${as_pg[@]}" "$pg_bin/postgres" -D "$pg_dir/data" -p "$pg_port" -k "$pg_dir" \

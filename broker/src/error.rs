@@ -113,6 +113,10 @@ pub enum PlaceError {
     /// was taken, bound or sent.
     #[error("the caller's policy does not allow the tool")]
     NotAllowed,
+    /// The tenant enforces pins and the tool's definition is not pinned
+    /// ([`crate::ToolGate::with_pins`]): nothing was taken, bound or sent.
+    #[error("the tool's definition is not pinned")]
+    NotPinned,
     /// The page's manifest lists no tool of the request's LLM name
     /// ([`crate::CallRequest::llm_name`]): nothing was taken, bound or sent.
     #[error("the page lists no tool of this name")]

@@ -130,9 +130,7 @@ pub trait Broker:
         if req.gate.is_some() || req.llm_name.is_some() {
             let state = self.conversation(&req.conv).await?;
             req.resolve(state.client_id.as_ref().map(|_| state.llm_names()))?;
-            if !req.permitted(CallTarget::current(&state).as_ref()) {
-                return Err(PlaceError::NotAllowed);
-            }
+            req.permitted(CallTarget::current(&state).as_ref())?;
         }
         if let Some(r) = &req.caller_rate {
             self.take_caller_call(&req.conv.tenant, &r.bucket, r.per_second)
@@ -143,9 +141,7 @@ pub trait Broker:
         let state = self.conversation(&req.conv).await?;
         req.resolve(state.client_id.as_ref().map(|_| state.llm_names()))?;
         let current = CallTarget::current(&state);
-        if !req.permitted(current.as_ref()) {
-            return Err(PlaceError::NotAllowed);
-        }
+        req.permitted(current.as_ref())?;
         let target = CallTarget::of(&state).ok_or(PlaceError::NoPage)?;
         let (binding, frame) = req.bind_to(&target, self.node_id());
         let waiter = self.send_call(binding.clone(), frame).await?;

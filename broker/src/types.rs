@@ -303,8 +303,9 @@ pub struct CallRequest {
     pub calls_per_second: u32,
     /// Who makes it.
     pub caller: Option<CallerRef>,
-    /// The caller's tool policy, when it narrows tools: a tool it does not allow is refused
-    /// ([`crate::PlaceError::NotAllowed`]) before anything is taken, bound or sent.
+    /// The caller's tool policy, when it narrows tools, and the tenant's pins, when it enforces
+    /// them: a tool it does not allow is refused ([`crate::PlaceError::NotAllowed`], or
+    /// [`crate::PlaceError::NotPinned`]) before anything is taken, bound or sent.
     pub gate: Option<ToolGate>,
     /// The caller's own rate, when its policy sets one: taken after the gate, before the
     /// tenant's.
@@ -343,11 +344,13 @@ impl CallRequest {
         Ok(())
     }
 
-    /// Whether the caller may call this tool on `target`.
-    pub fn permitted(&self, target: Option<&CallTarget>) -> bool {
-        self.gate
-            .as_ref()
-            .is_none_or(|g| g.allows(&self.tool, target))
+    /// Whether the caller may call this tool on `target`: the tenant's pins first (a tool not
+    /// pinned is not there for any caller), then the caller's policy.
+    pub fn permitted(&self, target: Option<&CallTarget>) -> Result<(), crate::PlaceError> {
+        match &self.gate {
+            None => Ok(()),
+            Some(g) => g.check(&self.tool, target),
+        }
     }
 }
 
@@ -372,6 +375,8 @@ pub struct CallTarget {
     /// Its tools marked `hints.readOnly` or `hints.destructive`, with those two hints (any other
     /// tool, listed or not, has neither, as [`ToolFacts::default`]).
     pub hinted: Vec<(String, ToolFacts)>,
+    /// Each tool's pin digest, as its manifest defines it (made once per manifest entry).
+    pub digests: Vec<(String, String)>,
 }
 
 impl CallTarget {
@@ -406,7 +411,20 @@ impl CallTarget {
                 .filter(|(_, f)| *f != ToolFacts::default())
                 .map(|(name, f)| (name.clone(), f))
                 .collect(),
+            digests: state
+                .tools
+                .iter()
+                .map(|t| (t.name.clone(), t.digest().to_owned()))
+                .collect(),
         })
+    }
+
+    /// The pin digest of `tool` as the page's manifest defines it (none: not listed).
+    pub fn digest(&self, tool: &str) -> Option<&str> {
+        self.digests
+            .iter()
+            .find(|(name, _)| name == tool)
+            .map(|(_, d)| d.as_str())
     }
 
     /// What the page's manifest says of `tool` (nothing for a tool it does not list).
@@ -430,25 +448,60 @@ pub fn facts_of(hints: &Hints) -> ToolFacts {
 /// manifest says of it: the caller's policy, as the gateway applies it. The broker asks it
 /// against the manifest of the page the call is bound to, in the step that binds it, so a
 /// manifest that changes in between is read again and asked again.
-#[derive(Clone)]
-pub struct ToolGate(Arc<Allows>);
+#[derive(Clone, Default)]
+pub struct ToolGate {
+    allows: Option<Arc<Allows>>,
+    pinned: Option<Arc<Pinned>>,
+}
 
-/// What a [`ToolGate`] asks: whether the tool of this name, of which the manifest says this,
-/// may be called.
+/// What a [`ToolGate`] asks of the caller's policy: whether the tool of this name, of which
+/// the manifest says this, may be called.
 type Allows = dyn Fn(&str, ToolFacts) -> bool + Send + Sync;
+
+/// What a [`ToolGate`] asks of the tenant's pins: whether the tool of this name, whose
+/// definition has this digest (none: not listed), is pinned.
+type Pinned = dyn Fn(&str, Option<&str>) -> bool + Send + Sync;
 
 impl ToolGate {
     /// A gate that lets through what `allows` does.
     pub fn new(allows: impl Fn(&str, ToolFacts) -> bool + Send + Sync + 'static) -> Self {
-        ToolGate(Arc::new(allows))
+        ToolGate {
+            allows: Some(Arc::new(allows)),
+            pinned: None,
+        }
+    }
+
+    /// This gate, letting through besides only the tools `pinned` holds.
+    #[must_use]
+    pub fn with_pins(
+        mut self,
+        pinned: impl Fn(&str, Option<&str>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.pinned = Some(Arc::new(pinned));
+        self
     }
 
     /// Whether `tool` may be called on `target` (none: no page, whose manifest lists nothing).
     pub fn allows(&self, tool: &str, target: Option<&CallTarget>) -> bool {
-        (self.0)(
-            tool,
-            target.map_or_else(ToolFacts::default, |t| t.facts(tool)),
-        )
+        self.check(tool, target).is_ok()
+    }
+
+    /// [`ToolGate::allows`], saying why not: not pinned, or not allowed.
+    pub fn check(&self, tool: &str, target: Option<&CallTarget>) -> Result<(), crate::PlaceError> {
+        if let Some(pinned) = &self.pinned
+            && !pinned(tool, target.and_then(|t| t.digest(tool)))
+        {
+            return Err(crate::PlaceError::NotPinned);
+        }
+        if let Some(allows) = &self.allows
+            && !allows(
+                tool,
+                target.map_or_else(ToolFacts::default, |t| t.facts(tool)),
+            )
+        {
+            return Err(crate::PlaceError::NotAllowed);
+        }
+        Ok(())
     }
 }
 

@@ -313,6 +313,10 @@ pub struct StoredTenant {
     /// The tenant's own authorization server for the hosted MCP endpoint (public settings only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_oauth: Option<StoredMcpOAuth>,
+    /// Pinned tool definitions; omitted while off and empty (so that a node of the previous
+    /// release, which refuses unknown fields, reads every tenant that pins nothing).
+    #[serde(default, skip_serializing_if = "crate::pins::PinsConfig::is_off")]
+    pub tools: crate::pins::PinsConfig,
 }
 
 /// A stored tenant's authorization server (`mcpOAuth` of the admin API).
@@ -500,6 +504,7 @@ impl StoredTenant {
                 None => None,
             },
             allow_private: self.webhook_allow_private,
+            pins: self.tools.parse("tools")?,
         })
     }
 }

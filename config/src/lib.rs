@@ -17,6 +17,7 @@ pub mod certificate;
 pub mod jwt;
 pub mod keys;
 mod layers;
+pub mod pins;
 pub mod policy;
 pub mod redis_url;
 pub mod settings;
@@ -364,6 +365,10 @@ pub struct TenantConfig {
     /// Limits.
     #[serde(default)]
     pub limits: TenantLimits,
+    /// Pinned tool definitions (`docs/security.md`, "Pinned tools"): `{mode, tools = [{name,
+    /// digest}]}`; default `mode = "off"`.
+    #[serde(default)]
+    pub tools: pins::PinsConfig,
 }
 
 /// A Pusher key and secret pair.

@@ -39,6 +39,8 @@ pub struct TenantSettings {
     /// `webhook_allow_private`: the tenant's outbound requests (webhooks, its JWK Set) may
     /// reach private addresses, over plain HTTP too.
     pub allow_private: bool,
+    /// Its pinned tool definitions and what happens to others.
+    pub pins: crate::pins::Pins,
 }
 
 /// The tenant's own authorization server, whose access tokens open the hosted MCP endpoint.
@@ -336,6 +338,7 @@ impl TenantSettings {
             revoked: Vec::new(),
             mcp_oauth: parse_mcp_oauth(t, &at)?,
             allow_private: t.webhook_allow_private,
+            pins: t.tools.parse(&at("tools"))?,
         })
     }
 

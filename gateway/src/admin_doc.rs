@@ -5,6 +5,28 @@
 use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 
+/// One pinned definition.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PinnedToolView {
+    /// The tool's name.
+    name: String,
+    /// `sha256:` + the hex SHA-256 of the RFC 8785 form of the manifest entry's
+    /// `{name, title?, description, hints}`.
+    #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
+    digest: String,
+}
+
+/// A tenant's pinned tool definitions.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PinsView {
+    /// `off` (nothing checked), `report` (shown, marked and announced) or `enforce` (hidden
+    /// and refused).
+    #[schema(pattern = "^(off|report|enforce)$")]
+    mode: String,
+    /// At most 1,000.
+    tools: Vec<PinnedToolView>,
+}
+
 /// A tenant's limits.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

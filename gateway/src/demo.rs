@@ -71,6 +71,7 @@ pub fn dev_tenant(addr: SocketAddr) -> Result<DevTenant, ConfigError> {
         mcp_default_conversation: None,
         mcp_policy: None,
         limits: TenantLimits::default(),
+        tools: toolmark_config::pins::PinsConfig::default(),
     };
     Ok(DevTenant {
         settings: TenantSettings::parse(&config, 0)?,

@@ -236,10 +236,10 @@ impl Metrics {
         }
         registry.register(
             "toolmark_policy_refusals",
-            "Agent requests refused by their credential's policy, before anything reached a page: scope_denied, tool_not_allowed",
+            "Agent requests refused by their credential's policy or the tenant's pins, before anything reached a page: scope_denied, tool_not_allowed, tool_not_pinned",
             calls_refused.clone(),
         );
-        for reason in ["scope_denied", "tool_not_allowed"] {
+        for reason in ["scope_denied", "tool_not_allowed", "tool_not_pinned"] {
             let _ = calls_refused.get_or_create(&ReasonLabel { reason });
         }
         for r in toolmark_broker::Rejection::ALL {

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
+use toolmark_config::pins::{PinMode, Pins};
 use toolmark_config::{ApiKey, Revocation, TenantLimits, TenantSettings, TenantSource, TokenKey};
+use toolmark_proto::ToolManifestSummary;
 
 /// Clock leeway for `exp` and `nbf`.
 pub const TOKEN_LEEWAY_SECS: u64 = 30;
@@ -190,6 +192,8 @@ pub struct Tenant {
     /// `webhook_allow_private`: its outbound requests (webhooks, its JWK Set) may reach
     /// private addresses and plain HTTP.
     pub webhook_allow_private: bool,
+    /// Its pinned tool definitions.
+    pub pins: Arc<Pins>,
 }
 
 impl Tenant {
@@ -216,6 +220,30 @@ impl Tenant {
             revoked: c.revoked.clone(),
             mcp_oauth: c.mcp_oauth.clone(),
             webhook_allow_private: c.allow_private,
+            pins: Arc::new(c.pins.clone()),
+        }
+    }
+
+    /// The tools of a manifest agents see under the tenant's pins: in `enforce`, only the
+    /// pinned definitions; in `report`, every one, each not pinned marked `"pinned": false`
+    /// (digests made once per manifest entry).
+    pub fn pinned_view(&self, tools: Vec<ToolManifestSummary>) -> Vec<ToolManifestSummary> {
+        match self.pins.mode {
+            PinMode::Off => tools,
+            PinMode::Enforce => tools
+                .into_iter()
+                .filter(|t| self.pins.holds(&t.name, t.digest()))
+                .collect(),
+            PinMode::Report => tools
+                .into_iter()
+                .map(|mut t| {
+                    if !self.pins.holds(&t.name, t.digest()) {
+                        t.extra
+                            .insert("pinned".into(), serde_json::Value::Bool(false));
+                    }
+                    t
+                })
+                .collect(),
         }
     }
 
@@ -373,6 +401,19 @@ impl Tenants {
     /// A tenant by id.
     pub fn get(&self, id: &str) -> Option<Arc<Tenant>> {
         self.0.load().by_id.get(id).cloned()
+    }
+
+    /// The tools of a manifest of tenant `id` agents see under its pins
+    /// ([`Tenant::pinned_view`]); none when the tenant is gone.
+    pub fn pinned_view(
+        &self,
+        id: &str,
+        tools: Vec<ToolManifestSummary>,
+    ) -> Vec<ToolManifestSummary> {
+        match self.get(id) {
+            Some(t) => t.pinned_view(tools),
+            None => Vec::new(),
+        }
     }
 
     /// The tenant owning a Pusher app key (current or still accepted while rotating).

@@ -13,6 +13,7 @@ mod limits;
 pub mod llm;
 mod manifest;
 mod message;
+pub mod pin;
 mod result;
 pub mod schema;
 mod strict;

@@ -215,6 +215,7 @@ mod tests {
             hints,
             mode: None,
             extra: Default::default(),
+            digest: Default::default(),
         }
     }
 

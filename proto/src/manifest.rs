@@ -94,12 +94,20 @@ pub struct ToolManifestSummary {
     /// Properties this version does not know, kept as sent.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// Its pin digest, made on first use and kept with the entry (never per call).
+    #[serde(skip)]
+    pub digest: crate::pin::Memo,
 }
 
 impl ToolManifestSummary {
     /// Validates an untrusted manifest entry.
     pub fn from_value(v: Value) -> Result<Self, DecodeError> {
         parse_summary(Obj::new(v, &ROOT)?, &ROOT)
+    }
+
+    /// The digest that pins this definition ([`crate::pin::digest`]), made once per entry.
+    pub fn digest(&self) -> &str {
+        self.digest.0.get_or_init(|| crate::pin::digest(self))
     }
 }
 
@@ -195,6 +203,7 @@ fn parse_summary(mut o: Obj<'_>, at: &At<'_>) -> Result<ToolManifestSummary, Dec
         hints,
         mode,
         extra: o.rest(),
+        digest: crate::pin::Memo::default(),
     })
 }
 

@@ -111,6 +111,11 @@ impl Pages for MemoryBroker {
         manifest: &Manifest,
         name: &str,
     ) -> Result<(), BrokerError> {
+        // Each entry's pin digest is made once here, and travels with every copy read.
+        let manifest = manifest.clone();
+        for t in &manifest.tools {
+            t.digest();
+        }
         let mut st = lock(&self.state);
         let c = st.convs.entry(conv.clone()).or_default();
         c.next_seq += 1;
@@ -122,7 +127,7 @@ impl Pages for MemoryBroker {
         c.current = Some(manifest.client_id.clone());
         // A page that sends a manifest is not gone.
         c.left.remove(&manifest.client_id);
-        self.announce_now(&crate::Change::manifest(conv, manifest, name));
+        self.announce_now(&crate::Change::manifest(conv, &manifest, name));
         drop(st);
         Ok(())
     }

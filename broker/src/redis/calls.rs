@@ -106,9 +106,7 @@ impl RedisBroker {
         let mut read = None;
         if req.gate.is_some() || req.llm_name.is_some() {
             let expected = self.resolved(&mut req).await?;
-            if !req.permitted(expected.target.as_ref()) {
-                return Err(PlaceError::NotAllowed);
-            }
+            req.permitted(expected.target.as_ref())?;
             read = Some(expected);
         }
         if let Some(r) = &req.caller_rate {
@@ -179,6 +177,7 @@ impl RedisBroker {
                 rev: None,
                 untrusted: Vec::new(),
                 hinted: Vec::new(),
+                digests: Vec::new(),
             };
             let target = expected.target.as_ref().unwrap_or(&fallback);
             let (binding, frame) = req.bind_to(target, &self.node);
@@ -265,9 +264,7 @@ impl RedisBroker {
                     self.waiters.forget(&binding.id);
                     expected = self.expect(&req.conv).await?;
                     req.resolve(expected.tools())?;
-                    if !req.permitted(expected.target.as_ref()) {
-                        return Err(PlaceError::NotAllowed);
-                    }
+                    req.permitted(expected.target.as_ref())?;
                 }
             }
         }

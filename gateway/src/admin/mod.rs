@@ -38,6 +38,7 @@ use crate::tenant_sync::Loader;
 pub(crate) mod console;
 pub(crate) mod debug;
 pub(crate) mod events;
+pub(crate) mod pins;
 pub(crate) mod secrets;
 pub(crate) mod stats;
 pub(crate) mod tenants;
@@ -120,6 +121,10 @@ pub fn router(state: AdminState) -> Router {
         .route(
             "/admin/v1/tenants/{id}",
             get(read).patch(patch).delete(remove),
+        )
+        .route(
+            "/admin/v1/tenants/{id}/tools",
+            get(pins::get_tools).put(pins::put_tools),
         )
         .route("/admin/v1/tenants/{id}/api-keys", post(add_api_key))
         .route(

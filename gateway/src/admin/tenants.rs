@@ -71,6 +71,7 @@ pub(crate) async fn create(
         webhook_secrets: webhook.iter().map(|(w, _)| w.clone()).collect(),
         revoked: Vec::new(),
         mcp_oauth: req.mcp_oauth,
+        tools: toolmark_config::pins::PinsConfig::default(),
     };
     s.validate(&t)?;
     let body = serde_json::to_string(&t).unwrap_or_default();

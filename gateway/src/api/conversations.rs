@@ -59,7 +59,7 @@ pub async fn state(
         conversation,
         client_id: s.client_id,
         rev: s.rev,
-        tools: caller.visible(s.tools),
+        tools: caller.visible(tenant.pinned_view(s.tools)),
         pages: s.pages,
     }))
 }
@@ -107,7 +107,7 @@ pub async fn llm_tools(
     let conv = ConvKey::new(&tenant.id, &user, &conversation);
     let s = app.broker.conversation(&conv).await?;
     // `page_call` renders only the tools this caller may call.
-    let tools = tool_definitions(&caller.visible(s.tools), format);
+    let tools = tool_definitions(&caller.visible(tenant.pinned_view(s.tools)), format);
     let bytes = serde_json::to_vec(&tools).unwrap_or_default();
     let etag = format!("\"{}\"", hex::encode(&Sha256::digest(&bytes)[..16]));
     let etag_header = HeaderValue::from_str(&etag).unwrap_or(HeaderValue::from_static("\"\""));

@@ -2,6 +2,7 @@
 //! and the binding in the broker's order, the `Idempotency-Key` bound to the call it started or
 //! given back when none started, and the call's [`Supervision`] handed to the door.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -9,6 +10,7 @@ use toolmark_broker::{
     CallKind, CallRequest, CallTarget, CallerRate, ConvKey, PlaceError, Placed, ToolGate, now_ms,
     partition,
 };
+use toolmark_config::pins::PinMode;
 
 use super::idempotency::Claim;
 use super::supervise::{Supervision, supervise};
@@ -111,7 +113,7 @@ async fn place(
             format!("timeoutMs is between 1 and {}", limits.max_call_timeout_ms),
         ));
     }
-    let gate = gate(&req.caller);
+    let gate = gate(&req.caller, tenant);
     let caller_rate = req.caller.calls_per_second().map(|per_second| CallerRate {
         bucket: req.caller.rate_bucket(),
         per_second,
@@ -137,24 +139,41 @@ async fn place(
         .await
         .map_err(|e| match e {
             PlaceError::NotAllowed => not_allowed(app, &tool),
+            PlaceError::NotPinned => not_pinned(app, &tool),
             PlaceError::UnknownTool => Problem::invalid("/name", format!("unknown tool {tool}")),
             e => e.into(),
         })?;
     Ok((placed, Duration::from_millis(timeout_ms)))
 }
 
-/// The caller's tool policy as the broker asks it, when it narrows tools.
-fn gate(caller: &Caller) -> Option<ToolGate> {
-    if !caller.limits_tools() {
+/// What the broker asks of a call's tool against the page's current manifest: the tenant's
+/// pins when it enforces them, the caller's policy when it narrows tools; none (no read of
+/// the manifest first) when neither does.
+fn gate(caller: &Caller, tenant: &Tenant) -> Option<ToolGate> {
+    let pins = (tenant.pins.mode == PinMode::Enforce).then(|| Arc::clone(&tenant.pins));
+    if !caller.limits_tools() && pins.is_none() {
         return None;
     }
-    let caller = caller.clone();
-    Some(ToolGate::new(move |tool, facts| caller.allows(tool, facts)))
+    let gate = if caller.limits_tools() {
+        let caller = caller.clone();
+        ToolGate::new(move |tool, facts| caller.allows(tool, facts))
+    } else {
+        ToolGate::default()
+    };
+    Some(match pins {
+        Some(pins) => gate.with_pins(move |tool, digest| pins.admits(tool, digest)),
+        None => gate,
+    })
 }
 
 fn not_allowed(app: &AppState, tool: &str) -> Problem {
     app.metrics.call_refused("tool_not_allowed");
     Problem::tool_not_allowed(tool)
+}
+
+fn not_pinned(app: &AppState, tool: &str) -> Problem {
+    app.metrics.call_refused("tool_not_pinned");
+    Problem::tool_not_pinned(tool)
 }
 
 /// The caller's policy applied to a repeat of an `Idempotency-Key` (whose call was placed
@@ -169,23 +188,26 @@ pub(crate) async fn authorize(
     authorize_tool(app, &req.caller, conv, &req.tool).await
 }
 
-/// The caller's policy applied to `tool` of the conversation `conv` (a call's resource, its
-/// cancel, an idempotent repeat): against the page's current manifest, as a call is placed;
-/// 403 `tool_not_allowed` when it does not allow it. No broker read for a caller whose policy
-/// does not narrow tools.
+/// The tenant's pins and the caller's policy applied to `tool` of the conversation `conv` (a
+/// call's resource, its cancel, an idempotent repeat, an MCP task): against the page's current
+/// manifest, as a call is placed; 403 `tool_not_pinned` or `tool_not_allowed`. No broker read
+/// when neither narrows tools.
 pub(crate) async fn authorize_tool(
     app: &AppState,
     caller: &Caller,
     conv: &ConvKey,
     tool: &str,
 ) -> Result<(), Problem> {
-    let Some(gate) = gate(caller) else {
+    let Some(tenant) = app.tenants.get(&conv.tenant) else {
+        return Err(Problem::not_found("tenant"));
+    };
+    let Some(gate) = gate(caller, &tenant) else {
         return Ok(());
     };
     let s = app.broker.conversation(conv).await?;
-    if gate.allows(tool, CallTarget::current(&s).as_ref()) {
-        Ok(())
-    } else {
-        Err(not_allowed(app, tool))
+    match gate.check(tool, CallTarget::current(&s).as_ref()) {
+        Ok(()) => Ok(()),
+        Err(PlaceError::NotPinned) => Err(not_pinned(app, tool)),
+        Err(_) => Err(not_allowed(app, tool)),
     }
 }

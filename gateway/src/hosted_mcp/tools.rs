@@ -147,7 +147,9 @@ pub async fn listing(
         return Ok(Vec::new());
     };
     // Only the tools the credential's policy allows are listed.
-    let mut summaries = grant.caller.visible(s.tools);
+    let mut summaries = grant
+        .caller
+        .visible(app.tenants.pinned_view(&grant.conv().tenant, s.tools));
     summaries.sort_by(|a, b| a.llm_name.cmp(&b.llm_name));
     // Only the first MAX_TOOLS by llmName can be listed: describe those, all at once. Each
     // describe runs on its own and keeps its answer for the next listing; this one waits at
@@ -190,7 +192,11 @@ pub async fn listing(
 pub async fn page_call_listing(app: &AppState, grant: &McpGrant) -> Result<Vec<Tool>, Problem> {
     let s = app.broker.conversation(&grant.conv()).await?;
     Ok(match open_page(&s) {
-        Some(_) => toolmark_mcp_tools::page_call_tools(&grant.caller.visible(s.tools)),
+        Some(_) => toolmark_mcp_tools::page_call_tools(
+            &grant
+                .caller
+                .visible(app.tenants.pinned_view(&grant.conv().tenant, s.tools)),
+        ),
         None => Vec::new(),
     })
 }
@@ -238,6 +244,7 @@ mod tests {
             hints: toolmark_proto::Hints::default(),
             mode: None,
             extra: serde_json::Map::new(),
+            digest: toolmark_proto::pin::Memo::default(),
         }
     }
 

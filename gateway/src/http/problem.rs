@@ -26,6 +26,7 @@ pub const CODES: &[(&str, &str)] = &[
     ("idempotency_mismatch", "Idempotency key mismatch"),
     ("scope_denied", "Scope denied"),
     ("tool_not_allowed", "Tool not allowed"),
+    ("tool_not_pinned", "Tool not pinned"),
 ];
 
 /// The `code` of a problem answer, kept on the response for the middleware that counts
@@ -180,6 +181,16 @@ impl Problem {
         )
     }
 
+    /// 403: the tenant enforces pinned tool definitions and this tool's definition, as the
+    /// page presents it, is not pinned.
+    pub fn tool_not_pinned(tool: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "tool_not_pinned",
+            format!("The tool {tool} is not one of the tenant's pinned definitions."),
+        )
+    }
+
     /// 400: a header that cannot be what it names (no body field to point at).
     pub fn bad_header(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", detail)
@@ -293,6 +304,7 @@ impl From<PlaceError> for Problem {
             PlaceError::NoPage => Problem::no_page(),
             // The call engine names the tool (`calls::start`); this is the code without it.
             PlaceError::NotAllowed => Problem::tool_not_allowed("asked for"),
+            PlaceError::NotPinned => Problem::tool_not_pinned("asked for"),
             PlaceError::UnknownTool => {
                 Problem::invalid("/tool", "the page's manifest lists no tool of this name")
             }

@@ -21,6 +21,7 @@ mod lifecycle;
 mod mcp_doors;
 mod mcp_tasks;
 mod nodes;
+mod pins;
 mod policy;
 mod pusher;
 mod security;
