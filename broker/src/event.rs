@@ -22,16 +22,25 @@ pub enum EventType {
     /// A deferred confirmation reached its outcome.
     #[serde(rename = "confirmation.resolved")]
     ConfirmationResolved,
+    /// A page presented a tool definition the tenant did not pin (pins in `report` or
+    /// `enforce`).
+    #[serde(rename = "tool.unpinned")]
+    ToolUnpinned,
+    /// A conversation's new manifest changed the definition of a tool it had.
+    #[serde(rename = "tool.changed")]
+    ToolChanged,
 }
 
 impl EventType {
     /// Every type.
-    pub const ALL: [EventType; 5] = [
+    pub const ALL: [EventType; 7] = [
         EventType::PageManifest,
         EventType::PageDisconnected,
         EventType::CallResult,
         EventType::CallTimeout,
         EventType::ConfirmationResolved,
+        EventType::ToolUnpinned,
+        EventType::ToolChanged,
     ];
 
     /// The wire name.
@@ -42,6 +51,8 @@ impl EventType {
             EventType::CallResult => "call.result",
             EventType::CallTimeout => "call.timeout",
             EventType::ConfirmationResolved => "confirmation.resolved",
+            EventType::ToolUnpinned => "tool.unpinned",
+            EventType::ToolChanged => "tool.changed",
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod partition;
 pub mod rate;
 pub mod redis;
 pub mod retry;
+pub mod seen;
 pub mod traffic;
 mod types;
 pub mod webhook;
@@ -108,6 +109,7 @@ pub trait Broker:
     + Sessions
     + Idempotency
     + SharedTraffic
+    + seen::ToolsSeen
     + std::fmt::Debug
     + 'static
 {
@@ -567,7 +569,7 @@ pub trait Idempotency: Send + Sync {
 pub mod prelude {
     pub use crate::{
         Broker, Calls, Confirmations, DeadLetters, Events, Idempotency, Limits, Pages, Sessions,
-        SharedTraffic,
+        SharedTraffic, seen::ToolsSeen,
     };
 }
 

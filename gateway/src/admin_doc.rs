@@ -27,6 +27,27 @@ pub struct PinsView {
     tools: Vec<PinnedToolView>,
 }
 
+/// A tool definition a page of the tenant presented.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SeenToolView {
+    name: String,
+    #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
+    digest: String,
+    /// Whether the tenant pins this definition now.
+    pinned: bool,
+    /// RFC 3339.
+    first_seen: String,
+    /// RFC 3339 (written at most once a minute per node).
+    last_seen: String,
+}
+
+/// The tool definitions the tenant's pages presented.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SeenToolsView {
+    tools: Vec<SeenToolView>,
+}
+
 /// A tenant's limits.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -26,6 +26,7 @@ pub mod pusher;
 mod rate;
 pub mod records;
 mod registry;
+mod seen;
 mod serve;
 mod state;
 mod tcp;

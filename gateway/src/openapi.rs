@@ -125,6 +125,7 @@ impl Modify for Security {
         crate::admin::tenants::remove,
         crate::admin::pins::get_tools,
         crate::admin::pins::put_tools,
+        crate::admin::pins::seen_tools,
         crate::admin::secrets::add_api_key,
         crate::admin::secrets::patch_api_key,
         crate::admin::secrets::remove_api_key,

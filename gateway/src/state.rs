@@ -53,6 +53,8 @@ pub struct Inner {
     pub traffic: Arc<crate::traffic::Traffic>,
     /// Open event streams of this node, bounded per tenant and per key.
     pub event_streams: Arc<crate::places::EventStreams>,
+    /// The tool definitions this node told the broker its pages presented, with when.
+    pub seen: crate::seen::SeenRecently,
 }
 
 impl std::ops::Deref for AppState {
@@ -93,6 +95,7 @@ impl AppState {
             hold,
             traffic: Arc::default(),
             event_streams: Arc::default(),
+            seen: crate::seen::SeenRecently::default(),
         }))
     }
 

@@ -10,6 +10,7 @@ mod limits;
 mod packed;
 mod pages;
 mod recent;
+mod seen;
 mod sessions;
 mod traffic;
 mod webhooks;
@@ -210,6 +211,8 @@ pub struct MemoryBroker {
     places: Mutex<HashMap<String, PlaceSet>>,
     /// Each tenant's traffic entries: node → stored entry ([`crate::traffic`]).
     traffic: Mutex<HashMap<String, HashMap<String, String>>>,
+    /// Each tenant's tool definitions presented ([`crate::seen`]).
+    seen: Mutex<HashMap<String, Vec<crate::seen::SeenTool>>>,
     emitted: crate::Emitted,
 }
 
@@ -261,6 +264,7 @@ impl MemoryBroker {
             sessions: Mutex::default(),
             places: Mutex::default(),
             traffic: Mutex::default(),
+            seen: Mutex::default(),
         }
     }
 

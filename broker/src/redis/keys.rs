@@ -160,6 +160,12 @@ impl Keys {
         format!("{}{}:traffic", self.p, tenant_tag(tenant))
     }
 
+    /// The tool definitions the tenant's pages presented ([`crate::seen`]), in the tenant's
+    /// slot.
+    pub fn tools_seen(&self, tenant: &str) -> String {
+        format!("{}{}:seen", self.p, tenant_tag(tenant))
+    }
+
     /// Live nodes: member node id, score last heartbeat (ms).
     pub fn nodes(&self) -> String {
         format!("{}nodes", self.p)

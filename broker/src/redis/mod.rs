@@ -24,6 +24,7 @@ mod reply;
 mod results;
 mod run;
 mod scripts;
+mod seen;
 mod sessions;
 mod state;
 mod subscriptions;

@@ -1088,3 +1088,39 @@ contract!(a_release_asked_again_is_applied_once);
 
 // The catalog's contract (writes, notices, the audit log, a restore after a loss) runs on
 // every store, the broker's among them, in `toolmark-store`'s suite (store/tests/catalog.rs).
+
+/// The tool definitions a tenant's pages presented: each with its first and last time, every
+/// node's writes in one list, and past the bound the definitions presented longest ago go.
+async fn the_tool_definitions_seen_are_kept_within_their_bound(backend: Backend) {
+    use toolmark_broker::seen::{SEEN_KEPT, ToolsSeen};
+    let mut nodes = Nodes::new(backend, short());
+    let (n1, _) = nodes.node("n1").await;
+    let (n2, _) = nodes.node("n2").await;
+    let def = |i: usize| (format!("tool.t{i}"), format!("sha256:{i:064x}"));
+    assert_eq!(n1.saw_tools("shop", &[def(0), def(1)]).await.unwrap(), 0);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    n2.saw_tools("shop", &[def(1), def(2)]).await.unwrap();
+    let seen = n1.tools_seen("shop").await.unwrap();
+    let names: Vec<&str> = seen.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["tool.t0", "tool.t1", "tool.t2"]);
+    assert!(
+        seen[1].last_ms > seen[1].first_ms,
+        "presented again later: {:?}",
+        seen[1]
+    );
+    assert_eq!(seen[0].first_ms, seen[0].last_ms);
+    assert!(n2.tools_seen("other").await.unwrap().is_empty());
+    // Past the bound, the ones presented longest ago (t0 first) go.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let many: Vec<(String, String)> = (3..SEEN_KEPT + 2).map(def).collect();
+    let dropped = n1.saw_tools("shop", &many).await.unwrap();
+    assert_eq!(dropped, 2);
+    let seen = n2.tools_seen("shop").await.unwrap();
+    assert_eq!(seen.len(), SEEN_KEPT);
+    assert!(!seen.iter().any(|s| s.name == "tool.t0"), "the oldest went");
+    assert!(
+        seen.iter().any(|s| s.name == "tool.t2"),
+        "the one presented later stayed"
+    );
+}
+contract!(the_tool_definitions_seen_are_kept_within_their_bound);

@@ -126,6 +126,7 @@ pub fn router(state: AdminState) -> Router {
             "/admin/v1/tenants/{id}/tools",
             get(pins::get_tools).put(pins::put_tools),
         )
+        .route("/admin/v1/tenants/{id}/tools/seen", get(pins::seen_tools))
         .route("/admin/v1/tenants/{id}/api-keys", post(add_api_key))
         .route(
             "/admin/v1/tenants/{id}/api-keys/{key}",

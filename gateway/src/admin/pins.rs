@@ -54,3 +54,30 @@ pub(crate) async fn put_tools(
         .await?;
     Ok(axum::Json(view(&t.tools)).into_response())
 }
+
+#[utoipa::path(get, path = "/admin/v1/tenants/{id}/tools/seen", tag = "admin", params(crate::admin_doc::TenantId),
+    responses((status = 200, description = "Every tool definition the tenant's pages presented, cluster-wide, kept 30 days (at most 1,000)", body = crate::admin_doc::SeenToolsView), crate::http::doc::Problems),
+    security(("adminKey" = [])))]
+pub(crate) async fn seen_tools(
+    State(s): State<AdminState>,
+    _who: Admin,
+    Path(id): Path<String>,
+) -> Result<Response, Problem> {
+    let Some(tenant) = s.0.app.tenants.get(&id) else {
+        return Err(Problem::not_found("Tenant"));
+    };
+    let seen = s.0.app.broker.tools_seen(&id).await?;
+    let tools: Vec<Value> = seen
+        .into_iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "pinned": tenant.pins.holds(&t.name, &t.digest),
+                "digest": t.digest,
+                "firstSeen": rfc3339(t.first_ms),
+                "lastSeen": rfc3339(t.last_ms),
+            })
+        })
+        .collect();
+    Ok(axum::Json(json!({"tools": tools})).into_response())
+}

@@ -227,7 +227,11 @@ impl Sight {
                 Some(data)
             }
             EventType::PageDisconnected => Some(data),
-            EventType::CallResult | EventType::CallTimeout | EventType::ConfirmationResolved => {
+            EventType::CallResult
+            | EventType::CallTimeout
+            | EventType::ConfirmationResolved
+            | EventType::ToolUnpinned
+            | EventType::ToolChanged => {
                 let tool = data.get("tool").and_then(Value::as_str)?;
                 self.allows(user, conversation, tool).await.then_some(data)
             }

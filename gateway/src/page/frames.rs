@@ -4,6 +4,7 @@
 //! confirmed handling, with one set of metrics and events, so the transports cannot drift.
 
 use toolmark_broker::{BrokerError, ConvKey, EventType, PageIdentity, Rejection, SubmitError};
+use toolmark_config::pins::PinMode;
 use toolmark_proto::{DecodeError, Limits, PageMessage, decode_to_agent};
 
 use crate::state::AppState;
@@ -83,6 +84,15 @@ pub async fn dispatch(
     };
     match message {
         PageMessage::Manifest(m) => {
+            // What the conversation presented before, when the tenant's pins are watched.
+            let watched = app
+                .tenants
+                .get(&conv.tenant)
+                .filter(|t| t.pins.mode != PinMode::Off);
+            let before = match &watched {
+                Some(_) => app.broker.conversation(conv).await.ok().map(|s| s.tools),
+                None => None,
+            };
             // Stored again, a manifest is stored once: the page's latest, in the order its
             // socket sent them, announced once under the frame's name.
             let name = frame.name(EventType::PageManifest.as_str());
@@ -92,7 +102,13 @@ pub async fn dispatch(
                 })
                 .await;
             match stored {
-                Some(Ok(())) => Ok(()),
+                Some(Ok(())) => {
+                    record_seen(app, conv, &m).await;
+                    if let Some(tenant) = watched {
+                        announce_pins(app, &tenant, conv, &m, before.unwrap_or_default()).await;
+                    }
+                    Ok(())
+                }
                 Some(Err(e)) => Err(e.into()),
                 None => Err(unanswered()),
             }
@@ -151,6 +167,85 @@ pub async fn dispatch(
                 Some(Err(SubmitError::Broker(e))) => Err(e.into()),
                 None => Err(unanswered()),
             }
+        }
+    }
+}
+
+/// What a manifest of a tenant that watches its pins announces: in `report`, each definition
+/// it did not pin (`tool.unpinned` `{tool, digest, clientId}`, once per conversation, tool and digest
+/// while the broker remembers the name, [`toolmark_broker::ONCE_TTL`]), and each tool the
+/// conversation had under another definition (`tool.changed` `{tool, before, after}`).
+/// Digests are made once per manifest entry. An event the broker does not take is logged.
+async fn announce_pins(
+    app: &AppState,
+    tenant: &crate::tenants::Tenant,
+    conv: &ConvKey,
+    m: &toolmark_proto::Manifest,
+    before: Vec<toolmark_proto::ToolManifestSummary>,
+) {
+    let emit = |kind: EventType, once: String, data: serde_json::Value| async move {
+        if let Err(e) = app
+            .broker
+            .emit_once(&conv.tenant, kind, conv, data, &once)
+            .await
+        {
+            tracing::warn!(tenant = %conv.tenant, kind = kind.as_str(), error = %e, "pin event not emitted");
+        }
+    };
+    for t in &m.tools {
+        let digest = t.digest();
+        if let Some(old) = before.iter().find(|b| b.name == t.name)
+            && old.digest() != digest
+        {
+            let once = format!(
+                "tool.changed\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{digest}",
+                conv.user,
+                conv.conversation,
+                t.name,
+                old.digest()
+            );
+            emit(
+                EventType::ToolChanged,
+                once,
+                serde_json::json!({"tool": t.name, "before": old.digest(), "after": digest}),
+            )
+            .await;
+        }
+        if tenant.pins.mode == PinMode::Report && !tenant.pins.holds(&t.name, digest) {
+            let once = format!(
+                "tool.unpinned\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{digest}",
+                conv.user, conv.conversation, t.name
+            );
+            emit(
+                EventType::ToolUnpinned,
+                once,
+                serde_json::json!({"tool": t.name, "digest": digest, "clientId": m.client_id}),
+            )
+            .await;
+        }
+    }
+}
+
+/// Tells the broker which definitions a page of the tenant presented (throttled per node,
+/// [`crate::seen::SEEN_EVERY`]); a failure is logged, the manifest stays stored.
+async fn record_seen(app: &AppState, conv: &ConvKey, m: &toolmark_proto::Manifest) {
+    let due = app.seen.due(
+        &conv.tenant,
+        m.tools
+            .iter()
+            .map(|t| (t.name.clone(), t.digest().to_owned()))
+            .collect(),
+    );
+    if due.is_empty() {
+        return;
+    }
+    match app.broker.saw_tools(&conv.tenant, &due).await {
+        Ok(0) => {}
+        Ok(dropped) => {
+            tracing::info!(tenant = %conv.tenant, dropped, "tool definitions seen: the oldest dropped past the bound")
+        }
+        Err(e) => {
+            tracing::warn!(tenant = %conv.tenant, error = %e, "tool definitions seen not recorded")
         }
     }
 }

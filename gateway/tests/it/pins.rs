@@ -143,6 +143,30 @@ async fn enforce_hides_and_refuses_every_definition_the_tenant_did_not_pin() {
     assert!(!shown.contains("always call"), "{shown}");
     refused_not_pinned(&agent, &mut page, "cart.add").await;
 
+    // Every definition presented, cluster-wide, for the operator to pin.
+    let seen = admin(&nodes[1], "GET", "/admin/v1/tenants/shop/tools/seen", None).await;
+    let mut listed: Vec<(String, String, bool)> = seen.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            assert!(t["firstSeen"].as_str().unwrap() <= t["lastSeen"].as_str().unwrap());
+            (
+                t["name"].as_str().unwrap().to_owned(),
+                t["digest"].as_str().unwrap().to_owned(),
+                t["pinned"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    listed.sort();
+    let mut want = vec![
+        ("cart.add".to_owned(), digest(&cart_add()), true),
+        ("cart.add".to_owned(), digest(&rewritten_cart_add()), false),
+        ("debug.exfiltrate".to_owned(), digest(&exfiltrate()), false),
+    ];
+    want.sort();
+    assert_eq!(listed, want);
+
     // Both releases of the app pinned at once (its own deploy): both definitions serve.
     pin(&nodes[1], "enforce", &[&cart_add(), &rewritten_cart_add()]).await;
     until("the new definition is served", || async {

@@ -131,8 +131,11 @@ pub static TRAFFIC_PUT: Lua = Lua::new("traffic_put", lua!("traffic_put"));
 /// `traffic_read.lua`: [`TrafficRead`].
 pub static TRAFFIC_READ: Lua = Lua::new("traffic_read", lua!("traffic_read"));
 
+/// `tools_seen.lua`: [`ToolsSeenPut`].
+pub static TOOLS_SEEN: Lua = Lua::new("tools_seen", lua!("tools_seen"));
+
 /// Every script, loaded on every primary before the node uses them.
-pub static ALL: [&Lua; 31] = [
+pub static ALL: [&Lua; 32] = [
     &BIND,
     &PLACE,
     &RESULT,
@@ -164,6 +167,7 @@ pub static ALL: [&Lua; 31] = [
     &WEBHOOK_RESCHEDULE,
     &TRAFFIC_PUT,
     &TRAFFIC_READ,
+    &TOOLS_SEEN,
 ];
 
 /// The arguments of one script.

@@ -3,7 +3,7 @@
 
 use super::{
     CATALOG_PUT, CATALOG_REMOVE, CATALOG_RESTORE, EMIT, GCRA, Lua, PLACES, RELEASE, ScriptArgs,
-    TRAFFIC_PUT, TRAFFIC_READ,
+    TOOLS_SEEN, TRAFFIC_PUT, TRAFFIC_READ,
 };
 
 /// `gcra.lua`: calls of a tenant's rate given back, then taken.
@@ -268,5 +268,30 @@ impl ScriptArgs for TrafficRead {
 
     fn keys_argv(self) -> (Vec<String>, Vec<String>) {
         (vec![self.traffic], Vec::new())
+    }
+}
+
+/// `tools_seen.lua`: the definitions a page of a tenant presented, marked; the bounds kept.
+#[derive(Debug, Clone)]
+pub struct ToolsSeenPut {
+    /// KEYS: the tenant's hash of definitions presented.
+    pub seen: String,
+    /// At most this many kept.
+    pub kept: usize,
+    /// Each kept this long after it was last presented, ms.
+    pub age: i64,
+    /// `<name>\u{1f}<digest>` of each definition presented.
+    pub fields: Vec<String>,
+}
+
+impl ScriptArgs for ToolsSeenPut {
+    fn lua() -> &'static Lua {
+        &TOOLS_SEEN
+    }
+
+    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
+        let mut argv = vec![self.kept.to_string(), self.age.to_string()];
+        argv.extend(self.fields);
+        (vec![self.seen], argv)
     }
 }
