@@ -1092,7 +1092,7 @@ contract!(a_release_asked_again_is_applied_once);
 /// The tool definitions a tenant's pages presented: each with its first and last time, every
 /// node's writes in one list, and past the bound the definitions presented longest ago go.
 async fn the_tool_definitions_seen_are_kept_within_their_bound(backend: Backend) {
-    use toolmark_broker::seen::{SEEN_KEPT, ToolsSeen};
+    use toolmark_broker::seen::SEEN_KEPT;
     let mut nodes = Nodes::new(backend, short());
     let (n1, _) = nodes.node("n1").await;
     let (n2, _) = nodes.node("n2").await;
