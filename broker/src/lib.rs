@@ -400,7 +400,7 @@ impl Release {
 /// bound with events not yet delivered to webhooks (kept anyway). Cumulative.
 #[derive(Debug, Default)]
 pub struct Emitted {
-    by_kind: [std::sync::atomic::AtomicU64; 5],
+    by_kind: [std::sync::atomic::AtomicU64; EventType::ALL.len()],
     held_for_webhooks: std::sync::atomic::AtomicU64,
 }
 

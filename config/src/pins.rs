@@ -176,7 +176,7 @@ mod tests {
         };
         assert_eq!(
             bad.parse("tenants[0].tools").unwrap_err().key,
-            "tenants[0].tools[0].digest"
+            "tenants[0].tools.tools[0].digest"
         );
     }
 }
