@@ -41,7 +41,7 @@ RUN apt-get update \
  && useradd --system --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home \
       --shell /usr/sbin/nologin toolmark
 COPY --from=build /out/ /usr/local/bin/
-ARG VERSION=0.1.0
+ARG VERSION=0.4.0
 ARG REVISION=unknown
 ARG SOURCE=unknown
 LABEL org.opencontainers.image.title="toolmark" \
