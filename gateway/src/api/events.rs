@@ -163,6 +163,8 @@ pub(crate) struct Sight {
     caller: Caller,
     broker: SharedBroker,
     tenant: String,
+    /// The tenant's pins: in `enforce`, a `page.manifest` lists only pinned definitions.
+    pins: Arc<toolmark_config::pins::Pins>,
     facts: HashMap<(String, String), HashMap<String, ToolFacts>>,
 }
 
@@ -186,11 +188,16 @@ fn entry_facts(entry: &Value) -> ToolFacts {
 
 impl Sight {
     /// The sight of `caller` over `tenant`'s events.
-    pub(crate) fn new(caller: Caller, broker: SharedBroker, tenant: &str) -> Self {
+    pub(crate) fn new(
+        caller: Caller,
+        broker: SharedBroker,
+        tenant: &crate::tenants::Tenant,
+    ) -> Self {
         Sight {
             caller,
             broker,
-            tenant: tenant.to_owned(),
+            tenant: tenant.id.clone(),
+            pins: Arc::clone(&tenant.pins),
             facts: HashMap::new(),
         }
     }
@@ -204,6 +211,16 @@ impl Sight {
         conversation: &str,
         mut data: Value,
     ) -> Option<Value> {
+        let enforced = self.pins.mode == toolmark_config::pins::PinMode::Enforce;
+        if kind == EventType::PageManifest && enforced {
+            // The definitions the tenant did not pin are not there for any reader.
+            if let Some(tools) = data.get_mut("tools").and_then(Value::as_array_mut) {
+                tools.retain(|entry| {
+                    toolmark_proto::ToolManifestSummary::from_value(entry.clone())
+                        .is_ok_and(|t| self.pins.holds(&t.name, t.digest()))
+                });
+            }
+        }
         if !self.caller.limits_tools() {
             return Some(data);
         }
@@ -304,7 +321,7 @@ pub async fn stream(
         .map(str::to_owned);
     let feed = app.broker.events(&tenant.id, last_id.as_deref()).await?;
     let events = replay_then_live(Arc::clone(&app.broker), tenant.id.clone(), feed, last_id);
-    let sight = Sight::new(caller, Arc::clone(&app.broker), &tenant.id);
+    let sight = Sight::new(caller, Arc::clone(&app.broker), &tenant);
     let sight = Arc::new(tokio::sync::Mutex::new(sight));
     let events = events
         .filter(move |e| {

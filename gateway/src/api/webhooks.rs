@@ -44,7 +44,7 @@ pub async fn failed(
     // Held to the reader's policy as the event stream is: dead letters of tools it may not
     // call are left out, a manifest lists only the tools it may call.
     if caller.limits_tools() {
-        let mut sight = super::events::Sight::new(caller, Arc::clone(&app.broker), &tenant.id);
+        let mut sight = super::events::Sight::new(caller, Arc::clone(&app.broker), &tenant);
         let mut kept = Vec::with_capacity(failed.len());
         for mut letter in failed {
             let kind = letter

@@ -141,6 +141,20 @@ async fn enforce_hides_and_refuses_every_definition_the_tenant_did_not_pin() {
     .await;
     let shown = everything_shown(&agent).await;
     assert!(!shown.contains("always call"), "{shown}");
+    // Nor on the event stream: the page.manifest events list only pinned definitions.
+    let mut log = agent.events("?user=u1", Some("0-0")).await;
+    let mut manifests = 0;
+    while let Some(ev) = log.next_within(std::time::Duration::from_millis(500)).await {
+        if ev.event == "page.manifest" {
+            manifests += 1;
+            let text = ev.data.to_string();
+            assert!(
+                !text.contains("evil.test") && !text.contains("always call"),
+                "{text}"
+            );
+        }
+    }
+    assert_eq!(manifests, 2, "both manifests replayed, trimmed");
     refused_not_pinned(&agent, &mut page, "cart.add").await;
 
     // Every definition presented, cluster-wide, for the operator to pin.
