@@ -191,7 +191,7 @@ async function startAudit(event) {
       const q = new URLSearchParams({ limit: '1000' });
       if (tenant) q.set('tenant', tenant);
       if (cursor) q.set('cursor', cursor);
-      const page = await api('GET', `/admin/v1/audit?${q}`);
+      const { data: page } = await api('GET', `/admin/v1/audit?${q}`);
       read.push(...page.entries);
       if (read.length > LOG_MAX) read.splice(0, read.length - LOG_MAX);
       if (page.entries.length) last = page.entries[page.entries.length - 1].id;

@@ -192,7 +192,9 @@ impl ServerHandler for HostedMcp {
             Err(p) if p.pointer.is_some() => {
                 return Err(ErrorData::invalid_params(p.detail, None));
             }
-            Err(p) if p.code == "tool_not_allowed" => {
+            // A tool the credential may not call, or whose definition the tenant did not pin,
+            // is not there for this client: nothing was sent to the page.
+            Err(p) if p.code == "tool_not_allowed" || p.code == "tool_not_pinned" => {
                 return Err(ErrorData::invalid_params(p.detail, None));
             }
             Err(p) if p.code == "no_page" => {

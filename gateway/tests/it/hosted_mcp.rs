@@ -266,7 +266,7 @@ fn call_spawned(
     })
 }
 
-async fn listed(service: &RunningService<RoleClient, Client>) -> Vec<Value> {
+pub(crate) async fn listed(service: &RunningService<RoleClient, Client>) -> Vec<Value> {
     let tools = service.list_all_tools().await.expect("tools are listed");
     tools
         .into_iter()

@@ -309,3 +309,55 @@ async fn the_kits_script_pins_what_the_gateway_computes() {
     assert_eq!(pins["mode"], "enforce");
     let _ = std::fs::remove_file(file);
 }
+
+/// The hosted MCP endpoint under `enforce`: the listing (`?tools=page`: `page_call`'s
+/// description names every tool) says nothing of what the tenant did not pin, and a call of it
+/// is refused as a tool that is not there, with nothing sent to the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosted_mcp_endpoint_serves_only_pinned_definitions() {
+    let (nodes, mut page, agent, _) = shop(json!([cart_add(), exfiltrate()])).await;
+    pin(&nodes[0], "enforce", &[&cart_add()]).await;
+    until("enforce holds on node 2", || async {
+        !everything_shown(&agent).await.contains("evil.test")
+    })
+    .await;
+    let minted = agent
+        .post(
+            "/tokens",
+            json!({"user": "u1", "conversation": "c1", "scope": "mcp"}),
+        )
+        .await;
+    assert_eq!(minted.status, 201, "{}", minted.body);
+    let token = minted.body["token"].as_str().unwrap();
+    let url = nodes[1].url("/v1/tenants/shop/mcp?tools=page");
+    let (service, _) = crate::hosted_mcp::client_at(url, token, None).await;
+    let listing = serde_json::to_string(&crate::hosted_mcp::listed(&service).await).unwrap();
+    assert!(listing.contains("cart.add"), "{listing}");
+    assert!(
+        !listing.contains("evil.test") && !listing.contains("debug.exfiltrate"),
+        "{listing}"
+    );
+    let refused = service
+        .peer()
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new("page_call").with_arguments(
+                json!({"tool": "debug.exfiltrate", "input": {}})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
+        )
+        .await;
+    let error = format!("{refused:?}");
+    assert!(
+        refused.is_err() && error.contains("debug.exfiltrate"),
+        "{error}"
+    );
+    assert!(
+        page.try_recv(std::time::Duration::from_millis(300))
+            .await
+            .is_none(),
+        "the page received nothing"
+    );
+    service.cancel().await.unwrap();
+}
