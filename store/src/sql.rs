@@ -128,9 +128,11 @@ impl SqlCatalog {
         let changes = this.changes.clone();
         tokio::spawn(async move {
             migrate_until_done(&pool, dialect).await;
-            let _ = migrated_tx.send(true);
             if dialect == Dialect::Postgres {
-                listen(&url, &changes).await;
+                // Served once this node hears every change from then on.
+                listen(&url, &changes, &migrated_tx).await;
+            } else {
+                let _ = migrated_tx.send(true);
             }
         });
         Ok(this)
@@ -340,7 +342,7 @@ async fn migrate_until_done(pool: &AnyPool, dialect: Dialect) {
 
 /// Hands every id PostgreSQL notifies on [`CHANNEL`] to `changes`, listening again after a
 /// lost connection (a notice missed meanwhile is healed by the followers' revision check).
-async fn listen(url: &str, changes: &broadcast::Sender<String>) {
+async fn listen(url: &str, changes: &broadcast::Sender<String>, ready: &watch::Sender<bool>) {
     let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -354,6 +356,7 @@ async fn listen(url: &str, changes: &broadcast::Sender<String>) {
         let heard = async {
             let mut l = sqlx::postgres::PgListener::connect_with(&pool).await?;
             l.listen(CHANNEL).await?;
+            let _ = ready.send(true);
             tracing::debug!("admin store notices heard");
             loop {
                 // `None`: the connection was lost and is made again; a notice sent meanwhile
