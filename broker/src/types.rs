@@ -381,7 +381,7 @@ pub struct CallTarget {
 
 impl CallTarget {
     /// The target of a conversation read, when [`crate::model::accepts_calls`] says it takes
-    /// calls.
+    /// calls: what binding the call needs (no pin digests: a gate asks [`CallTarget::current`]).
     pub fn of(state: &ConversationState) -> Option<Self> {
         let accepted = crate::model::accepts_calls(
             state.client_id.as_deref(),
@@ -390,11 +390,16 @@ impl CallTarget {
                 .reconnecting_for_ms
                 .map(std::time::Duration::from_millis),
         );
-        Self::current(state).filter(|_| accepted)
+        Self::made(state, false).filter(|_| accepted)
     }
 
-    /// The conversation's current page, whether or not it takes calls now.
+    /// The conversation's current page, whether or not it takes calls now, with each tool's
+    /// pin digest (what a [`ToolGate`] asks).
     pub fn current(state: &ConversationState) -> Option<Self> {
+        Self::made(state, true)
+    }
+
+    fn made(state: &ConversationState, with_digests: bool) -> Option<Self> {
         Some(CallTarget {
             client_id: state.client_id.clone()?,
             rev: state.rev,
@@ -411,11 +416,15 @@ impl CallTarget {
                 .filter(|(_, f)| *f != ToolFacts::default())
                 .map(|(name, f)| (name.clone(), f))
                 .collect(),
-            digests: state
-                .tools
-                .iter()
-                .map(|t| (t.name.clone(), t.digest().to_owned()))
-                .collect(),
+            digests: if with_digests {
+                state
+                    .tools
+                    .iter()
+                    .map(|t| (t.name.clone(), t.digest().to_owned()))
+                    .collect()
+            } else {
+                Vec::new()
+            },
         })
     }
 

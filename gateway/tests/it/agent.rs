@@ -197,8 +197,14 @@ impl Events {
 /// A call through `agent_node` to acme's u1/c1 that `page` answers `needs_confirmation`: its
 /// confirmId.
 pub async fn needs_confirmation(agent_node: &Gateway, page: &mut Page) -> String {
-    let pending = agent_node.acme().call_later(
-        "u1",
+    needs_confirmation_by(&agent_node.acme(), "u1", page).await
+}
+
+/// A call through `agent` to its tenant's `user`/c1 that `page` answers `needs_confirmation`:
+/// its confirmId.
+pub async fn needs_confirmation_by(agent: &Agent, user: &str, page: &mut Page) -> String {
+    let pending = agent.call_later(
+        user,
         "c1",
         json!({"tool": "signup.submit", "input": {}, "timeoutMs": 20000}),
     );

@@ -160,28 +160,9 @@ async fn across(agent_node: &Node, page_node: &Node, user: &str) {
         record.body
     );
 
-    let pending = agent.call_later(
-        user,
-        "c1",
-        json!({"tool": "signup.submit", "input": {}, "timeoutMs": 20000}),
-    );
-    let frame = page.recv().await;
-    let confirm_id = uuid::Uuid::new_v4().to_string();
-    page.answer(
-        frame["id"].as_str().unwrap(),
-        json!({"status": "needs_confirmation", "confirmId": confirm_id, "summary": "Sign up?"}),
-    )
-    .await;
-    let answer = pending.await.unwrap();
-    assert_eq!(
-        answer.body["outcome"]["status"], "needs_confirmation",
-        "{what}"
-    );
-    page.send(
-        json!({"protocol": 1, "type": "confirmed", "clientId": page.client_id,
-        "confirmId": confirm_id, "result": {"status": "ok", "data": "signed up"}}),
-    )
-    .await;
+    let confirm_id = crate::agent::needs_confirmation_by(&agent, user, &mut page).await;
+    let approved = crate::agent::confirmed(&page, &confirm_id);
+    page.send(approved).await;
     let resolved = events.next_of("confirmation.resolved").await;
     assert_eq!(
         resolved.data["data"]["confirmId"],
