@@ -160,10 +160,17 @@ pub trait Broker:
 /// Calls and describes: bound before they are sent, answered or timed out exactly once.
 #[async_trait]
 pub trait Calls: Send + Sync {
+    /// A fresh id for a call of `conv`: [`partition::new_call_id`], 122 random bits; on Redis,
+    /// while a node of a release up to 0.4.0 is live beside this one, the form that release
+    /// reads ([`partition::new_legacy_call_id`]).
+    fn mint_call_id(&self, conv: &ConvKey) -> String {
+        let _ = conv;
+        partition::new_call_id()
+    }
+
     /// Stores the binding (before anything is sent), registers this node as the waiter and
     /// publishes `frame` to the pages of the binding's conversation. The call id comes from
-    /// [`partition::new_call_id`] for that conversation (on Redis, the id names where the call
-    /// is stored).
+    /// [`Calls::mint_call_id`] for that conversation.
     async fn send_call(
         &self,
         binding: CallBinding,

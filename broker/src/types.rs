@@ -277,7 +277,7 @@ impl ConversationState {
 /// An agent's call before it is bound: what the gateway asks the broker to place.
 #[derive(Debug, Clone)]
 pub struct CallRequest {
-    /// The call id, from [`crate::partition::new_call_id`] for this conversation.
+    /// The call id, from [`crate::Calls::mint_call_id`] for this conversation.
     pub id: String,
     /// Where the call goes.
     pub conv: ConvKey,

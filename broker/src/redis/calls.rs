@@ -31,7 +31,7 @@ impl RedisBroker {
         let conv = &binding.conv;
         let k = partition::of_conv(conv);
         Bind {
-            call: self.keys.call(&binding.id),
+            call: self.keys.call(k, &binding.id),
             pending: self.keys.pending(conv),
             deadlines: self.keys.deadlines(k),
             sockets: self.keys.sockets(conv),
@@ -200,7 +200,9 @@ impl RedisBroker {
                 live: self.live.ids(),
                 dead: self.live.dead(),
             };
-            let rx = self.waiters.wait(&binding.id);
+            let rx = self
+                .waiters
+                .wait(&binding.id, partition::of_conv(&binding.conv));
             let sent = self.client.is_connected();
             let reply = match self.run(place).await {
                 Ok(r) => strings(r),
@@ -279,7 +281,9 @@ impl RedisBroker {
     /// then: not placed as far as the agent is told (503).
     async fn placed_after_all(&self, binding: &CallBinding) -> bool {
         let left = Duration::from_millis(binding.deadline_ms.saturating_sub(now_ms()));
-        let key = self.keys.call(&binding.id);
+        let key = self
+            .keys
+            .call(partition::of_conv(&binding.conv), &binding.id);
         let read = crate::retry::until_answered(
             Instant::now() + left,
             |_| true,
@@ -352,22 +356,59 @@ impl RedisBroker {
             .collect())
     }
 
-    /// The outcome stored for call `id`, whichever tenant's it is (none while it is pending).
-    pub(super) async fn stored_outcome(&self, id: &str) -> Result<Option<Outcome>, BrokerError> {
+    /// The outcome stored for call `id` of partition `k`, whichever tenant's it is (none while
+    /// it is pending).
+    pub(super) async fn stored_outcome(
+        &self,
+        k: u16,
+        id: &str,
+    ) -> Result<Option<Outcome>, BrokerError> {
         let f = strings(
             self.run(ReadCall {
-                call: self.keys.call(id),
+                call: self.keys.call(k, id),
             })
             .await?,
         );
         Ok(Self::stored_record(id, &f).and_then(|r| r.outcome))
     }
 
-    /// A call of `tenant` by id, in the partition the id names.
+    /// The partition holding call `id`, known by its id alone: an id names no partition, so
+    /// every partition's key is asked about at once (64 `EXISTS` in one round trip, spread over
+    /// the shards). Only requests that know nothing but the id pay it (`GET /calls/{id}`, a
+    /// cancel, a watch, a page's result for a call not of its conversation); a call's own path
+    /// knows its conversation.
+    pub(super) async fn locate(&self, id: &str) -> Result<Option<u16>, BrokerError> {
+        if uuid::Uuid::try_parse(id).is_err() {
+            // Never an id the gateway minted.
+            return Ok(None);
+        }
+        let reads = (0..partition::PARTITIONS).map(|k| {
+            let key = self.keys.call(k, id);
+            async move { (k, self.client.exists::<i64, _>(key).await) }
+        });
+        let mut failed = None;
+        for (k, read) in futures_util::future::join_all(reads).await {
+            match read {
+                Ok(n) if n > 0 => return Ok(Some(k)),
+                Ok(_) => {}
+                Err(e) => failed = Some(e),
+            }
+        }
+        match failed {
+            // A partition that did not answer may hold it.
+            Some(e) => Err(unavailable(&e)),
+            None => Ok(None),
+        }
+    }
+
+    /// A call of `tenant` by id, wherever it is.
     async fn stored_call(&self, tenant: &str, id: &str) -> Result<Option<CallRecord>, BrokerError> {
+        let Some(k) = self.locate(id).await? else {
+            return Ok(None);
+        };
         let f = strings(
             self.run(ReadCall {
-                call: self.keys.call(id),
+                call: self.keys.call(k, id),
             })
             .await?,
         );
@@ -377,12 +418,22 @@ impl RedisBroker {
 
 #[async_trait]
 impl Calls for RedisBroker {
+    fn mint_call_id(&self, conv: &ConvKey) -> String {
+        if self.live.legacy_ids() {
+            partition::new_legacy_call_id(conv)
+        } else {
+            partition::new_call_id()
+        }
+    }
+
     async fn send_call(
         &self,
         binding: CallBinding,
         frame: AgentMessage,
     ) -> Result<OutcomeWaiter, BrokerError> {
-        let rx = self.waiters.wait(&binding.id);
+        let rx = self
+            .waiters
+            .wait(&binding.id, partition::of_conv(&binding.conv));
         if let Err(e) = self.run(self.bind_args(&binding, &frame)).await {
             self.waiters.forget(&binding.id);
             return Err(e);
@@ -412,10 +463,10 @@ impl Calls for RedisBroker {
     }
 
     async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError> {
-        let k = partition::of_call(id);
+        let k = partition::of_conv(conv);
         let reply = strings(
             self.run(Timeout {
-                call: self.keys.call(id),
+                call: self.keys.call(k, id),
                 pending: self.keys.pending(conv),
                 deadlines: self.keys.deadlines(k),
                 sockets: self.keys.sockets(conv),
@@ -456,10 +507,10 @@ impl Calls for RedisBroker {
         let Some(found) = self.stored_call(tenant, id).await? else {
             return Ok(None);
         };
-        let k = partition::of_call(id);
+        let k = partition::of_conv(&found.binding.conv);
         let reply = strings(
             self.run(Cancel {
-                call: self.keys.call(id),
+                call: self.keys.call(k, id),
                 sockets: self.keys.sockets(&found.binding.conv),
                 channel_prefix: self.keys.node_channel_prefix(),
                 channel_suffix: format!(":{}", keys::partition_tag(k)),
@@ -474,11 +525,14 @@ impl Calls for RedisBroker {
     }
 
     async fn watch(&self, tenant: &str, id: &str) -> Result<Watch, BrokerError> {
+        let Some(k) = self.locate(id).await? else {
+            return Ok(Watch::Unknown);
+        };
         // Listening before the script runs: an outcome published right after it is heard.
-        let rx = self.waiters.watch(id);
+        let rx = self.waiters.watch(id, k);
         let reply = self
             .run(WatchCall {
-                call: self.keys.call(id),
+                call: self.keys.call(k, id),
                 node: self.node.clone(),
             })
             .await

@@ -46,14 +46,10 @@ impl Keys {
         }
     }
 
-    /// The hash of one call (binding, state, outcome), in the partition its id names, under
-    /// the id's [`codec::compact_id`] form.
-    pub fn call(&self, id: &str) -> String {
-        format!(
-            "{}{}",
-            self.call_prefix(partition::of_call(id)),
-            codec::compact_id(id)
-        )
+    /// The hash of one call (binding, state, outcome) in partition `k` (its conversation's),
+    /// under the id's [`codec::compact_id`] form.
+    pub fn call(&self, k: u16, id: &str) -> String {
+        format!("{}{}", self.call_prefix(k), codec::compact_id(id))
     }
 
     /// Prefix of the call hashes of partition `k` (`…:c:<compact id>`).
@@ -171,6 +167,14 @@ impl Keys {
         format!("{}nodes", self.p)
     }
 
+    /// The live nodes that find a call by an id naming no partition (releases after 0.4.0),
+    /// scored as [`Keys::nodes`]: a node in `nodes` but not here is of an older release, and
+    /// while one is live, call ids are minted in the legacy form
+    /// ([`partition::new_legacy_call_id`]).
+    pub fn nodes_any_id(&self) -> String {
+        format!("{}nodes:any-id", self.p)
+    }
+
     /// Pending calls of partition `k` by deadline: member `tenant\nuser\nconversation\nid`.
     pub fn deadlines(&self, k: u16) -> String {
         format!("{}{}:deadlines", self.p, partition_tag(k))
@@ -265,9 +269,9 @@ mod tests {
         let c = ConvKey::new("acme", "u_1", "c-2");
         let p = partition::of_conv(&c);
         let tag = partition_tag(p);
-        let id = partition::new_call_id(&c);
+        let id = partition::new_call_id();
         for key in [
-            k.call(&id),
+            k.call(p, &id),
             k.confirm(&c, "k"),
             k.manifest_prefix(&c),
             k.conv(&c),

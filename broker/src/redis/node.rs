@@ -52,6 +52,19 @@ impl RedisBroker {
         // Milliseconds since the epoch are exact in an f64 for the next 280,000 years.
         #[allow(clippy::cast_precision_loss)]
         let score = now as f64;
+        // First the form of ids it reads, then its life: a node read live is never taken for
+        // one of an older release.
+        let _: Result<i64, _> = self
+            .client
+            .zadd(
+                &self.keys.nodes_any_id(),
+                None,
+                None,
+                false,
+                false,
+                (score, self.node.as_str()),
+            )
+            .await;
         let _: Result<i64, _> = self
             .client
             .zadd(
@@ -66,10 +79,9 @@ impl RedisBroker {
         self.refresh_live().await;
         #[allow(clippy::cast_precision_loss)]
         let forget = now.saturating_sub(3_600_000) as f64;
-        let _: Result<i64, _> = self
-            .client
-            .zremrangebyscore(&self.keys.nodes(), "-inf", forget)
-            .await;
+        for set in [self.keys.nodes(), self.keys.nodes_any_id()] {
+            let _: Result<i64, _> = self.client.zremrangebyscore(&set, "-inf", forget).await;
+        }
         // Waiters whose request went away (their outcome message never came) are forgotten.
         self.waiters.forget_gone();
         if self.held.refresh_due(self.opts.retention.conversations / 3) {
@@ -84,12 +96,24 @@ impl RedisBroker {
         let dead_before = now_ms().saturating_sub(u64::from(model::DEAD_AFTER_HEARTBEATS) * hb);
         #[allow(clippy::cast_precision_loss)]
         let min = dead_before as f64;
-        if let Ok(nodes) = self
-            .client
-            .zrangebyscore::<Vec<String>, _, _, _>(&self.keys.nodes(), min, "+inf", false, None)
-            .await
-        {
-            self.live.read(nodes);
+        let (nodes_key, any_id_key) = (self.keys.nodes(), self.keys.nodes_any_id());
+        // Boxed: two reads' futures inline would grow every future that awaits a heartbeat.
+        let (nodes, any_id) = Box::pin(async {
+            tokio::join!(
+                self.client
+                    .zrangebyscore::<Vec<String>, _, _, _>(&nodes_key, min, "+inf", false, None),
+                self.client.zrangebyscore::<Vec<String>, _, _, _>(
+                    &any_id_key,
+                    min,
+                    "+inf",
+                    false,
+                    None
+                ),
+            )
+        })
+        .await;
+        if let (Ok(nodes), Ok(any_id)) = (nodes, any_id) {
+            self.live.read(nodes, &any_id);
         }
     }
 

@@ -51,7 +51,7 @@ impl RedisBroker {
             for (name, entry) in read.map_err(|e| unavailable(&e))? {
                 let change = match codec::parse_outbox_entry(&entry) {
                     Some((at, _)) if now < at + after => continue,
-                    Some((_, o)) => self.resolve(o).await?,
+                    Some((_, o)) => self.resolve(k, o).await?,
                     None => None,
                 };
                 match change {
@@ -71,14 +71,14 @@ impl RedisBroker {
         Ok(relayed)
     }
 
-    /// The whole change an outbox entry names, read from what it changed.
-    async fn resolve(&self, o: Outboxed) -> Result<Option<Change>, BrokerError> {
+    /// The whole change an entry of partition `k`'s outbox names, read from what it changed.
+    async fn resolve(&self, k: u16, o: Outboxed) -> Result<Option<Change>, BrokerError> {
         Ok(match o {
             Outboxed::Ready(c) => Some(c),
             Outboxed::Call(id) => {
                 let f = strings(
                     self.run(ReadCall {
-                        call: self.keys.call(&id),
+                        call: self.keys.call(k, &id),
                     })
                     .await?,
                 );

@@ -6,7 +6,7 @@ use fred::interfaces::KeysInterface;
 use fred::prelude::Expiration;
 use toolmark_proto::ToolResult;
 
-use super::reply::{RETRY, millis, rejection, strings, unavailable};
+use super::reply::{RETRY, millis, rejection, strings};
 use super::scripts::{Outbox, PageResult};
 use super::{RedisBroker, codec, keys};
 use crate::{
@@ -25,34 +25,17 @@ impl RedisBroker {
         again: Option<u64>,
     ) -> Result<CallRecord, SubmitError> {
         let k = partition::of_conv(&from.conv);
-        if partition::of_call(id) != k {
-            // Not a call of this conversation (its id names another partition, on another
-            // slot): another conversation's call, or none.
-            let exists: i64 = self
-                .client
-                .exists(self.keys.call(id))
-                .await
-                .map_err(|e| unavailable(&e))?;
-            let found = if exists > 0 {
-                model::Found::Elsewhere
-            } else {
-                model::Found::Nowhere
-            };
-            let rejected = model::check_result(found, &from.client_id, now_ms());
-            return Err(SubmitError::Rejected(
-                rejected.err().unwrap_or(Rejection::UnknownId),
-            ));
-        }
         let outcome = Outcome::Result(result.clone());
         let message = codec::outcome_message(id, &outcome);
         let outcome = serde_json::to_string(&outcome).unwrap_or_default();
-        let confirm_key = result
-            .confirm_id()
-            .map_or_else(|| self.keys.call(id), |c| self.keys.confirm(&from.conv, c));
+        let confirm_key = result.confirm_id().map_or_else(
+            || self.keys.call(k, id),
+            |c| self.keys.confirm(&from.conv, c),
+        );
         let confirm = result.confirm_id().unwrap_or_default().to_owned();
         let reply = self
             .run_once(PageResult {
-                call: self.keys.call(id),
+                call: self.keys.call(k, id),
                 confirm: confirm_key,
                 pending: self.keys.pending(&from.conv),
                 deadlines: self.keys.deadlines(k),
@@ -109,6 +92,18 @@ impl RedisBroker {
                     self.relay(&Change::Call(record.clone())).await;
                 }
                 Ok(record)
+            }
+            Some("unknown_id") => {
+                // Not in this conversation's partition: another conversation's call (in
+                // another partition), or none.
+                let found = match self.locate(id).await.map_err(SubmitError::Broker)? {
+                    Some(_) => model::Found::Elsewhere,
+                    None => model::Found::Nowhere,
+                };
+                let rejected = model::check_result(found, &from.client_id, now_ms());
+                Err(SubmitError::Rejected(
+                    rejected.err().unwrap_or(Rejection::UnknownId),
+                ))
             }
             Some(code) => Err(SubmitError::Rejected(
                 rejection(code).unwrap_or(Rejection::UnknownId),

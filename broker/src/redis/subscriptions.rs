@@ -33,7 +33,7 @@ use super::reply::parse_event;
 use super::state::Probed;
 use super::{ConnectError, RedisBroker, codec, run};
 use crate::ConvKey;
-use crate::partition::{self, PARTITIONS};
+use crate::partition::PARTITIONS;
 
 /// How often the node probes its own partition channels.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
@@ -161,11 +161,11 @@ impl RedisBroker {
     /// for every tenant with live readers, the events after the last one they got.
     async fn catch_up(&self, lost: &[u16]) {
         let mut ids = self.waiters.ids();
-        ids.retain(|id| lost.contains(&partition::of_call(id)));
+        ids.retain(|(_, k)| lost.contains(k));
         for chunk in ids.chunks(256) {
             let reads = chunk
                 .iter()
-                .map(|id| async move { (id, self.stored_outcome(id).await) });
+                .map(|(id, k)| async move { (id, self.stored_outcome(*k, id).await) });
             for (id, read) in futures_util::future::join_all(reads).await {
                 if let Ok(Some(outcome)) = read {
                     self.on_outcome(id, outcome);

@@ -69,6 +69,74 @@ async fn results_are_checked_against_their_binding(backend: Backend) {
 }
 contract!(results_are_checked_against_their_binding);
 
+/// Call ids of one conversation keep all 122 random bits of a version 4 UUID (seed Security
+/// MUST 6: nothing in them names the conversation or where it is stored), and a call is still
+/// found by its id alone on any node: read, watched, cancelled, and a result for it from
+/// another conversation is a mismatch, not an unknown id.
+async fn call_ids_are_all_random_and_still_find_their_call(backend: Backend) {
+    use toolmark_broker::Watch;
+    let mut nodes = Nodes::new(backend, short());
+    let (n1, _) = Box::pin(nodes.node("n1")).await;
+    let (n2, _) = Box::pin(nodes.node("n2")).await;
+    let c = conv();
+    // 400 ids: a bit constant across them is not random (chance 2^-399 each).
+    let minted: Vec<String> = (0..400).map(|_| n1.mint_call_id(&c)).collect();
+    assert_eq!(
+        crate::support::varying_bits(&minted),
+        122,
+        "{:?}",
+        &minted[..3]
+    );
+    let mut placed = Vec::new();
+    for _ in 0..8 {
+        placed.push(call(&n1, &c, "p1", Duration::from_secs(30)).await);
+    }
+    for (id, _) in &placed {
+        let found = n2
+            .call("t", id)
+            .await
+            .unwrap()
+            .expect("found by its id alone");
+        assert_eq!(found.binding.conv, c);
+        assert!(
+            n2.call("t2", id).await.unwrap().is_none(),
+            "another tenant's"
+        );
+    }
+    // Watched from another node, then answered.
+    let (id, waiter) = placed.remove(0);
+    let Watch::Pending(watching) = n2.watch("t", &id).await.unwrap() else {
+        panic!("a pending call is watched");
+    };
+    let other = ConvKey::new("t", "u2", "elsewhere");
+    assert_eq!(
+        n2.submit_result(&page(&other, "p1"), &id, ok())
+            .await
+            .map(|_| ()),
+        rejected(Rejection::Mismatch),
+        "a result from another conversation"
+    );
+    n2.submit_result(&page(&c, "p1"), &id, ok()).await.unwrap();
+    assert_eq!(waiter.await.unwrap(), Outcome::Result(ok()));
+    let heard = tokio::time::timeout(Duration::from_secs(5), watching)
+        .await
+        .expect("the watcher hears the outcome")
+        .unwrap();
+    assert_eq!(heard, Outcome::Result(ok()));
+    // Cancelled from the other node by id alone.
+    let (id, waiter) = placed.remove(0);
+    let cancelled = n2.cancel("t", &id).await.unwrap().expect("cancelled");
+    assert_eq!(cancelled.binding.id, id);
+    drop(waiter);
+    assert!(
+        n2.cancel("t", &toolmark_broker::partition::new_call_id())
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+contract!(call_ids_are_all_random_and_still_find_their_call);
+
 /// A call's outcome reaches the nodes watching it (a repeat of an idempotent request, on any
 /// node) with the placing node's, from the same notification: a result and a timeout alike; a
 /// finished call is answered at once, an unknown or another tenant's call is unknown.
@@ -116,7 +184,7 @@ async fn a_watched_call_tells_every_watching_node_its_outcome(backend: Backend) 
     assert_eq!(o, Outcome::Timeout);
     // Unknown ids and another tenant's call.
     assert!(matches!(
-        n2.watch("t", &toolmark_broker::partition::new_call_id(&c))
+        n2.watch("t", &toolmark_broker::partition::new_call_id())
             .await
             .unwrap(),
         Watch::Unknown

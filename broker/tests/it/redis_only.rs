@@ -48,11 +48,11 @@ fn compact(u: &str) -> String {
         .encode(uuid::Uuid::parse_str(u).unwrap().as_bytes())
 }
 
-/// The key of call `id` under `prefix`.
-fn call_key(prefix: &str, id: &str) -> String {
+/// The key of call `id` of conversation `c` under `prefix`: in the conversation's partition.
+fn call_key(prefix: &str, c: &toolmark_broker::ConvKey, id: &str) -> String {
     format!(
         "{prefix}:{{p{}}}:c:{}",
-        toolmark_broker::partition::of_call(id),
+        toolmark_broker::partition::of_conv(c),
         compact(id)
     )
 }
@@ -152,6 +152,7 @@ async fn events_a_webhook_consumer_has_not_read_are_never_trimmed() {
 /// Keys that are indexes or logs with their own bound, listed in docs/architecture.md.
 fn without_ttl_allowed(key: &str) -> bool {
     key.ends_with(":nodes")
+        || key.ends_with(":nodes:any-id")
         || key.ends_with(":deadlines")
         || key.ends_with(":pendingconfirms")
         || key.ends_with(":events")
@@ -389,7 +390,7 @@ async fn a_finished_call_keeps_only_its_binding_state_and_outcome() {
         .unwrap();
     // The call id and the clientId are kept as their 16 bytes in URL-safe base64, not as
     // their 36-character text.
-    let key = call_key("fin", &id);
+    let key = call_key("fin", &c, &id);
     // Finished, the call is one string (no hash, no field names): its state, the binding's
     // fields and the outcome, one a line.
     assert_eq!(redis.cli(&["type", &key]).trim(), "string", "{key}");
@@ -415,7 +416,7 @@ async fn a_finished_call_keeps_only_its_binding_state_and_outcome() {
         "zcard",
         &format!(
             "fin:{{p{}}}:deadlines",
-            toolmark_broker::partition::of_call(&id)
+            toolmark_broker::partition::of_conv(&c)
         ),
     ]);
     assert_eq!(
@@ -579,7 +580,7 @@ async fn calls_an_older_node_stored_are_resent_cancelled_and_answered() {
     let (b, sink) = quiet_node(&redis, "old").await;
     let c = conv();
     connected_page(&b, &c, "p1").await;
-    let key = |id: &str| call_key("old", id);
+    let key = |id: &str| call_key("old", &c, id);
     // Two calls, each rewritten into the older layout.
     let mut ids = Vec::new();
     for _ in 0..2 {
@@ -838,4 +839,51 @@ async fn a_change_with_events_costs_two_round_trips_more_and_a_plain_result_none
         assert_eq!(&monitor.client_commands(step, end), want, "{step}");
     }
     b.close().await;
+}
+
+/// While a node of a release up to 0.4.0 is live on the same Redis (it heartbeats into the
+/// live set but does not announce that it finds a call by any id), call ids are minted in the
+/// form it reads (the conversation's partition in their last six bits), and such a call is
+/// found by id as any other; once that node is gone, ids keep all 122 random bits again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beside_a_node_of_an_older_release_call_ids_name_their_partition_until_it_is_gone() {
+    use toolmark_broker::partition::{of_conv, of_legacy_call};
+    let redis = RedisProc::start(&[]);
+    let opts = RedisOptions {
+        heartbeat: Duration::from_millis(100),
+        prefix: "mix".into(),
+        ..RedisOptions::default()
+    };
+    let (b, _sink) = on_own_redis(&redis, opts).await;
+    let b: toolmark_broker::SharedBroker = b;
+    let c = conv();
+    let names_partition = |ids: &[String]| ids.iter().all(|id| of_legacy_call(id) == of_conv(&c));
+    let mint = |n: usize| (0..n).map(|_| b.mint_call_id(&c)).collect::<Vec<_>>();
+    assert_eq!(
+        crate::support::varying_bits(&mint(400)),
+        122,
+        "alone: all random"
+    );
+    // The older node's heartbeat, as it writes it (its score far ahead: live until it leaves).
+    let ahead = (toolmark_broker::now_ms() + 3_600_000).to_string();
+    redis.cli(&["zadd", "mix:nodes", &ahead, "node-of-0.4.0"]);
+    eventually(Duration::from_secs(10), "ids naming the partition", || {
+        let ids = mint(64);
+        async move { names_partition(&ids).then_some(()) }
+    })
+    .await;
+    let (id, _waiter) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    assert_eq!(of_legacy_call(&id), of_conv(&c), "placed beside it: {id}");
+    assert!(b.call("t", &id).await.unwrap().is_some(), "found by id");
+    // It leaves: random again, and the call placed meanwhile is still found.
+    redis.cli(&["zrem", "mix:nodes", "node-of-0.4.0"]);
+    eventually(Duration::from_secs(10), "all-random ids again", || {
+        let ids = mint(400);
+        async move { (crate::support::varying_bits(&ids) == 122).then_some(()) }
+    })
+    .await;
+    assert!(
+        b.call("t", &id).await.unwrap().is_some(),
+        "still found by id"
+    );
 }

@@ -137,6 +137,18 @@ impl Nodes {
     }
 }
 
+/// How many of a UUID's 128 bits take both values across `ids`: 122 for version 4 UUIDs
+/// whose random bits are all random (given enough of them), fewer when some encode something.
+pub fn varying_bits(ids: &[String]) -> u32 {
+    let (mut ones, mut zeros) = (0u128, 0u128);
+    for id in ids {
+        let u = uuid::Uuid::parse_str(id).expect("a UUID").as_u128();
+        ones |= u;
+        zeros |= !u;
+    }
+    (ones & zeros).count_ones()
+}
+
 pub fn conv() -> ConvKey {
     ConvKey::new("t", "u", "c")
 }
@@ -171,7 +183,7 @@ pub async fn call_as(
     timeout: Duration,
     respond_async: bool,
 ) -> (String, toolmark_broker::OutcomeWaiter) {
-    let id = toolmark_broker::partition::new_call_id(conv);
+    let id = b.mint_call_id(conv);
     let binding = CallBinding {
         id: id.clone(),
         conv: conv.clone(),
@@ -201,7 +213,7 @@ pub async fn call_as(
 /// An agent's call of `todo.add` to `conv`, with the tenant's rate `per_second`.
 pub fn request(conv: &ConvKey, per_second: u32) -> toolmark_broker::CallRequest {
     toolmark_broker::CallRequest {
-        id: toolmark_broker::partition::new_call_id(conv),
+        id: toolmark_broker::partition::new_call_id(),
         conv: conv.clone(),
         kind: CallKind::Call,
         tool: "todo.add".into(),

@@ -428,7 +428,7 @@ mod tests {
     async fn stored_call(app: &AppState, caller: &CallerRef) -> String {
         let conv = toolmark_broker::ConvKey::new("t", "u", "c");
         let binding = CallBinding {
-            id: toolmark_broker::partition::new_call_id(&conv),
+            id: app.broker.mint_call_id(&conv),
             conv,
             client_id: "p1".into(),
             tool: "todo.add".into(),

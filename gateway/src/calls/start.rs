@@ -8,7 +8,6 @@ use std::time::Duration;
 use serde_json::Value;
 use toolmark_broker::{
     CallKind, CallRequest, CallTarget, CallerRate, ConvKey, PlaceError, Placed, ToolGate, now_ms,
-    partition,
 };
 use toolmark_config::pins::PinMode;
 
@@ -122,7 +121,7 @@ async fn place(
     let placed = app
         .broker
         .place_call(CallRequest {
-            id: partition::new_call_id(&conv),
+            id: app.broker.mint_call_id(&conv),
             conv,
             kind: req.kind,
             llm_name: req.by_llm_name.then(|| req.tool.clone()),

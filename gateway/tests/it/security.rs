@@ -231,21 +231,38 @@ async fn call_ids_are_unguessable_and_bound_before_sending() {
     let gw = Gateway::start().await;
     let mut p1 = ready_page(&gw, "acme", "u1", "c1", todo()).await;
     let mut ids = Vec::new();
-    for _ in 0..3 {
+    // 160 calls of one conversation: a bit of the 122 random ones that never changes across
+    // them encodes something (chance 2^-159 each).
+    for i in 0..160 {
         let pending = gw
             .acme()
             .call_later("u1", "c1", json!({"tool": "todo.add", "input": {}}));
         let frame = p1.recv().await;
         let id = frame["id"].as_str().unwrap().to_owned();
-        // The binding exists by the time the page sees the call.
-        let record = gw.acme().get(&format!("/calls/{id}")).await;
-        assert_eq!(record.body["state"], "pending");
-        assert_eq!(record.body["clientId"], p1.client_id.as_str());
+        if i < 3 {
+            // The binding exists by the time the page sees the call.
+            let record = gw.acme().get(&format!("/calls/{id}")).await;
+            assert_eq!(record.body["state"], "pending");
+            assert_eq!(record.body["clientId"], p1.client_id.as_str());
+        }
         p1.answer(&id, json!({"status": "ok"})).await;
         assert_eq!(pending.await.unwrap().body["id"], id.as_str());
         assert!(toolmark_proto::ids::looks_unguessable(&id), "{id}");
         ids.push(id);
     }
+    let (mut ones, mut zeros) = (0u128, 0u128);
+    for id in &ids {
+        let u = uuid::Uuid::parse_str(id).unwrap();
+        assert_eq!(u.get_version_num(), 4, "{id}");
+        ones |= u.as_u128();
+        zeros |= !u.as_u128();
+    }
+    assert_eq!(
+        (ones & zeros).count_ones(),
+        122,
+        "bits that vary across the ids"
+    );
+    ids.sort();
     ids.dedup();
-    assert_eq!(ids.len(), 3);
+    assert_eq!(ids.len(), 160);
 }

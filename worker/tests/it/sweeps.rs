@@ -80,7 +80,7 @@ fn call_to(
     node: &str,
     deadline_ms: u64,
 ) -> (CallBinding, AgentMessage) {
-    let id = toolmark_broker::partition::new_call_id(conv);
+    let id = toolmark_broker::partition::new_call_id();
     let binding = CallBinding {
         id: id.clone(),
         conv: conv.clone(),

@@ -314,7 +314,7 @@ async fn confirmations_of_a_page_gone_from_every_node_expire_once() {
         .await
         .unwrap();
     broker.page_identified(&conv, "p1").await.unwrap();
-    let call_id = toolmark_broker::partition::new_call_id(&conv);
+    let call_id = toolmark_broker::partition::new_call_id();
     let binding = CallBinding {
         id: call_id.clone(),
         conv: conv.clone(),

@@ -1,7 +1,9 @@
 //! Node liveness: the set of live nodes as this node last read it (heartbeats within
-//! `model::DEAD_AFTER_HEARTBEATS` intervals), and the nodes found dead lately.
+//! `model::DEAD_AFTER_HEARTBEATS` intervals), the nodes found dead lately, and whether a live
+//! node is of a release that finds a call only by the partition its id names.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -18,6 +20,8 @@ pub(in crate::redis) struct Liveness {
     /// Nodes with sockets in some conversation that were still not live after the live set was
     /// read again, and when: not asked about again for a heartbeat.
     dead_seen: Mutex<HashMap<String, Instant>>,
+    /// A live node did not announce that it finds a call by any id (a release up to 0.4.0).
+    legacy: AtomicBool,
 }
 
 impl Liveness {
@@ -28,7 +32,14 @@ impl Liveness {
             heartbeat,
             live: RwLock::new(Arc::new(HashSet::from([own.to_owned()]))),
             dead_seen: Mutex::default(),
+            legacy: AtomicBool::new(false),
         }
+    }
+
+    /// Whether a live node finds a call only by the partition its id names: call ids are then
+    /// minted in that form.
+    pub(in crate::redis) fn legacy_ids(&self) -> bool {
+        self.legacy.load(Ordering::Relaxed)
     }
 
     /// The live nodes.
@@ -41,8 +52,14 @@ impl Liveness {
         self.nodes().iter().cloned().collect()
     }
 
-    /// The live set as read from Redis (this node added).
-    pub(in crate::redis) fn read(&self, nodes: Vec<String>) {
+    /// The live set as read from Redis (this node added), and the live nodes that announced
+    /// they find a call by any id.
+    pub(in crate::redis) fn read(&self, nodes: Vec<String>, any_id: &[String]) {
+        let any_id: HashSet<&str> = any_id.iter().map(String::as_str).collect();
+        let legacy = nodes
+            .iter()
+            .any(|n| n != &self.own && !any_id.contains(n.as_str()));
+        self.legacy.store(legacy, Ordering::Relaxed);
         let mut set: HashSet<String> = nodes.into_iter().collect();
         set.insert(self.own.clone());
         *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(set);
