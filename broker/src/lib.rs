@@ -48,6 +48,13 @@ pub trait PageSink: Send + Sync + 'static {
     /// Writes `frame` to this node's sockets of `conv` whose clientId is `client_id` or not yet
     /// known (each page filters by clientId, rule 1).
     fn deliver(&self, conv: &ConvKey, client_id: &str, frame: Arc<str>);
+
+    /// [`PageSink::deliver`] of a traced call's frame, with the call's W3C `traceparent`: the
+    /// page's node continues the call's trace from it.
+    fn deliver_traced(&self, conv: &ConvKey, client_id: &str, frame: Arc<str>, trace: &str) {
+        let _ = trace;
+        self.deliver(conv, client_id, frame);
+    }
 }
 
 /// What [`Calls::watch`] found.
@@ -147,7 +154,9 @@ pub trait Broker:
         }
         let target = CallTarget::of(&state).ok_or(PlaceError::NoPage)?;
         let (binding, frame) = req.bind_to(&target, self.node_id());
-        let waiter = self.send_call(binding.clone(), frame).await?;
+        let waiter = self
+            .send_traced_call(binding.clone(), frame, req.trace.as_deref())
+            .await?;
         Ok(Placed { binding, waiter })
     }
 
@@ -176,6 +185,18 @@ pub trait Calls: Send + Sync {
         binding: CallBinding,
         frame: AgentMessage,
     ) -> Result<OutcomeWaiter, BrokerError>;
+
+    /// [`Calls::send_call`] of a call traced as `trace` (a W3C `traceparent`): the page's node
+    /// gets it with the frame ([`PageSink::deliver_traced`]).
+    async fn send_traced_call(
+        &self,
+        binding: CallBinding,
+        frame: AgentMessage,
+        trace: Option<&str>,
+    ) -> Result<OutcomeWaiter, BrokerError> {
+        let _ = trace;
+        self.send_call(binding, frame).await
+    }
 
     /// Checks a page's `result` against the call's binding ([`model::check_result`]) and marks
     /// it answered; the outcome goes to the waiting node. An async call's `call.result` is

@@ -310,6 +310,8 @@ pub struct CallRequest {
     /// The caller's own rate, when its policy sets one: taken after the gate, before the
     /// tenant's.
     pub caller_rate: Option<CallerRate>,
+    /// The call's W3C `traceparent` when it is traced: the page's node continues the trace.
+    pub trace: Option<String>,
 }
 
 /// A credential's own call rate ([`crate::Limits::take_caller_call`]).

@@ -33,6 +33,7 @@ mod tcp;
 mod tenant_sync;
 mod tenants;
 mod tls;
+pub mod traces;
 mod traffic;
 pub mod webmcp;
 
@@ -42,7 +43,7 @@ use axum::handler::Handler;
 use axum::response::Redirect;
 use axum::routing::{MethodFilter, MethodRouter, get, on};
 
-pub use serve::{RunError, bind_and_run, run, run_with, run_with_admin};
+pub use serve::{RunError, bind_and_run, new_node_id, run, run_with, run_with_admin};
 
 use crate::state::AppState;
 

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use toolmark_config::Overrides;
 use toolmark_process::cli::{
-    GatewayArgs as Cli, announce_listening, fail, load_settings, parse_args, serve,
+    GatewayArgs as Cli, announce_listening, fail, load_settings, parse_args, serve, serve_as,
 };
 use toolmark_process::{Lifecycle, signal};
 
@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         node_id: cli.node_id,
         admin_listen: cli.admin_listen,
     };
-    let settings = match load_settings(BIN, cli.config.as_deref(), &overrides) {
+    let mut settings = match load_settings(BIN, cli.config.as_deref(), &overrides) {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -48,7 +48,13 @@ fn main() -> ExitCode {
             }
         });
     }
-    serve(BIN, async move {
+    // The node's id is fixed before telemetry starts: every span names it.
+    let node = settings
+        .server
+        .node_id
+        .get_or_insert_with(toolmark_gateway::new_node_id)
+        .clone();
+    serve_as(BIN, Some(&node), async move {
         let life = Lifecycle::new();
         life.stop_on(signal::terminated());
         // Boxed: the whole server's future is large, and lives on the heap once.

@@ -29,6 +29,11 @@ pub(crate) struct TypeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct MethodLabel {
+    pub method: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct TransportLabel {
     pub transport: &'static str,
 }
@@ -125,6 +130,9 @@ pub struct Metrics {
     pub frames_holding: Gauge,
     /// Bytes of the hosted MCP's cache of tool input schemas on this node.
     pub mcp_schema_cache_bytes: Gauge,
+    /// Hosted MCP requests, request to answer, by MCP method (never by tool: tenants name
+    /// tools).
+    mcp_duration: Family<MethodLabel, Histogram, fn() -> Histogram>,
     /// Page frames that were held (the broker did not answer their first submission).
     frames_held: Counter,
     /// Page frames dropped after they were accepted, by reason (`hold_full`, `hold_time`).
@@ -159,6 +167,8 @@ impl Metrics {
         let events_held_for_webhooks = Counter::default();
         let frames_holding = Gauge::default();
         let mcp_schema_cache_bytes = Gauge::default();
+        let mcp_duration: Family<MethodLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(request_histogram);
         let frames_held = Counter::default();
         let frames_dropped = Family::<ReasonLabel, Counter>::default();
         let calls_refused = Family::<ReasonLabel, Counter>::default();
@@ -215,6 +225,11 @@ impl Metrics {
             "toolmark_mcp_schema_cache_bytes",
             "Bytes of the tool input schemas the hosted MCP endpoint keeps on this node (bounded by 32 MiB)",
             mcp_schema_cache_bytes.clone(),
+        );
+        registry.register(
+            "toolmark_mcp_operation_duration_seconds",
+            "Hosted MCP requests, request to answer, by MCP method (mcp.server.operation.duration)",
+            mcp_duration.clone(),
         );
         registry.register(
             "toolmark_frames_holding",
@@ -281,6 +296,7 @@ impl Metrics {
             events_synced: std::sync::Mutex::default(),
             frames_holding,
             mcp_schema_cache_bytes,
+            mcp_duration,
             frames_held,
             frames_dropped,
             calls_refused,
@@ -360,6 +376,13 @@ impl Metrics {
 
     /// Counts a finished call (through `calls::finished`, which counts it in the tenant's
     /// traffic too).
+    /// A hosted MCP request of `method` answered after `seconds`.
+    pub(crate) fn mcp_operation(&self, method: &'static str, seconds: f64) {
+        self.mcp_duration
+            .get_or_create(&MethodLabel { method })
+            .observe(seconds);
+    }
+
     pub(crate) fn call_finished(&self, kind: &'static str, outcome: &'static str, seconds: f64) {
         self.calls
             .get_or_create(&CallLabels { kind, outcome })

@@ -98,6 +98,12 @@ pub async fn count_request(
     app.metrics.http_request(route, &method, status, seconds);
     let tenant = tenant_of(route, uri.path());
     // Counted for tenants that exist only: a made-up id in a path grows no map.
+    if let Some(code) = res.extensions().get::<crate::http::problem::ProblemCode>()
+        && crate::traces::on()
+    {
+        // The request's span (this middleware runs inside it) says why it was refused.
+        crate::traces::mark_error(&tracing::Span::current(), code.0);
+    }
     if let (Some(code), Some(t)) = (
         res.extensions().get::<crate::http::problem::ProblemCode>(),
         tenant,
@@ -121,7 +127,13 @@ pub async fn count_request(
 /// The span of one HTTP request, child of the caller's `traceparent` when it sent one.
 pub fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path());
+    let span = tracing::info_span!(
+        "request",
+        method = %req.method(),
+        path = %req.uri().path(),
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
     let parent = opentelemetry::global::get_text_map_propagator(|p| {
         p.extract(&opentelemetry_http::HeaderExtractor(req.headers()))
     });

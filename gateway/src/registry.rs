@@ -188,6 +188,8 @@ pub struct Registry {
     /// its last leaves (under its shard's lock, taken before this one), read by the admin
     /// stats without a walk over the shards.
     conversations: Mutex<HashMap<String, u64>>,
+    /// Traced calls sent to this node's pages, until their answer.
+    pub traces: crate::traces::PageTraces,
 }
 
 impl std::fmt::Debug for Registry {
@@ -203,6 +205,7 @@ impl Default for Registry {
             hasher: RandomState::new(),
             next_id: AtomicU64::new(1),
             conversations: Mutex::default(),
+            traces: crate::traces::PageTraces::default(),
         }
     }
 }
@@ -349,6 +352,11 @@ impl PageSink for Registry {
             // A full queue: the page cannot keep up; the socket is dropped and closed.
             s.outbox.push(Arc::clone(&frame))
         });
+    }
+
+    fn deliver_traced(&self, conv: &ConvKey, client_id: &str, frame: Arc<str>, trace: &str) {
+        self.traces.frame_sent(conv, &frame, trace);
+        self.deliver(conv, client_id, frame);
     }
 }
 

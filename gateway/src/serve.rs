@@ -143,6 +143,11 @@ pub async fn run_with(
     serve_until_stopped(listener, None, settings, dev, life, ready).await
 }
 
+/// A node id for a node that names none (`server.node_id`): `node-` and 12 random hex digits.
+pub fn new_node_id() -> String {
+    format!("node-{}", crate::demo::random_hex(6))
+}
+
 async fn serve_until_stopped(
     listener: TcpListener,
     admin_listener: Option<TcpListener>,
@@ -151,11 +156,7 @@ async fn serve_until_stopped(
     life: Lifecycle,
     ready: impl FnOnce(),
 ) -> Result<(), RunError> {
-    let node_id = settings
-        .server
-        .node_id
-        .clone()
-        .unwrap_or_else(|| format!("node-{}", crate::demo::random_hex(6)));
+    let node_id = settings.server.node_id.clone().unwrap_or_else(new_node_id);
     let registry = Arc::new(Registry::default());
     let metrics = Arc::new(Metrics::new());
     let (broker, queue, catalog, webhook_reads) =

@@ -133,7 +133,16 @@ pub fn announce_admin_listening(binary: &str, bound: std::net::SocketAddr) {
 /// Runs `main` on a multi-threaded runtime with telemetry installed before it and flushed
 /// after the runtime has stopped.
 pub fn serve(binary: &'static str, main: impl Future<Output = ExitCode>) -> ExitCode {
-    let telemetry = crate::telemetry::init(binary);
+    serve_as(binary, None, main)
+}
+
+/// [`serve`] for the node `instance`: its spans carry `service.instance.id`.
+pub fn serve_as(
+    binary: &'static str,
+    instance: Option<&str>,
+    main: impl Future<Output = ExitCode>,
+) -> ExitCode {
+    let telemetry = crate::telemetry::init_as(binary, instance);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         // A worker out of ready work writes its log lines in one write.

@@ -6,6 +6,11 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are also exported over OTLP and W3C `traceparent`
 //! headers of agent requests become the parents of their spans. `OTEL_EXPORTER_OTLP_PROTOCOL`
 //! picks the transport: `http/protobuf` (the default, port 4318) or `grpc` (port 4317).
+//! `OTEL_TRACES_SAMPLER` (and `_ARG`) pick the head sampler, parent-based by default, as the
+//! SDK reads them. Every span carries `service.instance.id`, the node's id, as a resource
+//! attribute and as an attribute of its own (backends that show only span attributes).
+//! Without an endpoint no span reaches an exporter, and [`tracing_on`] is false: the gateway
+//! then makes no span and carries no trace context of its own on the call path.
 //!
 //! The SDK's batch processor exports from a thread of its own, outside any async runtime. The
 //! HTTP transport brings its own (a blocking client); the gRPC transport needs a tokio reactor
@@ -14,14 +19,16 @@
 //! there while the node's runtime drains.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::tonic_types::transport::ClientTlsConfig;
 use opentelemetry_otlp::{WithExportConfig as _, WithTonicConfig as _};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter, SpanProcessor};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -93,9 +100,24 @@ pub fn filter(rust_log: Option<&str>) -> EnvFilter {
     }
 }
 
+/// Whether spans are exported (an OTLP endpoint is configured and its exporter started).
+static TRACING_ON: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans are exported: without it, the call path makes no span and carries no trace
+/// context (no cost beyond a load of this flag).
+pub fn tracing_on() -> bool {
+    TRACING_ON.load(Ordering::Relaxed)
+}
+
 /// Installs the global subscriber (and the OTLP exporter when configured). Call before the
 /// async runtime starts: the exporter runs on its own thread.
 pub fn init(service: &'static str) -> Telemetry {
+    init_as(service, None)
+}
+
+/// [`init`] for the process whose instance (node) id is `instance`: every span names it as
+/// `service.instance.id`.
+pub fn init_as(service: &'static str, instance: Option<&str>) -> Telemetry {
     let filter = filter(std::env::var(EnvFilter::DEFAULT_ENV).ok().as_deref());
     let json = std::env::var("TOOLMARK_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
     // Colours only on a terminal: a pipe (a container's log, a file) gets plain text.
@@ -110,17 +132,23 @@ pub fn init(service: &'static str) -> Telemetry {
     };
     let (provider, runtime) = match std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT") {
         None => (None, None),
-        Some(_) => match exporter(service) {
-            Ok((provider, runtime)) => (Some(provider), runtime),
+        Some(_) => match exporter(service, instance) {
+            Ok((provider, runtime)) => {
+                TRACING_ON.store(true, Ordering::Relaxed);
+                (Some(provider), runtime)
+            }
             Err(e) => {
                 eprintln!("{service}: OTLP exporter not started: {e}");
                 (None, None)
             }
         },
     };
-    let otel = provider
-        .as_ref()
-        .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service)));
+    let otel = provider.as_ref().map(|p| {
+        // Spans made without `tracing` (the page's node's, with start times of their own)
+        // go through the same provider.
+        opentelemetry::global::set_tracer_provider(p.clone());
+        tracing_opentelemetry::layer().with_tracer(p.tracer(service))
+    });
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     crate::log_writer::flush_before_panics();
     let _ = tracing_subscriber::registry()
@@ -138,11 +166,21 @@ pub fn init(service: &'static str) -> Telemetry {
 /// The tracer provider for the configured transport, and the runtime the gRPC one runs on.
 fn exporter(
     service: &'static str,
+    instance: Option<&str>,
 ) -> Result<(SdkTracerProvider, Option<tokio::runtime::Runtime>), String> {
-    let resource = opentelemetry_sdk::Resource::builder()
+    let mut resource = opentelemetry_sdk::Resource::builder()
         .with_service_name(service)
-        .build();
-    let provider = SdkTracerProvider::builder().with_resource(resource);
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
+    let mut provider = SdkTracerProvider::builder();
+    if let Some(id) = instance {
+        resource = resource.with_attribute(KeyValue::new("service.instance.id", id.to_owned()));
+        // Registered before the exporter's processor: the attribute is on the span it ends.
+        provider = provider.with_span_processor(InstanceAttribute(KeyValue::new(
+            "service.instance.id",
+            id.to_owned(),
+        )));
+    }
+    let provider = provider.with_resource(resource.build());
     match Protocol::from_env()? {
         Protocol::HttpProtobuf => {
             let exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -182,6 +220,27 @@ fn exporter(
                 Some(runtime),
             ))
         }
+    }
+}
+
+/// Puts `service.instance.id` on every span as it starts.
+#[derive(Debug)]
+struct InstanceAttribute(KeyValue);
+
+impl SpanProcessor for InstanceAttribute {
+    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, _: &opentelemetry::Context) {
+        use opentelemetry::trace::Span as _;
+        span.set_attribute(self.0.clone());
+    }
+
+    fn on_end(&self, _: SpanData) {}
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _: Duration) -> OTelSdkResult {
+        Ok(())
     }
 }
 

@@ -11,6 +11,15 @@ impl Calls for MemoryBroker {
         binding: CallBinding,
         frame: AgentMessage,
     ) -> Result<OutcomeWaiter, BrokerError> {
+        self.send_traced_call(binding, frame, None).await
+    }
+
+    async fn send_traced_call(
+        &self,
+        binding: CallBinding,
+        frame: AgentMessage,
+        trace: Option<&str>,
+    ) -> Result<OutcomeWaiter, BrokerError> {
         let (tx, rx) = oneshot::channel();
         let conv = binding.conv.clone();
         let client_id = binding.client_id.clone();
@@ -38,7 +47,10 @@ impl Calls for MemoryBroker {
                 })),
             );
         }
-        self.sink.deliver(&conv, &client_id, frame);
+        match trace {
+            Some(t) => self.sink.deliver_traced(&conv, &client_id, frame, t),
+            None => self.sink.deliver(&conv, &client_id, frame),
+        }
         Ok(rx)
     }
 

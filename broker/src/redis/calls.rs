@@ -27,7 +27,7 @@ use crate::{
 
 impl RedisBroker {
     /// The arguments of `bind.lua` for `binding` and its page message.
-    fn bind_args(&self, binding: &CallBinding, frame: &AgentMessage) -> Bind {
+    fn bind_args(&self, binding: &CallBinding, frame: &AgentMessage, trace: Option<&str>) -> Bind {
         let conv = &binding.conv;
         let k = partition::of_conv(conv);
         Bind {
@@ -41,7 +41,14 @@ impl RedisBroker {
             deadline: binding.deadline_ms,
             node: binding.node.clone(),
             summary: codec::call_summary(binding),
-            frame: codec::page_message(conv, &binding.client_id, &frame.to_json()),
+            frame: match trace {
+                // A node of 0.4.0 or older cannot read the traced form: while one is live,
+                // the page's node starts a trace of its own.
+                Some(t) if !self.live.legacy_ids() => {
+                    codec::traced_page_message(conv, &binding.client_id, &frame.to_json(), t)
+                }
+                _ => codec::page_message(conv, &binding.client_id, &frame.to_json()),
+            },
             cancel: codec::cancel_message(binding),
             ttl: binding.deadline_ms.saturating_sub(now_ms())
                 + model::millis(self.opts.retention.finished_calls),
@@ -182,7 +189,7 @@ impl RedisBroker {
             let target = expected.target.as_ref().unwrap_or(&fallback);
             let (binding, frame) = req.bind_to(target, &self.node);
             let place = Place {
-                bind: self.bind_args(&binding, &frame),
+                bind: self.bind_args(&binding, &frame, req.trace.as_deref()),
                 conv: self.keys.conv(&req.conv),
                 rate: rate_here.then(|| {
                     let (interval, burst) = limits::gcra_args(req.calls_per_second);
@@ -434,7 +441,7 @@ impl Calls for RedisBroker {
         let rx = self
             .waiters
             .wait(&binding.id, partition::of_conv(&binding.conv));
-        if let Err(e) = self.run(self.bind_args(&binding, &frame)).await {
+        if let Err(e) = self.run(self.bind_args(&binding, &frame, None)).await {
             self.waiters.forget(&binding.id);
             return Err(e);
         }

@@ -19,6 +19,16 @@ pub fn page_message(conv: &ConvKey, client_id: &str, frame: &str) -> String {
     format!("c{SEP}{}{SEP}{client_id}{SEP}{frame}", conv_ref(conv))
 }
 
+/// [`page_message`] of a traced call: its W3C `traceparent` rides with the frame, so that the
+/// page's node continues the call's trace. Releases up to 0.4.0 do not read this form: it is
+/// sent only once no node of theirs is live (as the all-random call ids).
+pub fn traced_page_message(conv: &ConvKey, client_id: &str, frame: &str, trace: &str) -> String {
+    format!(
+        "t{SEP}{trace}{SEP}{}{SEP}{client_id}{SEP}{frame}",
+        conv_ref(conv)
+    )
+}
+
 /// The `cancel` of a call as the page gets it (built by `proto`), ready to publish.
 pub fn cancel_message(binding: &CallBinding) -> String {
     let frame = AgentMessage::Cancel(Cancel {
@@ -41,6 +51,8 @@ pub enum NodeMessage {
         client_id: String,
         /// The protocol frame.
         frame: String,
+        /// The call's W3C `traceparent`, when it is traced.
+        trace: Option<String>,
     },
     /// The outcome of call `id`, for the request waiting on this node.
     Outcome {
@@ -199,6 +211,18 @@ pub fn parse_node_message(m: &str) -> Option<NodeMessage> {
                 conv,
                 client_id: p.next()?.to_owned(),
                 frame: p.next()?.to_owned(),
+                trace: None,
+            })
+        }
+        "t" => {
+            let mut p = rest.splitn(6, SEP);
+            let trace = p.next()?.to_owned();
+            let conv = ConvKey::new(p.next()?, p.next()?, p.next()?);
+            Some(NodeMessage::Page {
+                conv,
+                client_id: p.next()?.to_owned(),
+                frame: p.next()?.to_owned(),
+                trace: Some(trace),
             })
         }
         _ => None,
@@ -439,7 +463,18 @@ mod tests {
             Some(NodeMessage::Page {
                 conv: c.clone(),
                 client_id: "p1".into(),
-                frame: "{\"a\":1}".into()
+                frame: "{\"a\":1}".into(),
+                trace: None,
+            })
+        );
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(
+            parse_node_message(&traced_page_message(&c, "p1", "{\"a\":\"x\\u001fy\"}", tp)),
+            Some(NodeMessage::Page {
+                conv: c.clone(),
+                client_id: "p1".into(),
+                frame: "{\"a\":\"x\\u001fy\"}".into(),
+                trace: Some(tp.into()),
             })
         );
         let b = CallBinding {

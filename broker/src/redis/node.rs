@@ -302,7 +302,16 @@ impl RedisBroker {
                 conv,
                 client_id,
                 frame,
+                trace: None,
             }) => self.sink.deliver(&conv, &client_id, frame.into()),
+            Some(codec::NodeMessage::Page {
+                conv,
+                client_id,
+                frame,
+                trace: Some(trace),
+            }) => self
+                .sink
+                .deliver_traced(&conv, &client_id, frame.into(), &trace),
             Some(codec::NodeMessage::Probe(k)) => {
                 self.probes.came_back(k);
             }

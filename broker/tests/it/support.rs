@@ -226,6 +226,7 @@ pub fn request(conv: &ConvKey, per_second: u32) -> toolmark_broker::CallRequest 
         caller: None,
         gate: None,
         caller_rate: None,
+        trace: None,
     }
 }
 

@@ -10,6 +10,7 @@ use toolmark_broker::{
     CallKind, CallRequest, CallTarget, CallerRate, ConvKey, PlaceError, Placed, ToolGate, now_ms,
 };
 use toolmark_config::pins::PinMode;
+use tracing::Instrument as _;
 
 use super::idempotency::Claim;
 use super::supervise::{Supervision, supervise};
@@ -17,6 +18,7 @@ use crate::caller::Caller;
 use crate::http::Problem;
 use crate::state::AppState;
 use crate::tenants::Tenant;
+use crate::traces;
 
 /// A request to start on the page.
 pub(crate) struct Request {
@@ -57,10 +59,21 @@ pub(crate) async fn start(
     respond_async: bool,
 ) -> Result<Started, Problem> {
     let claim = req.idempotency.take();
-    let placed = place(app, tenant, conv, req, respond_async).await;
+    // Its own span only while spans are exported (`crate::traces`): the page's node continues
+    // it from the context that travels with the frame.
+    let span = traces::call_span(&req.tool, &tenant.id);
+    let trace = traces::traceparent(&span);
+    let placed = if span.is_disabled() {
+        place(app, tenant, conv, req, respond_async, None).await
+    } else {
+        place(app, tenant, conv, req, respond_async, trace)
+            .instrument(span.clone())
+            .await
+    };
     let (placed, timeout) = match placed {
         Ok(p) => p,
         Err(problem) => {
+            traces::mark_error(&span, problem.code);
             if let Some(claim) = claim {
                 claim.release(app, &tenant.id).await;
             }
@@ -80,12 +93,26 @@ pub(crate) async fn start(
         binding.untrusted,
     );
     let run = supervise(app.clone(), binding, timeout, waiter, bound);
+    let outcome = if span.is_disabled() {
+        Supervision::new(run, app.life.clone())
+    } else {
+        span.record("toolmark.call.id", id.as_str());
+        let traced = {
+            let span = span.clone();
+            async move {
+                let outcome = run.await;
+                traces::mark_outcome(&span, &outcome);
+                outcome
+            }
+        };
+        Supervision::new(traced.instrument(span), app.life.clone())
+    };
     Ok(Started {
         id,
         tool,
         client_id,
         untrusted,
-        outcome: Supervision::new(run, app.life.clone()),
+        outcome,
     })
 }
 
@@ -100,6 +127,7 @@ async fn place(
     conv: ConvKey,
     req: Request,
     respond_async: bool,
+    trace: Option<String>,
 ) -> Result<(Placed, Duration), Problem> {
     if app.is_draining() {
         return Err(Problem::unavailable(Duration::from_secs(1)));
@@ -134,6 +162,7 @@ async fn place(
             caller: Some(req.caller.reference()),
             gate,
             caller_rate,
+            trace,
         })
         .await
         .map_err(|e| match e {

@@ -25,6 +25,8 @@ use super::tools::{self, Schemas};
 use crate::calls::{self, Request};
 use crate::http::problem::Problem;
 use crate::state::AppState;
+use crate::traces;
+use tracing::Instrument as _;
 
 const INSTRUCTIONS: &str = "Tools of the app page the user has open in the browser. With no page open the list is empty: ask the user to open the app. Consequential tools wait for the user's confirmation in the page.";
 
@@ -113,43 +115,63 @@ fn internal(p: &Problem) -> ErrorData {
     ErrorData::internal_error(p.detail.clone(), None)
 }
 
-impl ServerHandler for HostedMcp {
-    fn get_info(&self) -> ServerConfig {
-        let mut config = toolmark_mcp_tools::listing::server_config(
-            "toolmark-gateway",
-            env!("CARGO_PKG_VERSION"),
-            INSTRUCTIONS,
-        );
-        // Tasks, for the clients that declare them (`super::tasks`).
-        config
-            .capabilities
-            .extensions
-            .get_or_insert_with(Default::default)
-            .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
-        config
+/// The span of one MCP request of `method` (`crate::traces::mcp_span`), from its context.
+fn span_of(
+    method: &'static str,
+    tool: Option<&str>,
+    context: &RequestContext<RoleServer>,
+) -> tracing::Span {
+    if !traces::on() {
+        return tracing::Span::none();
     }
+    let traceparent = context.meta.get("traceparent").and_then(Value::as_str);
+    let session = context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.headers.get("mcp-session-id"))
+        .and_then(|v| v.to_str().ok());
+    traces::mcp_span(method, tool, traceparent, session)
+}
 
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let grant = grant_of(&context.extensions)?;
-        let tools = if page_mode(&context.extensions) {
-            tools::page_call_listing(&self.app, &grant).await
-        } else {
-            tools::listing(&self.app, &self.schemas, &grant).await
-        }
-        .map_err(|p| internal(&p))?;
-        Ok(ListToolsResult::with_all_items(tools))
+/// Runs an MCP request's work in its span (when traced) and counts its duration under
+/// `method`; a JSON-RPC error marks the span with its code.
+async fn measured<T>(
+    app: &AppState,
+    method: &'static str,
+    span: tracing::Span,
+    work: impl Future<Output = Result<T, ErrorData>>,
+) -> Result<T, ErrorData> {
+    let started = std::time::Instant::now();
+    let answer = if span.is_disabled() {
+        work.await
+    } else {
+        work.instrument(span.clone()).await
+    };
+    if let Err(e) = &answer {
+        // A refusal's own code when the error carries one, else the JSON-RPC code.
+        let code = e
+            .data
+            .as_ref()
+            .and_then(|d| d.get("code"))
+            .and_then(Value::as_str)
+            .map_or_else(|| e.code.0.to_string(), str::to_owned);
+        traces::mark_error(&span, &code);
     }
+    app.metrics
+        .mcp_operation(method, started.elapsed().as_secs_f64());
+    answer
+}
 
-    async fn call_tool(
+impl HostedMcp {
+    /// A `tools/call`: the tool run as an agent call, its outcome marking `span`.
+    async fn run_tool(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
+        span: tracing::Span,
     ) -> Result<CallToolResponse, ErrorData> {
         let grant = grant_of(&context.extensions)?;
+
         let conv = grant.conv();
         let arguments = request.arguments.unwrap_or_default();
         // A tool listed by its LLM name is named by the broker against the manifest of the
@@ -195,9 +217,14 @@ impl ServerHandler for HostedMcp {
             // A tool the credential may not call, or whose definition the tenant did not pin,
             // is not there for this client: nothing was sent to the page.
             Err(p) if p.code == "tool_not_allowed" || p.code == "tool_not_pinned" => {
-                return Err(ErrorData::invalid_params(p.detail, None));
+                // The refusal's code rides in the error's data (the span's `error.type`).
+                return Err(ErrorData::invalid_params(
+                    p.detail,
+                    Some(serde_json::json!({ "code": p.code })),
+                ));
             }
             Err(p) if p.code == "no_page" => {
+                traces::mark_error(&span, p.code);
                 return Ok(call_result(CallEnd::Lost(NO_PAGE), false).into());
             }
             Err(p) => return Err(internal(&p)),
@@ -236,11 +263,58 @@ impl ServerHandler for HostedMcp {
             let task = super::tasks::create(&self.app, &grant, &task_of, Some(summary)).await?;
             return Ok(task.into());
         }
+        traces::mark_outcome(&span, &outcome);
         let end = match outcome {
             Outcome::Result(r) => CallEnd::Answered(r),
             Outcome::Timeout => CallEnd::DeadlinePassed,
         };
         Ok(call_result(end, task_of.untrusted).into())
+    }
+}
+
+impl ServerHandler for HostedMcp {
+    fn get_info(&self) -> ServerConfig {
+        let mut config = toolmark_mcp_tools::listing::server_config(
+            "toolmark-gateway",
+            env!("CARGO_PKG_VERSION"),
+            INSTRUCTIONS,
+        );
+        // Tasks, for the clients that declare them (`super::tasks`).
+        config
+            .capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
+        config
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let span = span_of("tools/list", None, &context);
+        measured(&self.app, "tools/list", span, async {
+            let grant = grant_of(&context.extensions)?;
+            let tools = if page_mode(&context.extensions) {
+                tools::page_call_listing(&self.app, &grant).await
+            } else {
+                tools::listing(&self.app, &self.schemas, &grant).await
+            }
+            .map_err(|p| internal(&p))?;
+            Ok(ListToolsResult::with_all_items(tools))
+        })
+        .await
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let span = span_of("tools/call", Some(&request.name), &context);
+        let work = self.run_tool(request, context, span.clone());
+        measured(&self.app, "tools/call", span, work).await
     }
 
     async fn get_task(
@@ -248,9 +322,13 @@ impl ServerHandler for HostedMcp {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let grant = grant_of(&context.extensions)?;
-        let task = super::tasks::get(&self.app, &grant, &request.task_id).await?;
-        Ok(GetTaskResult::new(task))
+        let span = span_of("tasks/get", None, &context);
+        measured(&self.app, "tasks/get", span, async {
+            let grant = grant_of(&context.extensions)?;
+            let task = super::tasks::get(&self.app, &grant, &request.task_id).await?;
+            Ok(GetTaskResult::new(task))
+        })
+        .await
     }
 
     async fn cancel_task(
@@ -258,10 +336,13 @@ impl ServerHandler for HostedMcp {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let grant = grant_of(&context.extensions)?;
-        super::tasks::cancel(&self.app, &grant, &request.task_id).await
+        let span = span_of("tasks/cancel", None, &context);
+        measured(&self.app, "tasks/cancel", span, async {
+            let grant = grant_of(&context.extensions)?;
+            super::tasks::cancel(&self.app, &grant, &request.task_id).await
+        })
+        .await
     }
-
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         // A session began here (or was restored here from the broker): it hears its
         // conversation's listing changes from the node's one follower of that conversation.

@@ -118,6 +118,7 @@ pub async fn dispatch(
             Ok(())
         }
         PageMessage::Result(r) => {
+            let traced = app.registry.traces.answered(&r.id, &r.result);
             let received_ms = frame.received_ms();
             let submitted = frame
                 .until_known(&app.metrics, conv, "result", |again| {
@@ -133,6 +134,9 @@ pub async fn dispatch(
                     }
                 })
                 .await;
+            if let Some(t) = traced {
+                t.done(rejection_of(&submitted));
+            }
             match submitted {
                 Some(Ok(())) => Ok(()),
                 Some(Err(SubmitError::Rejected(why))) => {
@@ -145,6 +149,7 @@ pub async fn dispatch(
             }
         }
         PageMessage::Confirmed(c) => {
+            let traced = app.registry.traces.confirmed(&c.confirm_id, &c.result);
             let submitted = frame
                 .until_known(&app.metrics, conv, "confirmed", |again| {
                     let (from, id, outcome) = (&from, &c.confirm_id, &c.result);
@@ -157,6 +162,9 @@ pub async fn dispatch(
                     }
                 })
                 .await;
+            if let Some(t) = traced {
+                t.done(rejection_of(&submitted));
+            }
             match submitted {
                 Some(Ok(_)) => Ok(()),
                 Some(Err(SubmitError::Rejected(why))) => {
@@ -168,6 +176,16 @@ pub async fn dispatch(
                 None => Err(unanswered()),
             }
         }
+    }
+}
+
+/// The refusal a submission ended with, as a span's `error.type` names it (`unavailable` for
+/// one the broker never answered).
+fn rejection_of<T>(submitted: &Option<Result<T, SubmitError>>) -> Option<&'static str> {
+    match submitted {
+        Some(Ok(_)) => None,
+        Some(Err(SubmitError::Rejected(why))) => Some(why.as_str()),
+        Some(Err(SubmitError::Broker(_))) | None => Some("unavailable"),
     }
 }
 

@@ -29,6 +29,7 @@ mod stall;
 mod store;
 mod tls;
 mod tokens;
+mod traces;
 mod upgrade;
 mod webhooks;
 mod webmcp;
