@@ -12,6 +12,9 @@
 #   BASE_KEY_POLICY, HEAD_KEY_POLICY  the policy of the bench tenant's API key on each side
 #                 (`LT_KEY_POLICY` of lib.sh; default none): with BASE=HEAD, the cost of a
 #                 policy against none on one build
+#   BASE_ENV, HEAD_ENV  `VAR=value …` set for each side's run (its gateways inherit them): with
+#                 BASE=HEAD and HEAD_ENV="OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318"
+#                 (and `load-tests/otlp-sink.py` serving there), what exporting traces costs
 # Other variables (SWEEP, SWEEP_SECS, CROSS_RATE, …) pass through to bench.sh.
 set -euo pipefail
 
@@ -39,18 +42,19 @@ base_target="${BASE_TARGET_DIR:-$root/target/bench-compare-base}"
 
 mkdir -p "$out"
 head_target="${CARGO_TARGET_DIR:-$root/target}"
-run() { # $1 label, $2 commit, $3 target dir, $4 round, $5 the API key's policy
-    echo "bench-compare: round $4, $1 ($2)${5:+ key policy $5}" >&2
-    LT_KEY_POLICY="$5" BENCH_COMMIT="$2" CARGO_TARGET_DIR="$3" SKIP_BUILD=1 OUT="$out/$1-$4" CHART="$work/chart.svg" \
+run() { # $1 label, $2 commit, $3 target dir, $4 round, $5 the API key's policy, $6 environment
+    echo "bench-compare: round $4, $1 ($2)${5:+ key policy $5}${6:+ with $6}" >&2
+    # shellcheck disable=SC2086 # `VAR=value` words, split on purpose
+    env $6 LT_KEY_POLICY="$5" BENCH_COMMIT="$2" CARGO_TARGET_DIR="$3" SKIP_BUILD=1 OUT="$out/$1-$4" CHART="$work/chart.svg" \
         LOADGEN_BIN="$head_target/release/toolmark-loadgen" "$root/load-tests/bench.sh"
 }
 for r in $(seq "$rounds"); do
     if (( r % 2 )); then
-        run base "$base_commit" "$base_target" "$r" "${BASE_KEY_POLICY:-}"
-        run head "$head_commit" "$head_target" "$r" "${HEAD_KEY_POLICY:-}"
+        run base "$base_commit" "$base_target" "$r" "${BASE_KEY_POLICY:-}" "${BASE_ENV:-}"
+        run head "$head_commit" "$head_target" "$r" "${HEAD_KEY_POLICY:-}" "${HEAD_ENV:-}"
     else
-        run head "$head_commit" "$head_target" "$r" "${HEAD_KEY_POLICY:-}"
-        run base "$base_commit" "$base_target" "$r" "${BASE_KEY_POLICY:-}"
+        run head "$head_commit" "$head_target" "$r" "${HEAD_KEY_POLICY:-}" "${HEAD_ENV:-}"
+        run base "$base_commit" "$base_target" "$r" "${BASE_KEY_POLICY:-}" "${BASE_ENV:-}"
     fi
 done
 
