@@ -1,5 +1,6 @@
 // The tenants view: the list, creation with the secrets shown once, and one tenant opened: its
-// live figures, origins and limits (saved with If-Match), keys, policies and deletion.
+// live figures, origins and limits (saved with If-Match), keys, policies, the tools its pages
+// presented with their pins, and deletion.
 
 import { ApiError, api, describe } from './api.js';
 import { $, countsList, figure, fmtRate, h, setStatus } from './dom.js';
@@ -115,7 +116,7 @@ function renderDetail() {
     h('div', { id: 'detail-figures' }),
   ];
   if (editable) parts.push(settingsForm(t));
-  parts.push(apiKeys(t, editable), tokenKeys(t, editable));
+  parts.push(apiKeys(t, editable), tokenKeys(t, editable), toolsSection(t, editable));
   if (editable) parts.push(webhookSecrets(t), deleteZone(t));
   detail.replaceChildren(...parts);
 }
@@ -247,6 +248,129 @@ function webhookSecrets(t) {
       ),
     ),
     h('p', {}, h('button', { type: 'button', onclick: add }, 'Add webhook secret')),
+  );
+}
+
+/** A digest as the table shows it: its first 12 hex digits (the whole in its title). */
+const shortDigest = (d) => d.replace(/^sha256:/, '').slice(0, 12);
+
+/**
+ * The tenant's tools: every definition its pages presented (cluster-wide, `tools/seen`), its
+ * pins and their mode. Each definition can be pinned or unpinned, each action saying the change
+ * it makes; the mode is set beside. Read when the tenant is opened.
+ */
+function toolsSection(t, editable) {
+  const box = h(
+    'section',
+    { 'aria-label': 'Tools', id: 'detail-tools' },
+    h('h4', {}, 'Tools'),
+    h('p', { class: 'hint' }, 'Reading the tools its pages presented…'),
+  );
+  loadTools(t, editable, box);
+  return box;
+}
+
+async function loadTools(t, editable, box) {
+  const id = encodeURIComponent(t.id);
+  let pins;
+  let seen;
+  try {
+    [{ data: pins }, { data: seen }] = await Promise.all([
+      api('GET', `/admin/v1/tenants/${id}/tools`),
+      api('GET', `/admin/v1/tenants/${id}/tools/seen`),
+    ]);
+  } catch (err) {
+    box.replaceChildren(h('h4', {}, 'Tools'), h('p', { class: 'error' }, `Tools not read: ${describe(err)}`));
+    return;
+  }
+  if (state.selected?.tenant.id !== t.id) return;
+  const key = (p) => `${p.name} ${p.digest}`;
+  const pinned = new Set(pins.tools.map(key));
+  const put = (what, mode, tools) => change(what, () => api('PUT', `/admin/v1/tenants/${id}/tools`, { mode, tools }));
+  const enforced = pins.mode === 'enforce';
+  const rows = seen.tools.map((s) => {
+    const isPinned = pinned.has(key(s));
+    const others = pins.tools.filter((p) => p.name === s.name && p.digest !== s.digest);
+    let effect;
+    if (isPinned) {
+      effect = enforced
+        ? `Unpinning hides this definition of ${s.name} from agents and refuses its calls.`
+        : `Unpinning marks it "pinned": false (report) and hides it once the mode is enforce.`;
+    } else {
+      effect = `Pinning lets this definition of ${s.name} reach agents${enforced ? '' : ' under enforce'}`;
+      effect += others.length
+        ? `; ${s.name} keeps its other pinned definition (${others.map((o) => shortDigest(o.digest)).join(', ')}).`
+        : '.';
+    }
+    const label = `${isPinned ? 'Unpin' : 'Pin'} ${s.name} ${shortDigest(s.digest)}`;
+    const action = editable
+      ? h(
+          'button',
+          {
+            type: 'button',
+            onclick: () =>
+              isPinned
+                ? put(`Unpinned ${s.name}`, pins.mode, pins.tools.filter((p) => key(p) !== key(s)))
+                : put(`Pinned ${s.name}`, pins.mode, [...pins.tools, { name: s.name, digest: s.digest }]),
+          },
+          label,
+        )
+      : null;
+    return h(
+      'tr',
+      { 'data-tool': s.name },
+      h('td', {}, h('code', {}, s.name)),
+      h('td', {}, h('code', { title: s.digest }, shortDigest(s.digest))),
+      h('td', {}, isPinned ? 'pinned' : 'not pinned'),
+      h('td', {}, s.lastSeen),
+      h('td', {}, action, h('div', { class: 'hint' }, effect)),
+    );
+  });
+  const unpresented = pins.tools.filter((p) => !seen.tools.some((s) => key(s) === key(p)));
+  const notPinned = seen.tools.filter((s) => !pinned.has(key(s))).length;
+  const mode = h('select', { id: 'pins-mode' }, ['off', 'report', 'enforce'].map((m) => h('option', { value: m }, m)));
+  mode.value = pins.mode;
+  const modeHint = h('p', { class: 'hint', id: 'pins-mode-effect' });
+  const explain = () => {
+    modeHint.textContent = {
+      off: 'Off: every definition reaches agents; nothing is checked.',
+      report: `Report: every definition reaches agents; ${notPinned} not pinned shown with "pinned": false, each announced once (tool.unpinned).`,
+      enforce: `Enforce: only pinned definitions reach agents; ${notPinned} of the ${seen.tools.length} presented would be hidden and their calls refused (403 tool_not_pinned).`,
+    }[mode.value];
+  };
+  mode.addEventListener('change', explain);
+  explain();
+  box.replaceChildren(
+    h('h4', {}, 'Tools'),
+    h('p', { class: 'hint' }, `Mode ${pins.mode}, ${pins.tools.length} pinned; ${seen.tools.length} definition(s) presented by its pages (kept 30 days).`),
+    editable
+      ? h(
+          'div',
+          { class: 'row' },
+          h('label', { for: 'pins-mode' }, 'Pins mode'),
+          mode,
+          h('button', { type: 'button', onclick: () => put(`Pins mode ${mode.value}`, mode.value, pins.tools) }, 'Set pins mode'),
+        )
+      : null,
+    editable ? modeHint : null,
+    h(
+      'table',
+      { id: 'tools-table' },
+      h('caption', {}, 'Tool definitions its pages presented, cluster-wide'),
+      h(
+        'thead',
+        {},
+        h('tr', {}, ['Tool', 'Digest', 'Pin', 'Last presented'].map((c) => h('th', { scope: 'col' }, c)), h('th', { scope: 'col' }, h('span', { class: 'sr' }, 'Actions'))),
+      ),
+      h('tbody', {}, rows),
+    ),
+    unpresented.length
+      ? h(
+          'p',
+          { class: 'hint' },
+          `Pinned but not presented lately: ${unpresented.map((p) => `${p.name} ${shortDigest(p.digest)}`).join(', ')}`,
+        )
+      : null,
   );
 }
 

@@ -215,6 +215,7 @@ test('limits saved with If-Match, the API key rotated and a policy set', { timeo
   const newKey = await page.locator('#secret-apiKey').inputValue();
   const newKeyId = await page.locator('#secret-apiKeyId').inputValue();
   assert.notEqual(newKey, secrets.apiKey);
+  secrets.newKey = newKey;
   await page.getByRole('button', { name: 'I have stored them' }).click();
   await page.getByRole('button', { name: `Delete ${secrets.apiKeyId}` }).click();
   await status().filter({ hasText: `API key ${secrets.apiKeyId} deleted: done.` }).waitFor();
@@ -230,6 +231,36 @@ test('limits saved with If-Match, the API key rotated and a policy set', { timeo
     return r.status === 403 && r.body.code === 'scope_denied';
   });
   await shot('tenant');
+});
+
+test('the tools its pages presented are pinned from the console, and enforce holds them', { timeout: TEST_TIMEOUT_MS }, async () => {
+  const call = () => agent(NODE1_URL, secrets.newKey, 'POST', `/users/${user}/conversations/${conversation}/calls`, { tool: 'ping', input: {} });
+  const row = page.locator('#tools-table tr[data-tool="ping"]');
+  await row.locator('td').nth(2).filter({ hasText: /^not pinned$/ }).waitFor();
+  await page.getByRole('button', { name: /^Pin ping [0-9a-f]{12}$/ }).click();
+  await status().filter({ hasText: 'Pinned ping: done.' }).waitFor();
+  await row.locator('td').nth(2).filter({ hasText: /^pinned$/ }).waitFor();
+  const pins = await http('GET', `${ADMIN_URL}/admin/v1/tenants/${tenant}/tools`, ADMIN_KEY);
+  assert.equal(pins.body.mode, 'off');
+  assert.deepEqual(pins.body.tools.map((p) => p.name), ['ping']);
+  assert.match(pins.body.tools[0].digest, /^sha256:[0-9a-f]{64}$/);
+
+  // Enforce: the console says what it would hide before it is set.
+  await page.locator('#pins-mode').selectOption('enforce');
+  await page.locator('#pins-mode-effect').filter({ hasText: '0 of the 1 presented would be hidden' }).waitFor();
+  await page.getByRole('button', { name: 'Set pins mode' }).click();
+  await status().filter({ hasText: 'Pins mode enforce: done.' }).waitFor();
+  const pinned = await call();
+  assert.equal(pinned.status, 200, JSON.stringify(pinned.body));
+  await shot('tools');
+
+  // Unpinned under enforce: the page's tool is refused on every node, and nothing reaches it.
+  await page.getByRole('button', { name: /^Unpin ping [0-9a-f]{12}$/ }).click();
+  await status().filter({ hasText: 'Unpinned ping: done.' }).waitFor();
+  await eventually('ping refused once unpinned', async () => {
+    const r = await call();
+    return r.status === 403 && r.body.code === 'tool_not_pinned';
+  });
 });
 
 test('the audit log and the event tail follow live', { timeout: TEST_TIMEOUT_MS }, async () => {
