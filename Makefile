@@ -124,7 +124,7 @@ fuzz:
 	  mkdir -p corpus/$$t && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t corpus/$$t seeds/$$t -- -max_total_time=$(FUZZ_SECONDS) -max_len=65536 || exit 1; \
 	done
 
-## upgrade-test: nodes of the previous release (UPGRADE_BASE, default v0.4.0, built from git
+## upgrade-test: nodes of the previous release (UPGRADE_BASE, default 928ba32, built from git
 ## once into target/upgrade-base/) and of this build on one Redis: calls, events and
 ## confirmations both ways, a page moving, every node replaced under calls and the rollback
 upgrade-test:

@@ -5,6 +5,7 @@ collector). `python3 load-tests/otlp-sink.py [PORT]` (default 4318) serves until
 at the end, prints how many exports and bytes it took."""
 
 import http.server
+import signal
 import sys
 
 taken = {"exports": 0, "bytes": 0}
@@ -28,11 +29,17 @@ class Sink(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def stop(*_):
+    # SIGTERM or SIGINT (a background job of a script ignores SIGINT: kill it with TERM).
+    raise KeyboardInterrupt
+
+
 port = int(sys.argv[1]) if len(sys.argv) > 1 else 4318
+signal.signal(signal.SIGTERM, stop)
 server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Sink)
 try:
     server.serve_forever()
 except KeyboardInterrupt:
     pass
 finally:
-    print(f"otlp-sink: {taken['exports']} exports, {taken['bytes']} bytes", file=sys.stderr)
+    print(f"otlp-sink: {taken['exports']} exports, {taken['bytes']} bytes", file=sys.stderr, flush=True)

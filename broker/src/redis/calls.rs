@@ -381,13 +381,17 @@ impl RedisBroker {
 
     /// The partition holding call `id`, known by its id alone: an id names no partition, so
     /// every partition's key is asked about at once (64 `EXISTS` in one round trip, spread over
-    /// the shards). Only requests that know nothing but the id pay it (`GET /calls/{id}`, a
-    /// cancel, a watch, a page's result for a call not of its conversation); a call's own path
-    /// knows its conversation.
+    /// the shards), once per id on this node (then remembered, [`super::LOCATED`] at most).
+    /// Only requests that know nothing but the id pay it (`GET /calls/{id}`, a cancel, a
+    /// watch, a page's result for a call not of its conversation); a call's own path knows its
+    /// conversation.
     pub(super) async fn locate(&self, id: &str) -> Result<Option<u16>, BrokerError> {
         if uuid::Uuid::try_parse(id).is_err() {
             // Never an id the gateway minted.
             return Ok(None);
+        }
+        if let Some(k) = super::state::lock(&self.located).get(id) {
+            return Ok(Some(*k));
         }
         let reads = (0..partition::PARTITIONS).map(|k| {
             let key = self.keys.call(k, id);
@@ -396,7 +400,14 @@ impl RedisBroker {
         let mut failed = None;
         for (k, read) in futures_util::future::join_all(reads).await {
             match read {
-                Ok(n) if n > 0 => return Ok(Some(k)),
+                Ok(n) if n > 0 => {
+                    let mut located = super::state::lock(&self.located);
+                    if located.len() >= super::LOCATED {
+                        located.clear();
+                    }
+                    located.insert(id.to_owned(), k);
+                    return Ok(Some(k));
+                }
                 Ok(_) => {}
                 Err(e) => failed = Some(e),
             }

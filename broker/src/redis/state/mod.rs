@@ -22,6 +22,6 @@ pub(super) use probes::{Probed, Probes};
 pub(super) use waiters::Waiters;
 
 /// The value behind `m`, even if a holder panicked (every part stays consistent at each step).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(in crate::redis) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
