@@ -4,7 +4,8 @@
 # WebMCP page with @mcp-b/webmcp-polyfill (gateway/tests/browser/webmcp.test.mjs); first, in Node,
 # the protocol rules of the WebMCP module (webmcp/test). Then the operator's console
 # (gateway/tests/browser/console.test.mjs) against two gateways sharing a redis-server on a free
-# port. CONSOLE_SCREENSHOTS=1 writes its views to docs/img/console/.
+# port, and a tampered WebMCP page under pinned tools (webmcp-pins.test.mjs) on the same nodes.
+# CONSOLE_SCREENSHOTS=1 writes the console's views to docs/img/console/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,3 +78,6 @@ shots=()
 [ "${CONSOLE_SCREENSHOTS:-}" = 1 ] && shots=(SCREENSHOT_DIR="$PWD/docs/img/console")
 (cd gateway/tests/browser && env "${shots[@]}" ADMIN_URL="${admins[0]}" ADMIN_KEY="$admin_key" NODE1_URL="${urls[0]}" \
   NODE2_URL="${urls[1]}" node --test --test-concurrency=1 console.test.mjs)
+# A tampered WebMCP page under a tenant that pins its tools (created through the same admin API).
+(cd gateway/tests/browser && BASE_URL="${urls[0]}" ADMIN_URL="${admins[0]}" ADMIN_KEY="$admin_key" \
+  node --test --test-concurrency=1 webmcp-pins.test.mjs)
