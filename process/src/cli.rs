@@ -101,6 +101,7 @@ pub fn load_settings(
     // The trace export's transport is read from the environment, as every OpenTelemetry SDK
     // does; a value it cannot honour is a configuration error like any other.
     crate::telemetry::Protocol::from_env().map_err(|e| fail(binary, 2, e))?;
+    crate::telemetry::check_sampler_env().map_err(|e| fail(binary, 2, e))?;
     Ok(settings)
 }
 

@@ -86,6 +86,42 @@ impl Protocol {
     }
 }
 
+/// The environment variables that pick the head sampler, as the OpenTelemetry SDK reads them.
+pub const SAMPLER_VAR: &str = "OTEL_TRACES_SAMPLER";
+/// The sampler's argument (a ratio for the `traceidratio` samplers).
+pub const SAMPLER_ARG_VAR: &str = "OTEL_TRACES_SAMPLER_ARG";
+
+/// Checks the sampler the environment names: the SDK falls back to `parentbased_always_on`
+/// on a value it does not know, silently; the process refuses to start instead (exit 2),
+/// naming the variable.
+pub fn check_sampler(sampler: Option<&str>, arg: Option<&str>) -> Result<(), String> {
+    let Some(sampler) = sampler.map(str::trim).filter(|s| !s.is_empty()) else {
+        return Ok(());
+    };
+    match sampler {
+        "always_on" | "always_off" | "parentbased_always_on" | "parentbased_always_off" => Ok(()),
+        "traceidratio" | "parentbased_traceidratio" => match arg.map(str::trim) {
+            None | Some("") => Ok(()),
+            Some(a) => match a.parse::<f64>() {
+                Ok(r) if (0.0..=1.0).contains(&r) => Ok(()),
+                _ => Err(format!(
+                    "{SAMPLER_ARG_VAR}: {a:?} is not a ratio between 0 and 1"
+                )),
+            },
+        },
+        other => Err(format!(
+            "{SAMPLER_VAR}: {other:?} is not a sampler (always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio)"
+        )),
+    }
+}
+
+/// [`check_sampler`] of the process environment.
+pub fn check_sampler_env() -> Result<(), String> {
+    let sampler = std::env::var("OTEL_TRACES_SAMPLER").ok();
+    let arg = std::env::var("OTEL_TRACES_SAMPLER_ARG").ok();
+    check_sampler(sampler.as_deref(), arg.as_deref())
+}
+
 /// The log filter of `RUST_LOG`'s value (`info` when unset or unreadable), with `rmcp=warn`
 /// added unless the value names `rmcp`: the MCP library logs each stateless request it serves
 /// (a session's start and end) at info, which would double the lines of an MCP call.
@@ -279,5 +315,24 @@ impl<E: SpanExporter + 'static> SpanExporter for OnRuntime<E> {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.set_resource(resource);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_sampler;
+
+    #[test]
+    fn a_sampler_the_sdk_would_ignore_is_refused_naming_its_variable() {
+        assert_eq!(check_sampler(None, None), Ok(()));
+        assert_eq!(
+            check_sampler(Some("parentbased_traceidratio"), Some("0.01")),
+            Ok(())
+        );
+        assert_eq!(check_sampler(Some("always_off"), None), Ok(()));
+        let e = check_sampler(Some("sometimes"), None).unwrap_err();
+        assert!(e.starts_with("OTEL_TRACES_SAMPLER:"), "{e}");
+        let e = check_sampler(Some("traceidratio"), Some("2")).unwrap_err();
+        assert!(e.starts_with("OTEL_TRACES_SAMPLER_ARG:"), "{e}");
     }
 }

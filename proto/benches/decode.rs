@@ -1,10 +1,12 @@
 //! Decode + validate throughput of page frames: a small call result (the hot path of every
-//! call) and a 64 KiB manifest (a large page re-publishing its tools).
+//! call) and a 64 KiB manifest (a large page re-publishing its tools); and what pinned tools add
+//! to a manifest of 50 tools (each entry's digest, made once per manifest: RFC 8785 form and
+//! SHA-256), beside decoding the same manifest alone.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::json;
 use std::hint::black_box;
-use toolmark_proto::{Limits, decode_to_agent};
+use toolmark_proto::{Limits, PageMessage, decode_to_agent};
 
 fn small_result() -> Vec<u8> {
     serde_json::to_vec(&json!({
@@ -50,5 +52,44 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// A manifest of 50 realistic tools, as an app with pinned tools presents it.
+fn manifest_50() -> Vec<u8> {
+    let tools: Vec<_> = (0..50)
+        .map(|i| {
+            json!({
+                "name": format!("shop.tool{i}"), "llmName": format!("shop__tool{i}"),
+                "title": format!("Shop tool {i}"),
+                "description": "Change the quantity or the product of one order line. Refuses when the order is already shipped.",
+                "hints": {"consequential": i % 3 == 0, "readOnly": i % 2 == 0}
+            })
+        })
+        .collect();
+    serde_json::to_vec(&json!({"protocol": 1, "type": "manifest", "clientId": "5b0c1f4e-8a51-4c0e-9d6f-2f3a8b7c6d5e", "rev": 7, "tools": tools})).unwrap()
+}
+
+fn pins(c: &mut Criterion) {
+    let limits = Limits::default();
+    let raw = manifest_50();
+    let mut group = c.benchmark_group("manifest_50_tools");
+    group.throughput(Throughput::Elements(50));
+    group.bench_function("decode", |b| {
+        b.iter(|| decode_to_agent(black_box(&raw), &limits).expect("valid"))
+    });
+    group.bench_function("decode_and_digest_each", |b| {
+        b.iter(|| {
+            let PageMessage::Manifest(m) =
+                decode_to_agent(black_box(&raw), &limits).expect("valid")
+            else {
+                unreachable!("a manifest")
+            };
+            for t in &m.tools {
+                black_box(t.digest());
+            }
+            m
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, pins);
 criterion_main!(benches);

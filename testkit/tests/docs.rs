@@ -256,7 +256,18 @@ fn looks_like_key(token: &str) -> bool {
     let file = [
         ".rs", ".md", ".json", ".toml", ".yaml", ".py", ".js", ".sh", ".txt", ".html",
     ];
-    re.is_match(token) && !file.iter().any(|x| token.ends_with(x))
+    // OpenTelemetry's MCP semantic conventions share the `mcp.` prefix with the config's
+    // section: `mcp.method.name`, `mcp.session.id`, `mcp.server.operation.duration`…
+    let otel = [
+        "mcp.method.",
+        "mcp.session.",
+        "mcp.server.",
+        "mcp.client.",
+        "mcp.protocol.",
+    ];
+    re.is_match(token)
+        && !file.iter().any(|x| token.ends_with(x))
+        && !otel.iter().any(|p| token.starts_with(p))
 }
 
 /// `TOOLMARK_TENANTS__0__TOKEN_SECRET` → `tenants[].token_secret`.
