@@ -4,6 +4,20 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+/// How many retained events the first read of a replay takes ([`crate::Events::events`]); the reads
+/// after it take as many as fit in [`EVENT_WINDOW_BYTES`] at the size of the events read last.
+pub const EVENT_PAGE: usize = 8;
+
+/// About what a replay holds of the log's raw entries at once (one event at least): a reader
+/// that does not read holds this, whatever the log holds.
+pub const EVENT_WINDOW_BYTES: usize = 512 << 10;
+
+/// How many events the next read of a replay takes, after a page whose largest event had
+/// `largest` bytes: as many as fit in [`EVENT_WINDOW_BYTES`], from 1 to 64.
+pub fn next_event_page(largest: usize) -> usize {
+    (EVENT_WINDOW_BYTES / largest.max(1)).clamp(1, 64)
+}
+
 /// Event types of the contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EventType {

@@ -30,7 +30,10 @@ pub use change::{Announcement, Change, expired_confirmation};
 pub use error::{
     AdmitError, BrokerError, PlaceError, RateLimited, Rejection, SubmitError, TakeError,
 };
-pub use event::{Event, EventType, RawEvent, event_id_after, is_event_id};
+pub use event::{
+    EVENT_PAGE, EVENT_WINDOW_BYTES, Event, EventType, RawEvent, event_id_after, is_event_id,
+    next_event_page,
+};
 pub use model::{CONFIRM_ABANDON_GRACE, RECONNECT_GRACE, Retention};
 pub use traffic::{NodeTraffic, SharedTraffic, TrafficEntry};
 pub use types::{
@@ -71,20 +74,6 @@ pub enum Watch {
 
 /// Receives the final outcome of one call: its result, or a timeout. Exactly one arrives.
 pub type OutcomeWaiter = oneshot::Receiver<Outcome>;
-
-/// How many retained events the first read of a replay takes ([`Events::events`]); the reads
-/// after it take as many as fit in [`EVENT_WINDOW_BYTES`] at the size of the events read last.
-pub const EVENT_PAGE: usize = 8;
-
-/// About what a replay holds of the log's raw entries at once (one event at least): a reader
-/// that does not read holds this, whatever the log holds.
-pub const EVENT_WINDOW_BYTES: usize = 512 << 10;
-
-/// How many events the next read of a replay takes, after a page whose largest event had
-/// `largest` bytes: as many as fit in [`EVENT_WINDOW_BYTES`], from 1 to 64.
-pub fn next_event_page(largest: usize) -> usize {
-    (EVENT_WINDOW_BYTES / largest.max(1)).clamp(1, 64)
-}
 
 /// Events of one tenant: the first page of what was retained after the resume point, then the
 /// live feed.

@@ -54,28 +54,12 @@ impl RedisBroker {
         let score = now as f64;
         // First the form of ids it reads, then its life: a node read live is never taken for
         // one of an older release.
-        let _: Result<i64, _> = self
-            .client
-            .zadd(
-                &self.keys.nodes_any_id(),
-                None,
-                None,
-                false,
-                false,
-                (score, self.node.as_str()),
-            )
-            .await;
-        let _: Result<i64, _> = self
-            .client
-            .zadd(
-                &self.keys.nodes(),
-                None,
-                None,
-                false,
-                false,
-                (score, self.node.as_str()),
-            )
-            .await;
+        for set in [self.keys.nodes_any_id(), self.keys.nodes()] {
+            let _: Result<i64, _> = self
+                .client
+                .zadd(&set, None, None, false, false, (score, self.node.as_str()))
+                .await;
+        }
         self.refresh_live().await;
         #[allow(clippy::cast_precision_loss)]
         let forget = now.saturating_sub(3_600_000) as f64;
