@@ -324,6 +324,19 @@ pub trait Pages: Send + Sync {
     /// A draining node closed this conversation's sockets (with 1001): its pages are expected
     /// back on another node, so calls stay accepted for [`RECONNECT_GRACE`].
     async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError>;
+
+    /// Marks each of `names` announced in `conv` for the conversation's whole life (kept with
+    /// it, refreshed and gone with it), answering per name whether it was new (`mark`); with
+    /// `mark` false, unmarks them (an announcement that could not be emitted), answering whether
+    /// each was marked. A conversation keeps at most [`model::ANNOUNCED_PER_CONVERSATION`]
+    /// names: past them, and for a conversation the broker no longer holds, a name is answered
+    /// new without being kept.
+    async fn announce_once(
+        &self,
+        conv: &ConvKey,
+        names: &[String],
+        mark: bool,
+    ) -> Result<Vec<bool>, BrokerError>;
 }
 
 /// The tenants' event logs: retained for `Last-Event-ID` resumption (bounded in count and

@@ -326,6 +326,10 @@ pub struct Retention {
 /// manifests behind, not one per reload.
 pub const GONE_MANIFESTS_KEPT: usize = 8;
 
+/// How many names one conversation remembers announcing for its whole life
+/// ([`crate::Pages::announce_once`]); past it, a name is answered new without being kept.
+pub const ANNOUNCED_PER_CONVERSATION: usize = 1_000;
+
 impl Default for Retention {
     fn default() -> Self {
         Retention {

@@ -82,6 +82,9 @@ struct Conv {
     /// page's, goes `retention.gone_manifests` later, at most [`model::GONE_MANIFESTS_KEPT`] at
     /// once ([`bound_gone`]), as on Redis.
     left: HashMap<String, Instant>,
+    /// Names announced once for the conversation's life ([`crate::Pages::announce_once`]): a
+    /// vector, empty without an allocation for the many conversations that announce nothing.
+    announced: Vec<String>,
 }
 
 /// The gone page loads of `c` other than its current page keep their manifests for `grace`

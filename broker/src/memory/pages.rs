@@ -169,4 +169,33 @@ impl Pages for MemoryBroker {
         }
         Ok(())
     }
+
+    async fn announce_once(
+        &self,
+        conv: &ConvKey,
+        names: &[String],
+        mark: bool,
+    ) -> Result<Vec<bool>, BrokerError> {
+        let mut st = lock(&self.state);
+        let Some(c) = st.convs.get_mut(conv) else {
+            return Ok(vec![mark; names.len()]);
+        };
+        let kept = &mut c.announced;
+        Ok(names
+            .iter()
+            .map(|name| {
+                let at = kept.iter().position(|k| k == name);
+                if !mark {
+                    return at.map(|i| kept.swap_remove(i)).is_some();
+                }
+                if at.is_some() {
+                    return false;
+                }
+                if kept.len() < crate::model::ANNOUNCED_PER_CONVERSATION {
+                    kept.push(name.clone());
+                }
+                true
+            })
+            .collect())
+    }
 }

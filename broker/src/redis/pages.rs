@@ -9,7 +9,7 @@ use fred::types::Value;
 use toolmark_proto::Manifest;
 
 use super::reply::{millis, pairs, parse_manifest, strings, unavailable};
-use super::scripts::{ConvRead, CountDown, CountUp, Drained, Leave, Outbox};
+use super::scripts::{Announced, ConvRead, CountDown, CountUp, Drained, Leave, Outbox};
 use super::{RedisBroker, codec};
 use crate::prelude::*;
 use crate::{
@@ -200,6 +200,26 @@ impl Pages for RedisBroker {
         })
         .await
         .map(|_| ())
+    }
+
+    async fn announce_once(
+        &self,
+        conv: &ConvKey,
+        names: &[String],
+        mark: bool,
+    ) -> Result<Vec<bool>, BrokerError> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let reply = self
+            .run(Announced {
+                conv: self.keys.conv(conv),
+                mark,
+                max: model::ANNOUNCED_PER_CONVERSATION,
+                names: names.to_vec(),
+            })
+            .await?;
+        Ok(strings(reply).iter().map(|f| f == "1").collect())
     }
 }
 

@@ -481,6 +481,109 @@ async fn a_quiet_page_stays_reachable_past_every_ttl(backend: Backend) {
 }
 contract!(a_quiet_page_stays_reachable_past_every_ttl);
 
+async fn a_conversation_announces_a_name_once_for_its_whole_life(backend: Backend) {
+    let retention = short();
+    let mut nodes = Nodes::new(backend, retention);
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+    // A conversation the broker does not hold keeps nothing: every name is new, and stays so.
+    assert_eq!(
+        b.announce_once(&c, &names(&["a"]), true).await.unwrap(),
+        [true]
+    );
+    assert_eq!(
+        b.announce_once(&c, &names(&["a"]), true).await.unwrap(),
+        [true]
+    );
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    b.page_identified(&c, "p1").await.unwrap();
+    b.put_manifest(&c, &manifest("p1", 1), &crate::support::frame_name())
+        .await
+        .unwrap();
+    assert_eq!(
+        b.announce_once(&c, &names(&["a", "b"]), true)
+            .await
+            .unwrap(),
+        [true, true]
+    );
+    assert_eq!(
+        b.announce_once(&c, &names(&["a", "c"]), true)
+            .await
+            .unwrap(),
+        [false, true]
+    );
+    // An announcement that could not be emitted is taken back, and is new again.
+    assert_eq!(
+        b.announce_once(&c, &names(&["c"]), false).await.unwrap(),
+        [true]
+    );
+    assert_eq!(
+        b.announce_once(&c, &names(&["c"]), false).await.unwrap(),
+        [false]
+    );
+    assert_eq!(
+        b.announce_once(&c, &names(&["c"]), true).await.unwrap(),
+        [true]
+    );
+    // Quiet for three times the conversation's TTL, its page held: the marks live with it.
+    tokio::time::sleep(retention.conversations * 3).await;
+    let _ = b.sweep_deadlines().await;
+    assert_eq!(
+        b.announce_once(&c, &names(&["a", "b", "c"]), true)
+            .await
+            .unwrap(),
+        [false, false, false]
+    );
+    // A conversation keeps a bounded number of marks: past them a name is new every time.
+    let many: Vec<String> = (0..model::ANNOUNCED_PER_CONVERSATION)
+        .map(|i| format!("n{i}"))
+        .collect();
+    let first = b.announce_once(&c, &many, true).await.unwrap();
+    assert_eq!(
+        first.iter().filter(|n| **n).count(),
+        model::ANNOUNCED_PER_CONVERSATION,
+    );
+    let again = b.announce_once(&c, &many, true).await.unwrap();
+    let kept = again.iter().filter(|n| !**n).count();
+    assert_eq!(
+        kept,
+        model::ANNOUNCED_PER_CONVERSATION - 3,
+        "the bound counts a, b, c"
+    );
+    assert_eq!(
+        b.announce_once(&c, &names(&["a"]), true).await.unwrap(),
+        [false]
+    );
+    // The conversation ends (its page gone, a TTL later): its marks go with it.
+    b.release_page(&c, Some("p1"), &crate::support::release())
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(15),
+        "the conversation ended",
+        || async {
+            let _ = b.sweep_deadlines().await;
+            let s = b.conversation(&c).await.unwrap();
+            (s.client_id.is_none() && s.sockets == 0).then_some(())
+        },
+    )
+    .await;
+    b.admit_page(&c, &LIMITS).await.unwrap();
+    b.page_identified(&c, "p2").await.unwrap();
+    b.put_manifest(&c, &manifest("p2", 1), &crate::support::frame_name())
+        .await
+        .unwrap();
+    assert_eq!(
+        b.announce_once(&c, &names(&["a", "b"]), true)
+            .await
+            .unwrap(),
+        [true, true],
+        "a new life of the conversation announces again"
+    );
+}
+contract!(a_conversation_announces_a_name_once_for_its_whole_life);
+
 async fn calls_go_to_the_latest_connected_page_and_a_silent_socket_keeps_the_current_one(
     backend: Backend,
 ) {

@@ -190,10 +190,12 @@ fn rejection_of<T>(submitted: &Option<Result<T, SubmitError>>) -> Option<&'stati
 }
 
 /// What a manifest of a tenant that watches its pins announces: in `report`, each definition
-/// it did not pin (`tool.unpinned` `{tool, digest, clientId}`, once per conversation, tool and digest
-/// while the broker remembers the name, [`toolmark_broker::ONCE_TTL`]), and each tool the
-/// conversation had under another definition (`tool.changed` `{tool, before, after}`).
-/// Digests are made once per manifest entry. An event the broker does not take is logged.
+/// it did not pin (`tool.unpinned` `{tool, digest, clientId}`, once per conversation, tool and
+/// digest for the conversation's whole life: the broker keeps the mark with the conversation,
+/// [`toolmark_broker::Pages::announce_once`]), and each tool the conversation had under another
+/// definition (`tool.changed` `{tool, before, after}`). Digests are made once per manifest
+/// entry. An event the broker does not take is logged (and its mark taken back, so that the
+/// next manifest announces it).
 async fn announce_pins(
     app: &AppState,
     tenant: &crate::tenants::Tenant,
@@ -202,14 +204,19 @@ async fn announce_pins(
     before: Vec<toolmark_proto::ToolManifestSummary>,
 ) {
     let emit = |kind: EventType, once: String, data: serde_json::Value| async move {
-        if let Err(e) = app
+        match app
             .broker
             .emit_once(&conv.tenant, kind, conv, data, &once)
             .await
         {
-            tracing::warn!(tenant = %conv.tenant, kind = kind.as_str(), error = %e, "pin event not emitted");
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(tenant = %conv.tenant, kind = kind.as_str(), error = %e, "pin event not emitted");
+                false
+            }
         }
     };
+    let mut unpinned = Vec::new();
     for t in &m.tools {
         let digest = t.digest();
         if let Some(old) = before.iter().find(|b| b.name == t.name)
@@ -230,16 +237,42 @@ async fn announce_pins(
             .await;
         }
         if tenant.pins.mode == PinMode::Report && !tenant.pins.holds(&t.name, digest) {
-            let once = format!(
-                "tool.unpinned\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{digest}",
-                conv.user, conv.conversation, t.name
-            );
-            emit(
-                EventType::ToolUnpinned,
-                once,
-                serde_json::json!({"tool": t.name, "digest": digest, "clientId": m.client_id}),
-            )
-            .await;
+            unpinned.push(t);
+        }
+    }
+    if unpinned.is_empty() {
+        return;
+    }
+    let names: Vec<String> = unpinned
+        .iter()
+        .map(|t| format!("unpinned\u{1f}{}\u{1f}{}", t.name, t.digest()))
+        .collect();
+    let new = match app.broker.announce_once(conv, &names, true).await {
+        Ok(new) => new,
+        Err(e) => {
+            return tracing::warn!(tenant = %conv.tenant, error = %e, "tool.unpinned not emitted");
+        }
+    };
+    for ((t, name), new) in unpinned.iter().zip(&names).zip(new) {
+        if !new {
+            continue;
+        }
+        // Also under the broker's once-window: a node of 0.4.0 announces by that alone, and a
+        // conversation past its bound of marks is announced within it.
+        let once = format!(
+            "tool.unpinned\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
+            conv.user,
+            conv.conversation,
+            t.name,
+            t.digest()
+        );
+        let data =
+            serde_json::json!({"tool": t.name, "digest": t.digest(), "clientId": m.client_id});
+        if !emit(EventType::ToolUnpinned, once, data).await {
+            let _ = app
+                .broker
+                .announce_once(conv, std::slice::from_ref(name), false)
+                .await;
         }
     }
 }

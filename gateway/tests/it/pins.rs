@@ -215,6 +215,79 @@ async fn report_shows_every_tool_and_marks_those_not_pinned() {
     crate::harness::answer_ok(&mut page, pending, "reported").await;
 }
 
+/// The shop's events from the start of its log up to the `page.manifest` of `rev` (with
+/// `tools`) that `page` sends now: a manifest's pin events are emitted before the page's next
+/// frame is read, so those of every earlier manifest are in it.
+async fn shop_log_until_manifest(
+    agent: &Agent,
+    page: &mut Page,
+    rev: u64,
+    tools: Value,
+) -> Vec<(String, Value)> {
+    page.manifest(rev, tools).await;
+    let mut log = agent.events("", Some("0-0")).await;
+    let mut seen = Vec::new();
+    loop {
+        let ev = log
+            .next_within(std::time::Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("the manifest of rev {rev} never came; saw {seen:?}"));
+        if ev.event == "page.manifest" && ev.data["data"]["rev"] == rev {
+            return seen;
+        }
+        seen.push((ev.event, ev.data));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_announces_each_unpinned_definition_once_per_conversation_and_each_change() {
+    let (nodes, mut page, agent, key) = shop(json!([cart_add(), exfiltrate()])).await;
+    pin(&nodes[0], "report", &[&cart_add()]).await;
+    let pages_node = nodes[0].agent("shop", &key);
+    until("report holds on the page's node", || async {
+        let s = pages_node.get("/users/u1/conversations/c1").await;
+        s.body["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["pinned"] == false))
+    })
+    .await;
+    // The page presents the injected tool again and again, and reloads: announced once.
+    for rev in 2..=4 {
+        page.manifest(rev, json!([cart_add(), exfiltrate()])).await;
+    }
+    drop(page);
+    let token = minted(&nodes[0], "shop", &key, "u1", "c1").await;
+    let mut page = nodes[0]
+        .connect("shop", &token, Some(crate::harness::ACME_ORIGIN))
+        .await
+        .expect("page admitted");
+    page.manifest(1, json!([cart_add(), exfiltrate()])).await;
+    // Then it rewrites cart.add (a rug pull): a change, and a definition not pinned.
+    page.manifest(2, json!([rewritten_cart_add(), exfiltrate()]))
+        .await;
+    page.manifest(3, json!([rewritten_cart_add(), exfiltrate()]))
+        .await;
+    let log = shop_log_until_manifest(&agent, &mut page, 9, json!([rewritten_cart_add()])).await;
+    let of = |kind: &str| -> Vec<&Value> {
+        log.iter()
+            .filter(|(k, _)| k == kind)
+            .map(|(_, v)| &v["data"])
+            .collect()
+    };
+    let unpinned = of("tool.unpinned");
+    assert_eq!(unpinned.len(), 2, "{log:?}");
+    assert_eq!(unpinned[0]["tool"], "debug.exfiltrate");
+    assert_eq!(unpinned[0]["digest"], digest(&exfiltrate()));
+    assert_eq!(unpinned[1]["tool"], "cart.add");
+    assert_eq!(unpinned[1]["digest"], digest(&rewritten_cart_add()));
+    assert_eq!(unpinned[1]["clientId"], page.client_id.as_str());
+    let changed = of("tool.changed");
+    assert_eq!(changed.len(), 1, "{log:?}");
+    assert_eq!(changed[0]["tool"], "cart.add");
+    assert_eq!(changed[0]["before"], digest(&cart_add()));
+    assert_eq!(changed[0]["after"], digest(&rewritten_cart_add()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pins_are_read_checked_and_kept_with_the_tenant() {
     let nodes = Gateway::start_admin_nodes(1).await;

@@ -101,6 +101,8 @@ pub static LEAVE: Lua = Lua::new("leave", lua!(prelude "leave"));
 pub static REFRESH: Lua = Lua::new("refresh", lua!("refresh"));
 /// `drained.lua`: [`Drained`].
 pub static DRAINED: Lua = Lua::new("drained", lua!("drained"));
+/// `announced.lua`: [`Announced`].
+pub static ANNOUNCED: Lua = Lua::new("announced", lua!("announced"));
 /// `gcra.lua`: [`Gcra`].
 pub static GCRA: Lua = Lua::new("gcra", lua!(prelude "gcra"));
 /// `emit.lua`: [`Emit`].
@@ -135,7 +137,7 @@ pub static TRAFFIC_READ: Lua = Lua::new("traffic_read", lua!("traffic_read"));
 pub static TOOLS_SEEN: Lua = Lua::new("tools_seen", lua!("tools_seen"));
 
 /// Every script, loaded on every primary before the node uses them.
-pub static ALL: [&Lua; 32] = [
+pub static ALL: [&Lua; 33] = [
     &BIND,
     &PLACE,
     &RESULT,
@@ -153,6 +155,7 @@ pub static ALL: [&Lua; 32] = [
     &LEAVE,
     &REFRESH,
     &DRAINED,
+    &ANNOUNCED,
     &GCRA,
     &EMIT,
     &RELEASE,

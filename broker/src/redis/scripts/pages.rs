@@ -3,7 +3,8 @@
 //! alive.
 
 use super::{
-    CONV_READ, COUNT_DOWN, COUNT_UP, DRAINED, LEAVE, Lua, Outbox, PUT_MANIFEST, REFRESH, ScriptArgs,
+    ANNOUNCED, CONV_READ, COUNT_DOWN, COUNT_UP, DRAINED, LEAVE, Lua, Outbox, PUT_MANIFEST, REFRESH,
+    ScriptArgs,
 };
 
 /// `put_manifest.lua`: a page's latest manifest kept, the page made current.
@@ -229,5 +230,32 @@ impl ScriptArgs for Drained {
             vec![self.conv],
             vec![self.now.to_string(), self.ttl.to_string()],
         )
+    }
+}
+
+/// `announced.lua`: marks (or unmarks) names announced once for the conversation's life.
+#[derive(Debug, Clone)]
+pub struct Announced {
+    /// KEYS: the conversation's hash.
+    pub conv: String,
+    /// Whether to mark (else unmark).
+    pub mark: bool,
+    /// How many names a conversation keeps.
+    pub max: usize,
+    /// The names.
+    pub names: Vec<String>,
+}
+
+impl ScriptArgs for Announced {
+    fn lua() -> &'static Lua {
+        &ANNOUNCED
+    }
+
+    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
+        let mut argv = Vec::with_capacity(2 + self.names.len());
+        argv.push(if self.mark { "1" } else { "0" }.to_owned());
+        argv.push(self.max.to_string());
+        argv.extend(self.names);
+        (vec![self.conv], argv)
     }
 }
