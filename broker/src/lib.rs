@@ -237,6 +237,10 @@ pub trait Calls: Send + Sync {
     /// joined: a page that reconnects (to any node) gets the calls it may have missed while it
     /// was away. Pages ignore an id they already have (seed rule 2), so a repeat is harmless.
     async fn pending_frames(&self, conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError>;
+
+    /// The W3C `traceparent` the call `id` of `conv` was sent with, when it was traced (kept
+    /// for the call's time to live): what its webhook delivery and a sweep's timeout link to.
+    async fn call_trace(&self, conv: &ConvKey, id: &str) -> Result<Option<String>, BrokerError>;
 }
 
 /// Deferred confirmations: single use, bound to their page, expired only when their page is

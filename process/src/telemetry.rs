@@ -318,6 +318,94 @@ impl<E: SpanExporter + 'static> SpanExporter for OnRuntime<E> {
     }
 }
 
+/// A span of its own trace for work done later on behalf of a traced call (the webhook of its
+/// outcome, a sweep's timeout of it), linked to the call's span: an operator following the
+/// call's trace finds it, and the call's trace does not stay open for it. Ends when dropped.
+pub struct LinkedSpan(opentelemetry::global::BoxedSpan);
+
+impl std::fmt::Debug for LinkedSpan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkedSpan").finish_non_exhaustive()
+    }
+}
+
+impl LinkedSpan {
+    /// `name`, linked to the span the W3C `traceparent` names (a client span when `client`,
+    /// for a request this process makes); `None` when tracing is off, or when `traceparent`
+    /// names no span or one its trace did not sample (head sampling holds for what follows).
+    pub fn start(
+        name: String,
+        client: bool,
+        traceparent: &str,
+        attributes: Vec<(&'static str, String)>,
+    ) -> Option<LinkedSpan> {
+        use opentelemetry::trace::{
+            Link, SpanKind, TraceContextExt as _, Tracer as _, TracerProvider as _,
+        };
+        if !tracing_on() {
+            return None;
+        }
+        let carrier =
+            std::collections::HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
+        let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&carrier));
+        let linked = cx.span().span_context().clone();
+        if !linked.is_valid() || !linked.is_sampled() {
+            return None;
+        }
+        let tracer = opentelemetry::global::tracer_provider().tracer("toolmark");
+        let span = tracer
+            .span_builder(name)
+            .with_kind(if client {
+                SpanKind::Client
+            } else {
+                SpanKind::Internal
+            })
+            .with_attributes(
+                attributes
+                    .into_iter()
+                    .map(|(k, v)| KeyValue::new(k, v))
+                    .collect::<Vec<_>>(),
+            )
+            .with_links(vec![Link::with_context(linked)])
+            .start_with_context(&tracer, &opentelemetry::Context::new());
+        Some(LinkedSpan(span))
+    }
+
+    /// This span's W3C `traceparent`, for the request it makes.
+    pub fn traceparent(&self) -> String {
+        use opentelemetry::trace::Span as _;
+        let sc = self.0.span_context();
+        format!(
+            "00-{}-{}-{:02x}",
+            sc.trace_id(),
+            sc.span_id(),
+            sc.trace_flags().to_u8()
+        )
+    }
+
+    /// Sets the attribute `key`.
+    pub fn set(&mut self, key: &'static str, value: String) {
+        use opentelemetry::trace::Span as _;
+        self.0.set_attribute(KeyValue::new(key, value));
+    }
+
+    /// Marks it failed: `error.type` and the error status.
+    pub fn fail(&mut self, error_type: &str) {
+        use opentelemetry::trace::Span as _;
+        self.0
+            .set_attribute(KeyValue::new("error.type", error_type.to_owned()));
+        self.0
+            .set_status(opentelemetry::trace::Status::error(error_type.to_owned()));
+    }
+}
+
+impl Drop for LinkedSpan {
+    fn drop(&mut self) {
+        use opentelemetry::trace::Span as _;
+        self.0.end();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::check_sampler;

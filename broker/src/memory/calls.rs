@@ -23,6 +23,7 @@ impl Calls for MemoryBroker {
         let (tx, rx) = oneshot::channel();
         let conv = binding.conv.clone();
         let client_id = binding.client_id.clone();
+        let id = binding.id.clone();
         let frame: Arc<str> = frame.to_json().into();
         lock(&self.state)
             .convs
@@ -48,7 +49,10 @@ impl Calls for MemoryBroker {
             );
         }
         match trace {
-            Some(t) => self.sink.deliver_traced(&conv, &client_id, frame, t),
+            Some(t) => {
+                lock(&self.traces).insert(id.clone(), t.to_owned(), Instant::now());
+                self.sink.deliver_traced(&conv, &client_id, frame, t);
+            }
             None => self.sink.deliver(&conv, &client_id, frame),
         }
         Ok(rx)
@@ -159,6 +163,11 @@ impl Calls for MemoryBroker {
         p.watchers.retain(|w| !w.is_closed());
         p.watchers.push(tx);
         Ok(Watch::Pending(rx))
+    }
+
+    async fn call_trace(&self, conv: &ConvKey, id: &str) -> Result<Option<String>, BrokerError> {
+        let _ = conv;
+        Ok(lock(&self.traces).get(id, Instant::now()))
     }
 
     async fn pending_frames(&self, conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError> {

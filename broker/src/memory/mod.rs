@@ -195,6 +195,10 @@ impl TenantLog {
     }
 }
 
+/// How many traced calls' trace contexts the memory broker keeps ([`Calls::call_trace`]), at
+/// most [`crate::ONCE_TTL`] each: a webhook or a timeout comes within the call's life.
+const TRACES_KEPT: usize = 16_384;
+
 /// Shared state of one gateway process.
 pub struct MemoryBroker {
     node: String,
@@ -216,6 +220,8 @@ pub struct MemoryBroker {
     traffic: Mutex<HashMap<String, HashMap<String, String>>>,
     /// Each tenant's tool definitions presented ([`crate::seen`]).
     seen: Mutex<HashMap<String, Vec<crate::seen::SeenTool>>>,
+    /// The trace contexts of traced calls ([`Calls::call_trace`]), by call id.
+    traces: Mutex<recent::Recent<String>>,
     emitted: crate::Emitted,
 }
 
@@ -263,6 +269,7 @@ impl MemoryBroker {
             webhooks: Mutex::default(),
             rates: Mutex::default(),
             catalog: Mutex::default(),
+            traces: Mutex::new(recent::Recent::new(TRACES_KEPT)),
             emitted: crate::Emitted::default(),
             sessions: Mutex::default(),
             places: Mutex::default(),

@@ -38,11 +38,11 @@ impl<V> Default for Recent<V> {
     }
 }
 
-impl<V: Copy> Recent<V> {
+impl<V: Clone> Recent<V> {
     /// What `name` meant, unless it is forgotten (or past its time, not yet forgotten).
     pub(super) fn get(&self, name: &str, now: Instant) -> Option<V> {
         let (v, at) = self.meant.get(name)?;
-        (now.duration_since(*at) <= crate::ONCE_TTL).then_some(*v)
+        (now.duration_since(*at) <= crate::ONCE_TTL).then(|| v.clone())
     }
 
     /// Remembers a name, forgetting the oldest past either bound.

@@ -576,6 +576,14 @@ impl Calls for RedisBroker {
         watch
     }
 
+    async fn call_trace(&self, conv: &ConvKey, id: &str) -> Result<Option<String>, BrokerError> {
+        let key = format!("{}:tp", self.keys.call(partition::of_conv(conv), id));
+        self.client
+            .get::<Option<String>, _>(key)
+            .await
+            .map_err(|e| unavailable(&e))
+    }
+
     async fn pending_frames(&self, conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError> {
         Ok(self
             .pending_messages(conv)

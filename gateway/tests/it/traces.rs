@@ -548,3 +548,161 @@ async fn an_mcp_tool_call_continues_its_meta_traceparent_under_the_mcp_conventio
     drop(node);
     let _ = std::fs::remove_file(config);
 }
+
+/// Work done for a call after its request ended reads from the call's trace: the webhook of an
+/// async call's `call.result` is a span of its own trace linked to the call's span, whose
+/// context the receiver gets as `traceparent`; a call whose agent's node died is timed out by
+/// another node's sweep in a `timeout {tool}` span linked to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_calls_webhook_and_a_swept_timeout_link_to_the_calls_trace() {
+    // The webhook receiver: each delivery's type and `traceparent`.
+    let hits: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let sink = hits.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |h: axum::http::HeaderMap, body: Bytes| {
+            let sink = sink.clone();
+            async move {
+                let event: Value = serde_json::from_slice(&body).unwrap();
+                let traceparent = h
+                    .get("traceparent")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                sink.lock().unwrap().push((
+                    event["type"].as_str().unwrap_or_default().to_owned(),
+                    traceparent,
+                ));
+                ""
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let collector = Collector::default();
+    let endpoint = format!("http://{}", collector.serve().await);
+    let redis = RedisProc::start(&[]);
+    let path = std::env::temp_dir().join(format!("toolmark-traces-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(
+        &path,
+        config_with(
+            &redis_broker(&redis.url(), &fresh_prefix()),
+            &format!(
+                "webhook_url = \"{hook}\"\nwebhook_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nwebhook_allow_private = true"
+            ),
+        ),
+    )
+    .unwrap();
+    let agent_node = Node::start(&path, "agent-node", &endpoint);
+    let page_node = Node::start(&path, "page-node", &endpoint);
+    let mut page = page_at(page_node.addr, "acme", "u1", "c1").await;
+    page.manifest(1, json!([tool("todo.add", json!({}))])).await;
+    agent_node
+        .agent()
+        .wait_current("u1", "c1", &page.client_id)
+        .await;
+
+    // An async call, answered: its call.result's webhook links to the call's trace.
+    let (async_trace, tp) = trace(true);
+    let res = http_client()
+        .post(format!(
+            "http://{}/v1/tenants/acme/users/u1/conversations/c1/calls",
+            agent_node.addr
+        ))
+        .bearer_auth(ACME_KEY)
+        .header("traceparent", tp)
+        .header("prefer", "respond-async")
+        .json(&json!({"tool": "todo.add", "input": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202);
+    let frame = page.recv().await;
+    page.answer(frame["id"].as_str().unwrap(), json!({"status": "ok"}))
+        .await;
+    let call = collector
+        .wait(&async_trace, "the async call's span", |s| {
+            named(s, "execute_tool todo.add").is_some()
+        })
+        .await;
+    let call = named(&call, "execute_tool todo.add").unwrap().clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let (webhook, header) = loop {
+        let header = hits
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(kind, _)| kind == "call.result")
+            .map(|(_, t)| t.clone());
+        let span = collector
+            .all()
+            .into_iter()
+            .find(|g| g.name == "webhook call.result");
+        if let (Some(span), Some(header)) = (span, header) {
+            break (span, header);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no linked webhook span and delivery; deliveries {:?}",
+            hits.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(webhook.trace, async_trace, "a trace of its own");
+    assert_eq!(webhook.links, vec![(async_trace.clone(), call.id.clone())]);
+    assert_eq!(
+        webhook.attrs["toolmark.call.id"],
+        frame["id"].as_str().unwrap()
+    );
+    assert_eq!(webhook.attrs["toolmark.tenant"], "acme");
+    assert_ne!(webhook.status, 2);
+    assert_eq!(
+        header,
+        format!("00-{}-{}-01", webhook.trace, webhook.id),
+        "the receiver continues the delivery's span"
+    );
+
+    // A call whose agent's node dies: the page's node sweeps it past its deadline.
+    let (swept_trace, tp) = trace(true);
+    let pending = agent_node.traced_call(
+        "c1",
+        json!({"tool": "todo.add", "input": {}, "timeoutMs": 1000}),
+        tp,
+    );
+    let frame = page.recv().await;
+    let call = collector
+        .wait(&swept_trace, "the swept call's frame span", |s| {
+            named(s, "send_frame todo.add").is_some()
+        })
+        .await;
+    let call_span = named(&call, "send_frame todo.add").unwrap().parent.clone();
+    drop(agent_node);
+    let _ = pending.await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let timeout = loop {
+        if let Some(s) = collector
+            .all()
+            .into_iter()
+            .find(|g| g.name == "timeout todo.add")
+        {
+            break s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no sweep span for the orphaned call"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(timeout.node, "page-node");
+    assert_eq!(timeout.links, vec![(swept_trace, call_span)]);
+    assert_eq!(
+        timeout.attrs["toolmark.call.id"],
+        frame["id"].as_str().unwrap()
+    );
+    assert_eq!(timeout.attrs["error.type"], "timeout");
+    assert_eq!(timeout.status, 2);
+    drop(page_node);
+    let _ = std::fs::remove_file(path);
+}

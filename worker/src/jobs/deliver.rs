@@ -12,8 +12,9 @@ use rand::RngExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use toolmark_broker::now_ms;
 use toolmark_broker::webhook::{Admission, Pending, WebhookQueue};
+use toolmark_broker::{Calls, ConvKey, now_ms};
+use toolmark_process::telemetry::{LinkedSpan, tracing_on};
 use toolmark_process::tenant_follower::{Change, Follower};
 
 use toolmark_config::{Settings, WebhookTarget, WorkerConfig};
@@ -26,6 +27,8 @@ use super::metrics::{FailureLabels, JobMetrics, TenantLabel};
 /// next attempt) and deleted.
 pub struct Deliveries {
     queue: Arc<dyn WebhookQueue>,
+    /// Where a traced call's trace context is found, for the span of its outcome's webhook.
+    calls: Arc<dyn Calls>,
     http: Clients,
     consumer: String,
     settings: WorkerConfig,
@@ -54,6 +57,7 @@ impl Deliveries {
     /// `follower`, the admin API's tenants too.
     pub fn new(
         queue: Arc<dyn WebhookQueue>,
+        calls: Arc<dyn Calls>,
         settings: &Settings,
         consumer: &str,
         metrics: Arc<JobMetrics>,
@@ -67,6 +71,7 @@ impl Deliveries {
             .collect();
         Ok(Deliveries {
             queue,
+            calls,
             http,
             consumer: consumer.to_owned(),
             settings: settings.worker.delivery.clone(),
@@ -107,6 +112,7 @@ impl Deliveries {
         let stop = shutdown.child_token();
         let d = Arc::new(Deliverer {
             broker: Arc::clone(&self.queue),
+            calls: Arc::clone(&self.calls),
             http: self.http.clone(),
             tenant: tenant.clone(),
             target: Mutex::new(Arc::new(target)),
@@ -186,6 +192,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// One tenant's delivery loops.
 struct Deliverer {
     broker: Arc<dyn WebhookQueue>,
+    calls: Arc<dyn Calls>,
     http: Clients,
     tenant: String,
     /// Where and how to deliver; swapped when the admin API changes the tenant.
@@ -228,8 +235,53 @@ impl Deliverer {
         }
     }
 
+    /// With tracing on, the span of delivering the outcome of a traced call (`call.result`,
+    /// `call.timeout`): `webhook {type}`, linked to the call's trace; its context goes to the
+    /// receiver as `traceparent`, so that the receiver's own spans join it.
+    async fn span(&self, p: &Pending) -> Option<LinkedSpan> {
+        if !tracing_on() {
+            return None;
+        }
+        let body: serde_json::Value = serde_json::from_str(&p.body).ok()?;
+        let kind = body["type"].as_str()?;
+        if kind != "call.result" && kind != "call.timeout" {
+            return None;
+        }
+        let data = &body["data"];
+        let (id, user, conversation) = (
+            data["id"].as_str()?,
+            data["user"].as_str()?,
+            data["conversation"].as_str()?,
+        );
+        let conv = ConvKey::new(&self.tenant, user, conversation);
+        let traceparent = self.calls.call_trace(&conv, id).await.ok()??;
+        LinkedSpan::start(
+            format!("webhook {kind}"),
+            true,
+            &traceparent,
+            vec![
+                ("http.request.method", "POST".to_owned()),
+                ("toolmark.tenant", self.tenant.clone()),
+                ("toolmark.event.id", p.id.clone()),
+                ("toolmark.call.id", id.to_owned()),
+            ],
+        )
+    }
+
     /// POSTs one event.
     async fn post(&self, p: &Pending) -> Result<(), Failed> {
+        let mut span = self.span(p).await;
+        let sent = self
+            .send(p, span.as_ref().map(LinkedSpan::traceparent))
+            .await;
+        if let (Some(span), Err(Failed(why))) = (span.as_mut(), &sent) {
+            span.fail(why);
+        }
+        sent
+    }
+
+    /// One attempt, with the `traceparent` of its span when it is traced.
+    async fn send(&self, p: &Pending, traceparent: Option<String>) -> Result<(), Failed> {
         let ts = now_ms() / 1000;
         let target = Arc::clone(&lock(&self.target));
         let sig = target.sign(&p.id, ts, &p.body);
@@ -241,8 +293,11 @@ impl Deliverer {
                 return Err(self.failed(REFUSED_ADDRESS.to_owned()));
             }
         };
-        let res = http
-            .post(&target.url)
+        let mut req = http.post(&target.url);
+        if let Some(t) = traceparent {
+            req = req.header("traceparent", t);
+        }
+        let res = req
             .timeout(Duration::from_millis(self.settings.webhook_timeout_ms))
             .header("content-type", "application/json")
             .header("webhook-id", &p.id)

@@ -63,7 +63,14 @@ impl Jobs {
             _ => None,
         };
         Ok(Jobs {
-            deliveries: Deliveries::new(queue, settings, consumer, Arc::clone(&metrics), follower)?,
+            deliveries: Deliveries::new(
+                queue,
+                Arc::clone(&broker) as Arc<dyn toolmark_broker::Calls>,
+                settings,
+                consumer,
+                Arc::clone(&metrics),
+                follower,
+            )?,
             sweep: DeadlineSweep::new(Arc::clone(&broker), Arc::clone(&metrics)),
             expiry: ConfirmationExpiry::new(broker, metrics),
         })

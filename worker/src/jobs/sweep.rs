@@ -41,7 +41,32 @@ impl DeadlineSweep {
         for r in records {
             self.metrics.swept.inc();
             tracing::info!(tenant = %r.binding.conv.tenant, call_id = %r.binding.id, "orphaned call timed out by the deadline sweep");
+            self.trace(&r).await;
             count(&self.metrics, &Change::Call(r));
+        }
+    }
+
+    /// With tracing on, a swept call that was traced gets `timeout {tool}`, linked to its
+    /// trace (the agent's node that would have timed it out inside the call's span is gone).
+    async fn trace(&self, r: &toolmark_broker::CallRecord) {
+        if !toolmark_process::telemetry::tracing_on() {
+            return;
+        }
+        let b = &r.binding;
+        let Ok(Some(traceparent)) = self.broker.call_trace(&b.conv, &b.id).await else {
+            return;
+        };
+        if let Some(mut span) = toolmark_process::telemetry::LinkedSpan::start(
+            format!("timeout {}", b.tool),
+            false,
+            &traceparent,
+            vec![
+                ("gen_ai.tool.name", b.tool.clone()),
+                ("toolmark.tenant", b.conv.tenant.clone()),
+                ("toolmark.call.id", b.id.clone()),
+            ],
+        ) {
+            span.fail("timeout");
         }
     }
 }

@@ -52,6 +52,9 @@
 -- bind(call, pending, deadlines, a): stores a call's binding with its page message and its
 --   cancel in one hash, in the conversation's pending set and the partition's deadline set (`a`
 --   is ARGV, whose first 10 values are the binding's, in the order bind.lua lists them).
+--   A traced call's page message (`t\n<traceparent>\n…`) also leaves its trace context in
+--   `<call>:tp` for the call's time to live: what the webhook of its `call.result` and a sweep's
+--   timeout link to (`Calls::call_trace`).
 local function sockets(key)
   local out = {}
   local flat = redis.call('HGETALL', key)
@@ -188,6 +191,10 @@ local function bind(call, pending, deadlines, a)
   redis.call('SADD', pending, a[1])
   redis.call('PEXPIRE', pending, a[9])
   redis.call('ZADD', deadlines, a[4], a[10])
+  if string.sub(a[7], 1, 2) == 't\n' then
+    local trace = string.match(a[7], '^t\n([^\n]*)\n')
+    if trace then redis.call('SET', call .. ':tp', trace, 'PX', a[9]) end
+  end
 end
 local function left(gone, prefix, current, client, now, grace, ttl)
   redis.call('ZADD', gone, now, client)
