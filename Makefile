@@ -12,7 +12,7 @@ run:
 	$(CARGO) run --release -p toolmark-gateway --bin toolmark-gateway
 
 ## test: install what the tests need, then lint and every test
-test: deps lint unit api examples chart-test image-test browser mcp-e2e pusher
+test: deps lint unit upgrade-test api examples chart-test image-test browser mcp-e2e pusher
 
 ## deps: install the system packages the tests use when they are missing (Debian)
 deps:
@@ -125,8 +125,9 @@ fuzz:
 	done
 
 ## upgrade-test: nodes of the previous release (UPGRADE_BASE, default 928ba32, built from git
-## once into target/upgrade-base/) and of this build on one Redis: calls, events and
-## confirmations both ways, a page moving, every node replaced under calls and the rollback
+## once, sharing this build's dependencies, kept in target/upgrade-base/) and of this build on
+## one Redis: calls, events, webhooks and confirmations both ways, a page moving, every node
+## replaced under calls and the rollback (part of `make test`)
 upgrade-test:
 	CARGO="$(CARGO)" scripts/upgrade-test.sh
 

@@ -2,8 +2,9 @@
 # `make upgrade-test`: the rolling-upgrade tests (gateway/tests/it/upgrade.rs) against the
 # previous release, UPGRADE_BASE (default 928ba32, the build the contract names as the fourth
 # wave's previous release; UPGRADE_BASE=v0.4.0 runs this wave's first release the same way;
-# docs/releases.md). The previous release's gateway is built from git once, in
-# its own target folder (target/upgrade-base/<commit>/), and kept there for the next runs.
+# docs/releases.md). The previous release's gateway is built from git once, in this
+# workspace's target folder (the dependencies it shares with this build are compiled once for
+# both: about a minute after `make unit`), and kept in target/upgrade-base/<commit>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -18,8 +19,9 @@ if [ ! -x "$bin" ]; then
   mkdir -p "$dir/src"
   git archive "$commit" | tar -x -C "$dir/src"
   # An archive has no history of its own: the revision is named, or git would name this checkout's.
-  (cd "$dir/src" && TOOLMARK_REVISION="${commit:0:12}" CARGO_TARGET_DIR="$dir/target" "$CARGO" build --locked -p toolmark-gateway --bin toolmark-gateway)
-  cp "$dir/target/debug/toolmark-gateway" "$bin.tmp"
+  # Its binary lands where this build's does; cargo puts this build's back at its next run.
+  (cd "$dir/src" && TOOLMARK_REVISION="${commit:0:12}" CARGO_TARGET_DIR="$root/target" "$CARGO" build --locked -p toolmark-gateway --bin toolmark-gateway)
+  cp "$root/target/debug/toolmark-gateway" "$bin.tmp"
   mv "$bin.tmp" "$bin"
   rm -rf "$dir/src"
 fi

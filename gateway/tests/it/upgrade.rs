@@ -4,8 +4,9 @@
 //! their events, deferred confirmations and their resolution, a page moving from an old node
 //! to a new one, then every node replaced one at a time under calls, and the rollback.
 //!
-//! These tests need the previous release's binary: they are ignored in `make test` and run by
-//! `make upgrade-test` (`--ignored`), which fails if the binary cannot be built.
+//! These tests need the previous release's binary: `cargo test` leaves them ignored, and
+//! `make upgrade-test` (a step of `make test`) builds it and runs them (`--ignored`), failing
+//! if the binary cannot be built.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -177,7 +178,7 @@ async fn across(agent_node: &Node, page_node: &Node, user: &str) {
 
 /// Nodes of the previous release and of this build serve one deployment, both ways.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the previous release's binary: make upgrade-test"]
+#[ignore = "needs the previous release's binary: make upgrade-test (in make test)"]
 async fn nodes_of_the_previous_release_and_of_this_one_serve_each_others_calls_and_events() {
     let old_bin = previous();
     let redis = RedisProc::start(&[]);
@@ -208,7 +209,7 @@ async fn nodes_of_the_previous_release_and_of_this_one_serve_each_others_calls_a
 /// Every node replaced one at a time under a steady stream of calls (the upgrade), then back
 /// (the rollback): every call is answered by its page, except 503s from a node while it drains.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the previous release's binary: make upgrade-test"]
+#[ignore = "needs the previous release's binary: make upgrade-test (in make test)"]
 async fn a_rolling_replacement_and_its_rollback_lose_no_call() {
     let old_bin = previous();
     let new_bin = current();
