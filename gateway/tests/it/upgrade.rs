@@ -1,8 +1,10 @@
 //! A rolling upgrade as an operator lives it (issue 54, `docs/releases.md`): nodes of the
 //! previous release (the binary `TOOLMARK_PREVIOUS_GATEWAY` names; `make upgrade-test` builds
 //! it from git) and of this build on one Redis, both ways. Calls, describes, async calls and
-//! their events, deferred confirmations and their resolution, a page moving from an old node
-//! to a new one, then every node replaced one at a time under calls, and the rollback.
+//! their events (read by SSE on the other release's node, and delivered as webhooks by both
+//! releases' jobs from one consumer group, each once), deferred confirmations and their
+//! resolution, a page moving from an old node to a new one, then every node replaced one at a
+//! time under calls, and the rollback.
 //!
 //! These tests need the previous release's binary: `cargo test` leaves them ignored, and
 //! `make upgrade-test` (a step of `make test`) builds it and runs them (`--ignored`), failing
@@ -11,8 +13,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Child;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
@@ -89,13 +91,56 @@ fn tools() -> serde_json::Value {
 }
 
 fn config(redis: &RedisProc) -> PathBuf {
+    config_hooked(redis, None)
+}
+
+/// The shared config; with `hook`, acme's events are POSTed there (every node runs the jobs:
+/// the nodes of both releases deliver from one consumer group).
+fn config_hooked(redis: &RedisProc, hook: Option<&str>) -> PathBuf {
     let path = std::env::temp_dir().join(format!("toolmark-upgrade-{}.toml", uuid::Uuid::new_v4()));
+    let tenant = hook.map_or_else(String::new, |hook| {
+        format!(
+            "webhook_url = \"{hook}\"\nwebhook_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nwebhook_allow_private = true"
+        )
+    });
     std::fs::write(
         &path,
-        config_with(&redis_broker(&redis.url(), &fresh_prefix()), ""),
+        config_with(&redis_broker(&redis.url(), &fresh_prefix()), &tenant),
     )
     .unwrap();
     path
+}
+
+/// A webhook receiver: each delivery's `webhook-id`, whether it was signed, and its event.
+type Deliveries = Arc<Mutex<Vec<(String, bool, serde_json::Value)>>>;
+
+async fn webhook_receiver() -> (String, Deliveries) {
+    let got: Deliveries = Arc::default();
+    let sink = got.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |h: axum::http::HeaderMap, body: axum::body::Bytes| {
+            let sink = sink.clone();
+            async move {
+                let id = h
+                    .get("webhook-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                let signed = h
+                    .get("webhook-signature")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.starts_with("v1,"));
+                let event = serde_json::from_slice(&body).unwrap_or_default();
+                sink.lock().unwrap().push((id, signed, event));
+                ""
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (hook, got)
 }
 
 /// Through `agent_node`, to a page on `page_node` (each of either release): a sync call, a
@@ -182,11 +227,44 @@ async fn across(agent_node: &Node, page_node: &Node, user: &str) {
 async fn nodes_of_the_previous_release_and_of_this_one_serve_each_others_calls_and_events() {
     let old_bin = previous();
     let redis = RedisProc::start(&[]);
-    let config = config(&redis);
+    let (hook, delivered) = webhook_receiver().await;
+    let config = config_hooked(&redis, Some(&hook));
     let old = Node::start(&old_bin, &config, "old-1", "the previous release");
     let new = Node::start(&current(), &config, "new-1", "this build");
     across(&new, &old, "u1").await;
     across(&old, &new, "u2").await;
+
+    // The webhook got each async call's result and each resolution once, signed, whichever
+    // release's node delivered it.
+    let wanted = |d: &[(String, bool, serde_json::Value)]| {
+        ["call.result", "confirmation.resolved"]
+            .map(|kind| d.iter().filter(|(_, _, e)| e["type"] == kind).count())
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while wanted(&delivered.lock().unwrap()) != [2, 2] {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "webhooks across releases: {:?}",
+            delivered.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    {
+        let d = delivered.lock().unwrap();
+        assert!(d.iter().all(|(_, signed, _)| *signed), "{d:?}");
+        let mut ids: Vec<&str> = d.iter().map(|(id, _, _)| id.as_str()).collect();
+        ids.sort_unstable();
+        let n = ids.len();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "an event delivered twice: {d:?}");
+        for user in ["u1", "u2"] {
+            assert!(
+                d.iter()
+                    .any(|(_, _, e)| e["type"] == "call.result" && e["data"]["user"] == user),
+                "{user}: {d:?}"
+            );
+        }
+    }
 
     // A page of the old node reconnects to the new one when the old one drains.
     let mut page = page_at(old.addr, "acme", "u3", "c1").await;
