@@ -5,7 +5,7 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run test deps lint unit api examples chart-test image-test image browser mcp-e2e pusher bench bench-compare admin-propagation scale-sim profile load-test soak cluster-faults upgrade-test fuzz release clean
+.PHONY: run test deps lint unit api examples chart-test image-test image browser mcp-e2e pusher bench bench-compare admin-propagation scale-sim profile load-test soak cluster-faults upgrade-test rolling-upgrade fuzz release clean
 
 ## run: the gateway in dev mode (memory broker, tenant `dev`, demo page at /demo)
 run:
@@ -130,6 +130,12 @@ fuzz:
 ## replaced under calls and the rollback (part of `make test`)
 upgrade-test:
 	CARGO="$(CARGO)" scripts/upgrade-test.sh
+
+## rolling-upgrade: two release nodes of the previous release (UPGRADE_BASE, default 928ba32)
+## replaced one at a time by this build's under ROLL_RATE (500) calls/s with the load generator,
+## then rolled back: calls answered, timed out and lost, pages back (docs/benchmarks.md)
+rolling-upgrade:
+	CARGO="$(CARGO)" load-tests/rolling-upgrade.sh
 
 ## release: cut the release VERSION (MAJOR.MINOR.PATCH, above the workspace's): the workspace,
 ## Cargo.lock, the chart, the image's version and the CHANGELOG move to it, in one commit
