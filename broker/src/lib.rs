@@ -12,6 +12,7 @@ pub mod model;
 pub mod partition;
 pub mod rate;
 pub mod redis;
+pub mod release;
 pub mod retry;
 pub mod seen;
 pub mod traffic;

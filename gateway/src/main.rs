@@ -63,6 +63,12 @@ fn main() -> ExitCode {
         }));
         match run.await {
             Ok(()) => ExitCode::SUCCESS,
+            // Beside a node of a release it cannot serve with: the operator's to fix.
+            Err(
+                e @ toolmark_gateway::RunError::Broker(
+                    toolmark_broker::redis::ConnectError::Release(_),
+                ),
+            ) => fail(BIN, 2, e),
             Err(e) => fail(BIN, 1, e),
         }
     })

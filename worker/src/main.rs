@@ -29,7 +29,10 @@ fn main() -> ExitCode {
         life.stop_on(signal::terminated());
         match toolmark_worker::run(settings, life, |a| announce_listening(BIN, a)).await {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e @ WorkerError::NotRedis) => fail(BIN, 2, e),
+            Err(
+                e @ (WorkerError::NotRedis
+                | WorkerError::Broker(toolmark_broker::redis::ConnectError::Release(_))),
+            ) => fail(BIN, 2, e),
             Err(e) => fail(BIN, 1, e),
         }
     })

@@ -175,6 +175,13 @@ impl Keys {
         format!("{}nodes:any-id", self.p)
     }
 
+    /// Each live node's release (releases after 0.4.0): member `node\n<release> <oldest it
+    /// serves beside>` ([`crate::release::announcement`]), scored as [`Keys::nodes`]; read by a
+    /// starting node ([`crate::release::refusal`]).
+    pub fn nodes_release(&self) -> String {
+        format!("{}nodes:release", self.p)
+    }
+
     /// Pending calls of partition `k` by deadline: member `tenant\nuser\nconversation\nid`.
     pub fn deadlines(&self, k: u16) -> String {
         format!("{}{}:deadlines", self.p, partition_tag(k))

@@ -118,6 +118,10 @@ pub enum ConnectError {
     /// Redis did not answer.
     #[error("cannot connect to Redis: {0}")]
     Connect(#[source] fred::error::Error),
+    /// A live node runs a release this one cannot serve beside, or one that cannot serve
+    /// beside this ([`crate::release::refusal`]).
+    #[error("{0}")]
+    Release(String),
 }
 
 /// How many ids [`RedisBroker::locate`] remembers the partition of.
@@ -244,6 +248,9 @@ impl RedisBroker {
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
+        if let Some(why) = broker.release_refusal().await {
+            return Err(ConnectError::Release(why));
+        }
         broker.clear_own_fields().await;
         broker.load_scripts().await;
         broker.subscribe_partitions().await?;

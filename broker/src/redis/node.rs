@@ -54,16 +54,25 @@ impl RedisBroker {
         let score = now as f64;
         // First the form of ids it reads, then its life: a node read live is never taken for
         // one of an older release.
-        for set in [self.keys.nodes_any_id(), self.keys.nodes()] {
+        let release = format!("{}\n{}", self.node, crate::release::announcement());
+        for (set, member) in [
+            (self.keys.nodes_release(), release.as_str()),
+            (self.keys.nodes_any_id(), self.node.as_str()),
+            (self.keys.nodes(), self.node.as_str()),
+        ] {
             let _: Result<i64, _> = self
                 .client
-                .zadd(&set, None, None, false, false, (score, self.node.as_str()))
+                .zadd(&set, None, None, false, false, (score, member))
                 .await;
         }
         self.refresh_live().await;
         #[allow(clippy::cast_precision_loss)]
         let forget = now.saturating_sub(3_600_000) as f64;
-        for set in [self.keys.nodes(), self.keys.nodes_any_id()] {
+        for set in [
+            self.keys.nodes(),
+            self.keys.nodes_any_id(),
+            self.keys.nodes_release(),
+        ] {
             let _: Result<i64, _> = self.client.zremrangebyscore(&set, "-inf", forget).await;
         }
         // Waiters whose request went away (their outcome message never came) are forgotten.
@@ -71,6 +80,49 @@ impl RedisBroker {
         if self.held.refresh_due(self.opts.retention.conversations / 3) {
             self.refresh_held().await;
         }
+    }
+
+    /// Whether this release may start beside the live nodes ([`crate::release::refusal`]):
+    /// read once, before the node announces itself. A read that fails lets it start (the
+    /// heartbeat's own reads then decide what it writes, as for any node).
+    pub(super) async fn release_refusal(&self) -> Option<String> {
+        let hb = u64::try_from(self.opts.heartbeat.as_millis()).unwrap_or(2000);
+        #[allow(clippy::cast_precision_loss)]
+        let min = now_ms().saturating_sub(u64::from(model::DEAD_AFTER_HEARTBEATS) * hb) as f64;
+        // Boxed: two reads' futures inline would grow the connect future of every node.
+        let (nodes, releases) = Box::pin(async {
+            tokio::join!(
+                self.client.zrangebyscore::<Vec<String>, _, _, _>(
+                    self.keys.nodes(),
+                    min,
+                    "+inf",
+                    false,
+                    None
+                ),
+                self.client.zrangebyscore::<Vec<String>, _, _, _>(
+                    self.keys.nodes_release(),
+                    min,
+                    "+inf",
+                    false,
+                    None
+                ),
+            )
+        })
+        .await;
+        let (Ok(nodes), Ok(releases)) = (nodes, releases) else {
+            return None;
+        };
+        let announced: std::collections::HashMap<&str, &str> =
+            releases.iter().filter_map(|m| m.split_once('\n')).collect();
+        let peers: Vec<crate::release::Peer> = nodes
+            .iter()
+            .filter(|n| **n != self.node)
+            .map(|n| crate::release::Peer {
+                node: n.clone(),
+                announced: announced.get(n.as_str()).map(|a| (*a).to_owned()),
+            })
+            .collect();
+        crate::release::refusal(&peers)
     }
 
     /// Reads the set of live nodes (heartbeat within [`model::DEAD_AFTER_HEARTBEATS`]

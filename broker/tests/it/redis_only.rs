@@ -153,6 +153,7 @@ async fn events_a_webhook_consumer_has_not_read_are_never_trimmed() {
 fn without_ttl_allowed(key: &str) -> bool {
     key.ends_with(":nodes")
         || key.ends_with(":nodes:any-id")
+        || key.ends_with(":nodes:release")
         || key.ends_with(":deadlines")
         || key.ends_with(":pendingconfirms")
         || key.ends_with(":events")

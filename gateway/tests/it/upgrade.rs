@@ -392,3 +392,88 @@ async fn a_rolling_replacement_and_its_rollback_lose_no_call() {
         "calls went on through both rolls"
     );
 }
+
+/// A node refuses to start beside a live node of a release it cannot serve with, or one that
+/// cannot serve with it (exit 2, naming both releases), and starts beside one it can; a node
+/// that announces nothing is a release up to 0.4.0, which this one serves beside.
+#[test]
+fn a_node_refuses_to_start_beside_a_release_it_cannot_serve_with() {
+    if toolmark_testkit::redis::mode() != toolmark_testkit::redis::Mode::Memory {
+        return eprintln!("runs once, in the memory suite");
+    }
+    let redis = RedisProc::start(&[]);
+    let prefix = fresh_prefix();
+    let path = std::env::temp_dir().join(format!("toolmark-upgrade-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(&path, config_with(&redis_broker(&redis.url(), &prefix), "")).unwrap();
+    let this = env!("CARGO_PKG_VERSION");
+    // A live node: heartbeat now, with `announced` (or none).
+    let live = |node: &str, announced: Option<&str>| {
+        let now = toolmark_broker::now_ms().to_string();
+        redis.cli(&["zadd", &format!("{prefix}:nodes"), &now, node]);
+        if let Some(a) = announced {
+            redis.cli(&[
+                "zadd",
+                &format!("{prefix}:nodes:release"),
+                &now,
+                &format!("{node}\n{a}"),
+            ]);
+        }
+    };
+    let start = || {
+        std::process::Command::new(current())
+            .args(["--config", path.to_str().unwrap()])
+            .args(["--listen", "127.0.0.1:0", "--node-id", "starting"])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let refused = |why: &str, names: &[&str]| {
+        let out = start().wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{why}: {stderr}");
+        for n in names {
+            assert!(stderr.contains(n), "{why}: names {n}: {stderr}");
+        }
+    };
+    // Beside a newer release that no longer serves beside this one (a rollback too far).
+    live("ahead-1", Some("99.0.0 98.0.0"));
+    refused("a rollback too far", &["ahead-1", "99.0.0", "98.0.0", this]);
+    redis.cli(&[
+        "del",
+        &format!("{prefix}:nodes"),
+        &format!("{prefix}:nodes:release"),
+    ]);
+    // Beside a release older than the oldest this one serves beside.
+    live("behind-1", Some("0.2.0 0.1.0"));
+    refused(
+        "an upgrade that skips a release",
+        &["behind-1", "0.2.0", this],
+    );
+    redis.cli(&[
+        "del",
+        &format!("{prefix}:nodes"),
+        &format!("{prefix}:nodes:release"),
+    ]);
+    // Beside the previous release (announcing nothing) and one of its own kind: it starts.
+    live("previous-1", None);
+    live("same-1", Some(&format!("{this} 0.3.0")));
+    let mut child = start();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.contains("listening on"), "it starts: {line:?}");
+    // And announces its own release for the next node to read.
+    let announced = redis.cli(&["zrange", &format!("{prefix}:nodes:release"), "0", "-1"]);
+    assert!(
+        announced.contains(&format!("starting\n{this} 0.3.0")),
+        "{announced:?}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(path);
+}
