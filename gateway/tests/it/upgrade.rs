@@ -3,8 +3,9 @@
 //! it from git) and of this build on one Redis, both ways. Calls, describes, async calls and
 //! their events (read by SSE on the other release's node, and delivered as webhooks by both
 //! releases' jobs from one consumer group, each once), deferred confirmations and their
-//! resolution, a page moving from an old node to a new one, then every node replaced one at a
-//! time under calls, and the rollback.
+//! resolution, an MCP task called on one release's node and polled on the other's, a page
+//! moving from an old node to a new one, then every node replaced one at a time under calls,
+//! and the rollback.
 //!
 //! These tests need the previous release's binary: `cargo test` leaves them ignored, and
 //! `make upgrade-test` (a step of `make test`) builds it and runs them (`--ignored`), failing
@@ -221,6 +222,102 @@ async fn across(agent_node: &Node, page_node: &Node, user: &str) {
     }
 }
 
+/// An rmcp client of acme's hosted MCP endpoint on `node` that declares tasks, at the session
+/// revision both releases speak.
+async fn task_client(
+    node: &Node,
+    token: &str,
+) -> rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig> {
+    use rmcp::ServiceExt as _;
+    use rmcp::model::{ClientCapabilities, ClientConfig, ProtocolVersion};
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let url = format!("http://{}/v1/tenants/acme/mcp", node.addr);
+    let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.to_owned());
+    let mut info = ClientConfig::default();
+    info.capabilities = ClientCapabilities::builder().enable_tasks().build();
+    info.protocol_version = ProtocolVersion::V_2025_11_25;
+    info.serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .expect("the MCP client connects")
+}
+
+/// A consequential tool called through the hosted MCP endpoint of `caller_node` becomes a task
+/// when the page on `page_node` defers its confirmation; polled through `poller_node` (another
+/// release's), it ends `completed` with the page's result once the page confirms.
+async fn mcp_task_across(caller_node: &Node, poller_node: &Node, page_node: &Node, user: &str) {
+    use rmcp::model::{CallToolRequestParams, CallToolResponse, GetTaskParams};
+    let what = format!(
+        "task called on {}, polled on {}, page on {}",
+        caller_node.what, poller_node.what, page_node.what
+    );
+    let mut page = page_at(page_node.addr, "acme", user, "c1").await;
+    page.manifest(
+        1,
+        json!([tool("todo.delete", json!({"destructive": true}))]),
+    )
+    .await;
+    caller_node
+        .agent()
+        .wait_current(user, "c1", &page.client_id)
+        .await;
+    let minted = caller_node
+        .agent()
+        .post(
+            "/tokens",
+            json!({"user": user, "conversation": "c1", "scope": "mcp"}),
+        )
+        .await;
+    assert_eq!(minted.status, 201, "{what}: {}", minted.body);
+    let token = minted.body["token"].as_str().unwrap().to_owned();
+    let caller = task_client(caller_node, &token).await;
+    let poller = task_client(poller_node, &token).await;
+    let peer = caller.peer().clone();
+    let pending = tokio::spawn(async move {
+        peer.call_tool_once(CallToolRequestParams::new("todo__delete"))
+            .await
+            .expect("the call is answered")
+    });
+    let frame = page.recv().await;
+    let id = frame["id"].as_str().unwrap().to_owned();
+    page.answer(
+        &id,
+        json!({"status": "needs_confirmation", "confirmId": format!("cf-{user}"), "summary": "Delete"}),
+    )
+    .await;
+    let task = match pending.await.unwrap() {
+        CallToolResponse::Task(t) => serde_json::to_value(t.task).unwrap(),
+        other => panic!("{what}: a task, not {other:?}"),
+    };
+    assert_eq!(task["taskId"], id.as_str(), "{what}: {task}");
+    assert_eq!(task["status"], "working", "{what}: {task}");
+    page.send(
+        json!({"protocol": 1, "type": "confirmed", "clientId": page.client_id,
+        "confirmId": format!("cf-{user}"), "result": {"status": "ok", "data": "deleted"}}),
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let ended = loop {
+        let t = poller
+            .peer()
+            .get_task(GetTaskParams::new(&id))
+            .await
+            .map(|r| serde_json::to_value(r.task).unwrap())
+            .unwrap_or_else(|e| panic!("{what}: tasks/get: {e}"));
+        if t["status"] != "working" {
+            break t;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: never ended: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ended["status"], "completed", "{what}: {ended}");
+    caller.cancel().await.unwrap();
+    poller.cancel().await.unwrap();
+}
+
 /// Nodes of the previous release and of this build serve one deployment, both ways.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the previous release's binary: make upgrade-test (in make test)"]
@@ -265,6 +362,9 @@ async fn nodes_of_the_previous_release_and_of_this_one_serve_each_others_calls_a
             );
         }
     }
+
+    mcp_task_across(&old, &new, &new, "u4").await;
+    mcp_task_across(&new, &old, &old, "u5").await;
 
     // A page of the old node reconnects to the new one when the old one drains.
     let mut page = page_at(old.addr, "acme", "u3", "c1").await;
