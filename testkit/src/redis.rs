@@ -338,6 +338,22 @@ impl Monitor {
         }
     }
 
+    /// Every command line between the marks `from` and `to`, those scripts ran included (a
+    /// script's own commands show as `[0 lua]`), the marks' `ECHO`s left out, in order.
+    pub fn all_lines(&self, from: &str, to: &str) -> Vec<String> {
+        let start = format!("\"echo\" \"{from}\"");
+        let lines = self.lines_until(to);
+        let first = lines
+            .iter()
+            .position(|l| l.contains(&start))
+            .map_or(0, |i| i + 1);
+        lines[first..]
+            .iter()
+            .filter(|l| !l.contains("\"echo\""))
+            .cloned()
+            .collect()
+    }
+
     /// The lines of the commands clients sent between the marks `from` and `to` (not those a
     /// script ran inside its own round trip), in order.
     pub fn client_lines(&self, from: &str, to: &str) -> Vec<String> {

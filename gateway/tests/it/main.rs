@@ -5,6 +5,7 @@ mod admin;
 mod agent;
 mod agent_api;
 mod binary;
+mod budget;
 mod callers;
 mod cluster_stats;
 mod console;

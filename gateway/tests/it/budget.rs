@@ -1,0 +1,262 @@
+//! What a call costs in Redis, counted (issue 58; `docs/architecture.md`, "What a call costs"):
+//! two nodes on a Redis of the test's own, a page on one and the agent on the other, and
+//! `MONITOR` recording every command, the scripts' own included, while calls of one kind run
+//! one after another. Each kind's round trips, scripts, commands and bytes kept per call are
+//! held to the budget table of `docs/architecture.md`, which this test reads: a change that
+//! costs more fails here, not in a benchmark's noise.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+use toolmark_testkit::redis::RedisProc;
+
+use crate::agent::Agent;
+use crate::harness::{Gateway, Page, config_with, fresh_prefix, page_at, redis_broker, tool};
+
+/// Calls of each kind counted.
+const CALLS: usize = 60;
+
+/// What one kind of call cost, per call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Cost {
+    round_trips: f64,
+    scripts: f64,
+    commands: f64,
+}
+
+/// Counts of the commands between two marks: (round trips a client sent, scripts run,
+/// commands run in all), the marks' own `ECHO`s left out.
+fn count(lines: &[String]) -> (usize, usize, usize, BTreeMap<String, usize>) {
+    let (mut trips, mut scripts, mut all) = (0, 0, 0);
+    let mut names = BTreeMap::new();
+    for l in lines {
+        let Some(name) = l.split('"').nth(1).map(str::to_ascii_lowercase) else {
+            continue;
+        };
+        // What a node does on its own clock, whatever its calls: its heartbeat and live set,
+        // its traffic entry, the tenant catalog's revision check and
+        // its subscription probes (`p\n<partition>` on its own channels).
+        let background = [":nodes", ":traffic\"", "{catalog}", "\" \"p\\n"];
+        if name == "echo" || name == "monitor" || background.iter().any(|k| l.contains(k)) {
+            continue;
+        }
+        all += 1;
+        if !l.contains(" lua]") {
+            trips += 1;
+        }
+        if name == "evalsha" || name == "eval" {
+            scripts += 1;
+        }
+        *names.entry(name).or_insert(0) += 1;
+    }
+    (trips, scripts, all, names)
+}
+
+struct Bench {
+    redis: RedisProc,
+    prefix: String,
+    _nodes: Vec<Gateway>,
+    page: Page,
+    agent: Agent,
+}
+
+async fn bench() -> Bench {
+    let redis = RedisProc::start(&[]);
+    let prefix = fresh_prefix();
+    // No jobs on these nodes: their sweeps would run between the calls counted.
+    let text = config_with(&redis_broker(&redis.url(), &prefix), "").replacen(
+        "run_jobs = true",
+        "run_jobs = false",
+        1,
+    );
+    let pages_node = Gateway::start_config(&text, Some("budget-pages".into())).await;
+    let agents_node = Gateway::start_config(&text, Some("budget-agents".into())).await;
+    let mut page = page_at(pages_node.addr, "acme", "u1", "c1").await;
+    page.manifest(
+        1,
+        json!([
+            tool("todo.add", json!({})),
+            tool("signup.submit", json!({}))
+        ]),
+    )
+    .await;
+    let agent = agents_node.acme();
+    agent.wait_current("u1", "c1", &page.client_id).await;
+    Bench {
+        redis,
+        prefix,
+        _nodes: vec![pages_node, agents_node],
+        page,
+        agent,
+    }
+}
+
+impl Bench {
+    /// One call as `kind` makes it, answered by the page.
+    async fn call(&mut self, kind: &str, i: usize) {
+        let mut req = self
+            .agent
+            .http
+            .post(
+                self.agent
+                    .url(&format!("{}/calls", self.agent.conv("u1", "c1"))),
+            )
+            .bearer_auth(&self.agent.key);
+        let tool = if kind == "confirmation" {
+            "signup.submit"
+        } else {
+            "todo.add"
+        };
+        match kind {
+            "idempotent" => {
+                req = req.header("idempotency-key", format!("k-{i}-{}", uuid::Uuid::new_v4()))
+            }
+            "async" => req = req.header("prefer", "respond-async"),
+            _ => {}
+        }
+        let pending = tokio::spawn(
+            req.json(&json!({"tool": tool, "input": {}, "timeoutMs": 20000}))
+                .send(),
+        );
+        let frame = self.page.recv().await;
+        let id = frame["id"].as_str().unwrap().to_owned();
+        if kind == "confirmation" {
+            let confirm_id = uuid::Uuid::new_v4().to_string();
+            self.page
+                .answer(&id, json!({"status": "needs_confirmation", "confirmId": confirm_id, "summary": "Sign up?"}))
+                .await;
+            let res = pending.await.unwrap().unwrap();
+            assert_eq!(res.status(), 200);
+            self.page
+                .send(
+                    json!({"protocol": 1, "type": "confirmed", "clientId": self.page.client_id,
+                    "confirmId": confirm_id, "result": {"status": "ok", "data": "signed up"}}),
+                )
+                .await;
+        } else {
+            self.page
+                .answer(&id, json!({"status": "ok", "data": i}))
+                .await;
+            let res = pending.await.unwrap().unwrap();
+            let want = if kind == "async" { 202 } else { 200 };
+            assert_eq!(res.status(), want);
+        }
+    }
+
+    /// `CALLS` calls of `kind` after a few unmeasured ones, counted: the cost per call.
+    async fn measure(&mut self, kind: &str) -> Cost {
+        for i in 0..5 {
+            self.call(kind, i).await;
+        }
+        let monitor = self.redis.monitor();
+        monitor.mark("from");
+        for i in 0..CALLS {
+            self.call(kind, i).await;
+        }
+        monitor.mark("to");
+        let lines = monitor.all_lines("from", "to");
+        let (trips, scripts, all, names) = count(&lines);
+        #[allow(clippy::cast_precision_loss)]
+        let per = |n: usize| n as f64 / CALLS as f64;
+        eprintln!("{kind}: {names:?}");
+        Cost {
+            round_trips: per(trips),
+            scripts: per(scripts),
+            commands: per(all),
+        }
+    }
+
+    /// Bytes Redis keeps for each finished call of the conversation (`MEMORY USAGE` of its
+    /// keys), on average over the calls made so far.
+    fn bytes_per_finished_call(&self) -> f64 {
+        let keys = self.redis.cli(&[
+            "--scan",
+            "--pattern",
+            &format!("{}:{{p*}}:c:*", self.prefix),
+        ]);
+        let keys: Vec<&str> = keys.lines().filter(|k| !k.trim().is_empty()).collect();
+        assert!(!keys.is_empty(), "no call kept");
+        let total: u64 = keys
+            .iter()
+            .map(|k| {
+                self.redis
+                    .cli(&["memory", "usage", k])
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0)
+            })
+            .sum();
+        #[allow(clippy::cast_precision_loss)]
+        let per = total as f64 / keys.len() as f64;
+        per
+    }
+}
+
+/// The budget table of `docs/architecture.md` ("What a call costs"): kind → (round trips,
+/// scripts, commands, bytes kept per finished call when given).
+fn budgets() -> BTreeMap<String, (f64, f64, f64, Option<f64>)> {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/architecture.md"
+    ))
+    .unwrap();
+    let section = doc
+        .split("### What a call costs")
+        .nth(1)
+        .expect("docs/architecture.md has \"What a call costs\"");
+    let mut out = BTreeMap::new();
+    for row in section.lines().take_while(|l| !l.starts_with("## ")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        // | `kind`: words | round trips | scripts | commands | bytes |
+        if cells.len() < 7 || !cells[1].starts_with('`') {
+            continue;
+        }
+        let kind = cells[1].split('`').nth(1).unwrap().to_owned();
+        let num = |c: &str| c.replace(',', "").parse::<f64>().ok();
+        out.insert(
+            kind,
+            (
+                num(cells[2]).expect("round trips"),
+                num(cells[3]).expect("scripts"),
+                num(cells[4]).expect("commands"),
+                num(cells[5]),
+            ),
+        );
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_kind_of_call_costs_what_its_budget_says() {
+    if toolmark_testkit::redis::mode() != toolmark_testkit::redis::Mode::Memory {
+        return eprintln!("runs once, in the memory suite (its Redis is its own)");
+    }
+    let budgets = budgets();
+    let mut b = bench().await;
+    let mut over = Vec::new();
+    for kind in ["plain", "idempotent", "async", "confirmation"] {
+        let cost = b.measure(kind).await;
+        let &(trips, scripts, commands, bytes) = budgets
+            .get(kind)
+            .unwrap_or_else(|| panic!("no budget for {kind} in docs/architecture.md"));
+        eprintln!(
+            "{kind}: {cost:?}, budget {trips} round trips, {scripts} scripts, {commands} commands"
+        );
+        if cost.round_trips > trips || cost.scripts > scripts || cost.commands > commands {
+            over.push(format!("{kind}: {cost:?} against {trips} round trips, {scripts} scripts, {commands} commands"));
+        }
+        if let Some(bytes) = bytes {
+            let kept = b.bytes_per_finished_call();
+            eprintln!("{kind}: {kept:.0} bytes kept per finished call, budget {bytes}");
+            if kept > bytes {
+                over.push(format!(
+                    "{kind}: {kept:.0} bytes kept per finished call against {bytes}"
+                ));
+            }
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "over budget (docs/architecture.md, \"What a call costs\"): {over:#?}"
+    );
+}
