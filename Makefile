@@ -18,11 +18,13 @@ test: deps lint unit upgrade-test api examples chart-test image-test browser mcp
 deps:
 	@scripts/deps.sh
 
-## lint: formatting and clippy, warnings are errors; then cargo-deny on licenses, duplicate
-## versions, sources and advisories (deny.toml, scripts/deny.sh)
+## lint: formatting and clippy, warnings are errors; the layering (which crate and which of the
+## gateway's doors may use which: testkit/tests/layering.rs, CONTRIBUTING.md); then cargo-deny
+## on licenses, duplicate versions, sources and advisories (deny.toml, scripts/deny.sh)
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CARGO) test --locked -p toolmark-testkit --test layering
 	CARGO="$(CARGO)" scripts/deny.sh
 
 ## unit: every Rust test of the workspace (unit, integration, property), then the gateway's

@@ -95,13 +95,7 @@ pub fn announce(t: &DevTenant, bound: SocketAddr) {
     );
 }
 
-/// `bytes` random bytes, hex-encoded.
-pub fn random_hex(bytes: usize) -> String {
-    use rand::RngExt;
-    let mut buf = vec![0u8; bytes];
-    rand::rng().fill(&mut buf[..]);
-    hex::encode(buf)
-}
+pub use crate::ids::random_hex;
 
 const INDEX: &str = include_str!("../assets/demo/index.html");
 const AGENT: &str = include_str!("../assets/demo/agent.html");

@@ -82,7 +82,7 @@ async fn broker(settings: &Settings) -> Result<Arc<dyn Catalog>, CopyError> {
                 prefix: prefix.clone(),
                 ..RedisOptions::default()
             };
-            let node = format!("copy-{}", crate::demo::random_hex(6));
+            let node = format!("copy-{}", crate::ids::random_hex(6));
             let b = RedisBroker::connect(
                 url,
                 &node,

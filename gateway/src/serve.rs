@@ -145,7 +145,7 @@ pub async fn run_with(
 
 /// A node id for a node that names none (`server.node_id`): `node-` and 12 random hex digits.
 pub fn new_node_id() -> String {
-    format!("node-{}", crate::demo::random_hex(6))
+    format!("node-{}", crate::ids::random_hex(6))
 }
 
 async fn serve_until_stopped(
