@@ -12,10 +12,10 @@ use toolmark_broker::{
 use toolmark_config::pins::PinMode;
 use tracing::Instrument as _;
 
+use super::error::CallError;
 use super::idempotency::Claim;
 use super::supervise::{Supervision, supervise};
 use crate::caller::Caller;
-use crate::http::Problem;
 use crate::state::AppState;
 use crate::tenants::Tenant;
 use crate::traces;
@@ -57,7 +57,7 @@ pub(crate) async fn start(
     conv: ConvKey,
     mut req: Request,
     respond_async: bool,
-) -> Result<Started, Problem> {
+) -> Result<Started, CallError> {
     let claim = req.idempotency.take();
     // Its own span only while spans are exported (`crate::traces`): the page's node continues
     // it from the context that travels with the frame.
@@ -72,12 +72,12 @@ pub(crate) async fn start(
     };
     let (placed, timeout) = match placed {
         Ok(p) => p,
-        Err(problem) => {
-            traces::mark_error(&span, problem.code);
+        Err(refused) => {
+            traces::mark_error(&span, refused.code());
             if let Some(claim) = claim {
                 claim.release(app, &tenant.id).await;
             }
-            return Err(problem);
+            return Err(refused);
         }
     };
     let Placed { binding, waiter } = placed;
@@ -128,17 +128,16 @@ async fn place(
     req: Request,
     respond_async: bool,
     trace: Option<String>,
-) -> Result<(Placed, Duration), Problem> {
+) -> Result<(Placed, Duration), CallError> {
     if app.is_draining() {
-        return Err(Problem::unavailable(Duration::from_secs(1)));
+        return Err(CallError::Draining);
     }
     let limits = &tenant.limits;
     let timeout_ms = req.timeout_ms.unwrap_or(limits.default_call_timeout_ms);
     if timeout_ms == 0 || timeout_ms > limits.max_call_timeout_ms {
-        return Err(Problem::invalid(
-            "/timeoutMs",
-            format!("timeoutMs is between 1 and {}", limits.max_call_timeout_ms),
-        ));
+        return Err(CallError::Timeout {
+            max: limits.max_call_timeout_ms,
+        });
     }
     let gate = gate(&req.caller, tenant);
     let caller_rate = req.caller.calls_per_second().map(|per_second| CallerRate {
@@ -165,12 +164,7 @@ async fn place(
             trace,
         })
         .await
-        .map_err(|e| match e {
-            PlaceError::NotAllowed => not_allowed(app, &tool),
-            PlaceError::NotPinned => not_pinned(app, &tool),
-            PlaceError::UnknownTool => Problem::invalid("/name", format!("unknown tool {tool}")),
-            e => e.into(),
-        })?;
+        .map_err(|e| counted(app, CallError::placing(e, &tool)))?;
     Ok((placed, Duration::from_millis(timeout_ms)))
 }
 
@@ -194,14 +188,16 @@ fn gate(caller: &Caller, tenant: &Tenant) -> Option<ToolGate> {
     })
 }
 
-fn not_allowed(app: &AppState, tool: &str) -> Problem {
-    app.metrics.call_refused("tool_not_allowed");
-    Problem::tool_not_allowed(tool)
-}
-
-fn not_pinned(app: &AppState, tool: &str) -> Problem {
-    app.metrics.call_refused("tool_not_pinned");
-    Problem::tool_not_pinned(tool)
+/// A refusal of the tool itself (not allowed, not pinned) counted in
+/// `toolmark_calls_refused_total{reason}`.
+fn counted(app: &AppState, e: CallError) -> CallError {
+    if matches!(
+        e,
+        CallError::NotAllowed { .. } | CallError::NotPinned { .. }
+    ) {
+        app.metrics.call_refused(e.code());
+    }
+    e
 }
 
 /// The caller's policy applied to a repeat of an `Idempotency-Key` (whose call was placed
@@ -212,7 +208,7 @@ pub(crate) async fn authorize(
     app: &AppState,
     conv: &ConvKey,
     req: &Request,
-) -> Result<(), Problem> {
+) -> Result<(), CallError> {
     authorize_tool(app, &req.caller, conv, &req.tool).await
 }
 
@@ -225,9 +221,9 @@ pub(crate) async fn authorize_tool(
     caller: &Caller,
     conv: &ConvKey,
     tool: &str,
-) -> Result<(), Problem> {
+) -> Result<(), CallError> {
     let Some(tenant) = app.tenants.get(&conv.tenant) else {
-        return Err(Problem::not_found("tenant"));
+        return Err(CallError::UnknownTenant);
     };
     let Some(gate) = gate(caller, &tenant) else {
         return Ok(());
@@ -235,7 +231,17 @@ pub(crate) async fn authorize_tool(
     let s = app.broker.conversation(conv).await?;
     match gate.check(tool, CallTarget::current(&s).as_ref()) {
         Ok(()) => Ok(()),
-        Err(PlaceError::NotPinned) => Err(not_pinned(app, tool)),
-        Err(_) => Err(not_allowed(app, tool)),
+        Err(PlaceError::NotPinned) => Err(counted(
+            app,
+            CallError::NotPinned {
+                tool: tool.to_owned(),
+            },
+        )),
+        Err(_) => Err(counted(
+            app,
+            CallError::NotAllowed {
+                tool: tool.to_owned(),
+            },
+        )),
     }
 }

@@ -22,7 +22,7 @@ use toolmark_proto::ToolResult;
 use super::grant::McpGrant;
 use super::listings::{Listings, forward};
 use super::tools::{self, Schemas};
-use crate::calls::{self, Request};
+use crate::calls::{self, CallError, Request};
 use crate::http::problem::Problem;
 use crate::state::AppState;
 use crate::traces;
@@ -211,23 +211,24 @@ impl HostedMcp {
             .is_some_and(|c| c.supports_tasks());
         let started = match calls::start(&self.app, &grant.tenant, conv, call, tasks).await {
             Ok(started) => started,
-            Err(p) if p.pointer.is_some() => {
-                return Err(ErrorData::invalid_params(p.detail, None));
+            Err(e @ (CallError::Timeout { .. } | CallError::UnknownTool { .. })) => {
+                return Err(ErrorData::invalid_params(Problem::from(e).detail, None));
             }
             // A tool the credential may not call, or whose definition the tenant did not pin,
             // is not there for this client: nothing was sent to the page.
-            Err(p) if p.code == "tool_not_allowed" || p.code == "tool_not_pinned" => {
+            Err(e @ (CallError::NotAllowed { .. } | CallError::NotPinned { .. })) => {
                 // The refusal's code rides in the error's data (the span's `error.type`).
+                let code = e.code();
                 return Err(ErrorData::invalid_params(
-                    p.detail,
-                    Some(serde_json::json!({ "code": p.code })),
+                    Problem::from(e).detail,
+                    Some(serde_json::json!({ "code": code })),
                 ));
             }
-            Err(p) if p.code == "no_page" => {
-                traces::mark_error(&span, p.code);
+            Err(e @ CallError::NoPage) => {
+                traces::mark_error(&span, e.code());
                 return Ok(call_result(CallEnd::Lost(NO_PAGE), false).into());
             }
-            Err(p) => return Err(internal(&p)),
+            Err(e) => return Err(internal(&Problem::from(e))),
         };
         let task_of = super::tasks::Made {
             id: started.id,

@@ -217,9 +217,19 @@ async fn describe(app: &AppState, grant: &McpGrant, tool: &str) -> Option<Option
         by_llm_name: false,
         caller: grant.caller(),
     };
-    let started = calls::start(app, &grant.tenant, grant.conv(), request, false)
-        .await
-        .ok()?;
+    let started = match calls::start(app, &grant.tenant, grant.conv(), request, false).await {
+        Ok(started) => started,
+        // No page, or a refusal: nothing to describe; the listing goes on without the schema.
+        Err(e @ (calls::CallError::Broker(_) | calls::CallError::Draining)) => {
+            tracing::debug!(
+                tool,
+                error = e.code(),
+                "describe for the MCP listing not started"
+            );
+            return None;
+        }
+        Err(_) => return None,
+    };
     match started.outcome.await {
         Outcome::Result(ToolResult::Ok { data: Some(data) }) => {
             Some(ToolManifest::from_value(data).ok().map(|m| m.input_schema))
