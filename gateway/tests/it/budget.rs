@@ -27,21 +27,27 @@ struct Cost {
 /// Counts of the commands between two marks: (round trips a client sent, scripts run,
 /// commands run in all), the marks' own `ECHO`s left out.
 fn count(lines: &[String]) -> (usize, usize, usize, BTreeMap<String, usize>) {
+    // What a node does on its own clock, whatever its calls: its heartbeat and live set, its
+    // traffic entry, the tenant catalog's revision check and its subscription probes
+    // (`p\n<partition>` on its own channels). A script's own commands follow its line in
+    // `MONITOR` (it runs atomically): those of a background script are its too.
+    let background = [":nodes", ":traffic\"", "{catalog}", "\" \"p\\n"];
     let (mut trips, mut scripts, mut all) = (0, 0, 0);
     let mut names = BTreeMap::new();
+    let mut in_background = false;
     for l in lines {
         let Some(name) = l.split('"').nth(1).map(str::to_ascii_lowercase) else {
             continue;
         };
-        // What a node does on its own clock, whatever its calls: its heartbeat and live set,
-        // its traffic entry, the tenant catalog's revision check and
-        // its subscription probes (`p\n<partition>` on its own channels).
-        let background = [":nodes", ":traffic\"", "{catalog}", "\" \"p\\n"];
-        if name == "echo" || name == "monitor" || background.iter().any(|k| l.contains(k)) {
+        let inside_script = l.contains(" lua]");
+        if !inside_script {
+            in_background = background.iter().any(|k| l.contains(k));
+        }
+        if name == "echo" || name == "monitor" || in_background {
             continue;
         }
         all += 1;
-        if !l.contains(" lua]") {
+        if !inside_script {
             trips += 1;
         }
         if name == "evalsha" || name == "eval" {
