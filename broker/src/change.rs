@@ -202,6 +202,28 @@ pub fn expired_confirmation() -> ToolResult {
     }
 }
 
+/// How long a change's events may wait for the node that made the change before the deadline
+/// sweep emits them from the outbox instead (the node stalled or died in between).
+pub const RELAY_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Emits each event of `change` once ([`Events::emit_once`]), counting what this process
+/// emitted. Both brokers announce their changes here.
+pub(crate) async fn announce<E: crate::Events + ?Sized>(
+    events: &E,
+    change: &Change,
+) -> Result<(), crate::BrokerError> {
+    let conv = change.conv();
+    for a in change.events() {
+        if let Some(event) = events
+            .emit_once(&conv.tenant, a.kind, conv, a.data, &a.once)
+            .await?
+        {
+            events.emitted().count(&event);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -202,3 +202,37 @@ mod tests {
         assert!(event_id_after("1-0", "garbage"));
     }
 }
+
+/// Events one process emitted, by type, and how many of them found the tenant's log at its
+/// bound with events not yet delivered to webhooks (kept anyway). Cumulative.
+#[derive(Debug, Default)]
+pub struct Emitted {
+    by_kind: [std::sync::atomic::AtomicU64; EventType::ALL.len()],
+    held_for_webhooks: std::sync::atomic::AtomicU64,
+}
+
+impl Emitted {
+    /// Counts an event this process emitted.
+    pub fn count(&self, event: &Event) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.by_kind[event.kind as usize].fetch_add(1, Relaxed);
+        if event.held_for_webhooks {
+            self.held_for_webhooks.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Events emitted so far, per type.
+    pub fn by_kind(&self) -> Vec<(EventType, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        EventType::ALL
+            .iter()
+            .map(|k| (*k, self.by_kind[*k as usize].load(Relaxed)))
+            .collect()
+    }
+
+    /// Events emitted while the log was held at its bound for webhooks.
+    pub fn held_for_webhooks(&self) -> u64 {
+        self.held_for_webhooks
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}

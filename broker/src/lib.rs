@@ -27,13 +27,14 @@ use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
 use toolmark_proto::{AgentMessage, Manifest, ToolResult};
 
-pub use change::{Announcement, Change, expired_confirmation};
+pub(crate) use change::announce;
+pub use change::{Announcement, Change, RELAY_AFTER, expired_confirmation};
 pub use error::{
     AdmitError, BrokerError, PlaceError, RateLimited, Rejection, SubmitError, TakeError,
 };
 pub use event::{
-    EVENT_PAGE, EVENT_WINDOW_BYTES, Event, EventType, RawEvent, event_id_after, is_event_id,
-    next_event_page,
+    EVENT_PAGE, EVENT_WINDOW_BYTES, Emitted, Event, EventType, RawEvent, event_id_after,
+    is_event_id, next_event_page,
 };
 pub use model::{CONFIRM_ABANDON_GRACE, RECONNECT_GRACE, Retention};
 pub use traffic::{NodeTraffic, SharedTraffic, TrafficEntry};
@@ -406,10 +407,6 @@ pub trait Events: Send + Sync {
     fn emitted(&self) -> &Emitted;
 }
 
-/// How long a change's events may wait for the node that made the change before the deadline
-/// sweep emits them from the outbox instead (the node stalled or died in between).
-pub const RELAY_AFTER: Duration = Duration::from_secs(2);
-
 /// The release of a page socket ([`Pages::release_page`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Release {
@@ -430,58 +427,6 @@ impl Release {
             again: false,
         }
     }
-}
-
-/// Events one process emitted, by type, and how many of them found the tenant's log at its
-/// bound with events not yet delivered to webhooks (kept anyway). Cumulative.
-#[derive(Debug, Default)]
-pub struct Emitted {
-    by_kind: [std::sync::atomic::AtomicU64; EventType::ALL.len()],
-    held_for_webhooks: std::sync::atomic::AtomicU64,
-}
-
-impl Emitted {
-    /// Counts an event this process emitted.
-    pub fn count(&self, event: &Event) {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.by_kind[event.kind as usize].fetch_add(1, Relaxed);
-        if event.held_for_webhooks {
-            self.held_for_webhooks.fetch_add(1, Relaxed);
-        }
-    }
-
-    /// Events emitted so far, per type.
-    pub fn by_kind(&self) -> Vec<(EventType, u64)> {
-        use std::sync::atomic::Ordering::Relaxed;
-        EventType::ALL
-            .iter()
-            .map(|k| (*k, self.by_kind[*k as usize].load(Relaxed)))
-            .collect()
-    }
-
-    /// Events emitted while the log was held at its bound for webhooks.
-    pub fn held_for_webhooks(&self) -> u64 {
-        self.held_for_webhooks
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-/// Emits each event of `change` once ([`Events::emit_once`]), counting what this process
-/// emitted. Both brokers announce their changes here.
-pub(crate) async fn announce<E: Events + ?Sized>(
-    events: &E,
-    change: &Change,
-) -> Result<(), BrokerError> {
-    let conv = change.conv();
-    for a in change.events() {
-        if let Some(event) = events
-            .emit_once(&conv.tenant, a.kind, conv, a.data, &a.once)
-            .await?
-        {
-            events.emitted().count(&event);
-        }
-    }
-    Ok(())
 }
 
 /// Cluster-wide rates.

@@ -357,16 +357,9 @@ impl Monitor {
     /// The lines of the commands clients sent between the marks `from` and `to` (not those a
     /// script ran inside its own round trip), in order.
     pub fn client_lines(&self, from: &str, to: &str) -> Vec<String> {
-        let start = format!("\"echo\" \"{from}\"");
-        let lines = self.lines_until(to);
-        let first = lines
-            .iter()
-            .position(|l| l.contains(&start))
-            .map_or(0, |i| i + 1);
-        lines[first..]
-            .iter()
-            .filter(|l| !l.contains(" lua]") && !l.contains("\"echo\""))
-            .cloned()
+        self.all_lines(from, to)
+            .into_iter()
+            .filter(|l| !l.contains(" lua]"))
             .collect()
     }
 

@@ -496,11 +496,7 @@ async fn a_conversation_announces_a_name_once_for_its_whole_life(backend: Backen
         b.announce_once(&c, &names(&["a"]), true).await.unwrap(),
         [true]
     );
-    b.admit_page(&c, &LIMITS).await.unwrap();
-    b.page_identified(&c, "p1").await.unwrap();
-    b.put_manifest(&c, &manifest("p1", 1), &crate::support::frame_name())
-        .await
-        .unwrap();
+    connected_page(&b, &c, "p1").await;
     assert_eq!(
         b.announce_once(&c, &names(&["a", "b"]), true)
             .await
@@ -569,11 +565,7 @@ async fn a_conversation_announces_a_name_once_for_its_whole_life(backend: Backen
         },
     )
     .await;
-    b.admit_page(&c, &LIMITS).await.unwrap();
-    b.page_identified(&c, "p2").await.unwrap();
-    b.put_manifest(&c, &manifest("p2", 1), &crate::support::frame_name())
-        .await
-        .unwrap();
+    connected_page(&b, &c, "p2").await;
     assert_eq!(
         b.announce_once(&c, &names(&["a", "b"]), true)
             .await

@@ -660,3 +660,50 @@ pub async fn ready_page(
         .await;
     p
 }
+
+/// One request a [`webhook_receiver`] got.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// `webhook-id`.
+    pub id: String,
+    /// Whether `webhook-signature` carries a `v1,` signature.
+    pub signed: bool,
+    /// `traceparent`, or empty.
+    pub traceparent: String,
+    /// The event POSTed.
+    pub event: Value,
+}
+
+/// Every delivery a [`webhook_receiver`] got, in order.
+pub type Deliveries = std::sync::Arc<std::sync::Mutex<Vec<Delivery>>>;
+
+/// A webhook receiver on loopback that accepts every delivery: its URL and what it got.
+pub async fn webhook_receiver() -> (String, Deliveries) {
+    let got: Deliveries = Deliveries::default();
+    let sink = got.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |h: axum::http::HeaderMap, body: Bytes| {
+            let sink = sink.clone();
+            async move {
+                let header = |k: &str| {
+                    h.get(k)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                sink.lock().unwrap().push(Delivery {
+                    id: header("webhook-id"),
+                    signed: header("webhook-signature").starts_with("v1,"),
+                    traceparent: header("traceparent"),
+                    event: serde_json::from_slice(&body).unwrap_or_default(),
+                });
+                ""
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (hook, got)
+}

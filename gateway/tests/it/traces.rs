@@ -555,31 +555,7 @@ async fn an_mcp_tool_call_continues_its_meta_traceparent_under_the_mcp_conventio
 /// another node's sweep in a `timeout {tool}` span linked to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_async_calls_webhook_and_a_swept_timeout_link_to_the_calls_trace() {
-    // The webhook receiver: each delivery's type and `traceparent`.
-    let hits: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
-    let sink = hits.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |h: axum::http::HeaderMap, body: Bytes| {
-            let sink = sink.clone();
-            async move {
-                let event: Value = serde_json::from_slice(&body).unwrap();
-                let traceparent = h
-                    .get("traceparent")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default()
-                    .to_owned();
-                sink.lock().unwrap().push((
-                    event["type"].as_str().unwrap_or_default().to_owned(),
-                    traceparent,
-                ));
-                ""
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (hook, hits) = crate::harness::webhook_receiver().await;
 
     let collector = Collector::default();
     let endpoint = format!("http://{}", collector.serve().await);
@@ -634,8 +610,8 @@ async fn an_async_calls_webhook_and_a_swept_timeout_link_to_the_calls_trace() {
             .lock()
             .unwrap()
             .iter()
-            .find(|(kind, _)| kind == "call.result")
-            .map(|(_, t)| t.clone());
+            .find(|h| h.event["type"] == "call.result")
+            .map(|h| h.traceparent.clone());
         let span = collector
             .all()
             .into_iter()

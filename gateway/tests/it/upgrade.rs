@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -110,38 +110,6 @@ fn config_hooked(redis: &RedisProc, hook: Option<&str>) -> PathBuf {
     )
     .unwrap();
     path
-}
-
-/// A webhook receiver: each delivery's `webhook-id`, whether it was signed, and its event.
-type Deliveries = Arc<Mutex<Vec<(String, bool, serde_json::Value)>>>;
-
-async fn webhook_receiver() -> (String, Deliveries) {
-    let got: Deliveries = Arc::default();
-    let sink = got.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |h: axum::http::HeaderMap, body: axum::body::Bytes| {
-            let sink = sink.clone();
-            async move {
-                let id = h
-                    .get("webhook-id")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default()
-                    .to_owned();
-                let signed = h
-                    .get("webhook-signature")
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|v| v.starts_with("v1,"));
-                let event = serde_json::from_slice(&body).unwrap_or_default();
-                sink.lock().unwrap().push((id, signed, event));
-                ""
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (hook, got)
 }
 
 /// Through `agent_node`, to a page on `page_node` (each of either release): a sync call, a
@@ -324,7 +292,7 @@ async fn mcp_task_across(caller_node: &Node, poller_node: &Node, page_node: &Nod
 async fn nodes_of_the_previous_release_and_of_this_one_serve_each_others_calls_and_events() {
     let old_bin = previous();
     let redis = RedisProc::start(&[]);
-    let (hook, delivered) = webhook_receiver().await;
+    let (hook, delivered) = crate::harness::webhook_receiver().await;
     let config = config_hooked(&redis, Some(&hook));
     let old = Node::start(&old_bin, &config, "old-1", "the previous release");
     let new = Node::start(&current(), &config, "new-1", "this build");
@@ -333,9 +301,9 @@ async fn nodes_of_the_previous_release_and_of_this_one_serve_each_others_calls_a
 
     // The webhook got each async call's result and each resolution once, signed, whichever
     // release's node delivered it.
-    let wanted = |d: &[(String, bool, serde_json::Value)]| {
+    let wanted = |d: &[crate::harness::Delivery]| {
         ["call.result", "confirmation.resolved"]
-            .map(|kind| d.iter().filter(|(_, _, e)| e["type"] == kind).count())
+            .map(|kind| d.iter().filter(|h| h.event["type"] == kind).count())
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while wanted(&delivered.lock().unwrap()) != [2, 2] {
@@ -348,8 +316,8 @@ async fn nodes_of_the_previous_release_and_of_this_one_serve_each_others_calls_a
     }
     {
         let d = delivered.lock().unwrap();
-        assert!(d.iter().all(|(_, signed, _)| *signed), "{d:?}");
-        let mut ids: Vec<&str> = d.iter().map(|(id, _, _)| id.as_str()).collect();
+        assert!(d.iter().all(|h| h.signed), "{d:?}");
+        let mut ids: Vec<&str> = d.iter().map(|h| h.id.as_str()).collect();
         ids.sort_unstable();
         let n = ids.len();
         ids.dedup();
@@ -357,7 +325,7 @@ async fn nodes_of_the_previous_release_and_of_this_one_serve_each_others_calls_a
         for user in ["u1", "u2"] {
             assert!(
                 d.iter()
-                    .any(|(_, _, e)| e["type"] == "call.result" && e["data"]["user"] == user),
+                    .any(|h| h.event["type"] == "call.result" && h.event["data"]["user"] == user),
                 "{user}: {d:?}"
             );
         }
