@@ -120,14 +120,39 @@ impl RedisBroker {
             self.take_caller_call(&req.conv.tenant, &r.bucket, r.per_second)
                 .await?;
         }
-        if !self.cluster {
-            return self.place_here(req, read, true).await;
-        }
         let per_second = req.calls_per_second;
-        match self
+        let spent = self
             .reserves
-            .spend(&req.conv.tenant, per_second, Instant::now())
-        {
+            .spend(&req.conv.tenant, per_second, Instant::now());
+        if !self.cluster {
+            // One Redis: the rate's key shares the script's server, so the place script takes
+            // whatever the call and the reserve need, in the call's own round trip.
+            let take = match spent {
+                Reserved::Take(want) => Some(Take {
+                    want,
+                    back: 0,
+                    need: true,
+                }),
+                Reserved::Spent { refill: None } => None,
+                Reserved::Spent {
+                    refill: Some(Batch { want, back }),
+                } => Some(Take {
+                    want,
+                    back,
+                    need: false,
+                }),
+            };
+            let tenant = req.conv.tenant.clone();
+            let mut held = 0;
+            let placed = self.place_here(req, read, take, &mut held).await;
+            // A batch for the reserve was asked for (not a lone call's token): what came back
+            // is held, nothing when refused or unanswered.
+            if take.is_some_and(|t| !t.need || t.want > 1) {
+                self.reserves.hold(&tenant, held, Instant::now());
+            }
+            return placed;
+        }
+        match spent {
             Reserved::Take(want) => {
                 let tenant = &req.conv.tenant;
                 let taken = self
@@ -138,17 +163,18 @@ impl RedisBroker {
                     self.reserves.hold(tenant, held, Instant::now());
                 }
                 taken?;
-                self.place_here(req, read, false).await
+                self.place_here(req, read, None, &mut 0).await
             }
-            Reserved::Spent { refill: None } => self.place_here(req, read, false).await,
+            Reserved::Spent { refill: None } => self.place_here(req, read, None, &mut 0).await,
             Reserved::Spent {
                 refill: Some(Batch { want, back }),
             } => {
                 // The place script takes the request; the batch is rare (one per batch).
                 let tenant = req.conv.tenant.clone();
+                let mut none = 0;
                 let (taken, placed) = tokio::join!(
                     self.take_tokens(&tenant, per_second, want, back, "gcra"),
-                    self.place_here(req, read, false)
+                    self.place_here(req, read, None, &mut none)
                 );
                 self.reserves
                     .hold(&tenant, taken.unwrap_or(0), Instant::now());
@@ -160,13 +186,15 @@ impl RedisBroker {
     /// `place.lua` against what this node last read of the conversation (`read`, when the
     /// request was already named and its policy asked against it); read again and retried when
     /// the conversation changed since, the tool named and the policy asked again against the
-    /// new read. With `rate_here`, the script takes the tenant's rate; without, the call's
-    /// token was taken already.
+    /// new read. With `take`, the script takes tokens of the tenant's rate (on one Redis), and
+    /// `held` is set to those it took for the node's reserve; without, the call's token was
+    /// taken already.
     async fn place_here(
         &self,
         mut req: CallRequest,
         read: Option<Arc<Expected>>,
-        rate_here: bool,
+        take: Option<Take>,
+        held: &mut u32,
     ) -> Result<Placed, PlaceError> {
         let mut expected = match read {
             Some(e) => e,
@@ -191,12 +219,15 @@ impl RedisBroker {
             let place = Place {
                 bind: self.bind_args(&binding, &frame, req.trace.as_deref()),
                 conv: self.keys.conv(&req.conv),
-                rate: rate_here.then(|| {
+                rate: take.map(|t| {
                     let (interval, burst) = limits::gcra_args(req.calls_per_second);
                     PlaceRate {
                         rate: self.keys.rate(&req.conv.tenant),
                         interval,
                         burst,
+                        want: t.want,
+                        back: t.back,
+                        need: t.need,
                     }
                 }),
                 manifest_prefix: self.keys.manifest_prefix(&req.conv),
@@ -226,6 +257,14 @@ impl RedisBroker {
                     return Err(e.into());
                 }
             };
+            if let Some(n) = reply.get(1).filter(|_| {
+                matches!(
+                    reply.first().map(String::as_str),
+                    Some("ok" | "no_page" | "unreached")
+                )
+            }) {
+                *held = n.parse().unwrap_or(0);
+            }
             match reply.first().map(String::as_str) {
                 Some("ok") if expected.target.is_some() => {
                     return Ok(Placed {
@@ -592,4 +631,14 @@ impl Calls for RedisBroker {
             .map(|(_, frame)| frame)
             .collect())
     }
+}
+
+/// What the place script takes of the tenant's rate on one Redis ([`crate::rate::Reserves`]'s word
+/// for the call): up to `want` tokens after giving `back` back, the call's own among them when
+/// `need`.
+#[derive(Debug, Clone, Copy)]
+struct Take {
+    want: u32,
+    back: u32,
+    need: bool,
 }

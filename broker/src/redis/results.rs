@@ -53,6 +53,7 @@ impl RedisBroker {
                 compact_id: codec::compact_id(id),
                 compact_client: codec::compact_id(&from.client_id),
                 received: again,
+                now: now_ms(),
             })
             .await?;
         let reply = strings(reply);

@@ -21,21 +21,41 @@ const CALLS: usize = 60;
 struct Cost {
     round_trips: f64,
     scripts: f64,
+    /// Every command but those of the tenant's bucket.
     commands: f64,
+    /// Takes of the tenant's bucket (the node's reserve refilled, or a call's own token).
+    takes: f64,
 }
 
-/// Counts of the commands between two marks: (round trips a client sent, scripts run,
-/// commands run in all), the marks' own `ECHO`s left out.
-fn count(lines: &[String]) -> (usize, usize, usize, BTreeMap<String, usize>) {
+/// What the commands between two marks cost.
+struct Counted {
+    /// Round trips a client sent.
+    trips: usize,
+    scripts: usize,
+    /// Commands run in all, the marks' own `ECHO`s and the tenant's bucket left out.
+    commands: usize,
+    /// Takes of the tenant's bucket: its `TIME`, `GET` and `SET`, counted apart, since how
+    /// often a node refills its reserve follows the calls' pace (`rate::Reserves`).
+    takes: usize,
+    names: BTreeMap<String, usize>,
+}
+
+/// Whether a `MONITOR` line names the tenant's bucket (`<prefix>{t:…}:rate`): of a script's
+/// own lines, those of its `gcra` function.
+fn is_bucket(line: &str) -> bool {
+    line.contains(":rate\"")
+}
+
+fn count(lines: &[String]) -> Counted {
     // What a node does on its own clock, whatever its calls: its heartbeat and live set, its
     // traffic entry, the tenant catalog's revision check and its subscription probes
     // (`p\n<partition>` on its own channels). A script's own commands follow its line in
     // `MONITOR` (it runs atomically): those of a background script are its too.
     let background = [":nodes", ":traffic\"", "{catalog}", "\" \"p\\n"];
-    let (mut trips, mut scripts, mut all) = (0, 0, 0);
+    let (mut trips, mut scripts, mut all, mut takes) = (0, 0, 0, 0);
     let mut names = BTreeMap::new();
     let mut in_background = false;
-    for l in lines {
+    for (i, l) in lines.iter().enumerate() {
         let Some(name) = l.split('"').nth(1).map(str::to_ascii_lowercase) else {
             continue;
         };
@@ -44,6 +64,15 @@ fn count(lines: &[String]) -> (usize, usize, usize, BTreeMap<String, usize>) {
             in_background = background.iter().any(|k| l.contains(k));
         }
         if name == "echo" || name == "monitor" || in_background {
+            continue;
+        }
+        // The bucket's clock read comes right before its `GET` (the `gcra` function).
+        if inside_script
+            && (is_bucket(l) || (name == "time" && lines.get(i + 1).is_some_and(|n| is_bucket(n))))
+        {
+            if name == "get" {
+                takes += 1;
+            }
             continue;
         }
         all += 1;
@@ -55,7 +84,13 @@ fn count(lines: &[String]) -> (usize, usize, usize, BTreeMap<String, usize>) {
         }
         *names.entry(name).or_insert(0) += 1;
     }
-    (trips, scripts, all, names)
+    Counted {
+        trips,
+        scripts,
+        commands: all,
+        takes,
+        names,
+    }
 }
 
 struct Bench {
@@ -161,14 +196,15 @@ impl Bench {
         }
         monitor.mark("to");
         let lines = monitor.all_lines("from", "to");
-        let (trips, scripts, all, names) = count(&lines);
+        let c = count(&lines);
         #[allow(clippy::cast_precision_loss)]
         let per = |n: usize| n as f64 / CALLS as f64;
-        eprintln!("{kind}: {names:?}");
+        eprintln!("{kind}: {:?}", c.names);
         Cost {
-            round_trips: per(trips),
-            scripts: per(scripts),
-            commands: per(all),
+            round_trips: per(c.trips),
+            scripts: per(c.scripts),
+            commands: per(c.commands),
+            takes: per(c.takes),
         }
     }
 
@@ -198,9 +234,18 @@ impl Bench {
     }
 }
 
-/// The budget table of `docs/architecture.md` ("What a call costs"): kind → (round trips,
-/// scripts, commands, bytes kept per finished call when given).
-fn budgets() -> BTreeMap<String, (f64, f64, f64, Option<f64>)> {
+/// A kind of call's row of the budget table.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    round_trips: f64,
+    scripts: f64,
+    commands: f64,
+    takes: f64,
+    bytes: Option<f64>,
+}
+
+/// The budget table of `docs/architecture.md` ("What a call costs"), by kind of call.
+fn budgets() -> BTreeMap<String, Budget> {
     let doc = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../docs/architecture.md"
@@ -213,20 +258,21 @@ fn budgets() -> BTreeMap<String, (f64, f64, f64, Option<f64>)> {
     let mut out = BTreeMap::new();
     for row in section.lines().take_while(|l| !l.starts_with("## ")) {
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-        // | `kind`: words | round trips | scripts | commands | bytes |
-        if cells.len() < 7 || !cells[1].starts_with('`') {
+        // | `kind`: words | round trips | scripts | commands | bucket takes | bytes |
+        if cells.len() < 8 || !cells[1].starts_with('`') {
             continue;
         }
         let kind = cells[1].split('`').nth(1).unwrap().to_owned();
         let num = |c: &str| c.replace(',', "").parse::<f64>().ok();
         out.insert(
             kind,
-            (
-                num(cells[2]).expect("round trips"),
-                num(cells[3]).expect("scripts"),
-                num(cells[4]).expect("commands"),
-                num(cells[5]),
-            ),
+            Budget {
+                round_trips: num(cells[2]).expect("round trips"),
+                scripts: num(cells[3]).expect("scripts"),
+                commands: num(cells[4]).expect("commands"),
+                takes: num(cells[5]).expect("bucket takes"),
+                bytes: num(cells[6]),
+            },
         );
     }
     out
@@ -242,14 +288,26 @@ async fn each_kind_of_call_costs_what_its_budget_says() {
     let mut over = Vec::new();
     for kind in ["plain", "idempotent", "async", "confirmation"] {
         let cost = b.measure(kind).await;
-        let &(trips, scripts, commands, bytes) = budgets
+        let budget = budgets
             .get(kind)
             .unwrap_or_else(|| panic!("no budget for {kind} in docs/architecture.md"));
-        eprintln!(
-            "{kind}: {cost:?}, budget {trips} round trips, {scripts} scripts, {commands} commands"
+        let Budget {
+            round_trips,
+            scripts,
+            commands,
+            takes,
+            bytes,
+        } = *budget;
+        let against = format!(
+            "{round_trips} round trips, {scripts} scripts, {commands} commands, {takes} bucket takes"
         );
-        if cost.round_trips > trips || cost.scripts > scripts || cost.commands > commands {
-            over.push(format!("{kind}: {cost:?} against {trips} round trips, {scripts} scripts, {commands} commands"));
+        eprintln!("{kind}: {cost:?}, budget {against}");
+        if cost.round_trips > round_trips
+            || cost.scripts > scripts
+            || cost.commands > commands
+            || cost.takes > takes
+        {
+            over.push(format!("{kind}: {cost:?} against {against}"));
         }
         if let Some(bytes) = bytes {
             let kept = b.bytes_per_finished_call();

@@ -89,9 +89,9 @@ pub struct Place {
     pub bind: Bind,
     /// KEYS: the conversation's hash.
     pub conv: String,
-    /// The tenant's rate, when the script takes it (`KEYS` `rate`, `ARGV` `interval` and
-    /// `burst`); without, the call's token was taken already (the conversation's key stands in
-    /// for the rate's, and both are '').
+    /// The tenant's rate, when the script takes some of it (`KEYS` `rate`, `ARGV` `interval`,
+    /// `burst`, `want`, `back` and `need`); without, the call's token was taken already (the
+    /// conversation's key stands in for the rate's, and all five are '').
     pub rate: Option<PlaceRate>,
     /// The conversation's manifest key prefix.
     pub manifest_prefix: String,
@@ -118,6 +118,13 @@ pub struct PlaceRate {
     pub interval: u64,
     /// The burst.
     pub burst: u32,
+    /// How many tokens to take at most (the call's own and a batch for the node's reserve).
+    pub want: u32,
+    /// Unspent tokens given back first.
+    pub back: u32,
+    /// Whether the call's own token is among those taken: refused when none is; without, the
+    /// call spent a held token and the take is the reserve's batch only.
+    pub need: bool,
 }
 
 impl ScriptArgs for Place {
@@ -128,14 +135,20 @@ impl ScriptArgs for Place {
     fn keys_argv(self) -> (Vec<String>, Vec<String>) {
         let mut keys = self.bind.keys();
         keys.push(self.conv.clone());
-        let (interval, burst) = match self.rate {
+        let rate = match self.rate {
             Some(r) => {
                 keys.push(r.rate);
-                (r.interval.to_string(), r.burst.to_string())
+                [
+                    r.interval.to_string(),
+                    r.burst.to_string(),
+                    r.want.to_string(),
+                    r.back.to_string(),
+                    if r.need { "1" } else { "0" }.to_owned(),
+                ]
             }
             None => {
                 keys.push(self.conv);
-                (String::new(), String::new())
+                Default::default()
             }
         };
         let mut argv = self.bind.argv();
@@ -145,10 +158,9 @@ impl ScriptArgs for Place {
             self.expected_seq,
             self.now.to_string(),
             self.grace.to_string(),
-            interval,
-            burst,
-            self.live.len().to_string(),
         ]);
+        argv.extend(rate);
+        argv.push(self.live.len().to_string());
         argv.extend(self.live);
         argv.extend(self.dead);
         (keys, argv)
@@ -194,6 +206,9 @@ pub struct PageResult {
     pub compact_client: String,
     /// For a result submitted again after an unknown outcome, when the node received it (ms).
     pub received: Option<u64>,
+    /// Now on this node, ms since the epoch: the deadline is judged then (or at `received`,
+    /// when earlier).
+    pub now: u64,
 }
 
 impl ScriptArgs for PageResult {
@@ -225,6 +240,7 @@ impl ScriptArgs for PageResult {
             self.received.map(|ms| ms.to_string()).unwrap_or_default(),
             self.outbox.name,
             self.outbox.entry,
+            self.now.to_string(),
         ];
         (keys, argv)
     }

@@ -3,28 +3,32 @@
 -- kept per conversation; when the conversation changed since, nothing is taken or stored and
 -- the answer is {'stale'} (read again, then retry). Sockets on a node that is neither in the
 -- caller's live set nor known dead answer {'unknown', nodes…} (read the live set again, then
--- retry). Otherwise the rate is taken (when asked here), and `model::accepts_calls` decides
--- between {'no_page'} and the bind.
+-- retry). Otherwise the rate is taken (when asked here: the call's own token, `need`, and a
+-- batch for the node's reserve, `rate::Reserves`), and `model::accepts_calls` decides between
+-- {'no_page'} and the bind.
 -- The page message is published before the bind (a node hears it only once the script ended):
 -- when pages are connected but no node's channel took it (a subscription lost in a failover or
 -- a slot move, the node not yet subscribed again), nothing is bound, the rate token is given
 -- back and the answer is {'unreached'}: the agent is told 503, never a timeout for a frame no
 -- page received.
--- Returns {'ok'}, {'stale'}, {'unknown', nodes…}, {'no_page'}, {'unreached'} or {'rate', µs}.
+-- Returns {'ok', held}, {'stale'}, {'unknown', nodes…}, {'no_page', held},
+-- {'unreached', held} or {'rate', µs}; `held` the tokens taken for the node's reserve.
 --
 -- KEYS: call, pending, deadlines, sockets (the 4 of bind.lua), conv, rate (the conversation
 --       again when the rate is taken elsewhere)
 -- ARGV: the 12 of bind.lua, then manifest_prefix, expected_client (or ''), expected_seq (or
---       ''), now (ms), grace (reconnect grace, ms), interval (µs, or '' when the rate is taken
---       elsewhere), burst, how many live node ids follow, the live node ids, then the dead
---       node ids (known dead)
+--       ''), now (ms), grace (reconnect grace, ms), interval (µs, or '' when no token is taken
+--       here), burst, want (tokens at most), back (unspent ones given back first), need ('1'
+--       when the call's own token is among them), how many live node ids follow, the live
+--       node ids, then the dead node ids (known dead)
 local call, pending, deadlines, sockets_key, conv, rate = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local frame, channel_prefix, channel_suffix = ARGV[7], ARGV[11], ARGV[12]
 local manifest_prefix, expected_client, expected_seq = ARGV[13], ARGV[14], ARGV[15]
 local now, grace, interval, burst = ARGV[16], ARGV[17], ARGV[18], ARGV[19]
-local nlive = tonumber(ARGV[20])
-local live = set_of(ARGV, 21, 20 + nlive)
-local dead = set_of(ARGV, 21 + nlive, #ARGV)
+local want, back, need = ARGV[20], ARGV[21], ARGV[22] == '1'
+local nlive = tonumber(ARGV[23])
+local live = set_of(ARGV, 24, 23 + nlive)
+local dead = set_of(ARGV, 24 + nlive, #ARGV)
 local st = conv_state(conv, sockets_key, manifest_prefix, live)
 local unknown = {}
 for _, node in ipairs(st.skipped) do
@@ -32,15 +36,20 @@ for _, node in ipairs(st.skipped) do
 end
 if #unknown > 0 then return {'unknown', unpack(unknown)} end
 if (st.effective or '') ~= expected_client or st.seq ~= expected_seq then return {'stale'} end
+local held = 0
 if interval ~= '' then
-  local _, wait = gcra(rate, interval, burst, 1, 0)
-  if wait > 0 then return {'rate', tostring(wait)} end
+  local taken, wait = gcra(rate, interval, burst, want, back)
+  held = taken
+  if need then
+    if taken == 0 then return {'rate', tostring(wait)} end
+    held = taken - 1
+  end
 end
 local reconnecting = st.total == 0 and st.drained and tonumber(now) - tonumber(st.drained) < tonumber(grace)
-if not st.effective or (st.total == 0 and not reconnecting) then return {'no_page'} end
+if not st.effective or (st.total == 0 and not reconnecting) then return {'no_page', tostring(held)} end
 if to_nodes(st.nodes, channel_prefix, channel_suffix, frame) == 0 and st.total > 0 then
-  if interval ~= '' then gcra(rate, interval, burst, 0, 1) end
-  return {'unreached'}
+  if interval ~= '' and need then gcra(rate, interval, burst, 0, 1) end
+  return {'unreached', tostring(held)}
 end
 bind(call, pending, deadlines, ARGV)
-return {'ok'}
+return {'ok', tostring(held)}

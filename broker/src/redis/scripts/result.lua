@@ -15,7 +15,8 @@
 -- ARGV: conv_ref, client, outcome, confirm_id (or ''), confirm_ttl (ms), id, channel_prefix,
 --       channel_suffix, message (the outcome message), deadline_member, compact_id,
 --       compact_client (as the call's hash and the pending set hold them), received,
---       outbox_name, outbox_entry
+--       outbox_name, outbox_entry, now (ms, the node's clock: the deadline is judged then, or at
+--       received when earlier)
 local f = call_fields(KEYS[1])
 if not f[1] then return {'unknown_id'} end
 if f[1] ~= ARGV[1] or f[2] ~= ARGV[12] then return {'mismatch'} end
@@ -24,8 +25,7 @@ if f[5] == 'a' then
   return {'duplicate'}
 end
 if f[5] == 't' then return {'late'} end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(ARGV[16])
 if ARGV[13] ~= '' and tonumber(ARGV[13]) < now then now = tonumber(ARGV[13]) end
 if now > tonumber(f[3]) then return {'late'} end
 finish(KEYS[1], f, 'a', ARGV[3])
