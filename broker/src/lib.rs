@@ -5,6 +5,7 @@
 
 pub mod catalog;
 mod change;
+pub mod deadline;
 mod error;
 mod event;
 pub mod memory;
@@ -29,6 +30,7 @@ use toolmark_proto::{AgentMessage, Manifest, ToolResult};
 
 pub(crate) use change::announce;
 pub use change::{Announcement, Change, RELAY_AFTER, expired_confirmation};
+pub use deadline::Deadline;
 pub use error::{
     AdmitError, BrokerError, PlaceError, RateLimited, Rejection, SubmitError, TakeError,
 };

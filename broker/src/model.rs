@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::{CallState, Rejection};
+use crate::{CallState, Deadline, Rejection};
 
 /// Where a lookup by id found its record: under the asking page's conversation, under another
 /// conversation (or tenant), or nowhere.
@@ -50,7 +50,9 @@ pub fn check_result(
     match call.state {
         CallState::Answered => Err(Rejection::Duplicate),
         CallState::TimedOut => Err(Rejection::Late),
-        CallState::Pending if now_ms > call.deadline_ms => Err(Rejection::Late),
+        CallState::Pending if Deadline::at(call.deadline_ms).passed_at(now_ms) => {
+            Err(Rejection::Late)
+        }
         CallState::Pending => Ok(()),
     }
 }
@@ -222,9 +224,7 @@ pub const CONFIRM_ABANDON_GRACE: Duration = Duration::from_secs(60);
 /// current page: the page reconnects elsewhere and gets them when it is back.
 pub const RECONNECT_GRACE: Duration = Duration::from_secs(10);
 
-/// How far past its deadline a pending call waits before the deadline sweep times it out: the
-/// waiting request's own timer normally gets there first.
-pub const SWEEP_GRACE: Duration = Duration::from_secs(1);
+pub use crate::deadline::SWEEP_GRACE;
 
 /// Every rate is a GCRA / token bucket whose burst is this many seconds of its rate.
 pub const BURST_FACTOR: u32 = 2;

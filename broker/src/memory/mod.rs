@@ -291,7 +291,7 @@ impl MemoryBroker {
             calls.retain(|_, e| e.kept_at(now));
             for e in calls.values_mut() {
                 let CallEntry::Pending(p) = e else { continue };
-                if now_ms <= p.record.binding.deadline_ms + model::millis(model::SWEEP_GRACE) {
+                if !crate::Deadline::at(p.record.binding.deadline_ms).swept_at(now_ms) {
                     continue;
                 }
                 p.record.state = CallState::TimedOut;

@@ -10,7 +10,7 @@ use super::scripts::Release;
 use super::{RedisBroker, codec};
 use crate::partition::PARTITIONS;
 use crate::prelude::*;
-use crate::{BrokerError, CallRecord, model, now_ms};
+use crate::{BrokerError, CallRecord, now_ms};
 
 impl RedisBroker {
     /// Takes a 2 s lease on `key` for this node: `false` when another node holds it.
@@ -51,7 +51,7 @@ impl RedisBroker {
             return Err(e);
         }
         #[allow(clippy::cast_precision_loss)]
-        let max = now_ms().saturating_sub(model::millis(model::SWEEP_GRACE)) as f64;
+        let max = crate::deadline::sweep_due(now_ms()) as f64;
         let reads = (0..PARTITIONS).map(|k| {
             self.client.zrangebyscore::<Vec<String>, _, _, _>(
                 self.keys.deadlines(k),

@@ -3,11 +3,11 @@
 //! given back when none started, and the call's [`Supervision`] handed to the door.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
 use toolmark_broker::{
-    CallKind, CallRequest, CallTarget, CallerRate, ConvKey, PlaceError, Placed, ToolGate, now_ms,
+    CallKind, CallRequest, CallTarget, CallerRate, ConvKey, Deadline, PlaceError, Placed, ToolGate,
+    now_ms,
 };
 use toolmark_config::pins::PinMode;
 use tracing::Instrument as _;
@@ -70,7 +70,7 @@ pub(crate) async fn start(
             .instrument(span.clone())
             .await
     };
-    let (placed, timeout) = match placed {
+    let (placed, deadline) = match placed {
         Ok(p) => p,
         Err(refused) => {
             traces::mark_error(&span, refused.code());
@@ -92,7 +92,7 @@ pub(crate) async fn start(
         binding.client_id.clone(),
         binding.untrusted,
     );
-    let run = supervise(app.clone(), binding, timeout, waiter, bound);
+    let run = supervise(app.clone(), binding, deadline, waiter, bound);
     let outcome = if span.is_disabled() {
         Supervision::new(run, app.life.clone())
     } else {
@@ -128,7 +128,7 @@ async fn place(
     req: Request,
     respond_async: bool,
     trace: Option<String>,
-) -> Result<(Placed, Duration), CallError> {
+) -> Result<(Placed, Deadline), CallError> {
     if app.is_draining() {
         return Err(CallError::Draining);
     }
@@ -139,6 +139,7 @@ async fn place(
             max: limits.max_call_timeout_ms,
         });
     }
+    let deadline = Deadline::after(now_ms(), timeout_ms);
     let gate = gate(&req.caller, tenant);
     let caller_rate = req.caller.calls_per_second().map(|per_second| CallerRate {
         bucket: req.caller.rate_bucket(),
@@ -155,7 +156,7 @@ async fn place(
             tool: req.tool,
             input: req.input,
             rev: req.rev,
-            deadline_ms: now_ms() + timeout_ms,
+            deadline_ms: deadline.ms(),
             respond_async,
             calls_per_second: limits.calls_per_second,
             caller: Some(req.caller.reference()),
@@ -165,7 +166,7 @@ async fn place(
         })
         .await
         .map_err(|e| counted(app, CallError::placing(e, &tool)))?;
-    Ok((placed, Duration::from_millis(timeout_ms)))
+    Ok((placed, deadline))
 }
 
 /// What the broker asks of a call's tool against the page's current manifest: the tenant's

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 use toolmark_broker::retry::LONGEST_PAUSE;
-use toolmark_broker::{CallBinding, CallRecord, Outcome};
+use toolmark_broker::{CallBinding, CallRecord, Deadline, Outcome, now_ms};
 
 use super::finished::count_finished;
 use super::idempotency::Bound;
@@ -67,20 +67,21 @@ impl Drop for Supervision {
     }
 }
 
-/// Waits for the call's outcome or its deadline, whichever comes first; the broker's atomic
+/// Waits for the call's outcome or its deadline, whichever comes first (the instant placed
+/// with the call: `toolmark_broker::deadline` says what happens then); the broker's atomic
 /// check-and-mark decides the winner and records its events (`call.timeout`, and `call.result`
 /// for async calls) with it.
 pub(crate) async fn supervise(
     app: AppState,
     binding: CallBinding,
-    timeout: Duration,
+    deadline: Deadline,
     mut waiter: oneshot::Receiver<Outcome>,
     bound: Option<Bound>,
 ) -> Outcome {
     let started = Instant::now();
     let outcome = tokio::select! {
         o = &mut waiter => o.unwrap_or(Outcome::Timeout),
-        () = tokio::time::sleep(timeout) => {
+        () = tokio::time::sleep(deadline.remaining(now_ms())) => {
             let mut arrived = None;
             match app.broker.time_out(&binding.conv, &binding.id).await {
                 Ok(_) => {}
@@ -220,7 +221,7 @@ mod tests {
         let outcome = app.life.spawn(supervise(
             app.clone(),
             binding.clone(),
-            Duration::from_millis(1000),
+            Deadline::at(binding.deadline_ms),
             lost,
             None,
         ));

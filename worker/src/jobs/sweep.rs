@@ -1,6 +1,7 @@
 //! The two sweeps: deadlines nobody is left to enforce, and confirmations of pages that are
 //! gone. Each runs every second; the broker makes sure each call or confirmation is swept once,
-//! whichever process runs the sweep.
+//! whichever process runs the sweep. What the deadline sweep times out, and when, is
+//! `toolmark_broker::deadline`'s rule (step 3 there), run by the broker's `sweep_deadlines`.
 
 use std::sync::Arc;
 use std::time::Duration;
