@@ -10,6 +10,12 @@ use toolmark_process::{Lifecycle, signal};
 
 const BIN: &str = "toolmark-gateway";
 
+/// mimalloc rather than the system's allocator: with glibc's, allocating and freeing took about
+/// a fifth of the agent's node's CPU per call and a seventh of the pages' node's
+/// (`docs/benchmarks.md`, "Where a call's CPU goes").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli: Cli = match parse_args(BIN) {
         Ok(cli) => cli,

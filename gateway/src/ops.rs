@@ -125,8 +125,17 @@ pub async fn count_request(
 }
 
 /// The span of one HTTP request, child of the caller's `traceparent` when it sent one.
+/// Made only while spans are exported (`crate::traces`): otherwise a debug span, which costs
+/// nothing unless debug logs are on (the access log line says the same per request).
 pub fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if !crate::traces::on() {
+        return tracing::debug_span!(
+            "request",
+            method = %req.method(),
+            path = %req.uri().path(),
+        );
+    }
     let span = tracing::info_span!(
         "request",
         method = %req.method(),
