@@ -7,7 +7,7 @@
 -- announcement that could not be emitted).
 --
 -- KEYS: conv
--- ARGV: mark ('1' to mark, '0' to unmark), max, the names...
+-- ARGV: mark ('1' to mark, '0' to unmark), max, names...
 -- Returns 1 or 0 per name: marking, 1 when it was not marked before; unmarking, 1 when it was.
 local out = {}
 if redis.call('EXISTS', KEYS[1]) == 0 then

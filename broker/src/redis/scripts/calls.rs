@@ -2,7 +2,7 @@
 //! timed out, cancelled, watched and read; a confirmation accepted or expired.
 
 use super::{
-    BIND, CANCEL, CONFIRM, EXPIRE_CONFIRM, Lua, Outbox, PENDING, PLACE, READ_CALL, RESULT,
+    Args, BIND, CANCEL, CONFIRM, EXPIRE_CONFIRM, Lua, Outbox, PENDING, PLACE, READ_CALL, RESULT,
     ScriptArgs, TIMEOUT, WATCH,
 };
 
@@ -45,30 +45,24 @@ pub struct Bind {
 }
 
 impl Bind {
-    fn keys(&self) -> Vec<String> {
-        vec![
-            self.call.clone(),
-            self.pending.clone(),
-            self.deadlines.clone(),
-            self.sockets.clone(),
-        ]
-    }
-
-    fn argv(self) -> Vec<String> {
-        vec![
-            self.id,
-            self.conv_ref,
-            self.client,
-            self.deadline.to_string(),
-            self.node,
-            self.summary,
-            self.frame,
-            self.cancel,
-            self.ttl.to_string(),
-            self.deadline_member,
-            self.channel_prefix,
-            self.channel_suffix,
-        ]
+    /// The binding's 4 keys and 12 arguments, first of [`Bind`]'s and [`Place`]'s.
+    fn named(self, a: Args) -> Args {
+        a.key("call", self.call)
+            .key("pending", self.pending)
+            .key("deadlines", self.deadlines)
+            .key("sockets", self.sockets)
+            .arg("id", self.id)
+            .arg("conv_ref", self.conv_ref)
+            .arg("client", self.client)
+            .arg("deadline", self.deadline)
+            .arg("node", self.node)
+            .arg("summary", self.summary)
+            .arg("frame", self.frame)
+            .arg("cancel", self.cancel)
+            .arg("ttl", self.ttl)
+            .arg("deadline_member", self.deadline_member)
+            .arg("channel_prefix", self.channel_prefix)
+            .arg("channel_suffix", self.channel_suffix)
     }
 }
 
@@ -77,8 +71,8 @@ impl ScriptArgs for Bind {
         &BIND
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (self.keys(), self.argv())
+    fn args(self) -> Args {
+        self.named(Args::new())
     }
 }
 
@@ -132,38 +126,35 @@ impl ScriptArgs for Place {
         &PLACE
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let mut keys = self.bind.keys();
-        keys.push(self.conv.clone());
-        let rate = match self.rate {
-            Some(r) => {
-                keys.push(r.rate);
-                [
-                    r.interval.to_string(),
-                    r.burst.to_string(),
-                    r.want.to_string(),
-                    r.back.to_string(),
-                    if r.need { "1" } else { "0" }.to_owned(),
-                ]
-            }
-            None => {
-                keys.push(self.conv);
-                Default::default()
-            }
+    fn args(self) -> Args {
+        let mut a = self.bind.named(Args::new()).key("conv", self.conv.clone());
+        a = match &self.rate {
+            Some(r) => a.key("rate", r.rate.clone()),
+            None => a.key("rate", self.conv),
         };
-        let mut argv = self.bind.argv();
-        argv.extend([
-            self.manifest_prefix,
-            self.expected_client,
-            self.expected_seq,
-            self.now.to_string(),
-            self.grace.to_string(),
-        ]);
-        argv.extend(rate);
-        argv.push(self.live.len().to_string());
-        argv.extend(self.live);
-        argv.extend(self.dead);
-        (keys, argv)
+        let mut a = a
+            .arg("manifest_prefix", self.manifest_prefix)
+            .arg("expected_client", self.expected_client)
+            .arg("expected_seq", self.expected_seq)
+            .arg("now", self.now)
+            .arg("grace", self.grace);
+        a = match self.rate {
+            Some(r) => a
+                .arg("interval", r.interval)
+                .arg("burst", r.burst)
+                .arg("want", r.want)
+                .arg("back", r.back)
+                .arg("need", if r.need { "1" } else { "0" }),
+            None => a
+                .arg("interval", "")
+                .arg("burst", "")
+                .arg("want", "")
+                .arg("back", "")
+                .arg("need", ""),
+        };
+        a.arg("nlive", self.live.len())
+            .args("live", self.live)
+            .args("dead", self.dead)
     }
 }
 
@@ -216,33 +207,32 @@ impl ScriptArgs for PageResult {
         &RESULT
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let keys = vec![
-            self.call,
-            self.confirm,
-            self.pending,
-            self.deadlines,
-            self.outbox.key,
-        ];
-        let argv = vec![
-            self.conv_ref,
-            self.client,
-            self.outcome,
-            self.confirm_id,
-            self.confirm_ttl.to_string(),
-            self.id,
-            self.channel_prefix,
-            self.channel_suffix,
-            self.message,
-            self.deadline_member,
-            self.compact_id,
-            self.compact_client,
-            self.received.map(|ms| ms.to_string()).unwrap_or_default(),
-            self.outbox.name,
-            self.outbox.entry,
-            self.now.to_string(),
-        ];
-        (keys, argv)
+    fn args(self) -> Args {
+        Args::new()
+            .key("call", self.call)
+            .key("confirm", self.confirm)
+            .key("pending", self.pending)
+            .key("deadlines", self.deadlines)
+            .key("outbox", self.outbox.key)
+            .arg("conv_ref", self.conv_ref)
+            .arg("client", self.client)
+            .arg("outcome", self.outcome)
+            .arg("confirm_id", self.confirm_id)
+            .arg("confirm_ttl", self.confirm_ttl)
+            .arg("id", self.id)
+            .arg("channel_prefix", self.channel_prefix)
+            .arg("channel_suffix", self.channel_suffix)
+            .arg("message", self.message)
+            .arg("deadline_member", self.deadline_member)
+            .arg("compact_id", self.compact_id)
+            .arg("compact_client", self.compact_client)
+            .arg(
+                "received",
+                self.received.map(|ms| ms.to_string()).unwrap_or_default(),
+            )
+            .arg("outbox_name", self.outbox.name)
+            .arg("outbox_entry", self.outbox.entry)
+            .arg("now", self.now)
     }
 }
 
@@ -278,25 +268,21 @@ impl ScriptArgs for Timeout {
         &TIMEOUT
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let keys = vec![
-            self.call,
-            self.pending,
-            self.deadlines,
-            self.sockets,
-            self.outbox.key,
-        ];
-        let argv = vec![
-            self.id,
-            self.outcome,
-            self.channel_prefix,
-            self.channel_suffix,
-            self.message,
-            self.deadline_member,
-            self.outbox.name,
-            self.outbox.entry,
-        ];
-        (keys, argv)
+    fn args(self) -> Args {
+        Args::new()
+            .key("call", self.call)
+            .key("pending", self.pending)
+            .key("deadlines", self.deadlines)
+            .key("sockets", self.sockets)
+            .key("outbox", self.outbox.key)
+            .arg("id", self.id)
+            .arg("outcome", self.outcome)
+            .arg("channel_prefix", self.channel_prefix)
+            .arg("channel_suffix", self.channel_suffix)
+            .arg("message", self.message)
+            .arg("deadline_member", self.deadline_member)
+            .arg("outbox_name", self.outbox.name)
+            .arg("outbox_entry", self.outbox.entry)
     }
 }
 
@@ -318,11 +304,12 @@ impl ScriptArgs for Cancel {
         &CANCEL
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (
-            vec![self.call, self.sockets],
-            vec![self.channel_prefix, self.channel_suffix],
-        )
+    fn args(self) -> Args {
+        Args::new()
+            .key("call", self.call)
+            .key("sockets", self.sockets)
+            .arg("channel_prefix", self.channel_prefix)
+            .arg("channel_suffix", self.channel_suffix)
     }
 }
 
@@ -340,8 +327,8 @@ impl ScriptArgs for WatchCall {
         &WATCH
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (vec![self.call], vec![self.node])
+    fn args(self) -> Args {
+        Args::new().key("call", self.call).arg("node", self.node)
     }
 }
 
@@ -357,8 +344,8 @@ impl ScriptArgs for ReadCall {
         &READ_CALL
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (vec![self.call], Vec::new())
+    fn args(self) -> Args {
+        Args::new().key("call", self.call)
     }
 }
 
@@ -376,8 +363,10 @@ impl ScriptArgs for PendingFrames {
         &PENDING
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (vec![self.pending], vec![self.call_prefix])
+    fn args(self) -> Args {
+        Args::new()
+            .key("pending", self.pending)
+            .arg("call_prefix", self.call_prefix)
     }
 }
 
@@ -403,18 +392,16 @@ impl ScriptArgs for Confirm {
         &CONFIRM
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (
-            vec![self.confirm, self.outbox.key],
-            vec![
-                self.client,
-                if self.again { "again" } else { "" }.to_owned(),
-                self.outbox.name,
-                self.outbox.entry,
-                self.outcome,
-                self.kept.to_string(),
-            ],
-        )
+    fn args(self) -> Args {
+        Args::new()
+            .key("confirm", self.confirm)
+            .key("outbox", self.outbox.key)
+            .arg("client", self.client)
+            .arg("again", if self.again { "again" } else { "" })
+            .arg("outbox_name", self.outbox.name)
+            .arg("outbox_entry", self.outbox.entry)
+            .arg("outcome", self.outcome)
+            .arg("kept", self.kept)
     }
 }
 
@@ -446,17 +433,18 @@ impl ScriptArgs for ExpireConfirm {
         &EXPIRE_CONFIRM
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let mut argv = vec![
-            self.client,
-            self.now.to_string(),
-            self.grace.to_string(),
-            self.outbox.name,
-            self.outbox.entry,
-            self.outcome,
-            self.kept.to_string(),
-        ];
-        argv.extend(self.live);
-        (vec![self.confirm, self.sockets, self.outbox.key], argv)
+    fn args(self) -> Args {
+        Args::new()
+            .key("confirm", self.confirm)
+            .key("sockets", self.sockets)
+            .key("outbox", self.outbox.key)
+            .arg("client", self.client)
+            .arg("now", self.now)
+            .arg("grace", self.grace)
+            .arg("outbox_name", self.outbox.name)
+            .arg("outbox_entry", self.outbox.entry)
+            .arg("outcome", self.outcome)
+            .arg("kept", self.kept)
+            .args("live", self.live)
     }
 }

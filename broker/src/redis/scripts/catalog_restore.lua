@@ -5,8 +5,8 @@
 -- Returns the number of records written back, or -1 when the catalog was not behind.
 --
 -- KEYS: catalog, revision
--- ARGV: seen, n (deleted ids), then n pairs (id, revision it was seen deleted at), then pairs
---       (id, '<version>\n<record>') of the held records
+-- ARGV: seen, n (deleted ids), deleted... (n pairs: an id, the revision it was seen
+--       deleted at), held... (pairs: an id, '<version>\n<record>' of the held record)
 local seen = tonumber(ARGV[1])
 local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
 if cur >= seen then return -1 end

@@ -5,7 +5,7 @@
 -- manifest seq or '', then per connected page: clientId, sockets, rev or ''.
 --
 -- KEYS: conv, sockets
--- ARGV: manifest_prefix, the live node ids
+-- ARGV: manifest_prefix, live... (the live node ids)
 local live = set_of(ARGV, 2, #ARGV)
 local st = conv_state(KEYS[1], KEYS[2], ARGV[1], live)
 local manifest = false

@@ -5,8 +5,8 @@
 -- third key (`Events::emit_once`), an event already emitted under that name is not emitted
 -- again: its id is returned with a third element, and the name is kept once_ttl ms.
 --
--- KEYS: stream, bytes (its byte counter)[, once]
--- ARGV: max_count, max_bytes, event, channel[, once_ttl]
+-- KEYS: stream, bytes (its byte counter), once?
+-- ARGV: max_count, max_bytes, event, channel, once_ttl?
 local function before(a, b)
   local am, as = string.match(a, '(%d+)-(%d+)')
   local bm, bs = string.match(b, '(%d+)-(%d+)')
@@ -42,8 +42,8 @@ if ok then
 end
 local len = redis.call('XLEN', KEYS[1])
 local held = 0
-local maxn, maxb = tonumber(ARGV[1]), tonumber(ARGV[2])
-while len > 1 and (len > maxn or bytes > maxb) do
+local max_count, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2])
+while len > 1 and (len > max_count or bytes > max_bytes) do
   local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
   if floor and not before(first[1], floor) then held = 1; break end
   bytes = bytes - #first[2][2]

@@ -7,8 +7,8 @@
 -- tool/kind/flags} or {'drop'} (used or gone).
 --
 -- KEYS: confirm, sockets, outbox
--- ARGV: client, now (ms), grace (ms), outbox_name, outbox_entry, outcome, kept (ms), the live
---       node ids
+-- ARGV: client, now (ms), grace (ms), outbox_name, outbox_entry, outcome, kept (ms),
+--       live... (the live node ids)
 local f = redis.call('HMGET', KEYS[1], 'k', 'u', 'a', 't', 'ck')
 if not f[1] or f[2] == '1' or f[2] == 'c' then return {'drop'} end
 local live = set_of(ARGV, 8, #ARGV)

@@ -7,10 +7,10 @@
 -- meant: asked again, it changes nothing and answers the same.
 -- Returns 1 when the page is gone, else 0.
 --
--- KEYS: sockets, marker (the release's), conv, gone[, outbox]
+-- KEYS: sockets, marker (the release's), conv, gone, outbox?
 -- ARGV: node, client (or ''), marker_ttl (ms), outbox_name, outbox_entry ('' each without an
---       outbox), manifest_prefix, grace (ms), kept, ttl (the conversation's, ms), the live node
---       ids
+--       outbox), manifest_prefix, grace (ms), kept, ttl (the conversation's, ms), live... (the
+--       live node ids)
 local done = redis.call('GET', KEYS[2])
 if done then return tonumber(done) end
 local fields = {ARGV[1]}
@@ -34,9 +34,9 @@ if gone == 1 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local current = redis.call('HGET', KEYS[3], 'current')
-  local prefix, grace = ARGV[6], tonumber(ARGV[7])
-  left(KEYS[4], prefix, current, ARGV[2], now, grace, ARGV[9])
-  bound_gone(KEYS[4], prefix, current, tonumber(ARGV[8]), now - grace, socks, live)
+  local manifest_prefix, grace = ARGV[6], tonumber(ARGV[7])
+  left(KEYS[4], manifest_prefix, current, ARGV[2], now, grace, ARGV[9])
+  bound_gone(KEYS[4], manifest_prefix, current, tonumber(ARGV[8]), now - grace, socks, live)
   if KEYS[5] then redis.call('HSET', KEYS[5], ARGV[4], ARGV[5]) end
 end
 redis.call('SET', KEYS[2], gone, 'PX', ARGV[3])

@@ -5,9 +5,11 @@
 //! that needs one; so each rule is written once here too.
 //!
 //! Each script has one struct of its arguments, fields named as the script's header names its
-//! `KEYS` and `ARGV`, which produces them in the order the script reads them
-//! ([`ScriptArgs::keys_argv`]). The scripts are hashed once, loaded and run by `run.rs`.
+//! `KEYS` and `ARGV`, which gives them, each under its name, in the order the script reads them
+//! ([`ScriptArgs::args`]); every run in a debug build checks the names against the script's
+//! header (`args.rs`). The scripts are hashed once, loaded and run by `run.rs`.
 
+mod args;
 mod calls;
 mod pages;
 mod tenants;
@@ -17,6 +19,7 @@ use std::sync::OnceLock;
 
 use fred::types::scripts::Script;
 
+pub use args::Args;
 pub use calls::*;
 pub use pages::*;
 pub use tenants::*;
@@ -178,8 +181,23 @@ pub trait ScriptArgs {
     /// The script they are for.
     fn lua() -> &'static Lua;
 
-    /// `KEYS` and `ARGV`, in the order the script reads them.
-    fn keys_argv(self) -> (Vec<String>, Vec<String>);
+    /// The script's `KEYS` and `ARGV`, each under the name its header gives it, in the order
+    /// the script reads them.
+    fn args(self) -> Args;
+
+    /// What Redis is sent; in a debug build (every test), first checked against the script's
+    /// header: a mismatch panics, naming the script and both orders.
+    fn keys_argv(self) -> (Vec<String>, Vec<String>)
+    where
+        Self: Sized,
+    {
+        let args = self.args();
+        #[cfg(debug_assertions)]
+        if let Err(e) = args.check(Self::lua()) {
+            panic!("a script's arguments disagree with its header: {e}");
+        }
+        args.into_parts()
+    }
 }
 
 /// A change recorded in a partition's outbox by the script that made it (`outbox.rs`): the

@@ -3,8 +3,8 @@
 //! alive.
 
 use super::{
-    ANNOUNCED, CONV_READ, COUNT_DOWN, COUNT_UP, DRAINED, LEAVE, Lua, Outbox, PUT_MANIFEST, REFRESH,
-    ScriptArgs,
+    ANNOUNCED, Args, CONV_READ, COUNT_DOWN, COUNT_UP, DRAINED, LEAVE, Lua, Outbox, PUT_MANIFEST,
+    REFRESH, ScriptArgs,
 };
 
 /// `put_manifest.lua`: a page's latest manifest kept, the page made current.
@@ -40,22 +40,26 @@ impl ScriptArgs for PutManifest {
         &PUT_MANIFEST
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let mut keys = vec![self.manifest_key, self.conv, self.gone];
-        let mut argv = vec![
-            self.manifest,
-            self.rev.to_string(),
-            self.ttl,
-            if self.keep_current { "1" } else { "0" }.to_owned(),
-            self.client,
-            self.manifest_prefix,
-            self.grace.to_string(),
-        ];
-        if let Some(o) = self.outbox {
-            keys.push(o.key);
-            argv.extend([o.name, o.entry]);
+    fn args(self) -> Args {
+        let mut a = Args::new()
+            .key("manifest_key", self.manifest_key)
+            .key("conv", self.conv)
+            .key("gone", self.gone);
+        if let Some(o) = &self.outbox {
+            a = a.key("outbox", o.key.clone());
         }
-        (keys, argv)
+        a = a
+            .arg("manifest", self.manifest)
+            .arg("rev", self.rev)
+            .arg("ttl", self.ttl)
+            .arg("keep_current", if self.keep_current { "1" } else { "0" })
+            .arg("client", self.client)
+            .arg("manifest_prefix", self.manifest_prefix)
+            .arg("grace", self.grace);
+        match self.outbox {
+            Some(o) => a.arg("outbox_name", o.name).arg("outbox_entry", o.entry),
+            None => a,
+        }
     }
 }
 
@@ -77,10 +81,12 @@ impl ScriptArgs for ConvRead {
         &CONV_READ
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let mut argv = vec![self.manifest_prefix];
-        argv.extend(self.live);
-        (vec![self.conv, self.sockets], argv)
+    fn args(self) -> Args {
+        Args::new()
+            .key("conv", self.conv)
+            .key("sockets", self.sockets)
+            .arg("manifest_prefix", self.manifest_prefix)
+            .args("live", self.live)
     }
 }
 
@@ -100,8 +106,11 @@ impl ScriptArgs for CountUp {
         &COUNT_UP
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (vec![self.counts], vec![self.field, self.ttl.to_string()])
+    fn args(self) -> Args {
+        Args::new()
+            .key("counts", self.counts)
+            .arg("field", self.field)
+            .arg("ttl", self.ttl)
     }
 }
 
@@ -119,8 +128,10 @@ impl ScriptArgs for CountDown {
         &COUNT_DOWN
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (vec![self.counts], self.fields)
+    fn args(self) -> Args {
+        Args::new()
+            .key("counts", self.counts)
+            .args("fields", self.fields)
     }
 }
 
@@ -161,24 +172,29 @@ impl ScriptArgs for Leave {
         &LEAVE
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let mut keys = vec![self.sockets, self.marker, self.conv, self.gone];
-        let mut argv = vec![self.node, self.client, self.marker_ttl.to_string()];
-        match self.outbox {
+    fn args(self) -> Args {
+        let mut a = Args::new()
+            .key("sockets", self.sockets)
+            .key("marker", self.marker)
+            .key("conv", self.conv)
+            .key("gone", self.gone);
+        let (name, entry) = match self.outbox {
             Some(o) => {
-                keys.push(o.key);
-                argv.extend([o.name, o.entry]);
+                a = a.key("outbox", o.key);
+                (o.name, o.entry)
             }
-            None => argv.extend([String::new(), String::new()]),
-        }
-        argv.extend([
-            self.manifest_prefix,
-            self.grace.to_string(),
-            self.kept.to_string(),
-            self.ttl.to_string(),
-        ]);
-        argv.extend(self.live);
-        (keys, argv)
+            None => (String::new(), String::new()),
+        };
+        a.arg("node", self.node)
+            .arg("client", self.client)
+            .arg("marker_ttl", self.marker_ttl)
+            .arg("outbox_name", name)
+            .arg("outbox_entry", entry)
+            .arg("manifest_prefix", self.manifest_prefix)
+            .arg("grace", self.grace)
+            .arg("kept", self.kept)
+            .arg("ttl", self.ttl)
+            .args("live", self.live)
     }
 }
 
@@ -202,10 +218,13 @@ impl ScriptArgs for Refresh {
         &REFRESH
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let mut argv = vec![self.ttl, self.manifest_prefix];
-        argv.extend(self.clients);
-        (vec![self.conv, self.sockets], argv)
+    fn args(self) -> Args {
+        Args::new()
+            .key("conv", self.conv)
+            .key("sockets", self.sockets)
+            .arg("ttl", self.ttl)
+            .arg("manifest_prefix", self.manifest_prefix)
+            .args("clients", self.clients)
     }
 }
 
@@ -225,11 +244,11 @@ impl ScriptArgs for Drained {
         &DRAINED
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (
-            vec![self.conv],
-            vec![self.now.to_string(), self.ttl.to_string()],
-        )
+    fn args(self) -> Args {
+        Args::new()
+            .key("conv", self.conv)
+            .arg("now", self.now)
+            .arg("ttl", self.ttl)
     }
 }
 
@@ -251,11 +270,11 @@ impl ScriptArgs for Announced {
         &ANNOUNCED
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let mut argv = Vec::with_capacity(2 + self.names.len());
-        argv.push(if self.mark { "1" } else { "0" }.to_owned());
-        argv.push(self.max.to_string());
-        argv.extend(self.names);
-        (vec![self.conv], argv)
+    fn args(self) -> Args {
+        Args::new()
+            .key("conv", self.conv)
+            .arg("mark", if self.mark { "1" } else { "0" })
+            .arg("max", self.max)
+            .args("names", self.names)
     }
 }

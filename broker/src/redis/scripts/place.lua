@@ -15,12 +15,13 @@
 -- {'unreached', held} or {'rate', µs}; `held` the tokens taken for the node's reserve.
 --
 -- KEYS: call, pending, deadlines, sockets (the 4 of bind.lua), conv, rate (the conversation
---       again when the rate is taken elsewhere)
--- ARGV: the 12 of bind.lua, then manifest_prefix, expected_client (or ''), expected_seq (or
---       ''), now (ms), grace (reconnect grace, ms), interval (µs, or '' when no token is taken
---       here), burst, want (tokens at most), back (unspent ones given back first), need ('1'
---       when the call's own token is among them), how many live node ids follow, the live
---       node ids, then the dead node ids (known dead)
+--       again when no token is taken here)
+-- ARGV: id, conv_ref, client, deadline, node, summary, frame, cancel, ttl, deadline_member,
+--       channel_prefix, channel_suffix (the 12 of bind.lua), manifest_prefix, expected_client (or
+--       ''), expected_seq (or ''), now (ms), grace (reconnect grace, ms), interval (µs, or '' when
+--       no token is taken here), burst, want (tokens at most), back (unspent ones given back
+--       first), need ('1' when the call's own token is among them), nlive (how many live node
+--       ids follow), live... (the live node ids), dead... (the node ids known dead)
 local call, pending, deadlines, sockets_key, conv, rate = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local frame, channel_prefix, channel_suffix = ARGV[7], ARGV[11], ARGV[12]
 local manifest_prefix, expected_client, expected_seq = ARGV[13], ARGV[14], ARGV[15]

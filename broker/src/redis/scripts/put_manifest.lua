@@ -5,9 +5,9 @@
 -- only for the grace (`Retention::gone_manifests`). With an outbox key, the change is recorded
 -- there, to be announced as page.manifest.
 --
--- KEYS: manifest_key, conv, gone[, outbox]
+-- KEYS: manifest_key, conv, gone, outbox?
 -- ARGV: manifest (its JSON), rev, ttl (ms), keep_current ('1' to keep an existing current),
---       client, manifest_prefix, grace (ms)[, outbox_name, outbox_entry]
+--       client, manifest_prefix, grace (ms), outbox_name?, outbox_entry?
 local previous = redis.call('HGET', KEYS[2], 'current')
 local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
 redis.call('DEL', KEYS[1])

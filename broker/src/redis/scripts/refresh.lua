@@ -3,7 +3,7 @@
 -- manifest and the manifests of the page loads this node holds.
 --
 -- KEYS: conv, sockets
--- ARGV: ttl (ms), manifest_prefix, the clients (clientIds)
+-- ARGV: ttl (ms), manifest_prefix, clients... (the clientIds)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
 local current = redis.call('HGET', KEYS[1], 'current')

@@ -2,8 +2,8 @@
 //! catalog record, its counted sessions, its nodes' traffic entries; a lease given back.
 
 use super::{
-    CATALOG_PUT, CATALOG_REMOVE, CATALOG_RESTORE, EMIT, GCRA, Lua, PLACES, RELEASE, ScriptArgs,
-    TOOLS_SEEN, TRAFFIC_PUT, TRAFFIC_READ,
+    Args, CATALOG_PUT, CATALOG_REMOVE, CATALOG_RESTORE, EMIT, GCRA, Lua, PLACES, RELEASE,
+    ScriptArgs, TOOLS_SEEN, TRAFFIC_PUT, TRAFFIC_READ,
 };
 
 /// `gcra.lua`: calls of a tenant's rate given back, then taken.
@@ -26,16 +26,13 @@ impl ScriptArgs for Gcra {
         &GCRA
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (
-            vec![self.rate],
-            vec![
-                self.interval.to_string(),
-                self.burst.to_string(),
-                self.want.to_string(),
-                self.back.to_string(),
-            ],
-        )
+    fn args(self) -> Args {
+        Args::new()
+            .key("rate", self.rate)
+            .arg("interval", self.interval)
+            .arg("burst", self.burst)
+            .arg("want", self.want)
+            .arg("back", self.back)
     }
 }
 
@@ -63,19 +60,22 @@ impl ScriptArgs for Emit {
         &EMIT
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let mut keys = vec![self.stream, self.bytes];
-        let mut argv = vec![
-            self.max_count.to_string(),
-            self.max_bytes.to_string(),
-            self.event,
-            self.channel,
-        ];
-        if let Some((once, ttl)) = self.once {
-            keys.push(once);
-            argv.push(ttl.to_string());
+    fn args(self) -> Args {
+        let mut a = Args::new()
+            .key("stream", self.stream)
+            .key("bytes", self.bytes);
+        if let Some((once, _)) = &self.once {
+            a = a.key("once", once.clone());
         }
-        (keys, argv)
+        a = a
+            .arg("max_count", self.max_count)
+            .arg("max_bytes", self.max_bytes)
+            .arg("event", self.event)
+            .arg("channel", self.channel);
+        match self.once {
+            Some((_, ttl)) => a.arg("once_ttl", ttl),
+            None => a,
+        }
     }
 }
 
@@ -93,8 +93,8 @@ impl ScriptArgs for Release {
         &RELEASE
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (vec![self.lease], vec![self.node])
+    fn args(self) -> Args {
+        Args::new().key("lease", self.lease).arg("node", self.node)
     }
 }
 
@@ -120,11 +120,14 @@ impl ScriptArgs for CatalogPut {
         &CATALOG_PUT
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (
-            vec![self.catalog, self.revision],
-            vec![self.id, self.record, self.expected, self.channel],
-        )
+    fn args(self) -> Args {
+        Args::new()
+            .key("catalog", self.catalog)
+            .key("revision", self.revision)
+            .arg("id", self.id)
+            .arg("record", self.record)
+            .arg("expected", self.expected)
+            .arg("channel", self.channel)
     }
 }
 
@@ -148,11 +151,13 @@ impl ScriptArgs for CatalogRemove {
         &CATALOG_REMOVE
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (
-            vec![self.catalog, self.revision],
-            vec![self.id, self.version.to_string(), self.channel],
-        )
+    fn args(self) -> Args {
+        Args::new()
+            .key("catalog", self.catalog)
+            .key("revision", self.revision)
+            .arg("id", self.id)
+            .arg("version", self.version)
+            .arg("channel", self.channel)
     }
 }
 
@@ -176,17 +181,22 @@ impl ScriptArgs for CatalogRestore {
         &CATALOG_RESTORE
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let mut argv = vec![self.seen.to_string(), self.gone.len().to_string()];
-        for (id, at) in self.gone {
-            argv.push(id);
-            argv.push(at.to_string());
-        }
-        for (id, stored) in self.held {
-            argv.push(id);
-            argv.push(stored);
-        }
-        (vec![self.catalog, self.revision], argv)
+    fn args(self) -> Args {
+        Args::new()
+            .key("catalog", self.catalog)
+            .key("revision", self.revision)
+            .arg("seen", self.seen)
+            .arg("n", self.gone.len())
+            .args(
+                "deleted",
+                self.gone
+                    .into_iter()
+                    .flat_map(|(id, at)| [id, at.to_string()]),
+            )
+            .args(
+                "held",
+                self.held.into_iter().flat_map(|(id, stored)| [id, stored]),
+            )
     }
 }
 
@@ -214,17 +224,15 @@ impl ScriptArgs for Places {
         &PLACES
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (
-            vec![self.tenant, self.holder],
-            vec![
-                self.op.to_owned(),
-                self.id,
-                self.tenant_bound.to_string(),
-                self.holder_bound.to_string(),
-                self.ttl.to_string(),
-            ],
-        )
+    fn args(self) -> Args {
+        Args::new()
+            .key("tenant", self.tenant)
+            .key("holder", self.holder)
+            .arg("op", self.op)
+            .arg("id", self.id)
+            .arg("tenant_bound", self.tenant_bound)
+            .arg("holder_bound", self.holder_bound)
+            .arg("ttl", self.ttl)
     }
 }
 
@@ -246,11 +254,12 @@ impl ScriptArgs for TrafficPut {
         &TRAFFIC_PUT
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (
-            vec![self.traffic],
-            vec![self.node, self.body, self.ttl.to_string()],
-        )
+    fn args(self) -> Args {
+        Args::new()
+            .key("traffic", self.traffic)
+            .arg("node", self.node)
+            .arg("body", self.body)
+            .arg("ttl", self.ttl)
     }
 }
 
@@ -266,8 +275,8 @@ impl ScriptArgs for TrafficRead {
         &TRAFFIC_READ
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (vec![self.traffic], Vec::new())
+    fn args(self) -> Args {
+        Args::new().key("traffic", self.traffic)
     }
 }
 
@@ -289,9 +298,11 @@ impl ScriptArgs for ToolsSeenPut {
         &TOOLS_SEEN
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        let mut argv = vec![self.kept.to_string(), self.age.to_string()];
-        argv.extend(self.fields);
-        (vec![self.seen], argv)
+    fn args(self) -> Args {
+        Args::new()
+            .key("seen", self.seen)
+            .arg("kept", self.kept)
+            .arg("age", self.age)
+            .args("fields", self.fields)
     }
 }

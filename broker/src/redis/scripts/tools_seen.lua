@@ -5,7 +5,7 @@
 -- went.
 --
 -- KEYS: seen (the tenant's hash)
--- ARGV: kept, age (ms), then one field per definition presented
+-- ARGV: kept, age (ms), fields... (one per definition presented)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local kept = tonumber(ARGV[1])

@@ -2,6 +2,7 @@
 -- lapsed ones by. Returns the time (ms), then the hash's fields and values.
 --
 -- KEYS: traffic (the tenant's hash)
+-- ARGV: none
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local all = redis.call('HGETALL', KEYS[1])

@@ -2,7 +2,7 @@
 //! its conversations' queues taken when due, popped and rescheduled.
 
 use super::{
-    Lua, ScriptArgs, WEBHOOK_ADMIT, WEBHOOK_DEFER, WEBHOOK_POP, WEBHOOK_RESCHEDULE,
+    Args, Lua, ScriptArgs, WEBHOOK_ADMIT, WEBHOOK_DEFER, WEBHOOK_POP, WEBHOOK_RESCHEDULE,
     WEBHOOK_TAKE_DUE,
 };
 
@@ -24,11 +24,12 @@ impl ScriptArgs for WebhookAdmit {
         &WEBHOOK_ADMIT
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (
-            vec![self.stream, self.queue],
-            vec![self.entry_id, self.pending],
-        )
+    fn args(self) -> Args {
+        Args::new()
+            .key("stream", self.stream)
+            .key("queue", self.queue)
+            .arg("entry_id", self.entry_id)
+            .arg("pending", self.pending)
     }
 }
 
@@ -56,16 +57,15 @@ impl ScriptArgs for WebhookDefer {
         &WEBHOOK_DEFER
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (
-            vec![self.stream, self.queue, self.due],
-            vec![
-                self.entry_id,
-                self.pending,
-                self.conv,
-                self.due_ms.to_string(),
-            ],
-        )
+    fn args(self) -> Args {
+        Args::new()
+            .key("stream", self.stream)
+            .key("queue", self.queue)
+            .key("due", self.due)
+            .arg("entry_id", self.entry_id)
+            .arg("pending", self.pending)
+            .arg("conv", self.conv)
+            .arg("due_ms", self.due_ms)
     }
 }
 
@@ -87,15 +87,12 @@ impl ScriptArgs for WebhookTakeDue {
         &WEBHOOK_TAKE_DUE
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (
-            vec![self.due],
-            vec![
-                self.now.to_string(),
-                self.lease_until.to_string(),
-                self.count.to_string(),
-            ],
-        )
+    fn args(self) -> Args {
+        Args::new()
+            .key("due", self.due)
+            .arg("now", self.now)
+            .arg("lease_until", self.lease_until)
+            .arg("count", self.count)
     }
 }
 
@@ -117,11 +114,12 @@ impl ScriptArgs for WebhookPop {
         &WEBHOOK_POP
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (
-            vec![self.queue, self.due],
-            vec![self.conv, self.now.to_string()],
-        )
+    fn args(self) -> Args {
+        Args::new()
+            .key("queue", self.queue)
+            .key("due", self.due)
+            .arg("conv", self.conv)
+            .arg("now", self.now)
     }
 }
 
@@ -145,10 +143,12 @@ impl ScriptArgs for WebhookReschedule {
         &WEBHOOK_RESCHEDULE
     }
 
-    fn keys_argv(self) -> (Vec<String>, Vec<String>) {
-        (
-            vec![self.queue, self.due],
-            vec![self.conv, self.pending, self.due_ms.to_string()],
-        )
+    fn args(self) -> Args {
+        Args::new()
+            .key("queue", self.queue)
+            .key("due", self.due)
+            .arg("conv", self.conv)
+            .arg("pending", self.pending)
+            .arg("due_ms", self.due_ms)
     }
 }
