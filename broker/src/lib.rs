@@ -91,7 +91,7 @@ pub struct EventFeed {
 }
 
 /// The state and routing every gateway node shares, by domain ([`Calls`], [`Confirmations`],
-/// [`Pages`], [`Events`], [`Limits`], [`DeadLetters`], [`Sessions`], [`Idempotency`],
+/// [`Pages`], [`Events`], [`Limits`], [`DeadLetters`], [`DoorRecords`], [`Idempotency`],
 /// [`SharedTraffic`]); the rules they follow are
 /// [`model`]'s.
 ///
@@ -106,7 +106,7 @@ pub trait Broker:
     + Events
     + Limits
     + DeadLetters
-    + Sessions
+    + DoorRecords
     + Idempotency
     + SharedTraffic
     + seen::ToolsSeen
@@ -459,22 +459,36 @@ pub trait DeadLetters: Send + Sync {
     async fn webhook_retry(&self, tenant: &str, id: &str) -> Result<bool, BrokerError>;
 }
 
-/// Records of the front doors that outlive one request but not a retention window: a hosted
-/// MCP session, valid on every node. Each is kept for its time to live, restarted on every read.
+/// A record a front door keeps in the broker ([`DoorRecords`]), by what it is. On Redis each is
+/// one string under `<prefix>session:` and its name (`redis/keys.rs`, `Keys::kept`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Kept {
+    /// A hosted MCP session's `initialize` state, as rmcp stores it.
+    McpSession(String),
+    /// A hosted MCP session's owner: the user and conversation of the token that began it.
+    McpOwner(String),
+    /// A hosted MCP task of a tenant: its call, and what `tasks/get` answers.
+    McpTask { tenant: String, id: String },
+}
+
+/// Records of the front doors that outlive one request but not a retention window, valid on
+/// every node, each named by what it is ([`Kept`]): a hosted MCP session, its owner, an MCP
+/// task. Each is kept for its time to live, restarted on every read. And the bounds on live
+/// hosted MCP sessions (the places methods).
 #[async_trait]
-pub trait Sessions: Send + Sync {
-    /// Stores `body` under `id` for `ttl` (replacing what was there).
-    async fn put_session(&self, id: &str, body: &str, ttl: Duration) -> Result<(), BrokerError>;
+pub trait DoorRecords: Send + Sync {
+    /// Keeps `body` as `what` for `ttl` (replacing what was there).
+    async fn keep(&self, what: &Kept, body: &str, ttl: Duration) -> Result<(), BrokerError>;
 
-    /// The record under `id`, its time to live restarted at `ttl`; `None` once it expired or
-    /// was dropped.
-    async fn session(&self, id: &str, ttl: Duration) -> Result<Option<String>, BrokerError>;
+    /// The record `what`, its time to live restarted at `ttl`; `None` once it expired or was
+    /// forgotten.
+    async fn kept(&self, what: &Kept, ttl: Duration) -> Result<Option<String>, BrokerError>;
 
-    /// Drops the record; `false` when there was none.
-    async fn drop_session(&self, id: &str) -> Result<bool, BrokerError>;
+    /// Forgets the record; `false` when there was none.
+    async fn forget(&self, what: &Kept) -> Result<bool, BrokerError>;
 
     /// Counts the session `id` among the live sessions of `places` (its tenant's and its
-    /// holder's) until it goes `ttl` without [`Sessions::keep_place`]; `Ok(Err(bound))` when
+    /// holder's) until it goes `ttl` without [`DoorRecords::keep_place`]; `Ok(Err(bound))` when
     /// either set is full, which then changes nothing. A session counted already is kept.
     async fn take_place(
         &self,
@@ -551,7 +565,7 @@ pub trait Idempotency: Send + Sync {
 /// Every domain trait, for callers of a [`SharedBroker`].
 pub mod prelude {
     pub use crate::{
-        Broker, Calls, Confirmations, DeadLetters, Events, Idempotency, Limits, Pages, Sessions,
+        Broker, Calls, Confirmations, DeadLetters, DoorRecords, Events, Idempotency, Limits, Pages,
         SharedTraffic, seen::ToolsSeen,
     };
 }

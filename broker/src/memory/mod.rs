@@ -212,8 +212,8 @@ pub struct MemoryBroker {
     /// Each tenant's call rate: its bucket's theoretical arrival time ([`model::Gcra`]), µs.
     rates: Mutex<HashMap<String, u64>>,
     catalog: Mutex<catalog::Tenants>,
-    /// Front-door sessions: id → (record, expiry).
-    sessions: Mutex<HashMap<String, (String, Instant)>>,
+    /// The front doors' records and idempotency keys: what → (record, expiry).
+    sessions: Mutex<HashMap<sessions::Stored, (String, Instant)>>,
     /// Counted sessions per tenant set.
     places: Mutex<HashMap<String, PlaceSet>>,
     /// Each tenant's traffic entries: node → stored entry ([`crate::traffic`]).

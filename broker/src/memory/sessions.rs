@@ -1,45 +1,46 @@
-//! Front-door sessions and idempotency keys in the process: one map of records with their
+//! The front doors' records and idempotency keys in the process: one map of records with their
 //! expiry, expired ones dropped as they are met and swept once the map grows.
 
 use super::*;
 use crate::prelude::*;
-use crate::{PlaceBound, Places};
+use crate::{Kept, PlaceBound, Places};
 
 /// Above this many records, a write first drops the expired ones.
 const SWEEP_ABOVE: usize = 4096;
 
 #[async_trait]
-impl Sessions for MemoryBroker {
-    async fn put_session(&self, id: &str, body: &str, ttl: Duration) -> Result<(), BrokerError> {
+impl DoorRecords for MemoryBroker {
+    async fn keep(&self, what: &Kept, body: &str, ttl: Duration) -> Result<(), BrokerError> {
         let now = Instant::now();
         let mut sessions = lock(&self.sessions);
         if sessions.len() >= SWEEP_ABOVE {
             sessions.retain(|_, (_, until)| *until > now);
         }
-        sessions.insert(id.to_owned(), (body.to_owned(), now + ttl));
+        sessions.insert(Stored::Door(what.clone()), (body.to_owned(), now + ttl));
         Ok(())
     }
 
-    async fn session(&self, id: &str, ttl: Duration) -> Result<Option<String>, BrokerError> {
+    async fn kept(&self, what: &Kept, ttl: Duration) -> Result<Option<String>, BrokerError> {
         let now = Instant::now();
         let mut sessions = lock(&self.sessions);
-        match sessions.get_mut(id) {
+        let what = Stored::Door(what.clone());
+        match sessions.get_mut(&what) {
             Some((body, until)) if *until > now => {
                 *until = now + ttl;
                 Ok(Some(body.clone()))
             }
             Some(_) => {
-                sessions.remove(id);
+                sessions.remove(&what);
                 Ok(None)
             }
             None => Ok(None),
         }
     }
 
-    async fn drop_session(&self, id: &str) -> Result<bool, BrokerError> {
+    async fn forget(&self, what: &Kept) -> Result<bool, BrokerError> {
         let now = Instant::now();
         Ok(lock(&self.sessions)
-            .remove(id)
+            .remove(&Stored::Door(what.clone()))
             .is_some_and(|(_, until)| until > now))
     }
 
@@ -98,9 +99,19 @@ impl Sessions for MemoryBroker {
     }
 }
 
-/// An idempotency key's place in the map (apart from every session id: a newline leads it).
-fn idempotency_key(tenant: &str, key: &str) -> String {
-    format!("\nidem\n{tenant}\n{key}")
+/// What the map keeps: the doors' records and the tenants' idempotency keys.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum Stored {
+    Door(Kept),
+    Idempotency { tenant: String, key: String },
+}
+
+/// An idempotency key's place in the map.
+fn idempotency_key(tenant: &str, key: &str) -> Stored {
+    Stored::Idempotency {
+        tenant: tenant.to_owned(),
+        key: key.to_owned(),
+    }
 }
 
 #[async_trait]

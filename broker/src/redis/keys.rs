@@ -234,9 +234,15 @@ impl Keys {
         format!("{}{}:places:{holder}", self.p, tenant_tag(tenant))
     }
 
-    /// A front-door session (a hosted MCP session): one string with its time to live.
-    pub fn session(&self, id: &str) -> String {
-        format!("{}session:{id}", self.p)
+    /// A front door's record (`DoorRecords`): one string with its time to live. The names are
+    /// those 0.4.0 wrote (a node of either release reads the other's).
+    pub fn kept(&self, what: &crate::Kept) -> String {
+        use crate::Kept;
+        match what {
+            Kept::McpSession(id) => format!("{}session:mcp:{id}", self.p),
+            Kept::McpOwner(id) => format!("{}session:mcp-owner:{id}", self.p),
+            Kept::McpTask { tenant, id } => format!("{}session:task:{tenant}:{id}", self.p),
+        }
     }
 
     /// Prefix of node channels (scripts append `<node>:` and the partition's tag).

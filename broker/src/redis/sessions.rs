@@ -1,4 +1,4 @@
-//! Front-door sessions on Redis: one string per session with its time to live (`SET … PX`),
+//! The front doors' records on Redis: one string per record with its time to live (`SET … PX`),
 //! restarted by every read (`GETEX … PX`), so any node serves a session any node began. And
 //! idempotency keys: one string per key, claimed with `SET NX`, updated with `SET XX KEEPTTL`.
 
@@ -12,15 +12,15 @@ use super::RedisBroker;
 use super::reply::{millis, unavailable};
 use super::scripts;
 use crate::prelude::*;
-use crate::{BrokerError, PlaceBound, Places};
+use crate::{BrokerError, Kept, PlaceBound, Places};
 
 #[async_trait]
-impl Sessions for RedisBroker {
-    async fn put_session(&self, id: &str, body: &str, ttl: Duration) -> Result<(), BrokerError> {
+impl DoorRecords for RedisBroker {
+    async fn keep(&self, what: &Kept, body: &str, ttl: Duration) -> Result<(), BrokerError> {
         let _: Option<String> = self
             .client
             .set(
-                self.keys.session(id),
+                self.keys.kept(what),
                 body,
                 Some(Expiration::PX(millis(ttl))),
                 None,
@@ -31,7 +31,7 @@ impl Sessions for RedisBroker {
         Ok(())
     }
 
-    async fn session(&self, id: &str, ttl: Duration) -> Result<Option<String>, BrokerError> {
+    async fn kept(&self, what: &Kept, ttl: Duration) -> Result<Option<String>, BrokerError> {
         // `GETEX key PX ms`: the read and the new expiry in one command.
         let getex =
             fred::types::CustomCommand::new("GETEX", fred::types::ClusterHash::FirstKey, false);
@@ -39,7 +39,7 @@ impl Sessions for RedisBroker {
             .custom(
                 getex,
                 vec![
-                    self.keys.session(id),
+                    self.keys.kept(what),
                     "PX".to_owned(),
                     millis(ttl).to_string(),
                 ],
@@ -48,10 +48,10 @@ impl Sessions for RedisBroker {
             .map_err(|e| unavailable(&e))
     }
 
-    async fn drop_session(&self, id: &str) -> Result<bool, BrokerError> {
+    async fn forget(&self, what: &Kept) -> Result<bool, BrokerError> {
         let dropped: i64 = self
             .client
-            .del(self.keys.session(id))
+            .del(self.keys.kept(what))
             .await
             .map_err(|e| unavailable(&e))?;
         Ok(dropped > 0)

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolmark_broker::{
-    ConvKey, EventType, Outcome, PlaceError, Rejection, Retention, SubmitError, model,
+    ConvKey, EventType, Kept, Outcome, PlaceError, Rejection, Retention, SubmitError, model,
 };
 use toolmark_proto::Manifest;
 
@@ -807,35 +807,46 @@ async fn a_placed_call_takes_the_rate_first_then_goes_to_the_current_page(backen
 }
 contract!(a_placed_call_takes_the_rate_first_then_goes_to_the_current_page);
 
-/// A front-door session is shared by every node, kept while it is used within its time to
-/// live (each read restarts it), gone once left idle past it or dropped.
+/// A front door's record is shared by every node, kept while it is used within its time to
+/// live (each read restarts it), gone once left idle past it or forgotten; records of different
+/// kinds under one id are different records.
 async fn sessions_are_shared_kept_while_used_and_gone_when_idle(backend: Backend) {
     let mut nodes = Nodes::new(backend, short());
     let (n1, _) = nodes.node("n1").await;
     let (n2, _) = nodes.node("n2").await;
     let ttl = Duration::from_millis(1500);
-    n1.put_session("s1", "{\"a\":1}", ttl).await.unwrap();
-    n1.put_session("s2", "two", ttl).await.unwrap();
+    let s1 = Kept::McpSession("s1".into());
+    let s2 = Kept::McpOwner("s2".into());
+    n1.keep(&s1, "{\"a\":1}", ttl).await.unwrap();
+    n1.keep(&s2, "two", ttl).await.unwrap();
+    assert_eq!(
+        n2.kept(&Kept::McpOwner("s1".into()), ttl).await.unwrap(),
+        None
+    );
     // Read on the other node within the time to live, three times: each read restarts it, so
     // the session outlives its first 1.5 s.
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(750)).await;
         assert_eq!(
-            n2.session("s1", ttl).await.unwrap().as_deref(),
+            n2.kept(&s1, ttl).await.unwrap().as_deref(),
             Some("{\"a\":1}")
         );
     }
     // s2 was never read: gone. s1, left idle past its time too.
-    assert_eq!(n2.session("s2", ttl).await.unwrap(), None);
+    assert_eq!(n2.kept(&s2, ttl).await.unwrap(), None);
     tokio::time::sleep(Duration::from_millis(2000)).await;
-    assert_eq!(n1.session("s1", ttl).await.unwrap(), None);
-    // Dropped on one node, gone on the other; dropping it again finds nothing.
-    n1.put_session("s3", "three", Duration::from_secs(60))
+    assert_eq!(n1.kept(&s1, ttl).await.unwrap(), None);
+    // Forgotten on one node, gone on the other; forgetting it again finds nothing.
+    let task = Kept::McpTask {
+        tenant: "acme".into(),
+        id: "s3".into(),
+    };
+    n1.keep(&task, "three", Duration::from_secs(60))
         .await
         .unwrap();
-    assert!(n2.drop_session("s3").await.unwrap());
-    assert_eq!(n1.session("s3", ttl).await.unwrap(), None);
-    assert!(!n1.drop_session("s3").await.unwrap());
+    assert!(n2.forget(&task).await.unwrap());
+    assert_eq!(n1.kept(&task, ttl).await.unwrap(), None);
+    assert!(!n1.forget(&task).await.unwrap());
 }
 contract!(sessions_are_shared_kept_while_used_and_gone_when_idle);
 

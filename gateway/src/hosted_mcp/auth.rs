@@ -215,7 +215,7 @@ pub async fn authenticate(
         .map(str::to_owned);
     let idle = app.hosted_mcp.session_idle;
     if let Some(id) = &session {
-        match app.broker.session(&owner_key(id), idle).await {
+        match app.broker.kept(&owner_key(id), idle).await {
             Ok(Some(stored)) => {
                 let owner: Option<Owner> = serde_json::from_str(&stored).ok();
                 if owner.as_ref() != Some(&grant.owner()) {
@@ -224,10 +224,7 @@ pub async fn authenticate(
                 // The session's initialize is kept as long as its owner: a node that holds the
                 // session in memory serves it without reading it, and another node may have
                 // to restore it from there later.
-                let _ = app
-                    .broker
-                    .session(&super::sessions::state_key(id), idle)
-                    .await;
+                let _ = app.broker.kept(&super::sessions::state_key(id), idle).await;
                 live.used(&grant, id).await;
             }
             Ok(None) => return unknown_session(),
@@ -296,7 +293,7 @@ pub async fn authenticate(
             return p.into_response();
         }
         let body = serde_json::to_string(&owner).unwrap_or_default();
-        if let Err(e) = app.broker.put_session(&owner_key(&id), &body, idle).await {
+        if let Err(e) = app.broker.keep(&owner_key(&id), &body, idle).await {
             tracing::warn!(error = %e, "MCP session not stored");
             let _ = live.end(&grant, &id).await;
             return Problem::from(e).into_response();

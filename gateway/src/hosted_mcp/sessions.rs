@@ -9,26 +9,26 @@ use std::time::Duration;
 use rmcp::transport::streamable_http_server::session::store::{
     SessionState, SessionStore, SessionStoreError,
 };
-use toolmark_broker::SharedBroker;
+use toolmark_broker::{Kept, SharedBroker};
 
 /// The session header of MCP Streamable HTTP.
 pub const SESSION_HEADER: &str = "mcp-session-id";
 
 /// The broker record of a session's `initialize` state.
-pub fn state_key(id: &str) -> String {
-    format!("mcp:{id}")
+pub fn state_key(id: &str) -> Kept {
+    Kept::McpSession(id.to_owned())
 }
 
 /// The broker record of a session's owner.
-pub fn owner_key(id: &str) -> String {
-    format!("mcp-owner:{id}")
+pub fn owner_key(id: &str) -> Kept {
+    Kept::McpOwner(id.to_owned())
 }
 
 /// Ends a session on every node: both records go, so every node's next request in it is a 404
 /// (a node that holds it in memory lets it idle out).
 pub async fn end(broker: &SharedBroker, id: &str) -> Result<(), toolmark_broker::BrokerError> {
-    broker.drop_session(&owner_key(id)).await?;
-    broker.drop_session(&state_key(id)).await?;
+    broker.forget(&owner_key(id)).await?;
+    broker.forget(&state_key(id)).await?;
     Ok(())
 }
 
@@ -49,11 +49,7 @@ impl StoredSessions {
 #[async_trait::async_trait]
 impl SessionStore for StoredSessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let Some(stored) = self
-            .broker
-            .session(&state_key(session_id), self.idle)
-            .await?
-        else {
+        let Some(stored) = self.broker.kept(&state_key(session_id), self.idle).await? else {
             return Ok(None);
         };
         Ok(Some(serde_json::from_str(&stored)?))
@@ -62,13 +58,13 @@ impl SessionStore for StoredSessions {
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
         let body = serde_json::to_string(state)?;
         self.broker
-            .put_session(&state_key(session_id), &body, self.idle)
+            .keep(&state_key(session_id), &body, self.idle)
             .await?;
         Ok(())
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
-        self.broker.drop_session(&state_key(session_id)).await?;
+        self.broker.forget(&state_key(session_id)).await?;
         Ok(())
     }
 }

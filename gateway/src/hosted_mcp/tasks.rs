@@ -9,7 +9,7 @@
 //! and the webhooks read too. The broker keeps beside it only who owns the task (the token's
 //! tenant incarnation, user and conversation, and the principal that made it: its API key, or
 //! its OAuth subject and client), its tool (a reader's policy must allow it), and whether it
-//! was cancelled, in a record of the front doors' store ([`toolmark_broker::Sessions`]), its
+//! was cancelled, in a record of the front doors' store ([`toolmark_broker::DoorRecords`]), its
 //! time to live restarted by each read.
 //! The final result, once seen, is written to that record, so a task outlives its call's
 //! retention.
@@ -24,7 +24,7 @@ use rmcp::service::Peer;
 use rmcp::{ErrorData, RoleServer};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
-use toolmark_broker::{CallRecord, EventType, Outcome, now_ms};
+use toolmark_broker::{CallRecord, EventType, Kept, Outcome, now_ms};
 use toolmark_mcp_tools::{CallEnd, call_result};
 use toolmark_proto::ToolResult;
 
@@ -81,9 +81,12 @@ impl TaskRecord {
     }
 }
 
-/// The record's key in the front doors' store.
-fn key(tenant: &str, id: &str) -> String {
-    format!("task:{tenant}:{id}")
+/// The record in the front doors' store.
+fn key(tenant: &str, id: &str) -> Kept {
+    Kept::McpTask {
+        tenant: tenant.to_owned(),
+        id: id.to_owned(),
+    }
 }
 
 fn rfc3339(ms: u64) -> String {
@@ -131,7 +134,7 @@ pub(super) async fn create(
     };
     let body = serde_json::to_string(&record).map_err(internal)?;
     app.broker
-        .put_session(&key(&grant.tenant.id, call_id), &body, TASK_TTL)
+        .keep(&key(&grant.tenant.id, call_id), &body, TASK_TTL)
         .await
         .map_err(internal)?;
     let mut task = task(call_id, TaskStatus::Working, &record, now);
@@ -154,7 +157,7 @@ fn task(id: &str, status: TaskStatus, record: &TaskRecord, updated_ms: u64) -> T
 async fn record(app: &AppState, grant: &McpGrant, id: &str) -> Result<TaskRecord, ErrorData> {
     let stored = app
         .broker
-        .session(&key(&grant.tenant.id, id), TASK_TTL)
+        .kept(&key(&grant.tenant.id, id), TASK_TTL)
         .await
         .map_err(internal)?
         .ok_or_else(not_found)?;
@@ -211,7 +214,7 @@ pub(super) async fn get(
             if let Ok(body) = serde_json::to_string(&rec) {
                 let _ = app
                     .broker
-                    .put_session(&key(&grant.tenant.id, id), &body, TASK_TTL)
+                    .keep(&key(&grant.tenant.id, id), &body, TASK_TTL)
                     .await;
             }
             Ok(completed(id, &rec, result, at))
@@ -245,7 +248,7 @@ pub(super) async fn cancel(app: &AppState, grant: &McpGrant, id: &str) -> Result
     rec.cancelled_ms = Some(now_ms());
     let body = serde_json::to_string(&rec).map_err(internal)?;
     app.broker
-        .put_session(&key(&grant.tenant.id, id), &body, TASK_TTL)
+        .keep(&key(&grant.tenant.id, id), &body, TASK_TTL)
         .await
         .map_err(internal)
 }
