@@ -42,8 +42,8 @@ impl Args {
     }
 
     /// The next argument.
-    pub fn arg(mut self, name: &'static str, value: impl ToString) -> Self {
-        self.argv.push((name, value.to_string()));
+    pub fn arg(mut self, name: &'static str, value: impl Arg) -> Self {
+        self.argv.push((name, value.into_arg()));
         self
     }
 
@@ -85,6 +85,35 @@ impl Args {
         Ok(())
     }
 }
+
+/// A value a script is sent: a string moved as it is (a page message is not copied), a number
+/// written in decimal.
+pub trait Arg {
+    fn into_arg(self) -> String;
+}
+
+impl Arg for String {
+    fn into_arg(self) -> String {
+        self
+    }
+}
+
+impl Arg for &str {
+    fn into_arg(self) -> String {
+        self.to_owned()
+    }
+}
+
+macro_rules! decimal {
+    ($($t:ty),*) => {$(
+        impl Arg for $t {
+            fn into_arg(self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+decimal!(u32, u64, usize, i64);
 
 /// One name of a header.
 #[derive(Debug, Clone, PartialEq, Eq)]
