@@ -113,7 +113,7 @@ macro_rules! decimal {
         }
     )*};
 }
-decimal!(u32, u64, usize, i64);
+decimal!(u32, u64, usize, i32, i64);
 
 /// One name of a header.
 #[derive(Debug, Clone, PartialEq, Eq)]
