@@ -10,12 +10,6 @@ use toolmark_process::{Lifecycle, signal};
 
 const BIN: &str = "toolmark-gateway";
 
-/// mimalloc rather than the system's allocator: with glibc's, allocating and freeing took about
-/// a fifth of the agent's node's CPU per call and a seventh of the pages' node's
-/// (`make profile`; `docs/benchmarks.md`, the run at `0d3bc9c`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli: Cli = match parse_args(BIN) {
         Ok(cli) => cli,
