@@ -20,6 +20,7 @@ mod limits;
 mod node;
 mod outbox;
 mod pages;
+mod place;
 mod reply;
 mod results;
 mod run;
