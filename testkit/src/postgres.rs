@@ -2,8 +2,9 @@
 //! a temporary folder, listening on loopback only (run as the `postgres` user when the tests
 //! run as root, as PostgreSQL refuses root). Each test takes a database of its own
 //! ([`PostgresProc::database`]); faults are real: the server killed ([`PostgresProc::kill`])
-//! and started again on its data ([`PostgresProc::start_again`]). A watchdog stops it if the
-//! test process dies without cleaning up.
+//! and started again on its data ([`PostgresProc::start_again`]). A watchdog stops it, and removes its
+//! folder, if the test process ends without doing so (the shared server is a static, never
+//! dropped).
 
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -133,12 +134,7 @@ impl PostgresProc {
         }
         let child = cmd.spawn().expect("postgres starts");
         let pid = child.id();
-        let me = std::process::id();
-        let _ = Command::new("sh")
-            .args(["-c", &format!("while kill -0 {me} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 1; done; kill -QUIT {pid} 2>/dev/null")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
+        super::redis::watchdog(pid, "QUIT", &self.dir);
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {

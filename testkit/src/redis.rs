@@ -135,13 +135,7 @@ impl RedisProc {
         .stderr(Stdio::null());
         let child = cmd.spawn().expect("redis-server starts");
         let pid = child.id();
-        // Watchdog: stop the server when the test process goes away.
-        let me = std::process::id();
-        let _ = Command::new("sh")
-            .args(["-c", &format!("while kill -0 {me} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 1; done; kill {pid} 2>/dev/null")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
+        watchdog(pid, "TERM", &self.dir);
         self.child = Some(child);
         let ca = self.tls.as_ref().map(|k| format!("{k}/ca.crt"));
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -195,6 +189,7 @@ impl RedisProc {
                 .spawn()
                 .expect("redis-server --sentinel starts");
             let pid = child.id();
+            watchdog(pid, "TERM", &r.dir);
             r.child = Some(child);
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {
@@ -482,4 +477,27 @@ pub fn shared_url() -> String {
         Shared::One(r) => r.url(),
         Shared::Many(c) => c.url(),
     }
+}
+
+/// Watches a server started for the tests: when the test process goes away without stopping it
+/// (a static server is never dropped; a test that panics in a child), the server gets `signal`
+/// and, once it has exited, its folder `dir` is removed, so that no run leaves data behind.
+/// While the test process lives nothing is removed: a server killed as a fault is started
+/// again on the same folder.
+pub(crate) fn watchdog(pid: u32, signal: &str, dir: &std::path::Path) {
+    let me = std::process::id();
+    let dir = dir.display();
+    let script = format!(
+        "while kill -0 {me} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+         kill -0 {me} 2>/dev/null && exit 0; \
+         kill -{signal} {pid} 2>/dev/null; \
+         n=0; while kill -0 {pid} 2>/dev/null && [ $n -lt 300 ]; do sleep 0.1; n=$((n+1)); done; \
+         rm -rf '{dir}'"
+    );
+    let _ = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
 }
