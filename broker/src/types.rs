@@ -6,7 +6,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-use toolmark_config::policy::ToolFacts;
+use toolmark_policy::ToolFacts;
 use toolmark_proto::{AgentMessage, Call, Describe, Hints, ToolManifestSummary, ToolResult};
 
 /// Milliseconds since the Unix epoch (deadlines are absolute so every node agrees).

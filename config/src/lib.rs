@@ -18,7 +18,8 @@ pub mod jwt;
 pub mod keys;
 mod layers;
 pub mod pins;
-pub mod policy;
+/// The tool policy, read by the broker too: `toolmark-policy`, below both.
+pub use toolmark_policy as policy;
 pub mod redis_url;
 pub mod settings;
 pub mod signing;

@@ -1,8 +1,9 @@
 //! The forms `broker.url` takes, translated to the Redis client's configuration:
 //! `redis://` and `rediss://` (TLS through rustls), `redis-cluster://h1:p1,h2:p2` (any node
 //! list, comma-separated), and `redis-sentinel://h1:p1,h2:p2/service`. The parse of the
-//! settings checks a URL with [`parse`]; the broker's Redis client connects with what it
-//! returns.
+//! settings checks a URL with [`parse`] and keeps what it gives as a [`RedisServer`]; the
+//! broker's Redis client connects with its configuration ([`RedisServer::client_config`]), so
+//! that the broker needs no part of the configuration's.
 
 use fred::prelude::Config as ClientConfig;
 
@@ -15,6 +16,50 @@ pub struct UrlError {
     /// The URL, password redacted.
     pub url: String,
 }
+
+/// A `broker.url` the settings accepted, with the Redis client's configuration it gives.
+/// Shown (`Debug`) without its password; two are equal when their URLs are.
+#[derive(Clone)]
+pub struct RedisServer {
+    url: String,
+    config: Box<ClientConfig>,
+}
+
+impl RedisServer {
+    /// `url` checked and translated ([`parse`]).
+    pub fn parse(url: &str) -> Result<RedisServer, UrlError> {
+        Ok(RedisServer {
+            url: url.to_owned(),
+            config: Box::new(parse(url)?),
+        })
+    }
+
+    /// The URL as written.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The Redis client's configuration, for the broker to connect with.
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig::clone(&self.config)
+    }
+}
+
+impl std::fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RedisServer")
+            .field(&redact(&self.url))
+            .finish()
+    }
+}
+
+impl PartialEq for RedisServer {
+    fn eq(&self, other: &Self) -> bool {
+        self.url == other.url
+    }
+}
+
+impl Eq for RedisServer {}
 
 /// Parses a gateway Redis URL.
 pub fn parse(url: &str) -> Result<ClientConfig, UrlError> {
@@ -96,5 +141,8 @@ mod tests {
             redact("redis://user:secret@host:6379"),
             "redis://***@host:6379"
         );
+        let server = RedisServer::parse("redis://user:secret@host:6379").unwrap();
+        assert!(!format!("{server:?}").contains("secret"));
+        assert_eq!(server.url(), "redis://user:secret@host:6379");
     }
 }

@@ -82,8 +82,8 @@ pub enum BrokerSettings {
     Memory,
     /// Many nodes over Redis.
     Redis {
-        /// A URL [`crate::redis_url::parse`] accepted.
-        url: String,
+        /// `broker.url`, checked, with the Redis client's configuration it gives.
+        server: crate::redis_url::RedisServer,
         /// Prefix of every key and channel.
         prefix: String,
     },
@@ -233,7 +233,7 @@ impl Config {
                 "required with kind = \"redis\"",
             )),
             (BrokerKind::Redis, Some(url)) => {
-                crate::redis_url::parse(url).map_err(|e| {
+                let server = crate::redis_url::RedisServer::parse(url).map_err(|e| {
                     ConfigError::new("broker.url", format!("invalid Redis URL: {e}"))
                 })?;
                 if self.dev_mode {
@@ -243,7 +243,7 @@ impl Config {
                     ));
                 }
                 Ok(BrokerSettings::Redis {
-                    url: url.clone(),
+                    server,
                     prefix: prefix.clone(),
                 })
             }

@@ -58,8 +58,8 @@ where
     on(MethodFilter::GET.or(MethodFilter::CONNECT), handler)
 }
 
-/// All routes of a node.
-pub fn router(app: AppState, dev_mode: bool) -> Router {
+/// All routes of a node: the hosted MCP endpoint's over its own state (`mcp`).
+fn router(app: AppState, mcp: &hosted_mcp::McpState, dev_mode: bool) -> Router {
     let mut r = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
@@ -72,7 +72,7 @@ pub fn router(app: AppState, dev_mode: bool) -> Router {
         )
         .route("/app/{key}", websocket(pusher::upgrade))
         .merge(api::router())
-        .merge(hosted_mcp::router(&app));
+        .merge(hosted_mcp::router(mcp));
     if dev_mode {
         r = r
             .merge(demo::router())

@@ -416,15 +416,14 @@ impl Metrics {
         raise(&self.events_held_for_webhooks, emitted.held_for_webhooks());
     }
 
-    /// Every family this process may expose, as `(name, type)`: the gateway's, then the jobs'.
+    /// Every family of the gateway's own, as `(name, type)` (the jobs' are theirs:
+    /// `toolmark_worker::jobs::JobMetrics::families`).
     pub fn families(&self) -> Vec<(&'static str, &'static str)> {
-        let mut out = self.registry.families().to_vec();
-        out.extend_from_slice(toolmark_worker::jobs::JobMetrics::default().families());
-        out
+        self.registry.families().to_vec()
     }
 
     /// The OpenMetrics text of the gateway's metrics, then those of the jobs it runs.
-    pub fn render(&self, jobs: Option<&toolmark_worker::jobs::JobMetrics>) -> String {
+    pub fn render(&self, jobs: Option<&dyn toolmark_process::metrics::Exposed>) -> String {
         use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
         // Writing into a String cannot fail.

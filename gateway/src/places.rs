@@ -65,6 +65,7 @@ impl Places {
     }
 
     /// Places taken under `key`.
+    #[cfg(test)]
     pub fn count(&self, key: &str) -> usize {
         self.lock().get(key).copied().unwrap_or(0)
     }

@@ -77,14 +77,14 @@ pub async fn copy_records(settings: &Settings, to: &str) -> Result<Copied, CopyE
 /// processes).
 async fn broker(settings: &Settings) -> Result<Arc<dyn Catalog>, CopyError> {
     match &settings.broker {
-        BrokerSettings::Redis { url, prefix } => {
+        BrokerSettings::Redis { server, prefix } => {
             let opts = RedisOptions {
                 prefix: prefix.clone(),
                 ..RedisOptions::default()
             };
             let node = format!("copy-{}", crate::ids::random_hex(6));
             let b = RedisBroker::connect(
-                url,
+                server.client_config(),
                 &node,
                 Arc::new(crate::registry::Registry::default()),
                 opts,

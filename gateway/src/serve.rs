@@ -177,7 +177,7 @@ async fn serve_until_stopped(
         }
         None => catalog,
     };
-    let job_metrics = match queue {
+    let job_metrics: Option<Arc<dyn toolmark_process::metrics::Exposed>> = match queue {
         Some(queue) => {
             let metrics = Arc::new(JobMetrics::default());
             let jobs = Jobs::new(
@@ -231,10 +231,9 @@ async fn serve_until_stopped(
         dev,
         job_metrics,
         settings.server.public_url.clone(),
-        settings.mcp.clone(),
-        mcp_live,
         settings.hold,
     );
+    let mcp = crate::hosted_mcp::McpState::new(&app, settings.mcp.clone(), mcp_live);
     app.event_streams.bound(
         settings.server.max_event_streams_per_tenant,
         settings.server.max_event_streams_per_key,
@@ -256,7 +255,7 @@ async fn serve_until_stopped(
         );
         (listener, state)
     });
-    let service = crate::router(app, settings.dev_mode).into_make_service();
+    let service = crate::router(app, &mcp, settings.dev_mode).into_make_service();
     let (close_listener, closing) = oneshot::channel::<()>();
     let graceful = async {
         let _ = closing.await;
@@ -336,7 +335,7 @@ async fn connect(
             // One process: the gateway runs the jobs itself.
             (memory.clone(), Some(memory.clone()), memory.clone(), memory)
         }
-        BrokerSettings::Redis { url, prefix } => {
+        BrokerSettings::Redis { server, prefix } => {
             let observed = Arc::clone(metrics);
             let opts = RedisOptions {
                 prefix: prefix.clone(),
@@ -345,7 +344,9 @@ async fn connect(
                 }),
                 ..RedisOptions::default()
             };
-            let redis = RedisBroker::connect(url, node_id, registry.clone(), opts).await?;
+            let redis =
+                RedisBroker::connect(server.client_config(), node_id, registry.clone(), opts)
+                    .await?;
             let queue = settings
                 .server
                 .run_jobs

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use toolmark_broker::SharedBroker;
-use toolmark_config::{HoldSettings, McpSettings};
+use toolmark_config::HoldSettings;
 use toolmark_process::Lifecycle;
-use toolmark_worker::jobs::JobMetrics;
+use toolmark_process::metrics::Exposed;
 
 use crate::metrics::Metrics;
 use crate::registry::Registry;
@@ -40,15 +40,13 @@ pub struct Inner {
     /// Dev mode only.
     pub dev: Option<DevInfo>,
     /// Metrics of the jobs, when this node runs them (memory broker, or `server.run_jobs`).
-    pub job_metrics: Option<Arc<JobMetrics>>,
+    pub job_metrics: Option<Arc<dyn Exposed>>,
     /// `server.public_url`: the base of the URLs handed out (else the request's `Host`).
     pub public_url: Option<String>,
-    /// `[mcp]`: the hosted MCP endpoint's sessions and stream limits.
-    pub hosted_mcp: McpSettings,
-    /// The hosted MCP sessions, streams and listing followers of this node.
-    pub mcp_live: Arc<crate::hosted_mcp::live::Live>,
-    /// Page frames held while the broker does not answer.
-    pub hold: crate::hold::Hold,
+    /// Page frames held while the broker does not answer (the call engine's timeouts too).
+    pub hold: Arc<crate::hold::Hold>,
+    /// The call engine: both agent doors start, answer and follow calls through it.
+    pub(crate) calls: crate::calls::CallEngine,
     /// Per-tenant calls and refusals of this node (the admin stats).
     pub traffic: Arc<crate::traffic::Traffic>,
     /// Open event streams of this node, bounded per tenant and per key.
@@ -74,13 +72,20 @@ impl AppState {
         metrics: Arc<Metrics>,
         life: Lifecycle,
         dev: Option<DevInfo>,
-        job_metrics: Option<Arc<JobMetrics>>,
+        job_metrics: Option<Arc<dyn Exposed>>,
         public_url: Option<String>,
-        hosted_mcp: McpSettings,
-        mcp_live: Arc<crate::hosted_mcp::live::Live>,
         hold: HoldSettings,
     ) -> Self {
-        let hold = crate::hold::Hold::new(hold, metrics.frames_holding.clone());
+        let hold = Arc::new(crate::hold::Hold::new(hold, metrics.frames_holding.clone()));
+        let traffic = Arc::<crate::traffic::Traffic>::default();
+        let calls = crate::calls::CallEngine::new(
+            Arc::clone(&broker),
+            tenants.clone(),
+            Arc::clone(&hold),
+            Arc::clone(&metrics),
+            Arc::clone(&traffic),
+            life.clone(),
+        );
         AppState(Arc::new(Inner {
             tenants,
             broker,
@@ -90,10 +95,9 @@ impl AppState {
             dev,
             job_metrics,
             public_url,
-            hosted_mcp,
-            mcp_live,
             hold,
-            traffic: Arc::default(),
+            calls,
+            traffic,
             event_streams: Arc::default(),
             seen: crate::seen::SeenRecently::default(),
         }))

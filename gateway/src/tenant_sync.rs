@@ -1,5 +1,5 @@
 //! Keeps this node's tenant snapshot equal to the broker's catalog: the config file's tenants
-//! plus those of the admin API, followed by a [`Follower`] (`toolmark_process::tenant_follower`).
+//! plus those of the admin API, followed by a [`Follower`] (`toolmark_store::follower`).
 //! Each change is applied to this node's sockets too: a deleted tenant, a deleted token key or
 //! a `disconnect` closes the pages it covers with 4401, and ends the hosted MCP streams and
 //! sessions whose credential it covers (OAuth access tokens included).
@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio_util::sync::CancellationToken;
 use toolmark_broker::catalog::Catalog;
 use toolmark_config::Sealer;
-use toolmark_process::tenant_follower::{Change, Follower};
+use toolmark_store::follower::{Change, Follower};
 
 use crate::registry::Registry;
 use crate::tenants::{Snapshot, Tenant, Tenants};

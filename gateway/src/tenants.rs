@@ -373,7 +373,7 @@ impl Snapshot {
 #[derive(Debug, Clone, Default)]
 pub struct Tenants(
     Arc<ArcSwap<Snapshot>>,
-    Arc<std::sync::OnceLock<Arc<toolmark_process::tenant_follower::Follower>>>,
+    Arc<std::sync::OnceLock<Arc<toolmark_store::follower::Follower>>>,
 );
 
 impl Tenants {
@@ -388,7 +388,7 @@ impl Tenants {
     }
 
     /// The snapshot holds the records `follower` reads from the admin store too.
-    pub fn follow(&self, follower: Arc<toolmark_process::tenant_follower::Follower>) {
+    pub fn follow(&self, follower: Arc<toolmark_store::follower::Follower>) {
         let _ = self.1.set(follower);
     }
 

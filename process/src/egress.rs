@@ -1,4 +1,5 @@
-//! Where a webhook may be sent: the HTTP clients of delivery, which follow no redirect (a 3xx
+//! Where a process may send a request on a tenant's word (a webhook's URL, an OAuth
+//! server's metadata): the HTTP clients of webhook delivery and of the hosted MCP endpoint, which follow no redirect (a 3xx
 //! is a failed attempt) and, unless the tenant allows private addresses, connect only to
 //! public ones. The check runs on the addresses the client then connects to (a resolver that
 //! drops the others, and the URL's own address when it is an IP literal), so a name that
@@ -33,7 +34,7 @@ impl Clients {
     /// Builds both: no redirects, no proxy from the environment (the address connected to is
     /// the receiver's own).
     pub fn new() -> Result<Clients, reqwest::Error> {
-        toolmark_process::tls::install_crypto();
+        crate::tls::install_crypto();
         let base = || {
             reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())

@@ -1,8 +1,10 @@
 //! The runtime plumbing every Toolmark Gateway process shares, rather than borrowing it from one
 //! of them: the binaries' command lines and `main` pieces ([`cli`]), telemetry, the process's
 //! TLS crypto provider, the stop signals, one [`Lifecycle`], the generic metrics pieces
-//! ([`metrics`]: a registry that lists its families, the build info, Redis script latencies) and
-//! the follower of the broker's tenant catalog ([`tenant_follower`]). What the processes run on,
+//! ([`metrics`]: a registry that lists its families, the build info, Redis script latencies),
+//! and the HTTP clients that send requests to addresses a tenant gave ([`egress`]). The
+//! follower of the tenant catalog lives beside the catalogs it follows
+//! (`toolmark_store::follower`). What the processes run on,
 //! the configuration parsed once into typed settings, is `toolmark-config`'s.
 
 /// The version of these binaries (the workspace's).
@@ -20,12 +22,12 @@ pub const VERSION_LINE: &str = concat!(
 );
 
 pub mod cli;
+pub mod egress;
 pub mod lifecycle;
 pub mod log_writer;
 pub mod metrics;
 pub mod signal;
 pub mod telemetry;
-pub mod tenant_follower;
 pub mod tls;
 
 pub use lifecycle::Lifecycle;

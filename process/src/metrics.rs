@@ -44,6 +44,13 @@ impl Catalogued {
     }
 }
 
+/// Metrics a process exposes beside its own on one `/metrics`: a gateway running the jobs
+/// shows theirs after its own, naming only this trait, not the jobs' types.
+pub trait Exposed: Send + Sync + std::fmt::Debug {
+    /// Appends the metrics' text exposition, without the closing `# EOF`.
+    fn encode_into(&self, out: &mut String);
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,

@@ -7,12 +7,13 @@
 //! for one) keeps the records and the audit log, and leaves to the broker what it keeps per
 //! tenant in flight (event log, webhook queues, call rates), which [`Catalog::drop_tenant`]
 //! still clears there. Nodes follow a store exactly as they follow the broker's catalog
-//! (`toolmark_process::tenant_follower`): pages and calls read the node's snapshot, never the
+//! ([`follower`]): pages and calls read the node's snapshot, never the
 //! store.
 //!
 //! [`copy`] moves every record from one store to another (the binary's
 //! `--copy-records-to`), sealed secrets as they are.
 
+pub mod follower;
 mod migrations;
 mod sql;
 

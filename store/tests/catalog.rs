@@ -6,6 +6,7 @@
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use toolmark_config::redis_url;
 
 use toolmark_broker::catalog::{Catalog, CatalogError, Expect, Restored};
 use toolmark_broker::memory::MemoryBroker;
@@ -53,9 +54,14 @@ async fn broker(store: Store, prefix: &str, node: &str) -> Arc<dyn Catalog> {
         prefix: prefix.to_owned(),
         ..RedisOptions::default()
     };
-    RedisBroker::connect(&url, node, Arc::new(NoPages), opts)
-        .await
-        .expect("the broker connects")
+    RedisBroker::connect(
+        redis_url::parse(&url).unwrap(),
+        node,
+        Arc::new(NoPages),
+        opts,
+    )
+    .await
+    .expect("the broker connects")
 }
 
 /// Opens a database store and waits for its schema.

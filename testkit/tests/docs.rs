@@ -470,9 +470,11 @@ fn every_environment_variable_the_docs_name_is_read_and_every_one_read_is_docume
 
 /// Metric families the processes register, with their types (the gateway's and the jobs').
 fn metric_families() -> BTreeMap<String, String> {
+    let jobs = toolmark_worker::jobs::JobMetrics::default();
     toolmark_gateway::metrics::Metrics::new()
         .families()
         .into_iter()
+        .chain(jobs.families().iter().copied())
         .map(|(name, kind)| (name.to_owned(), kind.to_owned()))
         .collect()
 }
@@ -961,6 +963,7 @@ fn every_test_the_security_map_names_exists() {
     let def = Regex::new(r"\b(?:fn|mod) ([a-z][a-z0-9_]*)").expect("regex");
     for dir in [
         "proto",
+        "policy",
         "config",
         "broker",
         "store",

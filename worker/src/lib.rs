@@ -58,7 +58,7 @@ pub async fn run(
     life: Lifecycle,
     ready: impl FnOnce(SocketAddr),
 ) -> Result<(), WorkerError> {
-    let BrokerSettings::Redis { url, prefix } = &settings.broker else {
+    let BrokerSettings::Redis { server, prefix } = &settings.broker else {
         return Err(WorkerError::NotRedis);
     };
     let id = format!(
@@ -76,7 +76,8 @@ pub async fn run(
         }),
         ..RedisOptions::default()
     };
-    let broker = RedisBroker::connect(url, id.clone(), Arc::new(NoPages), opts).await?;
+    let broker =
+        RedisBroker::connect(server.client_config(), id.clone(), Arc::new(NoPages), opts).await?;
     let shared: SharedBroker = broker.clone();
     let jobs = Jobs::new(
         shared.clone(),

@@ -43,7 +43,6 @@ use fred::prelude::{Builder, Client, ReconnectPolicy};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use toolmark_config::redis_url::{self, UrlError};
 
 use crate::model::Retention;
 use crate::partition::PARTITIONS;
@@ -107,12 +106,12 @@ impl Default for RedisOptions {
     }
 }
 
+/// The Redis client's configuration of the server(s) a broker connects to.
+pub use fred::prelude::Config as Server;
+
 /// Why the broker could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    /// The URL is not one of the supported forms.
-    #[error("invalid Redis URL: {0}")]
-    Url(#[from] UrlError),
     /// The client refused the configuration the URL gave.
     #[error("invalid Redis client configuration: {0}")]
     Client(#[source] fred::error::Error),
@@ -209,15 +208,15 @@ fn builder(config: fred::prelude::Config, command_timeout: Duration) -> Builder 
 }
 
 impl RedisBroker {
-    /// Connects to `url` (`redis://`, `rediss://`, `redis-cluster://h1:p1,h2:p2`,
-    /// `redis-sentinel://…`) and starts this node's background tasks.
+    /// Connects to the server(s) of `config` (one Redis, a Cluster or a Sentinel's master:
+    /// what `broker.url` gives, `toolmark_config::redis_url`) and starts this node's background
+    /// tasks.
     pub async fn connect(
-        url: &str,
+        config: Server,
         node: impl Into<String>,
         sink: Arc<dyn PageSink>,
         opts: RedisOptions,
     ) -> Result<Arc<Self>, ConnectError> {
-        let config = redis_url::parse(url)?;
         let cluster = config.server.is_clustered();
         let builder = builder(config, opts.command_timeout);
         let client = builder.build().map_err(ConnectError::Client)?;
@@ -330,7 +329,7 @@ mod tests {
             "redis-cluster://127.0.0.1:7000,127.0.0.1:7001",
         ] {
             let b = super::builder(
-                super::redis_url::parse(url).unwrap(),
+                toolmark_config::redis_url::parse(url).unwrap(),
                 Duration::from_secs(2),
             );
             let c = b.get_connection_config();

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 use toolmark_broker::prelude::*;
+use toolmark_config::redis_url;
 
 use serde_json::json;
 use toolmark_broker::redis::{RedisBroker, RedisOptions};
@@ -20,9 +21,14 @@ async fn on_own_redis(
     opts: RedisOptions,
 ) -> (std::sync::Arc<RedisBroker>, std::sync::Arc<Sink>) {
     let sink = std::sync::Arc::new(Sink::default());
-    let b = RedisBroker::connect(&redis.url(), "n1", sink.clone(), opts)
-        .await
-        .unwrap();
+    let b = RedisBroker::connect(
+        redis_url::parse(&redis.url()).unwrap(),
+        "n1",
+        sink.clone(),
+        opts,
+    )
+    .await
+    .unwrap();
     (b, sink)
 }
 
@@ -662,10 +668,14 @@ async fn a_change_whose_node_never_emitted_its_events_is_announced_once_by_the_s
         ..RedisOptions::default()
     };
     let sink = std::sync::Arc::new(Sink::default());
-    let lossy: toolmark_broker::SharedBroker =
-        RedisBroker::connect(&proxy.url(), "n1", sink.clone(), opts.clone())
-            .await
-            .unwrap();
+    let lossy: toolmark_broker::SharedBroker = RedisBroker::connect(
+        redis_url::parse(&proxy.url()).unwrap(),
+        "n1",
+        sink.clone(),
+        opts.clone(),
+    )
+    .await
+    .unwrap();
     let (sweeper, _) = on_own_redis(&redis, opts).await;
     let sweeper: toolmark_broker::SharedBroker = sweeper;
     let c = conv();

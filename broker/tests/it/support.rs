@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use toolmark_config::redis_url;
 
 use serde_json::json;
 use toolmark_broker::memory::MemoryBroker;
@@ -121,9 +122,14 @@ impl Nodes {
             prefix: self.prefix.clone(),
             ..RedisOptions::default()
         };
-        let b = RedisBroker::connect(&self.url, name, sink.clone(), opts)
-            .await
-            .expect("the broker connects");
+        let b = RedisBroker::connect(
+            redis_url::parse(&self.url).unwrap(),
+            name,
+            sink.clone(),
+            opts,
+        )
+        .await
+        .expect("the broker connects");
         (b, sink)
     }
 

@@ -1,6 +1,7 @@
 //! Why the call engine did not start a call, in its own terms: each door says it its own way
 //! (the agent API as a problem, [`From<CallError> for Problem`]; the hosted MCP endpoint as an
-//! MCP error or a tool result, by matching the variants), and no door reads a code back.
+//! MCP error or a tool result, by matching the variants), and no door reads a code back. The
+//! engine's steps ([`super::CallEngine`]) return nothing else.
 
 use std::time::Duration;
 
@@ -39,6 +40,12 @@ pub(crate) enum CallError {
     NoPage,
     /// The tenant's (or the credential's) call rate is spent.
     RateLimited(RateLimited),
+    /// The request's `Idempotency-Key` was first sent with another request (another route,
+    /// conversation or body).
+    KeyReused,
+    /// The request's `Idempotency-Key` belongs to a request still starting its call (on a
+    /// node of the previous release, or for longer than a repeat waits): asked again soon.
+    KeyBusy,
     /// The broker did not answer.
     Broker(BrokerError),
 }
@@ -47,13 +54,14 @@ impl CallError {
     /// The refusal's stable code: a problem's `code`, a span's `error.type`.
     pub(crate) fn code(&self) -> &'static str {
         match self {
-            CallError::Draining | CallError::Broker(_) => "unavailable",
+            CallError::Draining | CallError::KeyBusy | CallError::Broker(_) => "unavailable",
             CallError::Timeout { .. } | CallError::UnknownTool { .. } => "invalid_request",
             CallError::NotAllowed { .. } => "tool_not_allowed",
             CallError::NotPinned { .. } => "tool_not_pinned",
             CallError::UnknownTenant => "not_found",
             CallError::NoPage => "no_page",
             CallError::RateLimited(_) => "rate_limited",
+            CallError::KeyReused => "idempotency_mismatch",
         }
     }
 
@@ -86,7 +94,9 @@ impl From<BrokerError> for CallError {
 impl From<CallError> for Problem {
     fn from(e: CallError) -> Self {
         match e {
-            CallError::Draining => Problem::unavailable(Duration::from_secs(1)),
+            CallError::Draining | CallError::KeyBusy => {
+                Problem::unavailable(Duration::from_secs(1))
+            }
             CallError::Timeout { max } => {
                 Problem::invalid("/timeoutMs", format!("timeoutMs is between 1 and {max}"))
             }
@@ -98,6 +108,7 @@ impl From<CallError> for Problem {
             CallError::UnknownTenant => Problem::not_found("tenant"),
             CallError::NoPage => Problem::no_page(),
             CallError::RateLimited(r) => Problem::rate_limited(r),
+            CallError::KeyReused => Problem::idempotency_mismatch(),
             CallError::Broker(b) => b.into(),
         }
     }
@@ -117,6 +128,8 @@ mod tests {
             CallError::UnknownTool { tool: "a".into() },
             CallError::UnknownTenant,
             CallError::NoPage,
+            CallError::KeyReused,
+            CallError::KeyBusy,
         ];
         for e in cases {
             let code = e.code();

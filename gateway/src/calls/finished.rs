@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use toolmark_broker::{CallBinding, CallKind, Outcome};
 
-use crate::state::AppState;
+use super::engine::Parts;
 
 /// Counts the call of `binding`, finished with `outcome` after `took`; its outcome status
 /// (`ok`, `error`, `timeout`…), the label both count it under.
 pub(super) fn count_finished(
-    app: &AppState,
+    parts: &Parts,
     binding: &CallBinding,
     outcome: &Outcome,
     took: Duration,
@@ -26,12 +26,15 @@ pub(super) fn count_finished(
         Outcome::Result(r) => r.status(),
         Outcome::Timeout => "timeout",
     };
-    app.metrics.call_finished(kind, status, took.as_secs_f64());
-    let incarnation = app
+    parts
+        .metrics
+        .call_finished(kind, status, took.as_secs_f64());
+    let incarnation = parts
         .tenants
         .get(&binding.conv.tenant)
         .map_or(0, |t| t.incarnation);
-    app.traffic
+    parts
+        .traffic
         .call_finished(&binding.conv.tenant, incarnation, status);
     status
 }

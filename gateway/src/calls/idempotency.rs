@@ -14,17 +14,13 @@
 
 use std::time::{Duration, Instant};
 
-use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use toolmark_broker::{CallBinding, CallerRef, Outcome, Watch, now_ms};
+use toolmark_broker::{CallBinding, CallerRef, Outcome, SharedBroker, Watch, now_ms};
 
-use crate::http::problem::Problem;
-use crate::state::AppState;
+use super::error::CallError;
 
-/// The request header.
-pub const HEADER: &str = "idempotency-key";
 /// How long a key is kept from its first request.
 pub const KEPT: Duration = Duration::from_secs(24 * 3600);
 /// How soon a repeat looks again for the call the first request is about to start (doubled
@@ -77,23 +73,6 @@ impl Record {
     fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
-}
-
-/// The request's `Idempotency-Key`: none, or 1–255 visible ASCII characters.
-pub fn key_of(headers: &HeaderMap) -> Result<Option<String>, Problem> {
-    let mut values = headers.get_all(HEADER).iter();
-    let Some(value) = values.next() else {
-        return Ok(None);
-    };
-    let bad = || Problem::bad_header("Idempotency-Key is 1 to 255 visible ASCII characters, once");
-    if values.next().is_some() {
-        return Err(bad());
-    }
-    let bytes = value.as_bytes();
-    if bytes.is_empty() || bytes.len() > 255 || !bytes.iter().all(|b| (0x21..=0x7e).contains(b)) {
-        return Err(bad());
-    }
-    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
 }
 
 /// The key as the broker keeps it: under the principal that sent it (an API key and its MCP
@@ -185,20 +164,19 @@ pub enum Claimed {
 /// request (`caller`, read from the call's record); one claimed here is written as the key's
 /// own is (the mirror), for older nodes to find. The mirror goes with the previous release.
 pub async fn claim(
-    app: &AppState,
+    broker: &SharedBroker,
     tenant: &str,
     key: &str,
     legacy: Option<&str>,
     caller: &CallerRef,
     fingerprint: &str,
-) -> Result<Claimed, Problem> {
-    let claimed = claim_scoped(app, tenant, key, fingerprint).await?;
+) -> Result<Claimed, CallError> {
+    let claimed = claim_scoped(broker, tenant, key, fingerprint).await?;
     let (Claimed::First(_), Some(legacy)) = (&claimed, legacy) else {
         return Ok(claimed);
     };
     let fresh = Record::claimed(fingerprint).to_json();
-    let Some(old) = app
-        .broker
+    let Some(old) = broker
         .claim_idempotency(tenant, legacy, &fresh, KEPT)
         .await?
     else {
@@ -208,8 +186,7 @@ pub async fn claim(
     // Another principal's record (or one whose call is gone, so that its maker is unknown) is
     // not this request's: a new call.
     let maker = match record.as_ref().and_then(|r| r.id.as_deref()) {
-        Some(id) => app
-            .broker
+        Some(id) => broker
             .call(tenant, id)
             .await?
             .and_then(|c| c.binding.caller)
@@ -222,42 +199,37 @@ pub async fn claim(
     match record {
         Some(r) if r.f == fingerprint && r.id.is_some() => {
             // The first request ran on a node before the upgrade: its record, under the key.
-            app.broker.update_idempotency(tenant, key, &old).await?;
+            broker.update_idempotency(tenant, key, &old).await?;
             Ok(Claimed::Repeat(r))
         }
         Some(r) if r.f != fingerprint => {
-            app.broker.release_idempotency(tenant, key).await?;
-            Err(Problem::idempotency_mismatch())
+            broker.release_idempotency(tenant, key).await?;
+            Err(CallError::KeyReused)
         }
         // Still starting on an older node: the client asks again in a moment.
         _ => {
-            app.broker.release_idempotency(tenant, key).await?;
-            Err(Problem::unavailable(Duration::from_secs(1)))
+            broker.release_idempotency(tenant, key).await?;
+            Err(CallError::KeyBusy)
         }
     }
 }
 
 async fn claim_scoped(
-    app: &AppState,
+    broker: &SharedBroker,
     tenant: &str,
     key: &str,
     fingerprint: &str,
-) -> Result<Claimed, Problem> {
+) -> Result<Claimed, CallError> {
     let body = Record::claimed(fingerprint).to_json();
     let waiting_since = Instant::now();
     let mut pause = START_POLL;
     loop {
-        let Some(existing) = app
-            .broker
-            .claim_idempotency(tenant, key, &body, KEPT)
-            .await?
-        else {
+        let Some(existing) = broker.claim_idempotency(tenant, key, &body, KEPT).await? else {
             return Ok(Claimed::First(None));
         };
-        let record: Record = serde_json::from_str(&existing)
-            .map_err(|_| Problem::unavailable(Duration::from_secs(1)))?;
+        let record: Record = serde_json::from_str(&existing).map_err(|_| CallError::KeyBusy)?;
         if record.f != fingerprint {
-            return Err(Problem::idempotency_mismatch());
+            return Err(CallError::KeyReused);
         }
         if record.id.is_some() {
             return Ok(Claimed::Repeat(record));
@@ -265,7 +237,7 @@ async fn claim_scoped(
         // The first request claimed the key and has not started its call yet (or failed, and
         // gives the key back: then this request claims it on the next turn).
         if waiting_since.elapsed() > START_WAIT {
-            return Err(Problem::unavailable(Duration::from_secs(1)));
+            return Err(CallError::KeyBusy);
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(START_POLL_MAX);
@@ -289,7 +261,7 @@ pub struct Claim {
 impl Claim {
     /// Names the call the first request started in the key's record: a repeat answers from it
     /// from here on.
-    pub async fn bind(self, app: &AppState, binding: &CallBinding) -> Bound {
+    pub async fn bind(self, broker: &SharedBroker, binding: &CallBinding) -> Bound {
         let record = Record {
             f: self.fingerprint,
             id: Some(binding.id.clone()),
@@ -299,7 +271,7 @@ impl Claim {
             outcome: None,
         };
         for key in std::iter::once(&self.key).chain(&self.mirror) {
-            write(app, &binding.conv.tenant, key, &record).await;
+            write(broker, &binding.conv.tenant, key, &record).await;
         }
         Bound {
             key: self.key,
@@ -309,9 +281,9 @@ impl Claim {
     }
 
     /// Gives the key back: the first request failed before it started a call.
-    pub async fn release(self, app: &AppState, tenant: &str) {
+    pub async fn release(self, broker: &SharedBroker, tenant: &str) {
         for key in std::iter::once(&self.key).chain(&self.mirror) {
-            if let Err(e) = app.broker.release_idempotency(tenant, key).await {
+            if let Err(e) = broker.release_idempotency(tenant, key).await {
                 tracing::warn!(tenant, error = %e, "idempotency key of a failed request not released; it expires in 24 h");
             }
         }
@@ -329,18 +301,18 @@ pub struct Bound {
 impl Bound {
     /// Writes the call's outcome to the key (and its mirror): a repeat within 24 h answers
     /// with it, even once the call itself left the broker's retention.
-    pub async fn finish(mut self, app: &AppState, tenant: &str, outcome: &Outcome) {
+    pub async fn finish(mut self, broker: &SharedBroker, tenant: &str, outcome: &Outcome) {
         self.record.outcome = Some(outcome.clone());
         for key in std::iter::once(&self.key).chain(&self.mirror) {
-            write(app, tenant, key, &self.record).await;
+            write(broker, tenant, key, &self.record).await;
         }
     }
 }
 
 /// Writes the key's record.
-async fn write(app: &AppState, tenant: &str, key: &str, record: &Record) {
+async fn write(broker: &SharedBroker, tenant: &str, key: &str, record: &Record) {
     let body = record.to_json();
-    if let Err(e) = app.broker.update_idempotency(tenant, key, &body).await {
+    if let Err(e) = broker.update_idempotency(tenant, key, &body).await {
         tracing::warn!(tenant, error = %e, "idempotency key not bound to its call; a repeat waits for it, then runs");
     }
 }
@@ -349,7 +321,7 @@ async fn write(app: &AppState, tenant: &str, key: &str, record: &Record) {
 /// wrote it, else from the call's own notification, heard on this node whichever node placed
 /// the call ([`toolmark_broker::Calls::watch`]): no poll. Without a notification by the call's
 /// deadline (and [`OUTCOME_SLACK`]), or for a call gone from the broker, what was stored.
-pub async fn outcome(app: &AppState, tenant: &str, key: &str, record: Record) -> Outcome {
+pub async fn outcome(broker: &SharedBroker, tenant: &str, key: &str, record: Record) -> Outcome {
     if let Some(o) = record.outcome {
         return o;
     }
@@ -358,7 +330,7 @@ pub async fn outcome(app: &AppState, tenant: &str, key: &str, record: Record) ->
     let give_up = deadline + u64::try_from(OUTCOME_SLACK.as_millis()).unwrap_or(5000);
     let until =
         tokio::time::Instant::now() + Duration::from_millis(give_up.saturating_sub(now_ms()));
-    match app.broker.watch(tenant, &id).await {
+    match broker.watch(tenant, &id).await {
         Ok(Watch::Ended(o)) => return o,
         Ok(Watch::Pending(heard)) => match tokio::time::timeout_at(until, heard).await {
             Ok(Ok(o)) => return o,
@@ -369,21 +341,21 @@ pub async fn outcome(app: &AppState, tenant: &str, key: &str, record: Record) ->
         },
         Ok(Watch::Unknown) | Err(_) => {}
     }
-    stored(app, tenant, key, &id)
+    stored(broker, tenant, key, &id)
         .await
         .unwrap_or(Outcome::Timeout)
 }
 
 /// The outcome written to the key's record, else the call's own, if either is known.
-async fn stored(app: &AppState, tenant: &str, key: &str, id: &str) -> Option<Outcome> {
-    if let Ok(Some(stored)) = app.broker.idempotency(tenant, key).await
+async fn stored(broker: &SharedBroker, tenant: &str, key: &str, id: &str) -> Option<Outcome> {
+    if let Ok(Some(stored)) = broker.idempotency(tenant, key).await
         && let Ok(Record {
             outcome: Some(o), ..
         }) = serde_json::from_str::<Record>(&stored)
     {
         return Some(o);
     }
-    app.broker
+    broker
         .call(tenant, id)
         .await
         .ok()
@@ -396,39 +368,17 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn app() -> AppState {
+    /// A memory broker, as one node has it.
+    fn broker() -> SharedBroker {
         let registry = std::sync::Arc::new(crate::registry::Registry::default());
-        let broker = std::sync::Arc::new(toolmark_broker::memory::MemoryBroker::new(
-            "n1",
-            registry.clone(),
-        ));
-        let mcp = toolmark_config::McpConfig::default()
-            .parse()
-            .expect("default [mcp]");
-        let live = std::sync::Arc::new(crate::hosted_mcp::live::Live::new(
-            broker.clone(),
-            mcp.clone(),
-        ));
-        AppState::new(
-            crate::tenants::Tenants::new(Vec::new()),
-            broker,
-            registry,
-            std::sync::Arc::new(crate::metrics::Metrics::new()),
-            toolmark_process::Lifecycle::new(),
-            None,
-            None,
-            None,
-            mcp,
-            live,
-            toolmark_config::HoldSettings::default(),
-        )
+        std::sync::Arc::new(toolmark_broker::memory::MemoryBroker::new("n1", registry))
     }
 
     /// A call made by `caller`, in the broker as a node of the previous release stores it.
-    async fn stored_call(app: &AppState, caller: &CallerRef) -> String {
+    async fn stored_call(broker: &SharedBroker, caller: &CallerRef) -> String {
         let conv = toolmark_broker::ConvKey::new("t", "u", "c");
         let binding = CallBinding {
-            id: app.broker.mint_call_id(&conv),
+            id: broker.mint_call_id(&conv),
             conv,
             client_id: "p1".into(),
             tool: "todo.add".into(),
@@ -444,16 +394,16 @@ mod tests {
             id: binding.id.clone(),
             tool: "todo.add".into(),
         });
-        drop(app.broker.send_call(binding.clone(), frame).await.unwrap());
+        drop(broker.send_call(binding.clone(), frame).await.unwrap());
         binding.id
     }
 
     #[tokio::test]
     async fn a_key_recorded_before_the_incarnation_scope_is_still_a_repeat() {
-        let app = app();
+        let broker = broker();
         let k1 = CallerRef::ApiKey { id: "k1".into() };
         let k2 = CallerRef::ApiKey { id: "k2".into() };
-        let call = stored_call(&app, &k1).await;
+        let call = stored_call(&broker, &k1).await;
         // A node before the upgrade recorded `order-1` (unscoped) with its call.
         let first = Record {
             f: "fp".into(),
@@ -464,36 +414,36 @@ mod tests {
             outcome: None,
         };
         let body = serde_json::to_string(&first).unwrap();
-        app.broker
+        broker
             .claim_idempotency("t", "order-1", &body, KEPT)
             .await
             .unwrap();
         // Another key's request with the same value on an upgraded node: a new call, and the
         // first key's record is left as it is.
         assert!(matches!(
-            claim(&app, "t", "7:k:k2:order-1", Some("order-1"), &k2, "fp").await,
+            claim(&broker, "t", "7:k:k2:order-1", Some("order-1"), &k2, "fp").await,
             Ok(Claimed::First(_))
         ));
         // A retry of the same key on an upgraded node: a repeat of that call, and the scoped
         // key now holds it.
-        match claim(&app, "t", "7:order-1", Some("order-1"), &k1, "fp").await {
+        match claim(&broker, "t", "7:order-1", Some("order-1"), &k1, "fp").await {
             Ok(Claimed::Repeat(r)) => assert_eq!(r.id.as_deref(), Some(call.as_str())),
             other => panic!("{other:?}"),
         }
-        let kept = app.broker.idempotency("t", "7:order-1").await.unwrap();
+        let kept = broker.idempotency("t", "7:order-1").await.unwrap();
         assert_eq!(kept.as_deref(), Some(body.as_str()));
         // Another request under an old key: 422, and the scoped key is left free.
-        app.broker
+        broker
             .claim_idempotency("t", "order-9", &body, KEPT)
             .await
             .unwrap();
         assert!(
-            claim(&app, "t", "7:order-9", Some("order-9"), &k1, "other")
+            claim(&broker, "t", "7:order-9", Some("order-9"), &k1, "other")
                 .await
                 .is_err()
         );
         assert!(
-            app.broker
+            broker
                 .idempotency("t", "7:order-9")
                 .await
                 .unwrap()
@@ -502,16 +452,10 @@ mod tests {
         // A key nobody recorded: the first request, which claims the older form too, for
         // nodes of the previous release to find.
         assert!(matches!(
-            claim(&app, "t", "7:fresh", Some("fresh"), &k1, "fp").await,
+            claim(&broker, "t", "7:fresh", Some("fresh"), &k1, "fp").await,
             Ok(Claimed::First(Some(ref mirror))) if mirror == "fresh"
         ));
-        assert!(
-            app.broker
-                .idempotency("t", "fresh")
-                .await
-                .unwrap()
-                .is_some()
-        );
+        assert!(broker.idempotency("t", "fresh").await.unwrap().is_some());
     }
 
     #[test]
@@ -539,19 +483,5 @@ mod tests {
             fingerprint("calls", "u", "c", &a),
             fingerprint("calls", "u", "c", &other)
         );
-    }
-
-    #[test]
-    fn keys_are_one_to_255_visible_ascii_characters() {
-        let with = |v: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(HEADER, v.parse().unwrap());
-            key_of(&h)
-        };
-        assert_eq!(with("order-42").unwrap().as_deref(), Some("order-42"));
-        assert!(with(&"k".repeat(255)).unwrap().is_some());
-        assert!(with(&"k".repeat(256)).is_err());
-        assert!(with("has space").is_err());
-        assert!(key_of(&HeaderMap::new()).unwrap().is_none());
     }
 }

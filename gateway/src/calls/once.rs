@@ -4,10 +4,10 @@
 use serde_json::Value;
 use toolmark_broker::Outcome;
 
+use super::engine::CallEngine;
+use super::error::CallError;
 use super::idempotency::{self, Claim, Claimed, Record};
 use super::start::Request;
-use crate::http::Problem;
-use crate::state::AppState;
 use crate::tenants::Tenant;
 
 /// Where a request was made, part of its fingerprint: the route's name, the user and the
@@ -36,49 +36,61 @@ pub(crate) struct Repeat {
 
 impl Repeat {
     /// The call's outcome, once it has one (waiting as the first request does).
-    pub(crate) async fn outcome(self, app: &AppState, tenant: &Tenant) -> Outcome {
-        idempotency::outcome(app, &tenant.id, &self.key, self.record).await
+    pub(crate) async fn outcome(self, engine: &CallEngine, tenant: &Tenant) -> Outcome {
+        idempotency::outcome(&engine.parts().broker, &tenant.id, &self.key, self.record).await
     }
 }
 
-/// With an `Idempotency-Key` (`key`): claims it for this request, or finds the first request's
-/// call. Without one: run.
-pub(crate) async fn once(
-    app: &AppState,
-    tenant: &Tenant,
-    key: Option<String>,
-    (route, user, conversation): Route<'_>,
-    body: &[u8],
-    mut req: Request,
-) -> Result<Once, Problem> {
-    let Some(sent) = key else {
-        return Ok(Once::Run(req));
-    };
-    // A repeat is held to the caller's policy as it is now, as a first request is in `start`.
-    let conv = toolmark_broker::ConvKey::new(&tenant.id, user, conversation);
-    let caller = req.caller.reference();
-    let key = idempotency::scoped(tenant, &caller, &sent);
-    let legacy = idempotency::scoped_before(tenant, &sent);
-    let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    let fingerprint = idempotency::fingerprint(route, user, conversation, &value);
-    match idempotency::claim(app, &tenant.id, &key, Some(&legacy), &caller, &fingerprint).await? {
-        Claimed::First(mirror) => {
-            req.idempotency = Some(Claim {
-                key,
-                mirror,
-                fingerprint,
-            });
-            Ok(Once::Run(req))
-        }
-        Claimed::Repeat(record) => {
-            super::start::authorize(app, &conv, &req).await?;
-            Ok(Once::Repeat(Repeat {
-                id: record.id.clone().unwrap_or_default(),
-                client_id: record.client.clone().unwrap_or_default(),
-                untrusted: record.untrusted,
-                key,
-                record,
-            }))
+impl CallEngine {
+    /// With an `Idempotency-Key` (`key`): claims it for this request, or finds the first
+    /// request's call. Without one: run.
+    pub(crate) async fn once(
+        &self,
+        tenant: &Tenant,
+        key: Option<String>,
+        (route, user, conversation): Route<'_>,
+        body: &[u8],
+        mut req: Request,
+    ) -> Result<Once, CallError> {
+        let Some(sent) = key else {
+            return Ok(Once::Run(req));
+        };
+        // A repeat is held to the caller's policy as it is now, as a first request is in
+        // `start`.
+        let conv = toolmark_broker::ConvKey::new(&tenant.id, user, conversation);
+        let caller = req.caller.reference();
+        let key = idempotency::scoped(tenant, &caller, &sent);
+        let legacy = idempotency::scoped_before(tenant, &sent);
+        let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let fingerprint = idempotency::fingerprint(route, user, conversation, &value);
+        match idempotency::claim(
+            &self.parts().broker,
+            &tenant.id,
+            &key,
+            Some(&legacy),
+            &caller,
+            &fingerprint,
+        )
+        .await?
+        {
+            Claimed::First(mirror) => {
+                req.idempotency = Some(Claim {
+                    key,
+                    mirror,
+                    fingerprint,
+                });
+                Ok(Once::Run(req))
+            }
+            Claimed::Repeat(record) => {
+                self.authorize_tool(&req.caller, &conv, &req.tool).await?;
+                Ok(Once::Repeat(Repeat {
+                    id: record.id.clone().unwrap_or_default(),
+                    client_id: record.client.clone().unwrap_or_default(),
+                    untrusted: record.untrusted,
+                    key,
+                    record,
+                }))
+            }
         }
     }
 }

@@ -9,9 +9,9 @@ use tokio::sync::oneshot;
 use toolmark_broker::retry::LONGEST_PAUSE;
 use toolmark_broker::{CallBinding, CallRecord, Deadline, Outcome, now_ms};
 
+use super::engine::{CallEngine, Parts};
 use super::finished::count_finished;
 use super::idempotency::Bound;
-use crate::state::AppState;
 
 /// A call's supervision ([`supervise`]), awaited for its outcome. It runs inside the task that
 /// awaits it, so that the page's answer wakes the agent's request directly rather than through
@@ -67,55 +67,60 @@ impl Drop for Supervision {
     }
 }
 
-/// Waits for the call's outcome or its deadline, whichever comes first (the instant placed
-/// with the call: `toolmark_broker::deadline` says what happens then); the broker's atomic
-/// check-and-mark decides the winner and records its events (`call.timeout`, and `call.result`
-/// for async calls) with it.
-pub(crate) async fn supervise(
-    app: AppState,
-    binding: CallBinding,
-    deadline: Deadline,
-    mut waiter: oneshot::Receiver<Outcome>,
-    bound: Option<Bound>,
-) -> Outcome {
-    let started = Instant::now();
-    let outcome = tokio::select! {
-        o = &mut waiter => o.unwrap_or(Outcome::Timeout),
-        () = tokio::time::sleep(deadline.remaining(now_ms())) => {
-            let mut arrived = None;
-            match app.broker.time_out(&binding.conv, &binding.id).await {
-                Ok(_) => {}
-                Err(e) => {
-                    // Not answered until known: the timeout is asked again until the broker
-                    // answers (held, like a page's frame), while the outcome may still arrive.
-                    // A second run of a timeout already applied finds the call finished.
-                    tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded: asked again until the broker answers");
-                    tokio::select! {
-                        o = &mut waiter => arrived = Some(o.unwrap_or(Outcome::Timeout)),
-                        () = time_out_again(&app, &binding) => {}
+impl CallEngine {
+    /// Waits for the call's outcome or its deadline, whichever comes first (the instant placed
+    /// with the call: `toolmark_broker::deadline` says what happens then); the broker's atomic
+    /// check-and-mark decides the winner and records its events (`call.timeout`, and `call.result`
+    /// for async calls) with it.
+    pub(super) async fn supervise(
+        self,
+        binding: CallBinding,
+        deadline: Deadline,
+        mut waiter: oneshot::Receiver<Outcome>,
+        bound: Option<Bound>,
+    ) -> Outcome {
+        let started = Instant::now();
+        let parts = self.parts();
+        let outcome = tokio::select! {
+            o = &mut waiter => o.unwrap_or(Outcome::Timeout),
+            () = tokio::time::sleep(deadline.remaining(now_ms())) => {
+                let mut arrived = None;
+                match parts.broker.time_out(&binding.conv, &binding.id).await {
+                    Ok(_) => {}
+                    Err(e) => {
+                        // Not answered until known: the timeout is asked again until the broker
+                        // answers (held, like a page's frame), while the outcome may still arrive.
+                        // A second run of a timeout already applied finds the call finished.
+                        tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded: asked again until the broker answers");
+                        tokio::select! {
+                            o = &mut waiter => arrived = Some(o.unwrap_or(Outcome::Timeout)),
+                            () = time_out_again(parts, &binding) => {}
+                        }
                     }
                 }
+                // The timeout won, or the result won a moment before it: the waiter gets the
+                // winner. Should its message never come (a pub/sub message lost while the
+                // subscriber reconnected), the stored outcome decides, not a guess.
+                match arrived {
+                    Some(o) => o,
+                    None => match tokio::time::timeout(OUTCOME_WAIT, waiter).await {
+                        Ok(Ok(o)) => o,
+                        _ => stored_outcome(parts, &binding).await,
+                    },
+                }
             }
-            // The timeout won, or the result won a moment before it: the waiter gets the
-            // winner. Should its message never come (a pub/sub message lost while the
-            // subscriber reconnected), the stored outcome decides, not a guess.
-            match arrived {
-                Some(o) => o,
-                None => match tokio::time::timeout(OUTCOME_WAIT, waiter).await {
-                    Ok(Ok(o)) => o,
-                    _ => stored_outcome(&app, &binding).await,
-                },
-            }
+        };
+        let status = count_finished(parts, &binding, &outcome, started.elapsed());
+        tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
+        // A repeat of the request within 24 h answers with this outcome, even once the call itself
+        // left the broker's retention.
+        if let Some(bound) = bound {
+            bound
+                .finish(&parts.broker, &binding.conv.tenant, &outcome)
+                .await;
         }
-    };
-    let status = count_finished(&app, &binding, &outcome, started.elapsed());
-    tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
-    // A repeat of the request within 24 h answers with this outcome, even once the call itself
-    // left the broker's retention.
-    if let Some(bound) = bound {
-        bound.finish(&app, &binding.conv.tenant, &outcome).await;
+        outcome
     }
-    outcome
 }
 
 /// How long past the deadline the supervisor waits for the outcome message before it reads
@@ -123,8 +128,8 @@ pub(crate) async fn supervise(
 const OUTCOME_WAIT: Duration = Duration::from_secs(2);
 
 /// The call's outcome as the broker stored it (a timeout when it has none, or is unreachable).
-async fn stored_outcome(app: &AppState, binding: &CallBinding) -> Outcome {
-    match app.broker.call(&binding.conv.tenant, &binding.id).await {
+async fn stored_outcome(parts: &Parts, binding: &CallBinding) -> Outcome {
+    match parts.broker.call(&binding.conv.tenant, &binding.id).await {
         Ok(Some(CallRecord {
             outcome: Some(o), ..
         })) => {
@@ -139,20 +144,20 @@ async fn stored_outcome(app: &AppState, binding: &CallBinding) -> Outcome {
 /// first a read until it answers, then a moment for the result a page sent before the
 /// deadline to land (its node holds it and asks again at most [`LONGEST_PAUSE`] apart; the
 /// page's answer then wins, as it would have without the outage), then the timeout.
-async fn time_out_again(app: &AppState, binding: &CallBinding) {
-    let mut held = app.hold.frame(0);
+async fn time_out_again(parts: &Parts, binding: &CallBinding) {
+    let mut held = parts.hold.frame(0);
     let conv = &binding.conv;
     let read = held
-        .until_known(&app.metrics, conv, "call.timeout", |_| {
-            app.broker.call(&conv.tenant, &binding.id)
+        .until_known(&parts.metrics, conv, "call.timeout", |_| {
+            parts.broker.call(&conv.tenant, &binding.id)
         })
         .await;
     if read.is_none() {
         return;
     }
     tokio::time::sleep(LONGEST_PAUSE + Duration::from_millis(500)).await;
-    held.until_known(&app.metrics, conv, "call.timeout", |_| {
-        app.broker.time_out(conv, &binding.id)
+    held.until_known(&parts.metrics, conv, "call.timeout", |_| {
+        parts.broker.time_out(conv, &binding.id)
     })
     .await;
 }
@@ -175,26 +180,18 @@ mod tests {
     async fn a_call_whose_outcome_message_is_lost_is_answered_from_the_stored_outcome() {
         let registry = Arc::new(crate::registry::Registry::default());
         let broker = Arc::new(MemoryBroker::new("n1", registry.clone()));
-        let mcp = toolmark_config::McpConfig::default()
-            .parse()
-            .expect("default [mcp]");
-        let live = Arc::new(crate::hosted_mcp::live::Live::new(
+        let engine = CallEngine::new(
             broker.clone(),
-            mcp.clone(),
-        ));
-        let app = AppState::new(
             crate::tenants::Tenants::new(Vec::new()),
-            broker.clone(),
-            registry,
+            Arc::new(crate::hold::Hold::new(
+                toolmark_config::HoldSettings::default(),
+                Default::default(),
+            )),
             Arc::new(crate::metrics::Metrics::new()),
+            Arc::default(),
             toolmark_process::Lifecycle::new(),
-            None,
-            None,
-            None,
-            mcp,
-            live,
-            toolmark_config::HoldSettings::default(),
         );
+        drop(registry);
         let conv = ConvKey::new("t", "u", "c");
         let binding = CallBinding {
             id: ids::new_call_id(),
@@ -216,10 +213,9 @@ mod tests {
         });
         // The broker's own outcome message is the one that gets lost: the supervisor waits on
         // a channel nobody ever sends on.
-        drop(app.broker.send_call(binding.clone(), frame).await.unwrap());
+        drop(broker.send_call(binding.clone(), frame).await.unwrap());
         let (_never_sent, lost) = oneshot::channel();
-        let outcome = app.life.spawn(supervise(
-            app.clone(),
+        let outcome = tokio::spawn(engine.supervise(
             binding.clone(),
             Deadline::at(binding.deadline_ms),
             lost,

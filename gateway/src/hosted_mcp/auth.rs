@@ -19,16 +19,16 @@ use axum::response::{IntoResponse, Response};
 
 use super::grant::{McpGrant, Owner};
 use super::sessions::{SESSION_HEADER, owner_key};
+use super::state::McpState;
 use crate::caller::Caller;
 use crate::http::problem::Problem;
-use crate::state::AppState;
 use crate::tenants::{Grant, Tenant};
 
 /// The auth layer's state: the node's handles.
 #[derive(Debug, Clone)]
 pub struct Door {
     /// The node.
-    pub app: AppState,
+    pub app: McpState,
     /// The JWK Sets of the tenants' authorization servers.
     pub key_sets: Arc<super::oauth::KeySets>,
 }
@@ -65,7 +65,7 @@ struct Message<'a> {
 /// A 401 with the `WWW-Authenticate` challenge of the endpoint: for a tenant with its own
 /// authorization server, where its RFC 9728 metadata is (under `server.public_url`); else the
 /// gateway's realm.
-fn unauthorized(app: &AppState, tenant: Option<&Tenant>) -> Response {
+fn unauthorized(app: &McpState, tenant: Option<&Tenant>) -> Response {
     let mut response = Problem::unauthorized().into_response();
     let challenge = match (tenant, app.public_url.as_deref()) {
         (Some(t), Some(base)) if t.mcp_oauth.is_some() => HeaderValue::from_str(&format!(
@@ -180,7 +180,7 @@ pub async fn authenticate(
     next: Next,
 ) -> Response {
     let app = &door.app;
-    let live = &app.mcp_live;
+    let live = &app.live;
     let Some(tenant) = params
         .iter()
         .find(|(k, _)| *k == "tenant")
@@ -213,7 +213,7 @@ pub async fn authenticate(
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let idle = app.hosted_mcp.session_idle;
+    let idle = app.settings.session_idle;
     if let Some(id) = &session {
         match app.broker.kept(&owner_key(id), idle).await {
             Ok(Some(stored)) => {
@@ -259,7 +259,7 @@ pub async fn authenticate(
     // A stream that stays open (a session's `GET`, a `subscriptions/listen`) takes a place.
     let lasting = req.method() == Method::GET || method.as_deref() == Some("subscriptions/listen");
     let place = if lasting {
-        let limits = &app.hosted_mcp;
+        let limits = &app.settings;
         match live.streams.take(
             &grant,
             limits.max_streams_per_tenant,

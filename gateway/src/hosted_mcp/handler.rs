@@ -21,10 +21,10 @@ use toolmark_proto::ToolResult;
 
 use super::grant::McpGrant;
 use super::listings::{Listings, forward};
+use super::state::McpState;
 use super::tools::{self, Schemas};
-use crate::calls::{self, CallError, Request};
+use crate::calls::{CallError, Request};
 use crate::http::problem::Problem;
-use crate::state::AppState;
 use crate::traces;
 use tracing::Instrument as _;
 
@@ -33,7 +33,7 @@ const INSTRUCTIONS: &str = "Tools of the app page the user has open in the brows
 /// One session's (or one stateless request's) handler.
 #[derive(Debug, Clone)]
 pub struct HostedMcp {
-    app: AppState,
+    app: McpState,
     schemas: Arc<Schemas>,
     listings: Arc<Listings>,
     /// Stops the session's forwarding of `list_changed` when the session ends.
@@ -42,7 +42,7 @@ pub struct HostedMcp {
 
 impl HostedMcp {
     /// A handler of `app`, sharing the node's schema cache and listing followers.
-    pub fn new(app: AppState, schemas: Arc<Schemas>, listings: Arc<Listings>) -> Self {
+    pub fn new(app: McpState, schemas: Arc<Schemas>, listings: Arc<Listings>) -> Self {
         HostedMcp {
             app,
             schemas,
@@ -136,7 +136,7 @@ fn span_of(
 /// Runs an MCP request's work in its span (when traced) and counts its duration under
 /// `method`; a JSON-RPC error marks the span with its code.
 async fn measured<T>(
-    app: &AppState,
+    app: &McpState,
     method: &'static str,
     span: tracing::Span,
     work: impl Future<Output = Result<T, ErrorData>>,
@@ -209,7 +209,7 @@ impl HostedMcp {
         let tasks = context
             .client_capabilities()
             .is_some_and(|c| c.supports_tasks());
-        let started = match calls::start(&self.app, &grant.tenant, conv, call, tasks).await {
+        let started = match self.app.calls.start(&grant.tenant, conv, call, tasks).await {
             Ok(started) => started,
             Err(e @ (CallError::Timeout { .. } | CallError::UnknownTool { .. })) => {
                 return Err(ErrorData::invalid_params(Problem::from(e).detail, None));
@@ -237,7 +237,7 @@ impl HostedMcp {
         };
         let mut running = started.outcome;
         let task_after = if tasks {
-            self.app.hosted_mcp.task_after
+            self.app.settings.task_after
         } else {
             // Without tasks the call is awaited to its end, as long as the deadline allows.
             Duration::MAX

@@ -11,8 +11,8 @@ use tokio::sync::broadcast::error::RecvError;
 use toolmark_broker::{ConvKey, EventType};
 
 use super::grant::McpGrant;
+use super::state::McpState;
 use super::tools::footprint;
-use crate::state::AppState;
 
 /// How long a page that left may take to come back before the listing is re-read (a reload
 /// with the same tools changes nothing): the desktop CLI's grace.
@@ -32,7 +32,7 @@ impl Listings {
     /// Hears every change of `grant`'s conversation listing: one follower per conversation
     /// on this node reads the tenant's event log and the conversation's state, whatever
     /// number of sessions and streams listen; it stops once none does.
-    pub fn listen(self: &Arc<Self>, app: &AppState, grant: &McpGrant) -> broadcast::Receiver<()> {
+    pub fn listen(self: &Arc<Self>, app: &McpState, grant: &McpGrant) -> broadcast::Receiver<()> {
         let conv = grant.conv();
         let mut listings = lock(&self.followers);
         if let Some(tx) = listings.get(&conv) {
@@ -103,7 +103,7 @@ const LISTENERS_CHECK: Duration = Duration::from_secs(10);
 /// [`LISTENERS_CHECK`]). Follows the tenant's event log, so the page may be on any node; a page
 /// that left is given [`RELOAD_GRACE`] to come back first.
 async fn follow_listing<F, Fut>(
-    app: &AppState,
+    app: &McpState,
     grant: &McpGrant,
     mut notify: F,
     nobody_listens: impl Fn() -> bool,

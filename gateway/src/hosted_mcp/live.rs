@@ -227,9 +227,4 @@ impl Live {
         }
         n
     }
-
-    /// Sessions this node remembers (for tests and metrics).
-    pub fn sessions(&self) -> usize {
-        lock(&self.sessions).len()
-    }
 }

@@ -19,6 +19,7 @@ mod listings;
 pub mod live;
 pub mod oauth;
 pub mod sessions;
+mod state;
 pub mod streams;
 mod tasks;
 mod tools;
@@ -33,7 +34,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::{Value, json};
 
 use crate::http::problem::Problem;
-use crate::state::AppState;
+pub use state::McpState;
 
 /// The endpoint's path.
 pub const PATH: &str = "/v1/tenants/{tenant}/mcp";
@@ -58,7 +59,7 @@ pub fn resource(public_url: Option<&str>, tenant: &str) -> Option<String> {
 /// endpoint as an OAuth protected resource, naming the tenant's authorization server. A tenant
 /// without one has none (404).
 async fn metadata(
-    State(app): State<AppState>,
+    State(app): State<McpState>,
     Path(tenant): Path<String>,
 ) -> Result<Json<Value>, Problem> {
     let t = app
@@ -80,9 +81,9 @@ async fn metadata(
 /// How often an idle SSE stream carries a keep-alive comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// The hosted MCP routes.
-pub fn router(app: &AppState) -> Router<AppState> {
-    let settings = app.hosted_mcp.clone();
+/// The hosted MCP routes, over the endpoint's own state.
+pub fn router<S: Clone + Send + Sync + 'static>(app: &McpState) -> Router<S> {
+    let settings = app.settings.clone();
     let mut config = StreamableHttpServerConfig::default()
         .with_sse_keep_alive(Some(KEEP_ALIVE))
         .with_cancellation_token(app.life.stopping().child_token())
@@ -106,7 +107,7 @@ pub fn router(app: &AppState) -> Router<AppState> {
                 Arc::clone(&listings),
             ))
         },
-        Arc::clone(&app.mcp_live.manager),
+        Arc::clone(&app.live.manager),
         config,
     );
     Router::new()
@@ -119,4 +120,5 @@ pub fn router(app: &AppState) -> Router<AppState> {
             auth::authenticate,
         ))
         .route(METADATA_PATH, get(metadata))
+        .with_state(app.clone())
 }

@@ -50,7 +50,7 @@ struct Fetched {
 
 /// The JWK Sets of the tenants' authorization servers, by URL.
 pub struct KeySets {
-    http: Option<toolmark_worker::jobs::egress::Clients>,
+    http: Option<toolmark_process::egress::Clients>,
     sets: Mutex<HashMap<String, Fetched>>,
 }
 
@@ -62,7 +62,7 @@ impl std::fmt::Debug for KeySets {
 
 impl Default for KeySets {
     fn default() -> Self {
-        let http = toolmark_worker::jobs::egress::Clients::new()
+        let http = toolmark_process::egress::Clients::new()
             .inspect_err(|e| tracing::error!(error = %e, "no HTTP client for JWK Sets: access tokens of a JWK Set are refused"))
             .ok();
         KeySets {

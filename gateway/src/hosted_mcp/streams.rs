@@ -97,11 +97,6 @@ impl Streams {
         }
         n
     }
-
-    /// Open streams of a tenant (for tests and metrics).
-    pub fn of_tenant(&self, tenant: &str) -> usize {
-        self.places.count(&format!("t\n{tenant}"))
-    }
 }
 
 /// `response` with its body holding `place` until the body ends, the client goes away or a

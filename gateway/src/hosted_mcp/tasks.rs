@@ -5,8 +5,8 @@
 //! cancelled.
 //!
 //! A task is its call: its id is the call's id, and its state is read from the call's record
-//! (`crate::calls::follow`), the one source of truth the call resource, `confirmation.resolved`
-//! and the webhooks read too. The broker keeps beside it only who owns the task (the token's
+//! (as `crate::calls::CallEngine::follow` reads it), the one source of truth the call
+//! resource, `confirmation.resolved` and the webhooks read too. The broker keeps beside it only who owns the task (the token's
 //! tenant incarnation, user and conversation, and the principal that made it: its API key, or
 //! its OAuth subject and client), its tool (a reader's policy must allow it), and whether it
 //! was cancelled, in a record of the front doors' store ([`toolmark_broker::DoorRecords`]), its
@@ -29,8 +29,8 @@ use toolmark_mcp_tools::{CallEnd, call_result};
 use toolmark_proto::ToolResult;
 
 use super::grant::McpGrant;
+use super::state::McpState;
 use crate::calls::{Phase, phase};
-use crate::state::AppState;
 
 /// How long a task is kept, restarted by each `tasks/get`: past a confirmation's whole life
 /// (its binding is kept 15 minutes) and the 5 minutes its call is kept after it.
@@ -114,7 +114,7 @@ pub(super) struct Made {
 /// Makes the call `started` (placed for `grant`) a task, and answers its handle; the task's
 /// record names its maker and its tool.
 pub(super) async fn create(
-    app: &AppState,
+    app: &McpState,
     grant: &McpGrant,
     started: &Made,
     waiting: Option<&str>,
@@ -154,7 +154,7 @@ fn task(id: &str, status: TaskStatus, record: &TaskRecord, updated_ms: u64) -> T
 /// The task `id` as `grant` may see it; "task not found" for one it did not make, or whose
 /// tool its policy does not allow now (read against the page's current manifest, as a call of
 /// it would be).
-async fn record(app: &AppState, grant: &McpGrant, id: &str) -> Result<TaskRecord, ErrorData> {
+async fn record(app: &McpState, grant: &McpGrant, id: &str) -> Result<TaskRecord, ErrorData> {
     let stored = app
         .broker
         .kept(&key(&grant.tenant.id, id), TASK_TTL)
@@ -166,7 +166,9 @@ async fn record(app: &AppState, grant: &McpGrant, id: &str) -> Result<TaskRecord
         return Err(not_found());
     }
     if let Some(tool) = &record.tool
-        && crate::calls::authorize_tool(app, &grant.caller, &grant.conv(), tool)
+        && app
+            .calls
+            .authorize_tool(&grant.caller, &grant.conv(), tool)
             .await
             .is_err()
     {
@@ -177,7 +179,7 @@ async fn record(app: &AppState, grant: &McpGrant, id: &str) -> Result<TaskRecord
 
 /// `tasks/get`: where the task's call stands.
 pub(super) async fn get(
-    app: &AppState,
+    app: &McpState,
     grant: &McpGrant,
     id: &str,
 ) -> Result<DetailedTask, ErrorData> {
@@ -225,7 +227,7 @@ pub(super) async fn get(
 /// `tasks/cancel`: a task whose call is pending sends the page the protocol `cancel`; either
 /// way the task is cancelled from now on (protocol v1 cannot withdraw a confirmation the page
 /// shows: its `confirmation.resolved` still follows). A task that ended stays as it ended.
-pub(super) async fn cancel(app: &AppState, grant: &McpGrant, id: &str) -> Result<(), ErrorData> {
+pub(super) async fn cancel(app: &McpState, grant: &McpGrant, id: &str) -> Result<(), ErrorData> {
     let mut rec = record(app, grant, id).await?;
     if rec.cancelled_ms.is_some() || rec.ended.is_some() {
         return Ok(());
@@ -255,7 +257,7 @@ pub(super) async fn cancel(app: &AppState, grant: &McpGrant, id: &str) -> Result
 
 /// The task of `grant` for the call `id` once it ended, for its notification; `None` while it
 /// runs, or when the call is no task of `grant`'s.
-async fn ended(app: &AppState, grant: &McpGrant, id: &str) -> Option<DetailedTask> {
+async fn ended(app: &McpState, grant: &McpGrant, id: &str) -> Option<DetailedTask> {
     let t = get(app, grant, id).await.ok()?;
     t.status().is_terminal().then_some(t)
 }
@@ -264,7 +266,7 @@ async fn ended(app: &AppState, grant: &McpGrant, id: &str) -> Option<DetailedTas
 /// the session's stream is gone. A task's end is heard from the tenant's event log, which every
 /// node reads: its call's `call.result` or `call.timeout` (a task's call is announced as an
 /// async call's is), or its confirmation's `confirmation.resolved`.
-pub(super) async fn notify_ends(app: &AppState, grant: &McpGrant, peer: &Peer<RoleServer>) {
+pub(super) async fn notify_ends(app: &McpState, grant: &McpGrant, peer: &Peer<RoleServer>) {
     let Ok(mut feed) = app.broker.events(&grant.tenant.id, None).await else {
         return;
     };

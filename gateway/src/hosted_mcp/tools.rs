@@ -16,9 +16,9 @@ use toolmark_mcp_tools::{LISTING_WAIT, PageTool, page_listing};
 use toolmark_proto::{ToolManifest, ToolManifestSummary, ToolResult};
 
 use super::grant::McpGrant;
+use super::state::McpState;
 use crate::calls::{self, Request};
 use crate::http::problem::Problem;
-use crate::state::AppState;
 
 /// How long a `describe` may take (the desktop CLI's too); a listing waits for it at most
 /// [`LISTING_WAIT`].
@@ -138,7 +138,7 @@ pub fn footprint(s: &ConversationState) -> Option<Vec<ToolManifestSummary>> {
 
 /// The MCP listing of the conversation's open page; empty when none is open.
 pub async fn listing(
-    app: &AppState,
+    app: &McpState,
     schemas: &Arc<Schemas>,
     grant: &McpGrant,
 ) -> Result<Vec<Tool>, Problem> {
@@ -189,7 +189,7 @@ pub async fn listing(
 
 /// `page_call` and `page_describe` for the conversation's open page (`?tools=page`); empty when
 /// none is open.
-pub async fn page_call_listing(app: &AppState, grant: &McpGrant) -> Result<Vec<Tool>, Problem> {
+pub async fn page_call_listing(app: &McpState, grant: &McpGrant) -> Result<Vec<Tool>, Problem> {
     let s = app.broker.conversation(&grant.conv()).await?;
     Ok(match open_page(&s) {
         Some(_) => toolmark_mcp_tools::page_call_tools(
@@ -203,7 +203,7 @@ pub async fn page_call_listing(app: &AppState, grant: &McpGrant) -> Result<Vec<T
 
 /// Asks the page for a tool's full entry: `Some(schema)` once it answered (`Some(None)` when it
 /// would not say), `None` when no answer came (not kept: the next listing asks again).
-async fn describe(app: &AppState, grant: &McpGrant, tool: &str) -> Option<Option<Value>> {
+async fn describe(app: &McpState, grant: &McpGrant, tool: &str) -> Option<Option<Value>> {
     let timeout = DESCRIBE_TIMEOUT
         .as_millis()
         .min(u128::from(grant.tenant.limits.max_call_timeout_ms));
@@ -217,7 +217,11 @@ async fn describe(app: &AppState, grant: &McpGrant, tool: &str) -> Option<Option
         by_llm_name: false,
         caller: grant.caller(),
     };
-    let started = match calls::start(app, &grant.tenant, grant.conv(), request, false).await {
+    let started = match app
+        .calls
+        .start(&grant.tenant, grant.conv(), request, false)
+        .await
+    {
         Ok(started) => started,
         // No page, or a refusal: nothing to describe; the listing goes on without the schema.
         Err(e @ (calls::CallError::Broker(_) | calls::CallError::Draining)) => {

@@ -4,7 +4,9 @@
 
 pub mod doc;
 pub mod extract;
+pub mod idempotency_key;
 pub mod problem;
 
 pub use extract::{Body, QueryOf, check_ids, parse_json, parse_value};
+pub use idempotency_key::IdempotencyKey;
 pub use problem::Problem;

@@ -302,7 +302,7 @@ impl From<PlaceError> for Problem {
         match e {
             PlaceError::Limited(r) => Problem::rate_limited(r),
             PlaceError::NoPage => Problem::no_page(),
-            // The call engine names the tool (`calls::start`); this is the code without it.
+            // The call engine names the tool (`CallEngine::start`); this is the code without it.
             PlaceError::NotAllowed => Problem::tool_not_allowed("asked for"),
             PlaceError::NotPinned => Problem::tool_not_pinned("asked for"),
             PlaceError::UnknownTool => {

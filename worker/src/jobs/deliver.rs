@@ -15,12 +15,12 @@ use tokio_util::task::TaskTracker;
 use toolmark_broker::webhook::{Admission, Pending, WebhookQueue};
 use toolmark_broker::{Calls, ConvKey, now_ms};
 use toolmark_process::telemetry::{LinkedSpan, tracing_on};
-use toolmark_process::tenant_follower::{Change, Follower};
+use toolmark_store::follower::{Change, Follower};
 
 use toolmark_config::{Settings, WebhookTarget, WorkerConfig};
 
-use super::egress::{Clients, REFUSED_ADDRESS, is_refusal};
 use super::metrics::{FailureLabels, JobMetrics, TenantLabel};
+use toolmark_process::egress::{Clients, REFUSED_ADDRESS, is_refusal};
 
 /// The webhook deliveries of every tenant that has a webhook: the config file's, and those of
 /// the admin API, followed as they are created, changed (a new URL or secret applies from the

@@ -152,3 +152,9 @@ impl JobMetrics {
         self.registry.families()
     }
 }
+
+impl toolmark_process::metrics::Exposed for JobMetrics {
+    fn encode_into(&self, out: &mut String) {
+        JobMetrics::encode_into(self, out);
+    }
+}

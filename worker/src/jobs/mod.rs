@@ -11,7 +11,6 @@
 //! the same [`Jobs`] in its own process, and a Redis gateway does when `server.run_jobs` is set.
 
 mod deliver;
-pub mod egress;
 pub mod metrics;
 mod sweep;
 
@@ -22,7 +21,7 @@ use toolmark_broker::SharedBroker;
 use toolmark_broker::catalog::Catalog;
 use toolmark_broker::webhook::WebhookQueue;
 use toolmark_config::Settings;
-use toolmark_process::tenant_follower::Follower;
+use toolmark_store::follower::Follower;
 
 pub use deliver::Deliveries;
 pub use metrics::JobMetrics;

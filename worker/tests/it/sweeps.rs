@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use toolmark_config::redis_url;
 
 use serde_json::json;
 use toolmark_broker::redis::{RedisBroker, RedisOptions};
@@ -21,9 +22,14 @@ async fn node(redis: &RedisProc, prefix: &str, id: &str) -> SharedBroker {
         prefix: prefix.into(),
         ..RedisOptions::default()
     };
-    RedisBroker::connect(&redis.url(), id, Arc::new(NoPages), opts)
-        .await
-        .unwrap()
+    RedisBroker::connect(
+        redis_url::parse(&redis.url()).unwrap(),
+        id,
+        Arc::new(NoPages),
+        opts,
+    )
+    .await
+    .unwrap()
 }
 
 /// Starts a worker without webhooks; returns its `/metrics` URL and the sender that stops it.

@@ -5,6 +5,7 @@ use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toolmark_broker::prelude::*;
+use toolmark_config::redis_url;
 
 use serde_json::json;
 use toolmark_broker::redis::{RedisBroker, RedisOptions};
@@ -63,9 +64,14 @@ async fn emitter(redis: &str, prefix: &str) -> Arc<RedisBroker> {
         prefix: prefix.into(),
         ..RedisOptions::default()
     };
-    RedisBroker::connect(redis, "emitter", Arc::new(NoPages), opts)
-        .await
-        .unwrap()
+    RedisBroker::connect(
+        redis_url::parse(redis).unwrap(),
+        "emitter",
+        Arc::new(NoPages),
+        opts,
+    )
+    .await
+    .unwrap()
 }
 
 /// Runs a worker in this process until the returned sender is dropped or fires.
@@ -227,9 +233,14 @@ async fn ten_thousand_events_after_an_outage_arrive_once_each_in_conversation_or
         },
         ..RedisOptions::default()
     };
-    let broker = RedisBroker::connect(&redis.url(), "emitter", Arc::new(NoPages), opts)
-        .await
-        .unwrap();
+    let broker = RedisBroker::connect(
+        redis_url::parse(&redis.url()).unwrap(),
+        "emitter",
+        Arc::new(NoPages),
+        opts,
+    )
+    .await
+    .unwrap();
     let started = Instant::now();
     let mut expected: HashMap<String, Vec<String>> = HashMap::new();
     for i in 0..10_000u32 {

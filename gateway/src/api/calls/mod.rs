@@ -14,8 +14,8 @@ use toolmark_proto::is_valid_tool_name;
 use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
 
 use super::request::{Authed, Calls, parse_body};
-use crate::calls::{self, Once, Request, Route, idempotency};
-use crate::http::{Body, Problem, QueryOf, check_ids, parse_value};
+use crate::calls::{Once, Request, Route};
+use crate::http::{Body, IdempotencyKey, Problem, QueryOf, check_ids, parse_value};
 use crate::state::AppState;
 use crate::tenants::Tenant;
 
@@ -69,11 +69,11 @@ pub async fn call(
     State(app): State<AppState>,
     Authed(tenant, caller, _): Authed<Calls>,
     Path((_, user, conversation)): Path<(String, String, String)>,
+    IdempotencyKey(key): IdempotencyKey,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
     check_ids(&user, &conversation)?;
-    let key = idempotency::key_of(&headers)?;
     let b: CallBody = parse_body(&tenant, &body)?;
     check_tool("/tool", &b.tool)?;
     check_object("/input", &b.input)?;
@@ -105,11 +105,11 @@ pub async fn describe(
     State(app): State<AppState>,
     Authed(tenant, caller, _): Authed<Calls>,
     Path((_, user, conversation)): Path<(String, String, String)>,
+    IdempotencyKey(key): IdempotencyKey,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
     check_ids(&user, &conversation)?;
-    let key = idempotency::key_of(&headers)?;
     let b: DescribeBody = parse_body(&tenant, &body)?;
     check_tool("/tool", &b.tool)?;
     let req = Request {
@@ -138,18 +138,18 @@ async fn respond_once(
     req: Request,
     respond_async: bool,
 ) -> Result<Response, Problem> {
-    let (id, client_id, outcome) = match calls::once(app, tenant, key, route, &body.0, req).await? {
+    let (id, client_id, outcome) = match app.calls.once(tenant, key, route, &body.0, req).await? {
         Once::Repeat(repeat) => {
             if respond_async {
                 return Ok(accepted(&tenant.id, &repeat.id, &repeat.client_id));
             }
             let (id, client_id) = (repeat.id.clone(), repeat.client_id.clone());
-            (id, client_id, repeat.outcome(app, tenant).await)
+            (id, client_id, repeat.outcome(&app.calls, tenant).await)
         }
         Once::Run(req) => {
             let (_, user, conversation) = route;
             let conv = ConvKey::new(&tenant.id, user, conversation);
-            let started = calls::start(app, tenant, conv, req, respond_async).await?;
+            let started = app.calls.start(tenant, conv, req, respond_async).await?;
             if respond_async {
                 return Ok(accepted(&tenant.id, &started.id, &started.client_id));
             }
@@ -190,11 +190,10 @@ pub async fn invoke(
     State(app): State<AppState>,
     Authed(tenant, caller, _): Authed<Calls>,
     Path((_, user, conversation)): Path<(String, String, String)>,
-    headers: HeaderMap,
+    IdempotencyKey(key): IdempotencyKey,
     body: Body,
 ) -> Result<Response, Problem> {
     check_ids(&user, &conversation)?;
-    let key = idempotency::key_of(&headers)?;
     let b: InvokeBody = parse_body(&tenant, &body)?;
     let req = match b.name.as_str() {
         PAGE_CALL => {
@@ -234,15 +233,15 @@ pub async fn invoke(
         }
     };
     let route = ("invoke", user.as_str(), conversation.as_str());
-    match calls::once(&app, &tenant, key, route, &body.0, req).await? {
+    match app.calls.once(&tenant, key, route, &body.0, req).await? {
         Once::Repeat(repeat) => {
             let (id, untrusted) = (repeat.id.clone(), repeat.untrusted);
-            let outcome = repeat.outcome(&app, &tenant).await;
+            let outcome = repeat.outcome(&app.calls, &tenant).await;
             Ok(invoked(&id, untrusted, &outcome))
         }
         Once::Run(req) => {
             let conv = ConvKey::new(&tenant.id, &user, &conversation);
-            let started = calls::start(&app, &tenant, conv, req, false).await?;
+            let started = app.calls.start(&tenant, conv, req, false).await?;
             let outcome = started.outcome.await;
             Ok(invoked(&started.id, started.untrusted, &outcome))
         }
@@ -285,11 +284,15 @@ pub async fn get_call(
             ));
         }
     };
-    let record = calls::follow(&app, &tenant.id, &id, wait)
+    let record = app
+        .calls
+        .follow(&tenant.id, &id, wait)
         .await?
         .ok_or_else(|| Problem::not_found("Call"))?;
     // The call's tool is held to the reader's policy, as a call of it would be.
-    calls::authorize_tool(&app, &caller, &record.binding.conv, &record.binding.tool).await?;
+    app.calls
+        .authorize_tool(&caller, &record.binding.conv, &record.binding.tool)
+        .await?;
     Ok(Json(call_json(&record)))
 }
 
@@ -312,7 +315,9 @@ pub async fn cancel(
             .call(&tenant.id, &id)
             .await?
             .ok_or_else(|| Problem::not_found("Call"))?;
-        calls::authorize_tool(&app, &caller, &record.binding.conv, &record.binding.tool).await?;
+        app.calls
+            .authorize_tool(&caller, &record.binding.conv, &record.binding.tool)
+            .await?;
     }
     app.broker
         .cancel(&tenant.id, &id)
