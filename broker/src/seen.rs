@@ -53,7 +53,7 @@ pub fn to_drop(seen: &[SeenTool], kept: usize, oldest_ms: u64) -> Vec<usize> {
 
 /// Where the definitions presented are kept.
 #[async_trait]
-pub trait ToolsSeen: Send + Sync {
+pub trait ToolsSeen: Send + Sync + std::fmt::Debug {
     /// Records that a page of `tenant` presented each `(name, digest)` now; the number of
     /// definitions dropped to stay within the bounds.
     async fn saw_tools(

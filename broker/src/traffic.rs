@@ -78,7 +78,7 @@ pub fn alive(lapse_ms: u64, now_ms: u64) -> bool {
 
 /// The nodes' traffic figures of each tenant.
 #[async_trait]
-pub trait SharedTraffic: Send + Sync {
+pub trait SharedTraffic: Send + Sync + std::fmt::Debug {
     /// Writes this node's counts of `tenant`, replacing its previous entry; the entry lapses
     /// `ttl` after this write unless written again.
     async fn put_traffic(

@@ -13,6 +13,8 @@ mod caller;
 mod calls;
 pub mod close;
 mod demo;
+mod echo_channels;
+mod event_feed;
 mod hold;
 mod hosted_mcp;
 pub mod http;
@@ -71,7 +73,7 @@ fn router(app: AppState, mcp: &hosted_mcp::McpState, dev_mode: bool) -> Router {
             websocket(page::socket::upgrade),
         )
         .route("/app/{key}", websocket(pusher::upgrade))
-        .merge(api::router())
+        .merge(api::router().with_state(app.api.clone()))
         .merge(hosted_mcp::router(mcp));
     if dev_mode {
         r = r

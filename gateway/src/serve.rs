@@ -196,7 +196,7 @@ async fn serve_until_stopped(
     };
     let tenants = Tenants::new(settings.tenants.iter().map(Tenant::new).collect());
     let mcp_live = Arc::new(crate::hosted_mcp::live::Live::new(
-        Arc::clone(&broker),
+        toolmark_broker::handle::records(&broker),
         settings.mcp.clone(),
     ));
     // Tenants of the admin API: loaded before the first request, then followed.
@@ -207,7 +207,7 @@ async fn serve_until_stopped(
                 catalog,
                 a.sealer.clone(),
                 Arc::clone(&registry),
-                Arc::clone(&mcp_live),
+                Arc::new(Arc::clone(&mcp_live)),
             ));
             loader.load_all().await;
             life.spawn(Arc::clone(&loader).run(life.stopping().clone()));
@@ -233,14 +233,23 @@ async fn serve_until_stopped(
         settings.server.public_url.clone(),
         settings.hold,
     );
-    let mcp = crate::hosted_mcp::McpState::new(&app, settings.mcp.clone(), mcp_live);
-    app.event_streams.bound(
+    let mcp = crate::hosted_mcp::McpState::new(crate::hosted_mcp::McpParts {
+        broker: Arc::clone(&app.broker),
+        calls: app.calls.clone(),
+        tenants: app.tenants.clone(),
+        metrics: Arc::clone(&app.metrics),
+        life: app.life.clone(),
+        public_url: app.public_url.clone(),
+        settings: settings.mcp.clone(),
+        live: mcp_live,
+    });
+    app.api.event_streams.bound(
         settings.server.max_event_streams_per_tenant,
         settings.server.max_event_streams_per_key,
     );
     life.spawn(crate::traffic::flush(
         Arc::clone(&app.traffic),
-        Arc::clone(&broker),
+        toolmark_broker::handle::traffic(&broker),
         app.tenants.clone(),
         settings.server.stats_flush,
         life.stopping().clone(),
@@ -250,7 +259,13 @@ async fn serve_until_stopped(
             a,
             loader,
             settings.server.public_url.clone(),
-            app.clone(),
+            crate::admin::Node {
+                tenants: app.tenants.clone(),
+                broker: Arc::clone(&app.broker),
+                registry: Arc::clone(&app.registry),
+                traffic: Arc::clone(&app.traffic),
+                life: app.life.clone(),
+            },
             Some(Arc::clone(&webhook_reads)),
         );
         (listener, state)

@@ -1,4 +1,8 @@
-//! Shared handles of one gateway process: a small struct of cloneable parts.
+//! Shared handles of one gateway process: a small struct of cloneable parts, from which each
+//! door's own state is made once (the agent API's [`ApiState`], the pages' [`PageState`]; the
+//! hosted MCP endpoint's and the admin API's are made in `serve.rs`). A door's handlers take
+//! their door's state, never this; what takes it is the node's own routes (`/readyz`,
+//! `/metrics`, the request counter) and the dev-mode demo.
 
 use std::sync::Arc;
 
@@ -7,7 +11,9 @@ use toolmark_config::HoldSettings;
 use toolmark_process::Lifecycle;
 use toolmark_process::metrics::Exposed;
 
+use crate::api::{ApiParts, ApiState};
 use crate::metrics::Metrics;
+use crate::page::{PageParts, PageState};
 use crate::registry::Registry;
 use crate::tenants::Tenants;
 
@@ -20,7 +26,7 @@ pub struct DevInfo {
     pub pusher_key: String,
 }
 
-/// Everything a handler or socket task needs.
+/// The node's shared parts and its doors' states.
 #[derive(Debug, Clone)]
 pub struct AppState(Arc<Inner>);
 
@@ -43,16 +49,26 @@ pub struct Inner {
     pub job_metrics: Option<Arc<dyn Exposed>>,
     /// `server.public_url`: the base of the URLs handed out (else the request's `Host`).
     pub public_url: Option<String>,
-    /// Page frames held while the broker does not answer (the call engine's timeouts too).
-    pub hold: Arc<crate::hold::Hold>,
     /// The call engine: both agent doors start, answer and follow calls through it.
     pub(crate) calls: crate::calls::CallEngine,
     /// Per-tenant calls and refusals of this node (the admin stats).
     pub traffic: Arc<crate::traffic::Traffic>,
-    /// Open event streams of this node, bounded per tenant and per key.
-    pub event_streams: Arc<crate::places::EventStreams>,
-    /// The tool definitions this node told the broker its pages presented, with when.
-    pub seen: crate::seen::SeenRecently,
+    /// The agent API's state.
+    pub api: ApiState,
+    /// The page door's state (page WebSockets, Echo sockets, `/inbound`).
+    pub pages: PageState,
+}
+
+impl axum::extract::FromRef<AppState> for ApiState {
+    fn from_ref(app: &AppState) -> ApiState {
+        app.api.clone()
+    }
+}
+
+impl axum::extract::FromRef<AppState> for PageState {
+    fn from_ref(app: &AppState) -> PageState {
+        app.pages.clone()
+    }
 }
 
 impl std::ops::Deref for AppState {
@@ -86,6 +102,25 @@ impl AppState {
             Arc::clone(&traffic),
             life.clone(),
         );
+        let pages = PageState::new(PageParts {
+            tenants: tenants.clone(),
+            broker: Arc::clone(&broker),
+            registry: Arc::clone(&registry),
+            metrics: Arc::clone(&metrics),
+            life: life.clone(),
+            hold,
+            seen: crate::seen::SeenRecently::default(),
+        });
+        let api = ApiState::new(ApiParts {
+            tenants: tenants.clone(),
+            broker: Arc::clone(&broker),
+            calls: calls.clone(),
+            metrics: Arc::clone(&metrics),
+            life: life.clone(),
+            public_url: public_url.clone(),
+            event_streams: Arc::default(),
+            pages: pages.clone(),
+        });
         AppState(Arc::new(Inner {
             tenants,
             broker,
@@ -95,11 +130,10 @@ impl AppState {
             dev,
             job_metrics,
             public_url,
-            hold,
             calls,
             traffic,
-            event_streams: Arc::default(),
-            seen: crate::seen::SeenRecently::default(),
+            api,
+            pages,
         }))
     }
 

@@ -15,6 +15,14 @@ use toolmark_store::follower::{Change, Follower};
 use crate::registry::Registry;
 use crate::tenants::{Snapshot, Tenant, Tenants};
 
+/// What a door keeps open on this node under a tenant's credentials, beside its pages (the
+/// hosted MCP endpoint's sessions and streams): told of each change of a tenant, it ends what
+/// the tenant no longer admits. The door implements it, so the follower names no door.
+pub trait Revoke: Send + Sync + std::fmt::Debug {
+    /// Ends what tenant `id` (now `tenant`; `None`: deleted) no longer admits; how many.
+    fn revoke(&self, id: &str, tenant: Option<&Arc<Tenant>>) -> usize;
+}
+
 /// This node's view of the catalog.
 #[derive(Debug)]
 pub struct Loader {
@@ -22,7 +30,7 @@ pub struct Loader {
     statics: Vec<Arc<Tenant>>,
     follower: Arc<Follower>,
     registry: Arc<Registry>,
-    mcp: Arc<crate::hosted_mcp::live::Live>,
+    mcp: Arc<dyn Revoke>,
     /// The admin API's tenants, ready to serve.
     stored: Mutex<BTreeMap<String, Arc<Tenant>>>,
 }
@@ -34,7 +42,7 @@ impl Loader {
         catalog: Arc<dyn Catalog>,
         sealer: Sealer,
         registry: Arc<Registry>,
-        mcp: Arc<crate::hosted_mcp::live::Live>,
+        mcp: Arc<dyn Revoke>,
     ) -> Self {
         let statics = tenants.snapshot().all().cloned().collect();
         let follower = Arc::new(Follower::new(catalog, sealer));

@@ -181,7 +181,7 @@ pub struct Tenant {
     pub limits: TenantLimits,
     /// Pusher app keys and secrets (Laravel Echo), the current pair first, then those still
     /// accepted while rotating.
-    pub pusher: Vec<crate::pusher::signature::AppKey>,
+    pub pusher: Vec<crate::echo_channels::AppKey>,
     /// The rate of page messages forwarded to `/inbound`, per conversation on this node: the
     /// HTTP counterpart of a page socket's message rate.
     pub inbound_rate: crate::rate::ConversationRate,
@@ -214,7 +214,7 @@ impl Tenant {
             pusher: c
                 .pusher
                 .iter()
-                .map(|p| crate::pusher::signature::AppKey::new(&p.key, &p.secret))
+                .map(|p| crate::echo_channels::AppKey::new(&p.key, &p.secret))
                 .collect(),
             inbound_rate: crate::rate::ConversationRate::new(c.limits.page_messages_per_second),
             revoked: c.revoked.clone(),

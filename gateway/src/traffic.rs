@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
-use toolmark_broker::{NodeTraffic, SharedBroker};
+use toolmark_broker::NodeTraffic;
 
 /// How many one-second buckets a tenant keeps; the rate is read over the last
 /// [`RATE_WINDOW_SECS`] whole seconds of them.
@@ -308,7 +308,7 @@ impl Counts {
 /// next interval.
 pub async fn flush(
     traffic: Arc<Traffic>,
-    broker: SharedBroker,
+    broker: Arc<dyn toolmark_broker::SharedTraffic>,
     tenants: crate::tenants::Tenants,
     every: Duration,
     stop: CancellationToken,

@@ -78,25 +78,15 @@ const NAME_THE_JOBS: &[&str] = &["serve"];
 /// The gateway's doors: what faces agents (`api`, `hosted_mcp`), operators (`admin`) and the
 /// demo (`demo`); and its page transports (`page`, the WebSocket; `pusher`, the Echo
 /// endpoint). A door never uses another door; a page transport may use the page session
-/// (`page`), and `api::inbound` is a page transport too (frames over HTTP); `page` uses no
-/// door and no other transport. Modules outside these (the call engine, `http`, the state…)
+/// (`page`), and `api::inbound` is a page transport too (frames over HTTP), as is the demo's
+/// stand-in for an app's bridge endpoint; `page` uses no door and no other transport. Modules outside these (the call engine, `http`, the state…)
 /// use none of them, except the few that assemble or document all of them.
 const DOORS: &[&str] = &["api", "hosted_mcp", "admin", "demo"];
 const TRANSPORTS: &[&str] = &["page", "pusher"];
 const ASSEMBLERS: &[&str] = &["lib", "main", "serve", "openapi", "admin_doc", "state"];
 
-/// Module edges the rules do not allow that the code still has, each to be removed (issue
-/// 55): the admin's debug stream borrows the agent API's SSE helpers; the demo's Echo page
-/// calls `/inbound`'s handler and the Echo endpoint's; the tenant follower closes the hosted
-/// MCP endpoint's live sessions (`hosted_mcp::live::Live`) of a revoked credential; a tenant
-/// keeps its Echo app keys in the Echo endpoint's type.
-const KNOWN_MODULE_EDGES: &[(&str, &str)] = &[
-    ("admin", "api"),
-    ("demo", "api"),
-    ("demo", "pusher"),
-    ("tenant_sync", "hosted_mcp"),
-    ("tenants", "pusher"),
-];
+/// Module edges the rules do not allow that the code still has, each to be removed.
+const KNOWN_MODULE_EDGES: &[(&str, &str)] = &[];
 
 /// The workspace's crates and their dependencies on each other (normal and build).
 fn crate_edges() -> BTreeSet<(String, String)> {
@@ -216,8 +206,9 @@ fn allowed_module_edge(from: &str, to: &str) -> bool {
         return true;
     }
     match (door(from) || transport(from), door(to) || transport(to)) {
-        // A page transport over the page session; `/inbound` (in `api`) is one too.
-        (true, true) => to == "page" && (from == "pusher" || from == "api"),
+        // A page transport over the page session; `/inbound` (in `api`) is one too, and the
+        // demo's bridge stand-in.
+        (true, true) => to == "page" && matches!(from, "pusher" | "api" | "demo"),
         // The call engine and the shared parts use no door.
         (false, true) => false,
         _ => true,
@@ -272,6 +263,36 @@ fn only_the_assembly_names_the_jobs() {
     );
 }
 
+/// Whether a module of the gateway may name the node's whole state (`AppState`): the assembly
+/// and the node's own routes may, and the demo; a door or a page transport takes its own
+/// state (`ApiState`, `PageState`, `McpState`, `AdminState`).
+fn may_name_the_nodes_state(module: &str) -> bool {
+    !(DOORS.contains(&module) || TRANSPORTS.contains(&module)) || module == "demo"
+}
+
+#[test]
+fn each_door_takes_its_own_state() {
+    let src = root().join("gateway/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let word = Regex::new(r"\bAppState\b").unwrap();
+    let mut wrong = Vec::new();
+    for f in files {
+        let module = top_module(&src, &f);
+        let text = std::fs::read_to_string(&f).unwrap();
+        let names = text
+            .lines()
+            .any(|l| word.is_match(l.split("//").next().unwrap_or_default()));
+        if names && !may_name_the_nodes_state(&module) {
+            wrong.push(f.strip_prefix(root()).unwrap().display().to_string());
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a door takes its own state, not the node's AppState (CONTRIBUTING.md, \"Layering\"): {wrong:#?}"
+    );
+}
+
 #[test]
 fn the_rules_catch_an_edge_they_forbid() {
     // The checks themselves: an edge the rules forbid is refused, one they allow is not.
@@ -281,6 +302,9 @@ fn the_rules_catch_an_edge_they_forbid() {
     assert!(allowed_module_edge("pusher", "page"));
     assert!(allowed_module_edge("api", "calls"));
     assert!(allowed_module_edge("serve", "admin"));
+    assert!(!may_name_the_nodes_state("api"));
+    assert!(!may_name_the_nodes_state("page"));
+    assert!(may_name_the_nodes_state("ops"));
     let allowed: BTreeMap<&str, &[&str]> = ALLOWED.iter().copied().collect();
     assert!(!allowed["toolmark-proto"].contains(&"toolmark-broker"));
     assert!(!allowed["toolmark-broker"].contains(&"toolmark-gateway"));

@@ -99,23 +99,27 @@ impl CallEntry {
 
 pub(super) type CallMap = HashMap<CallKey, CallEntry>;
 
-pub(super) struct CallShards {
+/// The calls of the memory broker: sharded by id, each shard behind its own lock; and the
+/// trace contexts of traced calls ([`crate::Calls::call_trace`]), by call id.
+pub(super) struct CallTable {
     pub(super) shards: Vec<Mutex<CallMap>>,
     hasher: std::hash::RandomState,
+    pub(super) traces: Mutex<super::recent::Recent<String>>,
 }
 
 const CALL_SHARDS: usize = 32;
 
-impl Default for CallShards {
+impl Default for CallTable {
     fn default() -> Self {
-        CallShards {
+        CallTable {
             shards: (0..CALL_SHARDS).map(|_| Mutex::default()).collect(),
             hasher: std::hash::RandomState::new(),
+            traces: Mutex::new(super::recent::Recent::new(super::calls::TRACES_KEPT)),
         }
     }
 }
 
-impl CallShards {
+impl CallTable {
     /// The shard holding call `id`.
     pub(super) fn shard(&self, id: &str) -> MutexGuard<'_, CallMap> {
         use std::hash::BuildHasher;

@@ -1,8 +1,22 @@
 //! Calls of the memory broker: bound before they are sent, checked by `model::check_result`,
 //! answered or timed out once under one shard lock.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use tokio::sync::oneshot;
+use toolmark_proto::{AgentMessage, Cancel, ToolResult};
+
+use super::call_table::{CallEntry, CallKey, PendingCall};
+use super::confirmations::ConfirmEntry;
+use super::{MemoryBroker, lock};
+use crate::model::{self, Found};
 use crate::prelude::*;
+use crate::{
+    BrokerError, CallBinding, CallRecord, CallState, ConfirmBinding, ConvKey, Outcome,
+    OutcomeWaiter, PageIdentity, Rejection, SubmitError, Watch, now_ms,
+};
 
 #[async_trait]
 impl Calls for MemoryBroker {
@@ -25,7 +39,7 @@ impl Calls for MemoryBroker {
         let client_id = binding.client_id.clone();
         let id = binding.id.clone();
         let frame: Arc<str> = frame.to_json().into();
-        lock(&self.state)
+        lock(&self.pages)
             .convs
             .entry(conv.clone())
             .or_default()
@@ -50,7 +64,7 @@ impl Calls for MemoryBroker {
         }
         match trace {
             Some(t) => {
-                lock(&self.traces).insert(id.clone(), t.to_owned(), Instant::now());
+                lock(&self.calls.traces).insert(id.clone(), t.to_owned(), Instant::now());
                 self.sink.deliver_traced(&conv, &client_id, frame, t);
             }
             None => self.sink.deliver(&conv, &client_id, frame),
@@ -167,11 +181,11 @@ impl Calls for MemoryBroker {
 
     async fn call_trace(&self, conv: &ConvKey, id: &str) -> Result<Option<String>, BrokerError> {
         let _ = conv;
-        Ok(lock(&self.traces).get(id, Instant::now()))
+        Ok(lock(&self.calls.traces).get(id, Instant::now()))
     }
 
     async fn pending_frames(&self, conv: &ConvKey) -> Result<Vec<Arc<str>>, BrokerError> {
-        let ids: Vec<String> = lock(&self.state)
+        let ids: Vec<String> = lock(&self.pages)
             .convs
             .get(conv)
             .map(|c| c.pending.iter().cloned().collect())
@@ -185,7 +199,7 @@ impl Calls for MemoryBroker {
             }
         }
         if !done.is_empty()
-            && let Some(c) = lock(&self.state).convs.get_mut(conv)
+            && let Some(c) = lock(&self.pages).convs.get_mut(conv)
         {
             for id in done {
                 c.pending.remove(&id);
@@ -283,6 +297,26 @@ impl MemoryBroker {
     }
 }
 
+/// How many traced calls' trace contexts the memory broker keeps ([`Calls::call_trace`]), at
+/// most [`crate::ONCE_TTL`] each: a webhook or a timeout comes within the call's life.
+pub(super) const TRACES_KEPT: usize = 16_384;
+
+/// Hands `outcome` to each of `listeners`.
+pub(super) fn tell(listeners: Vec<oneshot::Sender<Outcome>>, outcome: &Outcome) {
+    for l in listeners {
+        let _ = l.send(outcome.clone());
+    }
+}
+
+pub(super) fn cancel_frame(binding: &CallBinding) -> Arc<str> {
+    AgentMessage::Cancel(Cancel {
+        client_id: binding.client_id.clone(),
+        id: binding.id.clone(),
+    })
+    .to_json()
+    .into()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -290,7 +324,7 @@ mod tests {
     use toolmark_proto::codes::{CancelledBy, RefusedCode};
 
     use super::*;
-    use crate::CallKind;
+    use crate::{CallKind, PageSink};
 
     struct Nowhere;
     impl PageSink for Nowhere {

@@ -111,7 +111,7 @@ impl Catalog for MemoryBroker {
     }
 
     async fn drop_tenant(&self, tenant: &str) -> Result<(), BrokerError> {
-        lock(&self.logs).remove(tenant);
+        lock(&self.events.logs).remove(tenant);
         lock(&self.webhooks).remove(tenant);
         let credentials = super::limits::caller_bucket(tenant, "");
         lock(&self.rates).retain(|k, _| k != tenant && !k.starts_with(&credentials));

@@ -1,8 +1,18 @@
 //! Confirmations of the memory broker: per conversation, single use, expired by
 //! `model::sweep_confirm`.
 
-use super::*;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use toolmark_proto::ToolResult;
+
+use super::call_table::{CallEntry, CallKey};
+use super::pages::presence;
+use super::{MemoryBroker, lock};
+use crate::model::{self, ConfirmSweep, Found};
 use crate::prelude::*;
+use crate::{BrokerError, ConfirmBinding, ConvKey, PageIdentity, Rejection, SubmitError, now_ms};
 
 #[async_trait]
 impl Confirmations for MemoryBroker {
@@ -70,7 +80,7 @@ impl Confirmations for MemoryBroker {
         grace: Duration,
     ) -> Result<Vec<ConfirmBinding>, BrokerError> {
         let mut confirms = lock(&self.confirms);
-        let st = lock(&self.state);
+        let st = lock(&self.pages);
         let now = now_ms();
         let mut expired = Vec::new();
         for entry in confirms.values_mut().flat_map(HashMap::values_mut) {
@@ -120,3 +130,17 @@ impl MemoryBroker {
         });
     }
 }
+
+pub(super) struct ConfirmEntry {
+    pub(super) binding: ConfirmBinding,
+    pub(super) used: bool,
+    /// Used by its page's `confirmed` (not expired by the sweep).
+    pub(super) confirmed: bool,
+    pub(super) expires: Instant,
+    /// When the sweep first saw its page certainly gone (ms), `None` while it may be present.
+    pub(super) absent_since: Option<u64>,
+}
+
+/// ConfirmIds are minted by pages: bindings are kept per conversation (confirmId, then the
+/// conversations that used it), so one conversation's page cannot squat another's id.
+pub(super) type Confirms = HashMap<String, HashMap<ConvKey, ConfirmEntry>>;

@@ -3,9 +3,14 @@
 //! ([`model::Gcra`], burst [`model::burst`]) on this process's monotonic clock.
 
 use std::sync::LazyLock;
+use std::time::{Duration, Instant};
 
-use super::*;
+use async_trait::async_trait;
+
+use super::{MemoryBroker, lock};
+use crate::model;
 use crate::prelude::*;
+use crate::{RateLimited, TakeError};
 
 /// The origin of the buckets' clock (µs since then).
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);

@@ -15,214 +15,51 @@ mod sessions;
 mod traffic;
 mod webhooks;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
-use litemap::LiteMap;
-use serde_json::Value;
-use tokio::sync::{broadcast, oneshot};
-use toolmark_proto::{AgentMessage, Cancel, Manifest, ToolResult};
 
-use crate::{
-    AdmitError, AdmitLimits, Broker, BrokerError, CallBinding, CallRecord, CallState,
-    ConfirmBinding, ConvKey, ConversationState, Event, EventFeed, EventType, Outcome,
-    OutcomeWaiter, PageIdentity, PageInfo, PageLeft, PageSink, RateLimited, RawEvent, Rejection,
-    SubmitError, TakeError, Watch, event_id_after, now_ms,
-};
+use crate::{Broker, BrokerError, CallRecord, CallState, Outcome, PageSink, now_ms};
 
 pub use crate::model::Retention;
-use crate::model::{self, ConfirmSweep, Found, Presence};
-use call_table::{CallEntry, CallKey, CallShards, PendingCall};
-use recent::{EMISSIONS_KEPT, Recent};
+use call_table::{CallEntry, CallKey, CallTable};
+use calls::{cancel_frame, tell};
+use confirmations::Confirms;
+use events::EventLogs;
+use pages::{Conversations, bound_gone, insert_small};
+use sessions::Records;
 
-/// Hands `outcome` to each of `listeners`.
-fn tell(listeners: Vec<oneshot::Sender<Outcome>>, outcome: &Outcome) {
-    for l in listeners {
-        let _ = l.send(outcome.clone());
-    }
-}
-
-/// One tenant set's counted sessions: id → (holder, when it lapses).
-type PlaceSet = HashMap<String, (String, Instant)>;
-
-struct ConfirmEntry {
-    binding: ConfirmBinding,
-    used: bool,
-    /// Used by its page's `confirmed` (not expired by the sweep).
-    confirmed: bool,
-    expires: Instant,
-    /// When the sweep first saw its page certainly gone (ms), `None` while it may be present.
-    absent_since: Option<u64>,
-}
-
-/// ConfirmIds are minted by pages: bindings are kept per conversation (confirmId, then the
-/// conversations that used it), so one conversation's page cannot squat another's id.
-type Confirms = HashMap<String, HashMap<ConvKey, ConfirmEntry>>;
-
-#[derive(Default)]
-struct Conv {
-    current: Option<String>,
-    /// Latest manifest of each page, with the order in which it arrived. A conversation
-    /// holds one page or a few, so a sorted vector (sized on first use for one) rather than a
-    /// hash table, which allocates room for four.
-    manifests: LiteMap<String, (u64, Manifest)>,
-    next_seq: u64,
-    sockets: u32,
-    /// Identified sockets of each page load (a sorted vector, as `manifests`).
-    pages: LiteMap<String, u32>,
-    idle_since: Option<Instant>,
-    /// When a draining node closed this conversation's sockets.
-    drained_at: Option<Instant>,
-    /// Calls sent to this conversation that may still be pending (pruned lazily).
-    pending: std::collections::HashSet<String>,
-    /// Page loads whose last socket closed, and when: their manifest stays for a silent
-    /// reconnect (the seed: a reconnect does not re-send it) and, unless it is the current
-    /// page's, goes `retention.gone_manifests` later, at most [`model::GONE_MANIFESTS_KEPT`] at
-    /// once ([`bound_gone`]), as on Redis.
-    left: HashMap<String, Instant>,
-    /// Names announced once for the conversation's life ([`crate::Pages::announce_once`]): a
-    /// vector, empty without an allocation for the many conversations that announce nothing.
-    announced: Vec<String>,
-}
-
-/// The gone page loads of `c` other than its current page keep their manifests for `grace`
-/// after they left, and at most [`model::GONE_MANIFESTS_KEPT`] of them at once, the oldest to
-/// leave going first (`bound_gone` of the Redis scripts).
-fn bound_gone(c: &mut Conv, grace: Duration, now: Instant) {
-    let current = c.current.clone();
-    let mut others: Vec<(Instant, String)> = c
-        .left
-        .iter()
-        .filter(|(id, _)| current.as_deref() != Some(id.as_str()))
-        .map(|(id, at)| (*at, id.clone()))
-        .collect();
-    others.sort();
-    let over = others.len().saturating_sub(model::GONE_MANIFESTS_KEPT);
-    for (i, (at, id)) in others.into_iter().enumerate() {
-        if i < over || now.duration_since(at) >= grace {
-            c.left.remove(&id);
-            c.manifests.remove(&id);
-        }
-    }
-}
-
-#[derive(Default)]
-struct State {
-    convs: HashMap<ConvKey, Conv>,
-    tenant_sockets: HashMap<String, u64>,
-    /// Releases of page sockets by name, with what each meant: a release asked again is
-    /// applied once. This broker always answers, so nothing asks again in practice: the last
-    /// [`RECENT_KEPT`] are kept, for [`crate::ONCE_TTL`] at most.
-    released: Recent<PageLeft>,
-}
-
-/// An event as the log keeps it: the payload serialized (a fraction of a `Value` tree's size).
-struct StoredEvent {
-    id: Box<str>,
-    kind: EventType,
-    timestamp: Box<str>,
-    user: Box<str>,
-    conversation: Box<str>,
-    data: Box<str>,
-}
-
-impl StoredEvent {
-    fn from_event(e: &Event) -> Self {
-        StoredEvent {
-            id: e.id.as_str().into(),
-            kind: e.kind,
-            timestamp: e.timestamp.as_str().into(),
-            user: e.user.as_str().into(),
-            conversation: e.conversation.as_str().into(),
-            data: e.data.to_string().into_boxed_str(),
-        }
-    }
-
-    /// Bytes its body takes in the log (what retention bounds).
-    fn size(&self) -> u64 {
-        (self.id.len()
-            + self.timestamp.len()
-            + self.user.len()
-            + self.conversation.len()
-            + self.data.len()) as u64
-    }
-
-    fn to_raw(&self) -> crate::RawEvent {
-        crate::RawEvent::store(
-            &self.id,
-            self.kind,
-            &self.timestamp,
-            &self.user,
-            &self.conversation,
-            &self.data,
-        )
-    }
-}
-
-struct TenantLog {
-    events: VecDeque<StoredEvent>,
-    /// Bytes of the retained events' bodies.
-    bytes: u64,
-    last: (u64, u64),
-    live: broadcast::Sender<Event>,
-    /// Names of [`Events::emit_once`] emissions.
-    once: Recent<()>,
-}
-
-impl TenantLog {
-    fn new() -> Self {
-        TenantLog {
-            events: VecDeque::new(),
-            bytes: 0,
-            last: (0, 0),
-            live: broadcast::channel(1024).0,
-            once: Recent::new(EMISSIONS_KEPT),
-        }
-    }
-
-    /// At most `limit` retained events after `after`, oldest first (ids increase along the log).
-    fn page(&self, after: &str, limit: usize) -> Vec<crate::RawEvent> {
-        let start = self
-            .events
-            .partition_point(|e| !event_id_after(&e.id, after));
-        self.events
-            .range(start..)
-            .take(limit)
-            .map(StoredEvent::to_raw)
-            .collect()
-    }
-}
-
-/// How many traced calls' trace contexts the memory broker keeps ([`Calls::call_trace`]), at
-/// most [`crate::ONCE_TTL`] each: a webhook or a timeout comes within the call's life.
-const TRACES_KEPT: usize = 16_384;
-
-/// Shared state of one gateway process.
+/// Shared state of one gateway process: one part per domain, each owning its state behind its
+/// own lock (the file of its domain says what it keeps), composed here. A check-and-mark that
+/// spans two parts takes their locks in one order: the conversations, then a call shard.
 pub struct MemoryBroker {
     node: String,
     sink: Arc<dyn PageSink>,
     retention: Retention,
-    calls: CallShards,
+    /// Calls and describes by id, and the trace contexts of traced ones ([`calls`]).
+    calls: CallTable,
+    /// Deferred confirmations, per confirmId and conversation ([`confirmations`]).
     confirms: Mutex<Confirms>,
-    state: Mutex<State>,
-    logs: Mutex<HashMap<String, TenantLog>>,
+    /// Conversations: their sockets, pages and manifests, and the tenants' socket counts
+    /// ([`pages`]).
+    pages: Mutex<Conversations>,
+    /// The tenants' event logs and what this process emitted ([`events`]).
+    events: EventLogs,
+    /// The tenants' webhook queues ([`webhooks`]).
     webhooks: Mutex<HashMap<String, webhooks::WebhookTenant>>,
-    /// Each tenant's call rate: its bucket's theoretical arrival time ([`model::Gcra`]), µs.
+    /// Each tenant's call rate: its bucket's theoretical arrival time ([`model::Gcra`]), µs
+    /// ([`limits`]).
     rates: Mutex<HashMap<String, u64>>,
+    /// The tenants of the admin API ([`catalog`]).
     catalog: Mutex<catalog::Tenants>,
-    /// The front doors' records and idempotency keys: what → (record, expiry).
-    sessions: Mutex<HashMap<sessions::Stored, (String, Instant)>>,
-    /// Counted sessions per tenant set.
-    places: Mutex<HashMap<String, PlaceSet>>,
+    /// The front doors' records, idempotency keys and counted sessions ([`sessions`]).
+    records: Records,
     /// Each tenant's traffic entries: node → stored entry ([`crate::traffic`]).
     traffic: Mutex<HashMap<String, HashMap<String, String>>>,
     /// Each tenant's tool definitions presented ([`crate::seen`]).
     seen: Mutex<HashMap<String, Vec<crate::seen::SeenTool>>>,
-    /// The trace contexts of traced calls ([`Calls::call_trace`]), by call id.
-    traces: Mutex<recent::Recent<String>>,
-    emitted: crate::Emitted,
 }
 
 impl std::fmt::Debug for MemoryBroker {
@@ -235,15 +72,6 @@ impl std::fmt::Debug for MemoryBroker {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn cancel_frame(binding: &CallBinding) -> Arc<str> {
-    AgentMessage::Cancel(Cancel {
-        client_id: binding.client_id.clone(),
-        id: binding.id.clone(),
-    })
-    .to_json()
-    .into()
 }
 
 impl MemoryBroker {
@@ -262,17 +90,14 @@ impl MemoryBroker {
             node: node.into(),
             sink,
             retention,
-            calls: CallShards::default(),
+            calls: CallTable::default(),
             confirms: Mutex::default(),
-            state: Mutex::default(),
-            logs: Mutex::default(),
+            pages: Mutex::default(),
+            events: EventLogs::default(),
             webhooks: Mutex::default(),
             rates: Mutex::default(),
             catalog: Mutex::default(),
-            traces: Mutex::new(recent::Recent::new(TRACES_KEPT)),
-            emitted: crate::Emitted::default(),
-            sessions: Mutex::default(),
-            places: Mutex::default(),
+            records: Records::default(),
             traffic: Mutex::default(),
             seen: Mutex::default(),
         }
@@ -315,7 +140,7 @@ impl MemoryBroker {
         {
             // Forget finished calls in the conversations' pending sets (state, then a shard:
             // no path holds a shard while taking the state lock).
-            let mut st = lock(&self.state);
+            let mut st = lock(&self.pages);
             for c in st.convs.values_mut() {
                 c.pending.retain(|id| {
                     self.calls
@@ -326,7 +151,7 @@ impl MemoryBroker {
             }
         }
         {
-            let mut st = lock(&self.state);
+            let mut st = lock(&self.pages);
             let idle_for = self.retention.conversations;
             for c in st.convs.values_mut() {
                 bound_gone(c, self.retention.gone_manifests, now);
@@ -353,31 +178,6 @@ impl MemoryBroker {
     }
 }
 
-/// The conversation's open sockets as the model counts them.
-fn presence(c: &Conv) -> Presence {
-    let identified: u32 = c.pages.values().sum();
-    Presence {
-        identified: c.pages.iter().map(|(id, n)| (id.clone(), *n)).collect(),
-        unidentified: c.sockets.saturating_sub(identified),
-    }
-}
-
-/// Inserts into a small per-conversation map, allocating room for exactly one entry when it
-/// is empty (a vector's first push makes room for four).
-fn insert_small<V>(map: &mut LiteMap<String, V>, key: String, value: V) {
-    if map.is_empty() {
-        *map = LiteMap::with_capacity(1);
-    }
-    map.insert(key, value);
-}
-
-/// D23's choice of the page new calls go to ([`model::current_page`]).
-fn effective_current(c: &Conv) -> Option<String> {
-    model::current_page(c.current.as_deref(), &presence(c), |id| {
-        c.manifests.get(id).map(|(seq, _)| *seq)
-    })
-}
-
 #[async_trait]
 impl Broker for MemoryBroker {
     fn node_id(&self) -> &str {
@@ -394,9 +194,16 @@ impl Broker for MemoryBroker {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use toolmark_proto::{AgentMessage, ToolResult};
+
     use super::*;
-    use crate::CallKind;
     use crate::prelude::*;
+    use crate::{
+        AdmitError, AdmitLimits, CallBinding, CallKind, ConvKey, Event, EventType, PageIdentity,
+        RawEvent, Rejection, SubmitError, event_id_after,
+    };
     use serde_json::json;
     use toolmark_proto::Call;
 

@@ -1,13 +1,23 @@
 //! Pages of the memory broker: admission, presence (`model::Presence`), manifests and D23's current
 //! page.
 
-use super::*;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use litemap::LiteMap;
+use toolmark_proto::Manifest;
+
+use super::recent::Recent;
+use super::{MemoryBroker, lock};
+use crate::model::{self, Presence};
 use crate::prelude::*;
+use crate::{AdmitError, AdmitLimits, BrokerError, ConvKey, ConversationState, PageInfo, PageLeft};
 
 #[async_trait]
 impl Pages for MemoryBroker {
     async fn admit_page(&self, conv: &ConvKey, limits: &AdmitLimits) -> Result<(), AdmitError> {
-        let mut st = lock(&self.state);
+        let mut st = lock(&self.pages);
         let tenant_count = st.tenant_sockets.get(&conv.tenant).copied().unwrap_or(0);
         if tenant_count >= limits.max_connections {
             return Err(AdmitError::TenantConnections);
@@ -24,7 +34,7 @@ impl Pages for MemoryBroker {
     }
 
     async fn admit_socket(&self, tenant: &str, max_connections: u64) -> Result<(), AdmitError> {
-        let mut st = lock(&self.state);
+        let mut st = lock(&self.pages);
         let n = st.tenant_sockets.entry(tenant.to_owned()).or_default();
         if *n >= max_connections {
             return Err(AdmitError::TenantConnections);
@@ -34,14 +44,14 @@ impl Pages for MemoryBroker {
     }
 
     async fn release_socket(&self, tenant: &str) -> Result<(), BrokerError> {
-        if let Some(n) = lock(&self.state).tenant_sockets.get_mut(tenant) {
+        if let Some(n) = lock(&self.pages).tenant_sockets.get_mut(tenant) {
             *n = n.saturating_sub(1);
         }
         Ok(())
     }
 
     async fn tenant_connections(&self, tenant: &str) -> Result<u64, BrokerError> {
-        Ok(lock(&self.state)
+        Ok(lock(&self.pages)
             .tenant_sockets
             .get(tenant)
             .copied()
@@ -49,7 +59,7 @@ impl Pages for MemoryBroker {
     }
 
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
-        let mut st = lock(&self.state);
+        let mut st = lock(&self.pages);
         let c = st.convs.entry(conv.clone()).or_default();
         match c.pages.get_mut(client_id) {
             Some(n) => *n += 1,
@@ -65,7 +75,7 @@ impl Pages for MemoryBroker {
         client_id: Option<&str>,
         release: &crate::Release,
     ) -> Result<PageLeft, BrokerError> {
-        let mut st = lock(&self.state);
+        let mut st = lock(&self.pages);
         if let Some(left) = st.released.get(&release.name, Instant::now()) {
             return Ok(left);
         }
@@ -116,7 +126,7 @@ impl Pages for MemoryBroker {
         for t in &manifest.tools {
             t.digest();
         }
-        let mut st = lock(&self.state);
+        let mut st = lock(&self.pages);
         let c = st.convs.entry(conv.clone()).or_default();
         c.next_seq += 1;
         super::insert_small(
@@ -133,7 +143,7 @@ impl Pages for MemoryBroker {
     }
 
     async fn conversation(&self, conv: &ConvKey) -> Result<ConversationState, BrokerError> {
-        let st = lock(&self.state);
+        let st = lock(&self.pages);
         let Some(c) = st.convs.get(conv) else {
             return Ok(ConversationState::default());
         };
@@ -164,7 +174,7 @@ impl Pages for MemoryBroker {
     }
 
     async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError> {
-        if let Some(c) = lock(&self.state).convs.get_mut(conv) {
+        if let Some(c) = lock(&self.pages).convs.get_mut(conv) {
             c.drained_at = Some(Instant::now());
         }
         Ok(())
@@ -176,7 +186,7 @@ impl Pages for MemoryBroker {
         names: &[String],
         mark: bool,
     ) -> Result<Vec<bool>, BrokerError> {
-        let mut st = lock(&self.state);
+        let mut st = lock(&self.pages);
         let Some(c) = st.convs.get_mut(conv) else {
             return Ok(vec![mark; names.len()]);
         };
@@ -198,4 +208,86 @@ impl Pages for MemoryBroker {
             })
             .collect())
     }
+}
+
+#[derive(Default)]
+pub(super) struct Conv {
+    pub(super) current: Option<String>,
+    /// Latest manifest of each page, with the order in which it arrived. A conversation
+    /// holds one page or a few, so a sorted vector (sized on first use for one) rather than a
+    /// hash table, which allocates room for four.
+    pub(super) manifests: LiteMap<String, (u64, Manifest)>,
+    pub(super) next_seq: u64,
+    pub(super) sockets: u32,
+    /// Identified sockets of each page load (a sorted vector, as `manifests`).
+    pub(super) pages: LiteMap<String, u32>,
+    pub(super) idle_since: Option<Instant>,
+    /// When a draining node closed this conversation's sockets.
+    pub(super) drained_at: Option<Instant>,
+    /// Calls sent to this conversation that may still be pending (pruned lazily).
+    pub(super) pending: std::collections::HashSet<String>,
+    /// Page loads whose last socket closed, and when: their manifest stays for a silent
+    /// reconnect (the seed: a reconnect does not re-send it) and, unless it is the current
+    /// page's, goes `retention.gone_manifests` later, at most [`model::GONE_MANIFESTS_KEPT`] at
+    /// once ([`bound_gone`]), as on Redis.
+    pub(super) left: HashMap<String, Instant>,
+    /// Names announced once for the conversation's life ([`crate::Pages::announce_once`]): a
+    /// vector, empty without an allocation for the many conversations that announce nothing.
+    pub(super) announced: Vec<String>,
+}
+
+/// The gone page loads of `c` other than its current page keep their manifests for `grace`
+/// after they left, and at most [`model::GONE_MANIFESTS_KEPT`] of them at once, the oldest to
+/// leave going first (`bound_gone` of the Redis scripts).
+pub(super) fn bound_gone(c: &mut Conv, grace: Duration, now: Instant) {
+    let current = c.current.clone();
+    let mut others: Vec<(Instant, String)> = c
+        .left
+        .iter()
+        .filter(|(id, _)| current.as_deref() != Some(id.as_str()))
+        .map(|(id, at)| (*at, id.clone()))
+        .collect();
+    others.sort();
+    let over = others.len().saturating_sub(model::GONE_MANIFESTS_KEPT);
+    for (i, (at, id)) in others.into_iter().enumerate() {
+        if i < over || now.duration_since(at) >= grace {
+            c.left.remove(&id);
+            c.manifests.remove(&id);
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Conversations {
+    pub(super) convs: HashMap<ConvKey, Conv>,
+    pub(super) tenant_sockets: HashMap<String, u64>,
+    /// Releases of page sockets by name, with what each meant: a release asked again is
+    /// applied once. This broker always answers, so nothing asks again in practice: the last
+    /// [`RECENT_KEPT`] are kept, for [`crate::ONCE_TTL`] at most.
+    pub(super) released: Recent<PageLeft>,
+}
+
+/// The conversation's open sockets as the model counts them.
+pub(super) fn presence(c: &Conv) -> Presence {
+    let identified: u32 = c.pages.values().sum();
+    Presence {
+        identified: c.pages.iter().map(|(id, n)| (id.clone(), *n)).collect(),
+        unidentified: c.sockets.saturating_sub(identified),
+    }
+}
+
+/// Inserts into a small per-conversation map, allocating room for exactly one entry when it
+/// is empty (a vector's first push makes room for four).
+pub(super) fn insert_small<V>(map: &mut LiteMap<String, V>, key: String, value: V) {
+    if map.is_empty() {
+        *map = LiteMap::with_capacity(1);
+    }
+    map.insert(key, value);
+}
+
+/// D23's choice of the page new calls go to ([`model::current_page`]).
+pub(super) fn effective_current(c: &Conv) -> Option<String> {
+    model::current_page(c.current.as_deref(), &presence(c), |id| {
+        c.manifests.get(id).map(|(seq, _)| *seq)
+    })
 }

@@ -1,7 +1,14 @@
 //! The front doors' records and idempotency keys in the process: one map of records with their
 //! expiry, expired ones dropped as they are met and swept once the map grows.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use super::{MemoryBroker, lock};
+use crate::BrokerError;
 use crate::prelude::*;
 use crate::{Kept, PlaceBound, Places};
 
@@ -12,7 +19,7 @@ const SWEEP_ABOVE: usize = 4096;
 impl DoorRecords for MemoryBroker {
     async fn keep(&self, what: &Kept, body: &str, ttl: Duration) -> Result<(), BrokerError> {
         let now = Instant::now();
-        let mut sessions = lock(&self.sessions);
+        let mut sessions = lock(&self.records.kept);
         if sessions.len() >= SWEEP_ABOVE {
             sessions.retain(|_, (_, until)| *until > now);
         }
@@ -22,7 +29,7 @@ impl DoorRecords for MemoryBroker {
 
     async fn kept(&self, what: &Kept, ttl: Duration) -> Result<Option<String>, BrokerError> {
         let now = Instant::now();
-        let mut sessions = lock(&self.sessions);
+        let mut sessions = lock(&self.records.kept);
         let what = Stored::Door(what.clone());
         match sessions.get_mut(&what) {
             Some((body, until)) if *until > now => {
@@ -39,7 +46,7 @@ impl DoorRecords for MemoryBroker {
 
     async fn forget(&self, what: &Kept) -> Result<bool, BrokerError> {
         let now = Instant::now();
-        Ok(lock(&self.sessions)
+        Ok(lock(&self.records.kept)
             .remove(&Stored::Door(what.clone()))
             .is_some_and(|(_, until)| until > now))
     }
@@ -51,7 +58,7 @@ impl DoorRecords for MemoryBroker {
         ttl: Duration,
     ) -> Result<Result<(), PlaceBound>, BrokerError> {
         let now = Instant::now();
-        let mut all = lock(&self.places);
+        let mut all = lock(&self.records.places);
         let set = all.entry(places.tenant.to_owned()).or_default();
         set.retain(|_, (_, until)| *until > now);
         if !set.contains_key(id) {
@@ -77,7 +84,7 @@ impl DoorRecords for MemoryBroker {
         ttl: Duration,
     ) -> Result<(), BrokerError> {
         let now = Instant::now();
-        if let Some((_, until)) = lock(&self.places)
+        if let Some((_, until)) = lock(&self.records.places)
             .get_mut(places.tenant)
             .and_then(|set| set.get_mut(id))
             .filter(|(_, until)| *until > now)
@@ -88,7 +95,7 @@ impl DoorRecords for MemoryBroker {
     }
 
     async fn give_place(&self, places: &Places<'_>, id: &str) -> Result<(), BrokerError> {
-        let mut all = lock(&self.places);
+        let mut all = lock(&self.records.places);
         if let Some(set) = all.get_mut(places.tenant) {
             set.remove(id);
             if set.is_empty() {
@@ -124,7 +131,7 @@ impl Idempotency for MemoryBroker {
         ttl: Duration,
     ) -> Result<Option<String>, BrokerError> {
         let now = Instant::now();
-        let mut sessions = lock(&self.sessions);
+        let mut sessions = lock(&self.records.kept);
         if sessions.len() >= SWEEP_ABOVE {
             sessions.retain(|_, (_, until)| *until > now);
         }
@@ -145,7 +152,7 @@ impl Idempotency for MemoryBroker {
         record: &str,
     ) -> Result<(), BrokerError> {
         let now = Instant::now();
-        let mut sessions = lock(&self.sessions);
+        let mut sessions = lock(&self.records.kept);
         if let Some((existing, until)) = sessions.get_mut(&idempotency_key(tenant, key))
             && *until > now
         {
@@ -156,14 +163,27 @@ impl Idempotency for MemoryBroker {
 
     async fn idempotency(&self, tenant: &str, key: &str) -> Result<Option<String>, BrokerError> {
         let now = Instant::now();
-        Ok(lock(&self.sessions)
+        Ok(lock(&self.records.kept)
             .get(&idempotency_key(tenant, key))
             .filter(|(_, until)| *until > now)
             .map(|(record, _)| record.clone()))
     }
 
     async fn release_idempotency(&self, tenant: &str, key: &str) -> Result<(), BrokerError> {
-        lock(&self.sessions).remove(&idempotency_key(tenant, key));
+        lock(&self.records.kept).remove(&idempotency_key(tenant, key));
         Ok(())
     }
+}
+
+/// One tenant set's counted sessions: id → (holder, when it lapses).
+pub(super) type PlaceSet = HashMap<String, (String, Instant)>;
+
+/// The front doors' records ([`crate::DoorRecords`]) and idempotency keys
+/// ([`crate::Idempotency`]), each with its expiry; and the counted sessions of each tenant set.
+#[derive(Default)]
+pub(super) struct Records {
+    /// What → (record, expiry).
+    pub(super) kept: Mutex<HashMap<Stored, (String, Instant)>>,
+    /// Counted sessions per tenant set.
+    pub(super) places: Mutex<HashMap<String, PlaceSet>>,
 }

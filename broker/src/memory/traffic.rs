@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use super::*;
+use async_trait::async_trait;
+
+use super::{MemoryBroker, lock};
 use crate::traffic::{NodeTraffic, SharedTraffic, TrafficEntry, decode, encode};
 use crate::{BrokerError, now_ms};
 

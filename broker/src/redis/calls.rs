@@ -164,7 +164,7 @@ impl RedisBroker {
 
     /// The partition holding call `id`, known by its id alone: an id names no partition, so
     /// every partition's key is asked about at once (64 `EXISTS` in one round trip, spread over
-    /// the shards), once per id on this node (then remembered, [`super::LOCATED`] at most).
+    /// the shards), once per id on this node (then remembered, [`super::state::Located`]).
     /// Only requests that know nothing but the id pay it (`GET /calls/{id}`, a cancel, a
     /// watch, a page's result for a call not of its conversation); a call's own path knows its
     /// conversation.
@@ -173,8 +173,8 @@ impl RedisBroker {
             // Never an id the gateway minted.
             return Ok(None);
         }
-        if let Some(k) = super::state::lock(&self.located).get(id) {
-            return Ok(Some(*k));
+        if let Some(k) = self.located.get(id) {
+            return Ok(Some(k));
         }
         let reads = (0..partition::PARTITIONS).map(|k| {
             let key = self.keys.call(k, id);
@@ -184,11 +184,7 @@ impl RedisBroker {
         for (k, read) in futures_util::future::join_all(reads).await {
             match read {
                 Ok(n) if n > 0 => {
-                    let mut located = super::state::lock(&self.located);
-                    if located.len() >= super::LOCATED {
-                        located.clear();
-                    }
-                    located.insert(id.to_owned(), k);
+                    self.located.remember(id, k);
                     return Ok(Some(k));
                 }
                 Ok(_) => {}

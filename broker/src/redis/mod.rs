@@ -49,7 +49,7 @@ use crate::partition::PARTITIONS;
 use crate::rate::Reserves;
 use crate::{Broker, BrokerError, CallRequest, Emitted, PageSink, PlaceError, Placed};
 use reply::{RETRY, unavailable};
-use state::{Expectations, Feeds, HeldPages, Liveness, Probes, Waiters};
+use state::{Expectations, Feeds, HeldPages, Liveness, Located, Probes, Waiters};
 
 /// Tunables of the Redis broker.
 #[derive(Debug, Clone)]
@@ -124,9 +124,6 @@ pub enum ConnectError {
     Release(String),
 }
 
-/// How many ids [`RedisBroker::locate`] remembers the partition of.
-const LOCATED: usize = 4_096;
-
 /// Shared state of many nodes, in Redis. What the node keeps in memory is in parts that each own
 /// their state and lock ([`state`]); its methods are spread over one file per domain.
 pub struct RedisBroker {
@@ -146,10 +143,8 @@ pub struct RedisBroker {
     live: Liveness,
     /// The requests waiting for or watching a call's outcome.
     waiters: Waiters,
-    /// The partitions of calls lately found by their id alone ([`RedisBroker::locate`]): a
-    /// call never moves, so a follow-up read by id asks one partition, not 64. Bounded: it
-    /// starts again empty past [`LOCATED`] ids.
-    located: std::sync::Mutex<std::collections::HashMap<String, u16>>,
+    /// The partitions of calls lately found by their id alone ([`RedisBroker::locate`]).
+    located: Located,
     /// The pages and sockets this node holds (written again after Redis lost its data).
     held: HeldPages,
     /// Per conversation, what this node last read of its current page ([`Broker::place_call`]).
@@ -237,7 +232,7 @@ impl RedisBroker {
             opts,
             cluster,
             waiters: Waiters::default(),
-            located: std::sync::Mutex::default(),
+            located: Located::default(),
             held: HeldPages::default(),
             expected: Expectations::default(),
             reserves: Reserves::default(),

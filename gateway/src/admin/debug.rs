@@ -10,9 +10,9 @@ use futures_util::stream::StreamExt;
 
 use std::collections::VecDeque;
 
-use toolmark_broker::{EVENT_PAGE, RawEvent};
+use toolmark_broker::{EVENT_PAGE, RawEvent, handle};
 
-use crate::api::events::{replay_then_live, to_sse};
+use crate::event_feed::{DeadLetters, replay_then_live, to_sse};
 
 use super::*;
 
@@ -37,7 +37,7 @@ struct DeadLetterPath {
 /// The tenant, as this node knows it, or 404.
 fn known(s: &AdminState, id: &str) -> Result<(), Problem> {
     AdminState::known_id(id)?;
-    if s.0.app.tenants.get(id).is_some() {
+    if s.0.node.tenants.get(id).is_some() {
         Ok(())
     } else {
         Err(Problem::not_found("Tenant"))
@@ -65,11 +65,11 @@ pub(crate) async fn tail(
         .map(str::to_owned);
     let since = format!("{}-0", now_ms().saturating_sub(TAIL_MS));
     let feed =
-        s.0.app
+        s.0.node
             .broker
             .events(&id, Some(last_id.as_deref().unwrap_or(&since)))
             .await?;
-    let broker = &s.0.app.broker;
+    let broker = &s.0.node.broker;
     let mut feed = feed;
     if last_id.is_none() {
         // The newest TAIL of the last minute: the minute read a page at a time, keeping at
@@ -87,13 +87,13 @@ pub(crate) async fn tail(
         feed.backlog = newest.into();
     }
     let events = replay_then_live(
-        std::sync::Arc::clone(broker),
+        handle::events(broker),
         id.clone(),
         feed,
         Some(last_id.unwrap_or(since)),
     )
     .map(|e| Ok::<_, Infallible>(to_sse(&e)));
-    let shutdown = s.0.app.life.stopping().clone();
+    let shutdown = s.0.node.life.stopping().clone();
     let events = events.take_until(async move { shutdown.cancelled().await });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(15)))
@@ -104,16 +104,16 @@ pub(crate) async fn tail(
 /// first, each with its attempts and last error.
 #[utoipa::path(get, path = "/admin/v1/tenants/{id}/webhooks/failed", tag = "admin", operation_id = "admin_webhooks_failed",
     params(crate::admin_doc::TenantId),
-    responses((status = 200, description = "The dead letters", body = crate::api::webhooks::DeadLetters), crate::http::doc::Problems),
+    responses((status = 200, description = "The dead letters", body = DeadLetters), crate::http::doc::Problems),
     security(("adminKey" = [])))]
 pub(crate) async fn dead_letters(
     State(s): State<AdminState>,
     _who: Admin,
     Path(id): Path<String>,
-) -> Result<axum::Json<crate::api::webhooks::DeadLetters>, Problem> {
+) -> Result<axum::Json<DeadLetters>, Problem> {
     known(&s, &id)?;
-    let failed = s.0.app.broker.webhook_failed(&id).await?;
-    Ok(axum::Json(crate::api::webhooks::DeadLetters { failed }))
+    let failed = s.0.node.broker.webhook_failed(&id).await?;
+    Ok(axum::Json(DeadLetters { failed }))
 }
 
 /// `POST /admin/v1/tenants/{id}/webhooks/failed/{dl}/retry`: puts a dead letter back at the end
@@ -128,7 +128,7 @@ pub(crate) async fn retry(
     Path((id, dl)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
     known(&s, &id)?;
-    if s.0.app.broker.webhook_retry(&id, &dl).await? {
+    if s.0.node.broker.webhook_retry(&id, &dl).await? {
         s.audit(
             &who,
             "tenant.webhook_retried",

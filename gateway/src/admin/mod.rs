@@ -32,7 +32,6 @@ use toolmark_broker::webhook::WebhookQueue;
 
 use crate::http::Body;
 use crate::http::problem::Problem;
-use crate::state::AppState;
 use crate::tenant_sync::Loader;
 
 pub(crate) mod console;
@@ -60,11 +59,25 @@ pub struct Inner {
     loader: Arc<Loader>,
     /// `server.public_url`: an authorization server of a tenant needs it (the audience).
     public_url: Option<String>,
-    /// The node's shared handles: the broker, registry and traffic the stats and the debug
-    /// views read.
-    app: AppState,
+    /// What the stats, the pins and the debug views read of the node.
+    node: Node,
     /// The webhook queues, read for their backlog (`None`: this node cannot read them).
     webhooks: Option<WebhookReads>,
+}
+
+/// What the admin API reads of the node it runs on (built by `serve.rs`).
+#[derive(Debug)]
+pub struct Node {
+    /// The node's tenants (a tenant's stats, pins and debug views name one of them).
+    pub tenants: crate::tenants::Tenants,
+    /// Shared state: the tenants' connections and traffic, tools seen, events, dead letters.
+    pub broker: toolmark_broker::SharedBroker,
+    /// This node's sockets (the stats' conversations).
+    pub registry: Arc<crate::registry::Registry>,
+    /// This node's calls and refusals per tenant.
+    pub traffic: Arc<crate::traffic::Traffic>,
+    /// The process's stop token: the debug event tail ends with the drain.
+    pub life: toolmark_process::Lifecycle,
 }
 
 /// The webhook queues as the stats read them.
@@ -78,20 +91,20 @@ impl std::fmt::Debug for WebhookReads {
 }
 
 impl AdminState {
-    /// The admin API of `admin`, writing through `loader`'s catalog, on the node `app` whose
-    /// public URL is `public_url`.
+    /// The admin API of `admin`, writing through `loader`'s catalog, on the node whose parts
+    /// are `node` and whose public URL is `public_url`.
     pub fn new(
         admin: AdminSettings,
         loader: Arc<Loader>,
         public_url: Option<String>,
-        app: AppState,
+        node: Node,
         webhooks: Option<Arc<dyn WebhookQueue>>,
     ) -> Self {
         AdminState(Arc::new(Inner {
             admin,
             loader,
             public_url,
-            app,
+            node,
             webhooks: webhooks.map(WebhookReads),
         }))
     }

@@ -63,10 +63,10 @@ pub(crate) async fn seen_tools(
     _who: Admin,
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
-    let Some(tenant) = s.0.app.tenants.get(&id) else {
+    let Some(tenant) = s.0.node.tenants.get(&id) else {
         return Err(Problem::not_found("Tenant"));
     };
-    let seen = s.0.app.broker.tools_seen(&id).await?;
+    let seen = s.0.node.broker.tools_seen(&id).await?;
     let tools: Vec<Value> = seen
         .into_iter()
         .map(|t| {

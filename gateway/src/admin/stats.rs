@@ -188,8 +188,8 @@ pub(crate) async fn tenant_stats(
     Path(id): Path<String>,
 ) -> Result<axum::Json<TenantStats>, Problem> {
     AdminState::known_id(&id)?;
-    let app = &s.0.app;
-    let Some(tenant) = app.tenants.get(&id) else {
+    let node = &s.0.node;
+    let Some(tenant) = node.tenants.get(&id) else {
         return Err(Problem::not_found("Tenant"));
     };
     let incarnation = tenant.incarnation;
@@ -200,12 +200,12 @@ pub(crate) async fn tenant_stats(
         }
     };
     let (connections, traffic, webhook_backlog) = tokio::try_join!(
-        app.broker.tenant_connections(&id),
-        app.broker.traffic(&id),
+        node.broker.tenant_connections(&id),
+        node.broker.traffic(&id),
         backlog
     )?;
     Ok(axum::Json(TenantStats {
-        node_id: app.broker.node_id().to_owned(),
+        node_id: node.broker.node_id().to_owned(),
         at: rfc3339(now_ms()),
         cluster: ClusterFigures {
             connections,
@@ -213,8 +213,8 @@ pub(crate) async fn tenant_stats(
             traffic: ClusterTraffic::of(&traffic, incarnation),
         },
         node: NodeFigures::of(
-            app.registry.conversations(&id),
-            app.traffic.view(&id, incarnation),
+            node.registry.conversations(&id),
+            node.traffic.view(&id, incarnation),
         ),
         tenant: id,
     }))
@@ -229,8 +229,8 @@ pub(crate) async fn cluster_stats(
     State(s): State<AdminState>,
     _who: Admin,
 ) -> Result<axum::Json<ClusterStats>, Problem> {
-    let app = &s.0.app;
-    let snapshot = app.tenants.snapshot();
+    let node = &s.0.node;
+    let snapshot = node.tenants.snapshot();
     let mut all: Vec<(String, u64)> = snapshot
         .all()
         .map(|t| (t.id.clone(), t.incarnation))
@@ -240,7 +240,7 @@ pub(crate) async fn cluster_stats(
     type Read = Result<(u64, Vec<TrafficEntry>), toolmark_broker::BrokerError>;
     let reads: Vec<Read> = futures_util::stream::iter(ids.clone())
         .map(|id| {
-            let broker = Arc::clone(&app.broker);
+            let broker = Arc::clone(&node.broker);
             async move { tokio::try_join!(broker.tenant_connections(&id), broker.traffic(&id)) }
         })
         .buffered(READS_AT_ONCE)
@@ -252,7 +252,7 @@ pub(crate) async fn cluster_stats(
     let mut connections = 0;
     for ((id, incarnation), read) in ids.into_iter().zip(incarnations).zip(reads) {
         let (n, entries) = read?;
-        let t = app.traffic.view(&id, incarnation);
+        let t = node.traffic.view(&id, incarnation);
         total.add(&t);
         connections += n;
         let of_tenant = ClusterTraffic::of(&entries, incarnation);
@@ -261,21 +261,21 @@ pub(crate) async fn cluster_stats(
         cluster.nodes = nodes;
         tenants.push(TenantLine {
             connections: n,
-            conversations: app.registry.conversations(&id),
+            conversations: node.registry.conversations(&id),
             calls_per_second: of_tenant.calls_per_second,
             node_calls_per_second: t.calls_per_second,
             id,
         });
     }
     Ok(axum::Json(ClusterStats {
-        node_id: app.broker.node_id().to_owned(),
+        node_id: node.broker.node_id().to_owned(),
         at: rfc3339(now_ms()),
         cluster: ClusterTotals {
             tenants: tenants.len() as u64,
             connections,
             traffic: cluster,
         },
-        node: NodeFigures::of(app.registry.conversations_total(), total),
+        node: NodeFigures::of(node.registry.conversations_total(), total),
         tenants,
     }))
 }

@@ -308,7 +308,7 @@ pub(crate) async fn remove(
         match s.0.loader.catalog().remove(&id, version).await {
             Ok(()) => {
                 s.audit(&who, "tenant.deleted", &id, json!({})).await;
-                s.0.app.traffic.forget(&id);
+                s.0.node.traffic.forget(&id);
                 s.0.loader.load_one(&id).await;
                 if let Err(e) = s.0.loader.catalog().drop_tenant(&id).await {
                     tracing::warn!(tenant = %id, error = %e, "deleted tenant's events and queues not dropped; they expire with their retention");

@@ -12,9 +12,9 @@ use toolmark_proto::llm::{LlmFormat, tool_definitions};
 use utoipa::ToSchema;
 
 use super::request::{Authed, Calls, Tokens, parse_body};
+use crate::api::ApiState;
 use crate::http::problem::Problem;
 use crate::http::{Body, check_ids};
-use crate::state::AppState;
 use crate::tenants::{MCP_SCOPE, PageClaims};
 
 /// Default and largest lifetime of a minted page token.
@@ -47,7 +47,7 @@ pub struct ConversationView {
     responses((status = 200, description = "The conversation's current page, manifest and pages", body = ConversationView), crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn state(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Authed(tenant, caller, _): Authed<Calls>,
     Path((_, user, conversation)): Path<(String, String, String)>,
 ) -> Result<Json<ConversationView>, Problem> {
@@ -91,7 +91,7 @@ pub struct LlmTools {
         crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn llm_tools(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Authed(tenant, caller, _): Authed<Calls>,
     Path((_, user, conversation)): Path<(String, String, String)>,
     crate::http::QueryOf(q): crate::http::QueryOf<FormatQuery>,
@@ -171,7 +171,7 @@ pub struct Token {
     responses((status = 201, description = "The minted token", body = Token), crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn mint_token(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Authed(tenant, caller, _): Authed<Tokens>,
     headers: HeaderMap,
     body: Body,

@@ -16,19 +16,17 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::stream::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::sync::broadcast::error::RecvError;
-use toolmark_broker::{
-    ConvKey, EVENT_PAGE, Event, EventType, RawEvent, SharedBroker, event_id_after,
-};
+use toolmark_broker::{ConvKey, EventType, SharedBroker, handle};
 use toolmark_config::policy::ToolFacts;
 
 use super::request::{Authed, Events};
+use crate::api::ApiState;
 use crate::caller::Caller;
+use crate::event_feed::{replay_then_live, to_sse};
 use crate::http::problem::Problem;
-use crate::state::AppState;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -47,111 +45,6 @@ struct ResumeHeader {
     /// The id of the last event received: the stream goes on after it.
     #[param(rename = "Last-Event-ID")]
     last_event_id: Option<String>,
-}
-
-/// An event as a Server-Sent Event: its id, its type and its body.
-pub(crate) fn to_sse(e: &Event) -> SseEvent {
-    SseEvent::default()
-        .id(e.id.clone())
-        .event(e.kind.as_str())
-        .data(e.body().to_string())
-}
-
-/// Where a replay stands.
-enum Phase {
-    /// Taking the retained events: the rest of the page read last, the id of the last event
-    /// taken, and whether a page may follow.
-    Replay {
-        page: std::vec::IntoIter<RawEvent>,
-        last: Option<String>,
-        more: bool,
-        next: usize,
-    },
-    /// Following the live feed after `seen`.
-    Live { seen: Option<String> },
-    /// Over: the reader resumes with `Last-Event-ID`.
-    Done,
-}
-
-/// The tenant's retained events after the resume point, then its live ones, in order and each
-/// once. The log is read a page at a time, only when the reader took the page before, and an
-/// event is parsed only as it is taken: a reader that does not read holds one page of raw
-/// entries. A page that cannot be read, or a reader that lags behind the live feed, ends the
-/// stream (never skips): the reader resumes from its last id.
-pub(crate) fn replay_then_live(
-    broker: SharedBroker,
-    tenant: String,
-    feed: toolmark_broker::EventFeed,
-    after: Option<String>,
-) -> impl Stream<Item = Event> + Send {
-    let more = feed.backlog.len() >= EVENT_PAGE;
-    let next = next_page(&feed.backlog);
-    let phase = Phase::Replay {
-        page: feed.backlog.into_iter(),
-        last: after,
-        more,
-        next,
-    };
-    stream::unfold((phase, feed.live), move |(mut phase, mut live)| {
-        let (broker, tenant) = (Arc::clone(&broker), tenant.clone());
-        async move {
-            loop {
-                phase = match phase {
-                    Phase::Replay {
-                        mut page,
-                        last,
-                        more,
-                        next,
-                    } => {
-                        if let Some(raw) = page.next() {
-                            let last = Some(raw.id.clone());
-                            let then = Phase::Replay {
-                                page,
-                                last,
-                                more,
-                                next,
-                            };
-                            match raw.parse() {
-                                Some(e) => return Some((e, (then, live))),
-                                None => then,
-                            }
-                        } else if let (true, Some(from)) = (more, last.as_deref()) {
-                            match broker.events_after(&tenant, from, next).await {
-                                Ok(read) => Phase::Replay {
-                                    more: read.len() >= next,
-                                    next: next_page(&read),
-                                    page: read.into_iter(),
-                                    last,
-                                },
-                                Err(e) => {
-                                    tracing::debug!(tenant, error = %e, "event replay ended: the reader resumes");
-                                    Phase::Done
-                                }
-                            }
-                        } else {
-                            Phase::Live { seen: last }
-                        }
-                    }
-                    Phase::Live { seen } => match live.recv().await {
-                        Ok(e) if seen.as_deref().is_none_or(|s| event_id_after(&e.id, s)) => {
-                            let next = Phase::Live {
-                                seen: Some(e.id.clone()),
-                            };
-                            return Some((e, (next, live)));
-                        }
-                        Ok(_) => Phase::Live { seen },
-                        Err(RecvError::Lagged(_) | RecvError::Closed) => Phase::Done,
-                    },
-                    Phase::Done => return None,
-                };
-            }
-        }
-    })
-}
-
-/// How many events the read after `page` takes.
-fn next_page(page: &[RawEvent]) -> usize {
-    toolmark_broker::next_event_page(page.iter().map(RawEvent::size).max().unwrap_or(0))
 }
 
 /// What an event reader may see under its policy: every event of the tools it may call (by
@@ -309,7 +202,7 @@ impl Sight {
         crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn stream(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Authed(tenant, caller, _): Authed<Events>,
     crate::http::QueryOf(q): crate::http::QueryOf<EventQuery>,
     headers: HeaderMap,
@@ -320,7 +213,12 @@ pub async fn stream(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let feed = app.broker.events(&tenant.id, last_id.as_deref()).await?;
-    let events = replay_then_live(Arc::clone(&app.broker), tenant.id.clone(), feed, last_id);
+    let events = replay_then_live(
+        handle::events(&app.broker),
+        tenant.id.clone(),
+        feed,
+        last_id,
+    );
     let sight = Sight::new(caller, Arc::clone(&app.broker), &tenant);
     let sight = Arc::new(tokio::sync::Mutex::new(sight));
     let events = events

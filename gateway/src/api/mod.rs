@@ -8,15 +8,16 @@ pub(crate) mod conversations;
 pub(crate) mod events;
 pub mod inbound;
 pub(crate) mod request;
+mod state;
 pub(crate) mod webhooks;
+
+pub use state::{ApiState, Parts as ApiParts};
 
 use axum::Router;
 use axum::routing::{get, post};
 
-use crate::state::AppState;
-
 /// The agent API routes.
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<ApiState> {
     Router::new()
         .route(
             "/v1/tenants/{tenant}/tokens",

@@ -8,9 +8,9 @@ use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
+use crate::api::ApiState;
 use crate::caller::Caller;
 use crate::http::{Body, Problem, parse_json};
-use crate::state::AppState;
 use crate::tenants::Tenant;
 use toolmark_config::policy::Scope;
 
@@ -63,10 +63,10 @@ impl Door for AnyKey {
 #[derive(Debug, Clone)]
 pub struct Authed<D: Door>(pub Arc<Tenant>, pub Caller, pub PhantomData<D>);
 
-impl<D: Door> FromRequestParts<AppState> for Authed<D> {
+impl<D: Door> FromRequestParts<ApiState> for Authed<D> {
     type Rejection = Problem;
 
-    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Problem> {
+    async fn from_request_parts(parts: &mut Parts, app: &ApiState) -> Result<Self, Problem> {
         let params = RawPathParams::from_request_parts(parts, app)
             .await
             .map_err(|_| Problem::unauthorized())?;

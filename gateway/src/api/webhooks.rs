@@ -11,16 +11,9 @@ use std::sync::Arc;
 use toolmark_broker::EventType;
 
 use super::request::{Authed, Events, Webhooks};
+use crate::api::ApiState;
+use crate::event_feed::DeadLetters;
 use crate::http::problem::Problem;
-use crate::state::AppState;
-
-/// The tenant's webhook dead letters.
-#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub struct DeadLetters {
-    /// Oldest first: `{id, event, attempts, lastError, failedAt}`.
-    #[schema(value_type = Vec<Object>)]
-    pub failed: Vec<toolmark_broker::webhook::DeadLetter>,
-}
 
 /// The `{id}` of a dead letter.
 #[derive(Debug, utoipa::IntoParams)]
@@ -37,7 +30,7 @@ struct DeadLetterPath {
     responses((status = 200, description = "The dead letters", body = DeadLetters), crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn failed(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Authed(tenant, caller, _): Authed<Events>,
 ) -> Result<Json<DeadLetters>, Problem> {
     let mut failed = app.broker.webhook_failed(&tenant.id).await?;
@@ -75,7 +68,7 @@ pub async fn failed(
     responses((status = 202, description = "Back in its conversation's queue"), crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn retry(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Authed(tenant, _, _): Authed<Webhooks>,
     Path((_, id)): Path<(String, String)>,
 ) -> Result<Response, Problem> {

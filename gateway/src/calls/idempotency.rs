@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use toolmark_broker::{CallBinding, CallerRef, Outcome, SharedBroker, Watch, now_ms};
+use toolmark_broker::{Broker, CallBinding, CallerRef, Idempotency, Outcome, Watch, now_ms};
 
 use super::error::CallError;
 
@@ -164,7 +164,7 @@ pub enum Claimed {
 /// request (`caller`, read from the call's record); one claimed here is written as the key's
 /// own is (the mirror), for older nodes to find. The mirror goes with the previous release.
 pub async fn claim(
-    broker: &SharedBroker,
+    broker: &dyn Broker,
     tenant: &str,
     key: &str,
     legacy: Option<&str>,
@@ -215,7 +215,7 @@ pub async fn claim(
 }
 
 async fn claim_scoped(
-    broker: &SharedBroker,
+    broker: &dyn Idempotency,
     tenant: &str,
     key: &str,
     fingerprint: &str,
@@ -261,7 +261,7 @@ pub struct Claim {
 impl Claim {
     /// Names the call the first request started in the key's record: a repeat answers from it
     /// from here on.
-    pub async fn bind(self, broker: &SharedBroker, binding: &CallBinding) -> Bound {
+    pub async fn bind(self, broker: &dyn Idempotency, binding: &CallBinding) -> Bound {
         let record = Record {
             f: self.fingerprint,
             id: Some(binding.id.clone()),
@@ -281,7 +281,7 @@ impl Claim {
     }
 
     /// Gives the key back: the first request failed before it started a call.
-    pub async fn release(self, broker: &SharedBroker, tenant: &str) {
+    pub async fn release(self, broker: &dyn Idempotency, tenant: &str) {
         for key in std::iter::once(&self.key).chain(&self.mirror) {
             if let Err(e) = broker.release_idempotency(tenant, key).await {
                 tracing::warn!(tenant, error = %e, "idempotency key of a failed request not released; it expires in 24 h");
@@ -301,7 +301,7 @@ pub struct Bound {
 impl Bound {
     /// Writes the call's outcome to the key (and its mirror): a repeat within 24 h answers
     /// with it, even once the call itself left the broker's retention.
-    pub async fn finish(mut self, broker: &SharedBroker, tenant: &str, outcome: &Outcome) {
+    pub async fn finish(mut self, broker: &dyn Idempotency, tenant: &str, outcome: &Outcome) {
         self.record.outcome = Some(outcome.clone());
         for key in std::iter::once(&self.key).chain(&self.mirror) {
             write(broker, tenant, key, &self.record).await;
@@ -310,7 +310,7 @@ impl Bound {
 }
 
 /// Writes the key's record.
-async fn write(broker: &SharedBroker, tenant: &str, key: &str, record: &Record) {
+async fn write(broker: &dyn Idempotency, tenant: &str, key: &str, record: &Record) {
     let body = record.to_json();
     if let Err(e) = broker.update_idempotency(tenant, key, &body).await {
         tracing::warn!(tenant, error = %e, "idempotency key not bound to its call; a repeat waits for it, then runs");
@@ -321,7 +321,7 @@ async fn write(broker: &SharedBroker, tenant: &str, key: &str, record: &Record) 
 /// wrote it, else from the call's own notification, heard on this node whichever node placed
 /// the call ([`toolmark_broker::Calls::watch`]): no poll. Without a notification by the call's
 /// deadline (and [`OUTCOME_SLACK`]), or for a call gone from the broker, what was stored.
-pub async fn outcome(broker: &SharedBroker, tenant: &str, key: &str, record: Record) -> Outcome {
+pub async fn outcome(broker: &dyn Broker, tenant: &str, key: &str, record: Record) -> Outcome {
     if let Some(o) = record.outcome {
         return o;
     }
@@ -347,7 +347,7 @@ pub async fn outcome(broker: &SharedBroker, tenant: &str, key: &str, record: Rec
 }
 
 /// The outcome written to the key's record, else the call's own, if either is known.
-async fn stored(broker: &SharedBroker, tenant: &str, key: &str, id: &str) -> Option<Outcome> {
+async fn stored(broker: &dyn Broker, tenant: &str, key: &str, id: &str) -> Option<Outcome> {
     if let Ok(Some(stored)) = broker.idempotency(tenant, key).await
         && let Ok(Record {
             outcome: Some(o), ..
@@ -369,13 +369,13 @@ mod tests {
     use serde_json::json;
 
     /// A memory broker, as one node has it.
-    fn broker() -> SharedBroker {
+    fn broker() -> toolmark_broker::SharedBroker {
         let registry = std::sync::Arc::new(crate::registry::Registry::default());
         std::sync::Arc::new(toolmark_broker::memory::MemoryBroker::new("n1", registry))
     }
 
     /// A call made by `caller`, in the broker as a node of the previous release stores it.
-    async fn stored_call(broker: &SharedBroker, caller: &CallerRef) -> String {
+    async fn stored_call(broker: &dyn Broker, caller: &CallerRef) -> String {
         let conv = toolmark_broker::ConvKey::new("t", "u", "c");
         let binding = CallBinding {
             id: broker.mint_call_id(&conv),
@@ -403,7 +403,7 @@ mod tests {
         let broker = broker();
         let k1 = CallerRef::ApiKey { id: "k1".into() };
         let k2 = CallerRef::ApiKey { id: "k2".into() };
-        let call = stored_call(&broker, &k1).await;
+        let call = stored_call(&*broker, &k1).await;
         // A node before the upgrade recorded `order-1` (unscoped) with its call.
         let first = Record {
             f: "fp".into(),
@@ -421,12 +421,12 @@ mod tests {
         // Another key's request with the same value on an upgraded node: a new call, and the
         // first key's record is left as it is.
         assert!(matches!(
-            claim(&broker, "t", "7:k:k2:order-1", Some("order-1"), &k2, "fp").await,
+            claim(&*broker, "t", "7:k:k2:order-1", Some("order-1"), &k2, "fp").await,
             Ok(Claimed::First(_))
         ));
         // A retry of the same key on an upgraded node: a repeat of that call, and the scoped
         // key now holds it.
-        match claim(&broker, "t", "7:order-1", Some("order-1"), &k1, "fp").await {
+        match claim(&*broker, "t", "7:order-1", Some("order-1"), &k1, "fp").await {
             Ok(Claimed::Repeat(r)) => assert_eq!(r.id.as_deref(), Some(call.as_str())),
             other => panic!("{other:?}"),
         }
@@ -438,7 +438,7 @@ mod tests {
             .await
             .unwrap();
         assert!(
-            claim(&broker, "t", "7:order-9", Some("order-9"), &k1, "other")
+            claim(&*broker, "t", "7:order-9", Some("order-9"), &k1, "other")
                 .await
                 .is_err()
         );
@@ -452,7 +452,7 @@ mod tests {
         // A key nobody recorded: the first request, which claims the older form too, for
         // nodes of the previous release to find.
         assert!(matches!(
-            claim(&broker, "t", "7:fresh", Some("fresh"), &k1, "fp").await,
+            claim(&*broker, "t", "7:fresh", Some("fresh"), &k1, "fp").await,
             Ok(Claimed::First(Some(ref mirror))) if mirror == "fresh"
         ));
         assert!(broker.idempotency("t", "fresh").await.unwrap().is_some());

@@ -37,7 +37,7 @@ pub(crate) struct Repeat {
 impl Repeat {
     /// The call's outcome, once it has one (waiting as the first request does).
     pub(crate) async fn outcome(self, engine: &CallEngine, tenant: &Tenant) -> Outcome {
-        idempotency::outcome(&engine.parts().broker, &tenant.id, &self.key, self.record).await
+        idempotency::outcome(&*engine.parts().broker, &tenant.id, &self.key, self.record).await
     }
 }
 
@@ -64,7 +64,7 @@ impl CallEngine {
         let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let fingerprint = idempotency::fingerprint(route, user, conversation, &value);
         match idempotency::claim(
-            &self.parts().broker,
+            &*self.parts().broker,
             &tenant.id,
             &key,
             Some(&legacy),

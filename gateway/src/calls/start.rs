@@ -76,7 +76,7 @@ impl CallEngine {
             Err(refused) => {
                 traces::mark_error(&span, refused.code());
                 if let Some(claim) = claim {
-                    claim.release(&self.parts().broker, &tenant.id).await;
+                    claim.release(&*self.parts().broker, &tenant.id).await;
                 }
                 return Err(refused);
             }
@@ -84,7 +84,7 @@ impl CallEngine {
         let Placed { binding, waiter } = placed;
         // The key now names this call: a repeat answers from it from here on.
         let bound = match claim {
-            Some(claim) => Some(claim.bind(&self.parts().broker, &binding).await),
+            Some(claim) => Some(claim.bind(&*self.parts().broker, &binding).await),
             None => None,
         };
         let (id, tool, client_id, untrusted) = (

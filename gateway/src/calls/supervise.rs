@@ -116,7 +116,7 @@ impl CallEngine {
         // left the broker's retention.
         if let Some(bound) = bound {
             bound
-                .finish(&parts.broker, &binding.conv.tenant, &outcome)
+                .finish(&*parts.broker, &binding.conv.tenant, &outcome)
                 .await;
         }
         outcome

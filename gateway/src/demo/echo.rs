@@ -15,6 +15,7 @@ use toolmark_broker::ConvKey;
 use super::DEV_TENANT;
 use crate::http::Body;
 use crate::http::problem::Problem;
+use crate::page::PageState;
 use crate::state::AppState;
 
 /// The routes.
@@ -38,7 +39,7 @@ async fn authorize(State(app): State<AppState>, Json(req): Json<AuthRequest>) ->
     };
     let (Some(pair), Some(_)) = (
         tenant.pusher.first(),
-        crate::pusher::protocol::toolmark_channel(&req.channel_name),
+        crate::echo_channels::toolmark_channel(&req.channel_name),
     ) else {
         return StatusCode::FORBIDDEN.into_response();
     };
@@ -54,16 +55,16 @@ struct BridgeQuery {
 
 /// Forwards a page message to the inbound checks, as the app's `/toolmark/bridge` does.
 async fn bridge(
-    State(app): State<AppState>,
+    State(pages): State<PageState>,
     Query(q): Query<BridgeQuery>,
     Body(body): Body,
 ) -> Result<StatusCode, Problem> {
-    let tenant = app
+    let tenant = pages
         .tenants
         .get(DEV_TENANT)
         .ok_or_else(|| Problem::not_found("Tenant"))?;
     crate::http::check_ids(&q.user, &q.conversation)?;
     let conv = ConvKey::new(DEV_TENANT, &q.user, &q.conversation);
-    crate::api::inbound::accept(&app, &tenant, &conv, &body).await?;
+    crate::page::inbound::accept(&pages, &tenant, &conv, &body).await?;
     Ok(StatusCode::ACCEPTED)
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use toolmark_broker::{BrokerError, PlaceBound, Places, SharedBroker};
+use toolmark_broker::{BrokerError, DoorRecords, PlaceBound, Places};
 use toolmark_config::McpSettings;
 
 use super::grant::McpGrant;
@@ -36,7 +36,7 @@ struct Served {
 
 /// The hosted MCP endpoint's sessions and streams on this node.
 pub struct Live {
-    broker: SharedBroker,
+    broker: Arc<dyn DoorRecords>,
     settings: McpSettings,
     /// rmcp's sessions in this node's memory, each kept `mcp.session_idle_secs` unused (as
     /// long as the broker keeps its records).
@@ -58,7 +58,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Live {
     /// Nothing served yet, on `broker`, within `settings`.
-    pub fn new(broker: SharedBroker, settings: McpSettings) -> Self {
+    pub fn new(broker: Arc<dyn DoorRecords>, settings: McpSettings) -> Self {
         let mut manager = LocalSessionManager::default();
         manager.session_config.keep_alive = Some(settings.session_idle);
         Live {
@@ -115,7 +115,7 @@ impl Live {
             Err(e) => Problem::from(e),
         };
         self.close_here(id).await;
-        if let Err(e) = super::sessions::end(&self.broker, id).await {
+        if let Err(e) = super::sessions::end(&*self.broker, id).await {
             tracing::warn!(error = %e, "refused MCP session's records not dropped; they expire unused");
         }
         Err(refusal)
@@ -178,7 +178,7 @@ impl Live {
     /// Ends the session `id` of `grant` on every node: its records and its place in the
     /// broker, then this node's memory of it.
     pub async fn end(&self, grant: &McpGrant, id: &str) -> Result<(), BrokerError> {
-        super::sessions::end(&self.broker, id).await?;
+        super::sessions::end(&*self.broker, id).await?;
         let (tenant, holder) = self.places(grant);
         self.broker
             .give_place(&self.places_of(&tenant, &holder), id)
@@ -226,5 +226,11 @@ impl Live {
             });
         }
         n
+    }
+}
+
+impl crate::tenant_sync::Revoke for Arc<Live> {
+    fn revoke(&self, id: &str, tenant: Option<&Arc<Tenant>>) -> usize {
+        Live::revoke(self, id, tenant)
     }
 }

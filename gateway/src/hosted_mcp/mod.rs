@@ -34,7 +34,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::{Value, json};
 
 use crate::http::problem::Problem;
-pub use state::McpState;
+pub use state::{McpState, Parts as McpParts};
 
 /// The endpoint's path.
 pub const PATH: &str = "/v1/tenants/{tenant}/mcp";
@@ -91,7 +91,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(app: &McpState) -> Router<S> {
         // The gateway is reached under its public names; the bearer token is the guard here.
         .disable_allowed_hosts();
     config.session_store = Some(Arc::new(sessions::StoredSessions::new(
-        app.broker.clone(),
+        toolmark_broker::handle::records(&app.broker),
         settings.session_idle,
     )));
     let schemas = Arc::new(tools::Schemas::new(

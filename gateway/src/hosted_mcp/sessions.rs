@@ -9,7 +9,9 @@ use std::time::Duration;
 use rmcp::transport::streamable_http_server::session::store::{
     SessionState, SessionStore, SessionStoreError,
 };
-use toolmark_broker::{Kept, SharedBroker};
+use std::sync::Arc;
+
+use toolmark_broker::{DoorRecords, Kept};
 
 /// The session header of MCP Streamable HTTP.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -26,7 +28,7 @@ pub fn owner_key(id: &str) -> Kept {
 
 /// Ends a session on every node: both records go, so every node's next request in it is a 404
 /// (a node that holds it in memory lets it idle out).
-pub async fn end(broker: &SharedBroker, id: &str) -> Result<(), toolmark_broker::BrokerError> {
+pub async fn end(broker: &dyn DoorRecords, id: &str) -> Result<(), toolmark_broker::BrokerError> {
     broker.forget(&owner_key(id)).await?;
     broker.forget(&state_key(id)).await?;
     Ok(())
@@ -35,13 +37,13 @@ pub async fn end(broker: &SharedBroker, id: &str) -> Result<(), toolmark_broker:
 /// rmcp's session store over the broker.
 #[derive(Debug)]
 pub struct StoredSessions {
-    broker: SharedBroker,
+    broker: Arc<dyn DoorRecords>,
     idle: Duration,
 }
 
 impl StoredSessions {
     /// Sessions in `broker`, kept while used at least every `idle`.
-    pub fn new(broker: SharedBroker, idle: Duration) -> Self {
+    pub fn new(broker: Arc<dyn DoorRecords>, idle: Duration) -> Self {
         StoredSessions { broker, idle }
     }
 }

@@ -11,7 +11,6 @@ use toolmark_process::Lifecycle;
 use super::live::Live;
 use crate::calls::CallEngine;
 use crate::metrics::Metrics;
-use crate::state::AppState;
 use crate::tenants::Tenants;
 
 /// The hosted MCP endpoint's state: cheap to clone (one shared part).
@@ -41,18 +40,9 @@ pub struct Parts {
 }
 
 impl McpState {
-    /// The endpoint's state over the node's shared parts in `app`.
-    pub fn new(app: &AppState, settings: McpSettings, live: Arc<Live>) -> Self {
-        McpState(Arc::new(Parts {
-            broker: Arc::clone(&app.broker),
-            calls: app.calls.clone(),
-            tenants: app.tenants.clone(),
-            metrics: Arc::clone(&app.metrics),
-            life: app.life.clone(),
-            public_url: app.public_url.clone(),
-            settings,
-            live,
-        }))
+    /// The endpoint's state over its parts.
+    pub fn new(parts: Parts) -> Self {
+        McpState(Arc::new(parts))
     }
 }
 

@@ -7,7 +7,7 @@ use toolmark_broker::{BrokerError, ConvKey, EventType, PageIdentity, Rejection, 
 use toolmark_config::pins::PinMode;
 use toolmark_proto::{DecodeError, Limits, PageMessage, decode_to_agent};
 
-use crate::state::AppState;
+use crate::page::PageState;
 
 /// Why a page message was dropped. Every variant but [`Refused::Broker`] is counted in the
 /// metrics by [`decode`] or [`dispatch`] before it is returned.
@@ -45,17 +45,17 @@ impl Refused {
 pub const CLIENT_MISMATCH: &str = "client_mismatch";
 
 /// Decodes one page message under `limits`; a refusal is counted and logged.
-pub fn decode(app: &AppState, raw: &[u8], limits: &Limits) -> Result<PageMessage, Refused> {
+pub fn decode(pages: &PageState, raw: &[u8], limits: &Limits) -> Result<PageMessage, Refused> {
     decode_to_agent(raw, limits).map_err(|e| {
-        app.metrics.inbound_rejected(e.reason().as_str());
+        pages.metrics.inbound_rejected(e.reason().as_str());
         tracing::debug!(error = %e, "page message dropped");
         Refused::Decode(e)
     })
 }
 
 /// Counts a message whose clientId is not the sender's.
-pub fn client_mismatch(app: &AppState) -> Refused {
-    app.metrics.inbound_rejected(CLIENT_MISMATCH);
+pub fn client_mismatch(pages: &PageState) -> Refused {
+    pages.metrics.inbound_rejected(CLIENT_MISMATCH);
     Refused::ClientMismatch
 }
 
@@ -67,7 +67,7 @@ pub fn client_mismatch(app: &AppState) -> Refused {
 /// logged here, each line naming the conversation (a page frame is handled in no span at the
 /// default log level).
 pub async fn dispatch(
-    app: &AppState,
+    pages: &PageState,
     conv: &ConvKey,
     message: PageMessage,
     bytes: usize,
@@ -76,7 +76,7 @@ pub async fn dispatch(
         conv: conv.clone(),
         client_id: message.client_id().to_owned(),
     };
-    let mut frame = app.hold.frame(bytes);
+    let mut frame = pages.hold.frame(bytes);
     let unanswered = || {
         Refused::Broker(BrokerError::Unavailable {
             retry_after: std::time::Duration::from_secs(1),
@@ -85,27 +85,27 @@ pub async fn dispatch(
     match message {
         PageMessage::Manifest(m) => {
             // What the conversation presented before, when the tenant's pins are watched.
-            let watched = app
+            let watched = pages
                 .tenants
                 .get(&conv.tenant)
                 .filter(|t| t.pins.mode != PinMode::Off);
             let before = match &watched {
-                Some(_) => app.broker.conversation(conv).await.ok().map(|s| s.tools),
+                Some(_) => pages.broker.conversation(conv).await.ok().map(|s| s.tools),
                 None => None,
             };
             // Stored again, a manifest is stored once: the page's latest, in the order its
             // socket sent them, announced once under the frame's name.
             let name = frame.name(EventType::PageManifest.as_str());
             let stored = frame
-                .until_known(&app.metrics, conv, "manifest", |_| {
-                    app.broker.put_manifest(conv, &m, &name)
+                .until_known(&pages.metrics, conv, "manifest", |_| {
+                    pages.broker.put_manifest(conv, &m, &name)
                 })
                 .await;
             match stored {
                 Some(Ok(())) => {
-                    record_seen(app, conv, &m).await;
+                    record_seen(pages, conv, &m).await;
                     if let Some(tenant) = watched {
-                        announce_pins(app, &tenant, conv, &m, before.unwrap_or_default()).await;
+                        announce_pins(pages, &tenant, conv, &m, before.unwrap_or_default()).await;
                     }
                     Ok(())
                 }
@@ -118,18 +118,23 @@ pub async fn dispatch(
             Ok(())
         }
         PageMessage::Result(r) => {
-            let traced = app.registry.traces.answered(&r.id, &r.result);
+            let traced = pages.registry.traces.answered(&r.id, &r.result);
             let received_ms = frame.received_ms();
             let submitted = frame
-                .until_known(&app.metrics, conv, "result", |again| {
+                .until_known(&pages.metrics, conv, "result", |again| {
                     let (from, id, result) = (&from, &r.id, r.result.clone());
                     async move {
                         if again {
-                            app.broker
+                            pages
+                                .broker
                                 .submit_result_again(from, id, result, received_ms)
                                 .await
                         } else {
-                            app.broker.submit_result(from, id, result).await.map(|_| ())
+                            pages
+                                .broker
+                                .submit_result(from, id, result)
+                                .await
+                                .map(|_| ())
                         }
                     }
                 })
@@ -140,7 +145,7 @@ pub async fn dispatch(
             match submitted {
                 Some(Ok(())) => Ok(()),
                 Some(Err(SubmitError::Rejected(why))) => {
-                    app.metrics.result_rejected(why.as_str());
+                    pages.metrics.result_rejected(why.as_str());
                     tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
                     Err(Refused::Rejected(why))
                 }
@@ -149,15 +154,15 @@ pub async fn dispatch(
             }
         }
         PageMessage::Confirmed(c) => {
-            let traced = app.registry.traces.confirmed(&c.confirm_id, &c.result);
+            let traced = pages.registry.traces.confirmed(&c.confirm_id, &c.result);
             let submitted = frame
-                .until_known(&app.metrics, conv, "confirmed", |again| {
+                .until_known(&pages.metrics, conv, "confirmed", |again| {
                     let (from, id, outcome) = (&from, &c.confirm_id, &c.result);
                     async move {
                         if again {
-                            app.broker.submit_confirmed_again(from, id, outcome).await
+                            pages.broker.submit_confirmed_again(from, id, outcome).await
                         } else {
-                            app.broker.submit_confirmed(from, id, outcome).await
+                            pages.broker.submit_confirmed(from, id, outcome).await
                         }
                     }
                 })
@@ -168,7 +173,7 @@ pub async fn dispatch(
             match submitted {
                 Some(Ok(_)) => Ok(()),
                 Some(Err(SubmitError::Rejected(why))) => {
-                    app.metrics.result_rejected(why.as_str());
+                    pages.metrics.result_rejected(why.as_str());
                     tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");
                     Err(Refused::Rejected(why))
                 }
@@ -197,14 +202,14 @@ fn rejection_of<T>(submitted: &Option<Result<T, SubmitError>>) -> Option<&'stati
 /// entry. An event the broker does not take is logged (and its mark taken back, so that the
 /// next manifest announces it).
 async fn announce_pins(
-    app: &AppState,
+    pages: &PageState,
     tenant: &crate::tenants::Tenant,
     conv: &ConvKey,
     m: &toolmark_proto::Manifest,
     before: Vec<toolmark_proto::ToolManifestSummary>,
 ) {
     let emit = |kind: EventType, once: String, data: serde_json::Value| async move {
-        match app
+        match pages
             .broker
             .emit_once(&conv.tenant, kind, conv, data, &once)
             .await
@@ -247,7 +252,7 @@ async fn announce_pins(
         .iter()
         .map(|t| format!("unpinned\u{1f}{}\u{1f}{}", t.name, t.digest()))
         .collect();
-    let new = match app.broker.announce_once(conv, &names, true).await {
+    let new = match pages.broker.announce_once(conv, &names, true).await {
         Ok(new) => new,
         Err(e) => {
             return tracing::warn!(tenant = %conv.tenant, error = %e, "tool.unpinned not emitted");
@@ -269,7 +274,7 @@ async fn announce_pins(
         let data =
             serde_json::json!({"tool": t.name, "digest": t.digest(), "clientId": m.client_id});
         if !emit(EventType::ToolUnpinned, once, data).await {
-            let _ = app
+            let _ = pages
                 .broker
                 .announce_once(conv, std::slice::from_ref(name), false)
                 .await;
@@ -279,8 +284,8 @@ async fn announce_pins(
 
 /// Tells the broker which definitions a page of the tenant presented (throttled per node,
 /// [`crate::seen::SEEN_EVERY`]); a failure is logged, the manifest stays stored.
-async fn record_seen(app: &AppState, conv: &ConvKey, m: &toolmark_proto::Manifest) {
-    let due = app.seen.due(
+async fn record_seen(pages: &PageState, conv: &ConvKey, m: &toolmark_proto::Manifest) {
+    let due = pages.seen.due(
         &conv.tenant,
         m.tools
             .iter()
@@ -290,7 +295,7 @@ async fn record_seen(app: &AppState, conv: &ConvKey, m: &toolmark_proto::Manifes
     if due.is_empty() {
         return;
     }
-    match app.broker.saw_tools(&conv.tenant, &due).await {
+    match pages.broker.saw_tools(&conv.tenant, &due).await {
         Ok(0) => {}
         Ok(dropped) => {
             tracing::info!(tenant = %conv.tenant, dropped, "tool definitions seen: the oldest dropped past the bound")

@@ -4,5 +4,9 @@
 //! them ([`frames`]).
 
 pub mod frames;
+pub mod inbound;
 pub mod session;
 pub mod socket;
+mod state;
+
+pub use state::{PageState, Parts as PageParts};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use toolmark_broker::{AdmitError, AdmitLimits, ConvKey, EventType, Release};
 
+use crate::page::PageState;
 use crate::registry::Outbox;
-use crate::state::AppState;
 use crate::tenants::{Grant, Tenant};
 
 /// Which transport carries a session.
@@ -61,7 +61,7 @@ impl Session {
     /// Admits a page of `conv` (cluster-wide limits), gives it a registry slot and queues the
     /// calls it may have missed while it was away.
     pub async fn open(
-        app: &AppState,
+        pages: &PageState,
         tenant: &Tenant,
         conv: ConvKey,
         transport: Transport,
@@ -71,16 +71,16 @@ impl Session {
             max_connections: tenant.limits.max_connections,
             max_pages_per_conversation: tenant.limits.max_pages_per_conversation,
         };
-        app.broker.admit_page(&conv, &limits).await?;
-        app.metrics.sockets(transport.label()).inc();
-        let (slot, outbox) = app.registry.join(&conv, grant.clone());
+        pages.broker.admit_page(&conv, &limits).await?;
+        pages.metrics.sockets(transport.label()).inc();
+        let (slot, outbox) = pages.registry.join(&conv, grant.clone());
         // A revocation applied while this page was being admitted did not see its slot: check
         // against the tenant as it is now.
-        let current = app.tenants.get(&conv.tenant);
+        let current = pages.tenants.get(&conv.tenant);
         if !current.is_some_and(|t| t.admits(&conv.user, &conv.conversation, &grant)) {
             outbox.revoke();
         }
-        for frame in app.broker.pending_frames(&conv).await.unwrap_or_default() {
+        for frame in pages.broker.pending_frames(&conv).await.unwrap_or_default() {
             outbox.push(frame);
         }
         Ok(Session {
@@ -94,9 +94,9 @@ impl Session {
     }
 
     /// Records the clientId the page named in its first frame, here and in the broker.
-    pub async fn identify(&mut self, app: &AppState, client_id: &str) {
-        app.registry.identify(&self.conv, self.slot, client_id);
-        if let Err(e) = app.broker.page_identified(&self.conv, client_id).await {
+    pub async fn identify(&mut self, pages: &PageState, client_id: &str) {
+        pages.registry.identify(&self.conv, self.slot, client_id);
+        if let Err(e) = pages.broker.page_identified(&self.conv, client_id).await {
             let conv = &self.conv;
             tracing::warn!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, error = %e, "page not recorded");
         }
@@ -107,25 +107,25 @@ impl Session {
     /// (recorded by the broker with the release). A page of a deleted tenant announces nothing:
     /// the tenant's log is gone, and another tenant may hold its id by now; nor does a Pusher
     /// socket, whose pages speak through the tenant's bridge.
-    pub async fn close(self, app: &AppState) {
+    pub async fn close(self, pages: &PageState) {
         self.outbox.close();
-        app.registry.leave(&self.conv, self.slot);
-        app.metrics.sockets(self.transport.label()).dec();
+        pages.registry.leave(&self.conv, self.slot);
+        pages.metrics.sockets(self.transport.label()).dec();
         let announce = self.transport == Transport::WebSocket
-            && app
+            && pages
                 .tenants
                 .get(&self.conv.tenant)
                 .is_some_and(|t| t.incarnation == self.incarnation);
         // Held like a page's frame: asked again under its name until the broker answers, it
         // is applied once, with its `page.disconnected`.
-        let mut held = app.hold.frame(0);
+        let mut held = pages.hold.frame(0);
         let mut release = Release::new(held.name(EventType::PageDisconnected.as_str()), announce);
         let released = held
-            .until_known(&app.metrics, &self.conv, "page.left", |again| {
+            .until_known(&pages.metrics, &self.conv, "page.left", |again| {
                 release.again = again;
                 let release = release.clone();
                 let (conv, client) = (&self.conv, self.client_id.as_deref());
-                async move { app.broker.release_page(conv, client, &release).await }
+                async move { pages.broker.release_page(conv, client, &release).await }
             })
             .await;
         if let Some(Err(e)) = released {

@@ -18,10 +18,10 @@ use toolmark_proto::Limits;
 use tracing::Instrument;
 
 use crate::close;
+use crate::page::PageState;
 use crate::page::frames;
 use crate::page::session::{Session, Transport, refusal_reason};
 use crate::registry::Outgoing;
-use crate::state::AppState;
 use crate::tenants::{Grant, Tenant};
 use toolmark_config::MAX_FRAME_BYTES;
 
@@ -52,7 +52,7 @@ pub struct TokenQuery {
 
 /// The upgrade handler: refusals happen after the upgrade, as close codes.
 pub async fn upgrade(
-    State(app): State<AppState>,
+    State(pages): State<PageState>,
     Path(tenant_id): Path<String>,
     Query(q): Query<TokenQuery>,
     headers: HeaderMap,
@@ -67,14 +67,14 @@ pub async fn upgrade(
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| {
-            let open = app.life.hold();
+            let open = pages.life.hold();
             // The page's state lives in one box and the task holds only the loop's state, not
             // room for admission and close as well (docs/architecture.md, memory per idle page).
             // What the request brought (the socket, the tenant's id, the token, the origin) is
             // moved into admission's box here, outside the task's own future: a value the
             // task captured would keep its room in the task for the page's whole life, moved
             // out or not (the socket alone is 368 bytes).
-            let admitting = Box::pin(admit(app, tenant_id, q.token, origin, socket));
+            let admitting = Box::pin(admit(pages, tenant_id, q.token, origin, socket));
             async move {
                 let _open = open;
                 let Some(mut admitted) = admitting.await else {
@@ -96,33 +96,33 @@ struct Admitted {
 
 /// Authenticates and admits the page; a refused page gets its close code here and `None`.
 async fn admit(
-    app: AppState,
+    pages: PageState,
     tenant_id: String,
     token: Option<String>,
     origin: Option<String>,
     socket: WebSocket,
 ) -> Option<Box<Admitted>> {
     let (tenant, conv, grant) =
-        match authenticate(&app, &tenant_id, token.as_deref(), origin.as_deref()) {
+        match authenticate(&pages, &tenant_id, token.as_deref(), origin.as_deref()) {
             Ok(found) => found,
             Err((code, reason)) => {
-                refuse(&app, socket, code, reason).await;
+                refuse(&pages, socket, code, reason).await;
                 return None;
             }
         };
-    let session = match Session::open(&app, &tenant, conv, Transport::WebSocket, grant).await {
+    let session = match Session::open(&pages, &tenant, conv, Transport::WebSocket, grant).await {
         Ok(s) => s,
         Err(e) => {
             let code = match e {
                 AdmitError::Broker(_) => close::INTERNAL,
                 AdmitError::TenantConnections | AdmitError::ConversationPages => close::LIMIT,
             };
-            refuse(&app, socket, code, refusal_reason(&e)).await;
+            refuse(&pages, socket, code, refusal_reason(&e)).await;
             return None;
         }
     };
     let page = PageSocket {
-        app,
+        pages,
         limits: Limits::with_max_bytes(tenant.limits.max_message_bytes),
         rate: toolmark_broker::rate::bucket(tenant.limits.page_messages_per_second),
         session,
@@ -132,15 +132,15 @@ async fn admit(
 }
 
 fn authenticate(
-    app: &AppState,
+    pages: &PageState,
     tenant_id: &str,
     token: Option<&str>,
     origin: Option<&str>,
 ) -> Result<(Arc<Tenant>, ConvKey, Grant), (u16, &'static str)> {
-    if app.is_draining() {
+    if pages.is_draining() {
         return Err((close::GOING_AWAY, "draining"));
     }
-    let tenant = app
+    let tenant = pages
         .tenants
         .get(tenant_id)
         .ok_or((close::UNAUTHORIZED, "unauthorized"))?;
@@ -156,8 +156,8 @@ fn authenticate(
     Ok((tenant, conv, grant))
 }
 
-async fn refuse(app: &AppState, mut socket: WebSocket, code: u16, reason: &'static str) {
-    app.metrics.closed(code);
+async fn refuse(pages: &PageState, mut socket: WebSocket, code: u16, reason: &'static str) {
+    pages.metrics.closed(code);
     let _ = socket
         .send(Message::Close(Some(CloseFrame {
             code,
@@ -171,7 +171,7 @@ async fn refuse(app: &AppState, mut socket: WebSocket, code: u16, reason: &'stat
 async fn finish(admitted: Box<Admitted>, end: End) {
     let span = admitted.page.span();
     let Admitted {
-        page: PageSocket { app, session, .. },
+        page: PageSocket { pages, session, .. },
         mut socket,
     } = *admitted;
     async move {
@@ -180,7 +180,7 @@ async fn finish(admitted: Box<Admitted>, end: End) {
             End::Closed(code) => Some(code),
         };
         if code == Some(close::GOING_AWAY)
-            && let Err(e) = app.broker.mark_drained(&session.conv).await
+            && let Err(e) = pages.broker.mark_drained(&session.conv).await
         {
             tracing::debug!(error = %e, "drain not recorded");
         }
@@ -191,7 +191,7 @@ async fn finish(admitted: Box<Admitted>, end: End) {
         );
         // The release and its events first: a page that does not answer our close frame must
         // not hold them up (a drain's grace could end while it lingers).
-        session.close(&app).await;
+        session.close(&pages).await;
         if code.is_some() {
             linger(&mut socket).await;
         }
@@ -228,7 +228,7 @@ enum End {
 }
 
 struct PageSocket {
-    app: AppState,
+    pages: PageState,
     limits: Limits,
     rate: DefaultDirectRateLimiter,
     session: Session,
@@ -268,7 +268,7 @@ impl PageSocket {
         // stays on the grid.
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut last_seen = Instant::now();
-        let shutdown = self.app.life.stopping().clone();
+        let shutdown = self.pages.life.stopping().clone();
         loop {
             let flow = tokio::select! {
                 () = shutdown.cancelled() => Flow::Close(close::GOING_AWAY, "draining"),
@@ -312,12 +312,12 @@ impl PageSocket {
                             Box::pin(self.on_text(text.as_str()).instrument(span)).await
                         }
                         Some(Ok(Message::Binary(_))) => {
-                            self.app.metrics.inbound_rejected("binary");
+                            self.pages.metrics.inbound_rejected("binary");
                             self.strike()
                         }
                         Some(Ok(Message::Ping(_) | Message::Pong(_))) => Flow::Continue,
                         Some(Err(e)) if is_capacity_error(&e) => {
-                            self.app.metrics.inbound_rejected("frame_too_large");
+                            self.pages.metrics.inbound_rejected("frame_too_large");
                             Flow::Close(close::TOO_BIG, "frame too large")
                         }
                         Some(Err(_)) => return End::Gone,
@@ -325,7 +325,7 @@ impl PageSocket {
                 }
             };
             if let Flow::Close(code, reason) = flow {
-                self.app.metrics.closed(code);
+                self.pages.metrics.closed(code);
                 let _ = socket
                     .send(Message::Close(Some(CloseFrame {
                         code,
@@ -357,20 +357,20 @@ impl PageSocket {
 
     async fn on_text(&mut self, text: &str) -> Flow {
         if self.rate.check().is_err() {
-            self.app.metrics.inbound_rejected("rate_limited");
+            self.pages.metrics.inbound_rejected("rate_limited");
             return self.strike();
         }
-        let Ok(message) = frames::decode(&self.app, text.as_bytes(), &self.limits) else {
+        let Ok(message) = frames::decode(&self.pages, text.as_bytes(), &self.limits) else {
             return self.strike();
         };
         let claimed = message.client_id();
         let (conv, slot) = (&self.session.conv, self.session.slot);
         match &self.session.client_id {
             Some(bound) if bound != claimed => {
-                if self.app.registry.claimed_by_other(conv, slot, claimed) {
+                if self.pages.registry.claimed_by_other(conv, slot, claimed) {
                     return Flow::Close(close::POLICY, "frame claims another page's clientId");
                 }
-                frames::client_mismatch(&self.app);
+                frames::client_mismatch(&self.pages);
                 return self.strike();
             }
             Some(_) => {}
@@ -378,18 +378,18 @@ impl PageSocket {
                 // A first frame naming a clientId another socket of the conversation holds: the
                 // same page load coming back (its old socket is dead) or another tab claiming
                 // it. Only a live page answers a ping within the probe's time.
-                if let Some(other) = self.app.registry.bound_elsewhere(conv, slot, claimed) {
+                if let Some(other) = self.pages.registry.bound_elsewhere(conv, slot, claimed) {
                     if answers_ping(&other).await {
-                        frames::client_mismatch(&self.app);
+                        frames::client_mismatch(&self.pages);
                         return Flow::Close(close::POLICY, "frame claims another page's clientId");
                     }
                     other.evict();
                 }
-                self.session.identify(&self.app, claimed).await;
+                self.session.identify(&self.pages, claimed).await;
             }
         }
         // Refusals are counted and logged by `dispatch`; a page is never answered.
-        let _ = frames::dispatch(&self.app, &self.session.conv, message, text.len()).await;
+        let _ = frames::dispatch(&self.pages, &self.session.conv, message, text.len()).await;
         Flow::Continue
     }
 }

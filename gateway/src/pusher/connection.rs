@@ -16,9 +16,10 @@ use toolmark_broker::ConvKey;
 use tracing::Instrument;
 
 use super::protocol::{self, ACTIVITY_TIMEOUT_SECS, ClientEvent, code};
+use crate::echo_channels::{new_socket_id, toolmark_channel, verify};
+use crate::page::PageState;
 use crate::page::session::{Session, Transport};
 use crate::registry::{Outbox, Outgoing};
-use crate::state::AppState;
 use crate::tenants::Tenant;
 
 /// Subscriptions one connection may hold.
@@ -45,7 +46,7 @@ enum Delivery {
 }
 
 struct Connection {
-    app: AppState,
+    pages: PageState,
     tenant: Arc<Tenant>,
     socket_id: String,
     rate: DefaultDirectRateLimiter,
@@ -70,13 +71,13 @@ enum Flow {
 /// not for a socket and strings moved out long ago (`docs/architecture.md`, "Memory per idle
 /// page").
 pub(super) fn serve(
-    app: AppState,
+    pages: PageState,
     socket: WebSocket,
     key: String,
     proto: Option<String>,
     origin: Option<String>,
 ) -> impl Future<Output = ()> + Send {
-    let opening = Box::pin(open(app, socket, key, proto, origin));
+    let opening = Box::pin(open(pages, socket, key, proto, origin));
     async move {
         let Some(mut opened) = opening.await else {
             return;
@@ -104,15 +105,15 @@ struct Opened {
 /// The checks and the admission of a connection; a refused one gets its `pusher:error` and
 /// close here, and `None`.
 async fn open(
-    app: AppState,
+    pages: PageState,
     mut socket: WebSocket,
     key: String,
     proto: Option<String>,
     origin: Option<String>,
 ) -> Option<Box<Opened>> {
-    let tenant = app.tenants.by_pusher_key(&key);
+    let tenant = pages.tenants.by_pusher_key(&key);
     let mut refusal = match (&tenant, proto.as_deref()) {
-        _ if app.is_draining() => Some((code::OVER_CAPACITY, "draining")),
+        _ if pages.is_draining() => Some((code::OVER_CAPACITY, "draining")),
         (None, _) => Some((code::UNKNOWN_APP, "App key not in use")),
         (Some(_), p) if p != Some(protocol::PROTOCOL) => {
             Some((code::UNSUPPORTED_PROTOCOL, "Unsupported protocol version"))
@@ -124,7 +125,7 @@ async fn open(
     };
     if let (Some(t), None) = (&tenant, refusal) {
         // Counted from the upgrade, before anything is read from the socket.
-        refusal = match app
+        refusal = match pages
             .broker
             .admit_socket(&t.id, t.limits.max_connections)
             .await
@@ -138,7 +139,7 @@ async fn open(
     }
     let (Some(tenant), None) = (tenant, refusal) else {
         let (c, why) = refusal.unwrap_or((code::UNKNOWN_APP, "App key not in use"));
-        app.metrics.closed(c);
+        pages.metrics.closed(c);
         let _ = socket
             .send(Message::Text(protocol::error(c, why, None).into()))
             .await;
@@ -147,9 +148,9 @@ async fn open(
     };
     let conn = Connection {
         rate: toolmark_broker::rate::bucket(tenant.limits.page_messages_per_second),
-        app,
+        pages,
         tenant,
-        socket_id: super::new_socket_id(),
+        socket_id: new_socket_id(),
         subs: HashMap::new(),
         frames: SelectAll::new(),
         slot: true,
@@ -176,7 +177,7 @@ impl Connection {
         let mut tick = tokio::time::interval(ACTIVITY);
         tick.tick().await;
         let mut last_seen = Instant::now();
-        let shutdown = self.app.life.stopping().clone();
+        let shutdown = self.pages.life.stopping().clone();
         let unsubscribed = tokio::time::sleep(SUBSCRIBE_WINDOW);
         tokio::pin!(unsubscribed);
         let mut was_empty = true;
@@ -228,7 +229,7 @@ impl Connection {
                     }
                 }
                 Flow::Close(c, why) => {
-                    self.app.metrics.closed(c);
+                    self.pages.metrics.closed(c);
                     let _ = socket
                         .send(Message::Text(protocol::error(c, why, None).into()))
                         .await;
@@ -250,7 +251,7 @@ impl Connection {
 
     async fn on_text(&mut self, text: &str) -> Flow {
         if self.rate.check().is_err() {
-            self.app.metrics.inbound_rejected("rate_limited");
+            self.pages.metrics.inbound_rejected("rate_limited");
             return Flow::Continue;
         }
         match ClientEvent::parse(text) {
@@ -262,7 +263,7 @@ impl Connection {
             }) => self.subscribe(channel, auth, channel_data).await,
             Some(ClientEvent::Unsubscribe { channel }) => {
                 if let Some(s) = self.subs.remove(channel.as_str()) {
-                    s.close(&self.app).await;
+                    s.close(&self.pages).await;
                     if self.subs.is_empty() && !self.take_slot().await {
                         return Flow::Close(code::OVER_CAPACITY, "tenant connection limit");
                     }
@@ -289,25 +290,25 @@ impl Connection {
         if self.subs.contains_key(channel.as_str()) {
             return Flow::Send(protocol::subscribed(&channel));
         }
-        let refuse = |app: &AppState, c: u16, why: &str| {
-            app.metrics.closed(c);
+        let refuse = |pages: &PageState, c: u16, why: &str| {
+            pages.metrics.closed(c);
             tracing::debug!(%channel, code = c, reason = why, "subscription refused");
             Flow::Send(protocol::error(c, why, Some(&channel)))
         };
-        let Some((user, conversation)) = protocol::toolmark_channel(&channel) else {
-            return refuse(&self.app, code::UNAUTHORIZED, "Channel not served");
+        let Some((user, conversation)) = toolmark_channel(&channel) else {
+            return refuse(&self.pages, code::UNAUTHORIZED, "Channel not served");
         };
         if channel_data.is_some() {
-            return refuse(&self.app, code::UNAUTHORIZED, "Channel not served");
+            return refuse(&self.pages, code::UNAUTHORIZED, "Channel not served");
         }
         let authorized = auth
             .as_deref()
-            .is_some_and(|a| super::verify(&self.tenant.pusher, a, &self.socket_id, &channel));
+            .is_some_and(|a| verify(&self.tenant.pusher, a, &self.socket_id, &channel));
         if !authorized {
-            return refuse(&self.app, code::UNAUTHORIZED, "Invalid signature");
+            return refuse(&self.pages, code::UNAUTHORIZED, "Invalid signature");
         }
         if self.subs.len() >= MAX_SUBSCRIPTIONS {
-            return refuse(&self.app, code::OVER_CAPACITY, "Too many subscriptions");
+            return refuse(&self.pages, code::OVER_CAPACITY, "Too many subscriptions");
         }
         let conv = ConvKey::new(&self.tenant.id, user, conversation);
         // The first subscription takes over the connection's own slot.
@@ -317,15 +318,15 @@ impl Connection {
             iat_ms: Some(toolmark_broker::now_ms()),
         };
         let session =
-            match Session::open(&self.app, &self.tenant, conv, Transport::Echo, grant).await {
+            match Session::open(&self.pages, &self.tenant, conv, Transport::Echo, grant).await {
                 Ok(s) => s,
                 Err(e) => {
                     let why = crate::page::session::refusal_reason(&e);
                     if self.subs.is_empty() && !self.take_slot().await {
-                        self.app.metrics.closed(code::OVER_CAPACITY);
+                        self.pages.metrics.closed(code::OVER_CAPACITY);
                         return Flow::Close(code::OVER_CAPACITY, why);
                     }
-                    return refuse(&self.app, code::OVER_CAPACITY, why);
+                    return refuse(&self.pages, code::OVER_CAPACITY, why);
                 }
             };
         let name: Arc<str> = channel.as_str().into();
@@ -342,7 +343,7 @@ impl Connection {
     async fn take_slot(&mut self) -> bool {
         let t = &self.tenant;
         self.slot = self
-            .app
+            .pages
             .broker
             .admit_socket(&t.id, t.limits.max_connections)
             .await
@@ -353,7 +354,7 @@ impl Connection {
     /// Gives the connection's own slot up (a subscription is about to count instead).
     async fn give_slot(&mut self) {
         if std::mem::take(&mut self.slot)
-            && let Err(e) = self.app.broker.release_socket(&self.tenant.id).await
+            && let Err(e) = self.pages.broker.release_socket(&self.tenant.id).await
         {
             tracing::warn!(error = %e, "connection release not recorded");
         }
@@ -362,7 +363,7 @@ impl Connection {
     async fn finish(mut self) {
         self.give_slot().await;
         for (_, s) in self.subs {
-            s.close(&self.app).await;
+            s.close(&self.pages).await;
         }
     }
 }

@@ -6,7 +6,6 @@
 
 mod connection;
 pub mod protocol;
-pub mod signature;
 
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, Query, State};
@@ -14,9 +13,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
-pub use signature::{AppKey, new_socket_id, verify};
-
-use crate::state::AppState;
+use crate::page::PageState;
 
 /// Largest client frame: Pusher client events are small (a subscribe is well under 1 KiB).
 const MAX_CLIENT_FRAME: usize = 64 * 1024;
@@ -31,7 +28,7 @@ pub struct ConnectQuery {
 /// `allowed_origins`, the tenant's connection limit, draining) happen after the upgrade, as a
 /// `pusher:error` followed by a close with the same code.
 pub async fn upgrade(
-    State(app): State<AppState>,
+    State(pages): State<PageState>,
     Path(key): Path<String>,
     Query(q): Query<ConnectQuery>,
     headers: HeaderMap,
@@ -46,10 +43,10 @@ pub async fn upgrade(
         .max_message_size(MAX_CLIENT_FRAME)
         .max_frame_size(MAX_CLIENT_FRAME)
         .on_upgrade(move |socket| {
-            let open = app.life.hold();
+            let open = pages.life.hold();
             // Not captured by an async block of this closure: what it captured would keep
             // its room in the connection's task for the connection's life.
-            let serving = connection::serve(app, socket, key, q.protocol, origin);
+            let serving = connection::serve(pages, socket, key, q.protocol, origin);
             async move {
                 let _open = open;
                 serving.await;

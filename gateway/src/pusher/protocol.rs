@@ -38,7 +38,6 @@ pub const PROTOCOL: &str = "7";
 pub const ACTIVITY_TIMEOUT_SECS: u64 = 30;
 /// The event name of agent → page messages on a toolmark channel.
 pub const MESSAGE_EVENT: &str = "toolmark.message";
-const CHANNEL_PREFIX: &str = "private-toolmark.";
 
 /// A client event we act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,15 +95,6 @@ impl ClientEvent {
     }
 }
 
-/// The user and conversation of `private-toolmark.{user}.{conversation}`; `None` for every
-/// other channel (nothing else is served).
-pub fn toolmark_channel(name: &str) -> Option<(&str, &str)> {
-    let rest = name.strip_prefix(CHANNEL_PREFIX)?;
-    let (user, conversation) = rest.split_once('.')?;
-    (crate::ids::is_valid_id(user) && crate::ids::is_valid_id(conversation))
-        .then_some((user, conversation))
-}
-
 /// `pusher:connection_established` (its `data` is a JSON string, as in the protocol).
 pub fn established(socket_id: &str) -> String {
     let data = json!({"socket_id": socket_id, "activity_timeout": ACTIVITY_TIMEOUT_SECS});
@@ -145,25 +135,6 @@ pub fn message(channel: &str, frame: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_toolmark_private_channels_with_valid_ids_are_served() {
-        assert_eq!(
-            toolmark_channel("private-toolmark.u1.c-1"),
-            Some(("u1", "c-1"))
-        );
-        for bad in [
-            "toolmark.u1.c1",
-            "presence-toolmark.u1.c1",
-            "private-encrypted-toolmark.u1.c1",
-            "private-toolmark.u1",
-            "private-toolmark.u1.c1.x",
-            "private-toolmark..c1",
-            "private-App.Models.User.1",
-        ] {
-            assert_eq!(toolmark_channel(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn client_events_parse_from_objects_and_strings() {

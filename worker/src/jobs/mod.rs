@@ -17,9 +17,9 @@ mod sweep;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
-use toolmark_broker::SharedBroker;
 use toolmark_broker::catalog::Catalog;
 use toolmark_broker::webhook::WebhookQueue;
+use toolmark_broker::{SharedBroker, handle};
 use toolmark_config::Settings;
 use toolmark_store::follower::Follower;
 
@@ -64,14 +64,14 @@ impl Jobs {
         Ok(Jobs {
             deliveries: Deliveries::new(
                 queue,
-                Arc::clone(&broker) as Arc<dyn toolmark_broker::Calls>,
+                handle::calls(&broker),
                 settings,
                 consumer,
                 Arc::clone(&metrics),
                 follower,
             )?,
-            sweep: DeadlineSweep::new(Arc::clone(&broker), Arc::clone(&metrics)),
-            expiry: ConfirmationExpiry::new(broker, metrics),
+            sweep: DeadlineSweep::new(handle::calls(&broker), Arc::clone(&metrics)),
+            expiry: ConfirmationExpiry::new(handle::confirmations(&broker), metrics),
         })
     }
 

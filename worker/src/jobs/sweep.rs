@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use toolmark_broker::{CONFIRM_ABANDON_GRACE, Change, SharedBroker};
+use toolmark_broker::{CONFIRM_ABANDON_GRACE, Calls, Change, Confirmations};
 
 use super::metrics::{self, JobMetrics};
 
@@ -19,13 +19,13 @@ const EVERY: Duration = Duration::from_secs(1);
 /// and emits the events of changes whose node did not.
 #[derive(Debug)]
 pub struct DeadlineSweep {
-    broker: SharedBroker,
+    broker: Arc<dyn Calls>,
     metrics: Arc<JobMetrics>,
 }
 
 impl DeadlineSweep {
     /// The sweep over `broker`.
-    pub fn new(broker: SharedBroker, metrics: Arc<JobMetrics>) -> Self {
+    pub fn new(broker: Arc<dyn Calls>, metrics: Arc<JobMetrics>) -> Self {
         DeadlineSweep { broker, metrics }
     }
 
@@ -76,13 +76,13 @@ impl DeadlineSweep {
 /// `confirmation.resolved` with `confirmation_expired`.
 #[derive(Debug)]
 pub struct ConfirmationExpiry {
-    broker: SharedBroker,
+    broker: Arc<dyn Confirmations>,
     metrics: Arc<JobMetrics>,
 }
 
 impl ConfirmationExpiry {
     /// The sweep over `broker`.
-    pub fn new(broker: SharedBroker, metrics: Arc<JobMetrics>) -> Self {
+    pub fn new(broker: Arc<dyn Confirmations>, metrics: Arc<JobMetrics>) -> Self {
         ConfirmationExpiry { broker, metrics }
     }
 

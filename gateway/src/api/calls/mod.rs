@@ -14,9 +14,9 @@ use toolmark_proto::is_valid_tool_name;
 use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
 
 use super::request::{Authed, Calls, parse_body};
+use crate::api::ApiState;
 use crate::calls::{Once, Request, Route};
 use crate::http::{Body, IdempotencyKey, Problem, QueryOf, check_ids, parse_value};
-use crate::state::AppState;
 use crate::tenants::Tenant;
 
 mod bodies;
@@ -66,7 +66,7 @@ fn check_tool(pointer: &str, tool: &str) -> Result<(), Problem> {
         crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn call(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Authed(tenant, caller, _): Authed<Calls>,
     Path((_, user, conversation)): Path<(String, String, String)>,
     IdempotencyKey(key): IdempotencyKey,
@@ -102,7 +102,7 @@ pub async fn call(
         crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn describe(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Authed(tenant, caller, _): Authed<Calls>,
     Path((_, user, conversation)): Path<(String, String, String)>,
     IdempotencyKey(key): IdempotencyKey,
@@ -130,7 +130,7 @@ pub async fn describe(
 /// Starts a call or describe and answers it, once per `Idempotency-Key` (a repeat gets the
 /// first request's answer): 202 when the request asks for it, else 200 with the outcome.
 async fn respond_once(
-    app: &AppState,
+    app: &ApiState,
     tenant: &Tenant,
     key: Option<String>,
     route: Route<'_>,
@@ -187,7 +187,7 @@ fn accepted(tenant: &str, id: &str, client_id: &str) -> Response {
     responses((status = 200, description = "The outcome and what to hand back to the model", body = Invoked), crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn invoke(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Authed(tenant, caller, _): Authed<Calls>,
     Path((_, user, conversation)): Path<(String, String, String)>,
     IdempotencyKey(key): IdempotencyKey,
@@ -269,7 +269,7 @@ fn invoked(id: &str, untrusted: bool, outcome: &Outcome) -> Response {
     responses((status = 200, description = "The call", body = CallView), crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn get_call(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Authed(tenant, caller, _): Authed<Calls>,
     Path((_, id)): Path<(String, String)>,
     QueryOf(q): QueryOf<WaitQuery>,
@@ -303,7 +303,7 @@ pub async fn get_call(
         crate::http::doc::Problems),
     security(("apiKey" = [])))]
 pub async fn cancel(
-    State(app): State<AppState>,
+    State(app): State<ApiState>,
     Authed(tenant, caller, _): Authed<Calls>,
     Path((_, id)): Path<(String, String)>,
 ) -> Result<Response, Problem> {

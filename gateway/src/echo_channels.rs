@@ -1,10 +1,23 @@
-//! Pusher channel authorization: socket ids, and the `<key>:<hex HMAC-SHA256(secret,
+//! Laravel Echo's private channels of Toolmark: their names
+//! (`private-toolmark.{user}.{conversation}`, [`toolmark_channel`]), and what authorizes a
+//! socket to join one: socket ids, and the `<key>:<hex HMAC-SHA256(secret,
 //! "<socket_id>:<channel>")>` signature Laravel's `/broadcasting/auth` returns, checked in
 //! constant time against the tenant's current and rotating key pairs.
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
+
+const CHANNEL_PREFIX: &str = "private-toolmark.";
+
+/// The user and conversation of `private-toolmark.{user}.{conversation}`; `None` for every
+/// other channel (nothing else is served).
+pub fn toolmark_channel(name: &str) -> Option<(&str, &str)> {
+    let rest = name.strip_prefix(CHANNEL_PREFIX)?;
+    let (user, conversation) = rest.split_once('.')?;
+    (crate::ids::is_valid_id(user) && crate::ids::is_valid_id(conversation))
+        .then_some((user, conversation))
+}
 
 /// One app key of a tenant and its secret.
 #[derive(Clone)]
@@ -76,6 +89,25 @@ pub fn new_socket_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_toolmark_private_channels_with_valid_ids_are_served() {
+        assert_eq!(
+            toolmark_channel("private-toolmark.u1.c-1"),
+            Some(("u1", "c-1"))
+        );
+        for bad in [
+            "toolmark.u1.c1",
+            "presence-toolmark.u1.c1",
+            "private-encrypted-toolmark.u1.c1",
+            "private-toolmark.u1",
+            "private-toolmark.u1.c1.x",
+            "private-toolmark..c1",
+            "private-App.Models.User.1",
+        ] {
+            assert_eq!(toolmark_channel(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn signatures_match_the_pusher_scheme_and_only_their_pair() {
