@@ -78,7 +78,7 @@ fn main() {
                 .unwrap_or_else(|e| panic!("placed: {e}"));
             let result = ToolResult::Ok { data: Some(input) };
             broker
-                .submit_result(page, &id, result)
+                .submit_result(page, &id, &result)
                 .await
                 .unwrap_or_else(|e| panic!("answered: {e:?}"));
             drop(waiter.await);

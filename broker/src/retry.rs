@@ -42,28 +42,49 @@ pub fn pause(attempt: u32) -> Duration {
 /// `false` (the caller will not hold it), that outcome is returned at once.
 pub async fn until_answered<T, E, F>(
     until: Instant,
-    mut held: impl FnMut(&E) -> bool,
+    held: impl FnMut(&E) -> bool,
     mut attempt: impl FnMut(bool) -> F,
 ) -> Result<T, E>
 where
     E: Unknown,
     F: Future<Output = Result<T, E>>,
 {
+    let first = attempt(false).await;
+    answered_after(until, held, attempt, first).await
+}
+
+/// [`until_answered`] of which the first attempt was made already, with the outcome `first`:
+/// a caller whose first attempt is answered (nearly always) keeps only that attempt's future,
+/// and the loop's (with its pause) only when it is not.
+pub async fn answered_after<T, E, F>(
+    until: Instant,
+    mut held: impl FnMut(&E) -> bool,
+    mut attempt: impl FnMut(bool) -> F,
+    first: Result<T, E>,
+) -> Result<T, E>
+where
+    E: Unknown,
+    F: Future<Output = Result<T, E>>,
+{
+    let mut error = match first {
+        Err(e) if e.unknown() => e,
+        done => return done,
+    };
+    if !held(&error) {
+        return Err(error);
+    }
     let mut tries = 0;
     loop {
-        let error = match attempt(tries > 0).await {
-            Err(e) if e.unknown() => e,
-            done => return done,
-        };
-        if tries == 0 && !held(&error) {
-            return Err(error);
-        }
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(error);
         }
         tokio::time::sleep(pause(tries).min(left)).await;
         tries += 1;
+        error = match attempt(true).await {
+            Err(e) if e.unknown() => e,
+            done => return done,
+        };
     }
 }
 

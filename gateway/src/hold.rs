@@ -101,7 +101,27 @@ impl Frame<'_> {
         metrics: &Metrics,
         conv: &ConvKey,
         what: &'static str,
+        mut attempt: impl FnMut(bool) -> F,
+    ) -> Option<Result<T, E>>
+    where
+        E: Unknown + std::fmt::Display,
+        F: Future<Output = Result<T, E>>,
+    {
+        let first = attempt(false).await;
+        self.known_after(metrics, conv, what, attempt, first).await
+    }
+
+    /// [`Frame::until_known`] of which the first attempt was made already, with the outcome
+    /// `first` ([`retry::answered_after`]). A frame's path that awaits its first attempt
+    /// itself, and this only when that outcome is unknown (boxed), keeps a small future for
+    /// the common case: a page's result is handled in a box of its own per frame.
+    pub async fn known_after<T, E, F>(
+        &mut self,
+        metrics: &Metrics,
+        conv: &ConvKey,
+        what: &'static str,
         attempt: impl FnMut(bool) -> F,
+        first: Result<T, E>,
     ) -> Option<Result<T, E>>
     where
         E: Unknown + std::fmt::Display,
@@ -121,7 +141,7 @@ impl Frame<'_> {
             tracing::warn!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, frame = what, error = %error, "page frame held until the broker answers");
             true
         };
-        match retry::until_answered(until, held, attempt).await {
+        match retry::answered_after(until, held, attempt, first).await {
             Err(error) if error.unknown() && full => {
                 metrics.frame_dropped("hold_full");
                 tracing::error!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, frame = what, bytes = self.bytes, error = %error, "page frame dropped: the node holds as many frames as broker.stall_hold_frames and broker.stall_hold_bytes allow");

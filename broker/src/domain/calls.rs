@@ -58,15 +58,16 @@ pub trait Calls: Send + Sync + std::fmt::Debug {
         self.send_call(binding, frame).await
     }
 
-    /// Checks a page's `result` against the call's binding ([`crate::model::check_result`]) and marks
-    /// it answered; the outcome goes to the waiting node. An async call's `call.result` is
-    /// recorded with it ([`crate::Change::Call`]).
+    /// Checks a page's `result` against the call's binding ([`crate::model::check_result`]) and
+    /// marks it answered; the outcome goes to the waiting node. An async call's `call.result` is
+    /// recorded with it ([`crate::Change::Call`]). The result is read, not taken: a node that
+    /// must submit it again still has it.
     async fn submit_result(
         &self,
         from: &PageIdentity,
         id: &str,
-        result: ToolResult,
-    ) -> Result<CallRecord, SubmitError>;
+        result: &ToolResult,
+    ) -> Result<(), SubmitError>;
 
     /// [`Calls::submit_result`] again, by the node that received the result at `received_ms`,
     /// after a submission whose outcome it does not know (a stall, a lost reply): the deadline
@@ -76,7 +77,7 @@ pub trait Calls: Send + Sync + std::fmt::Debug {
         &self,
         from: &PageIdentity,
         id: &str,
-        result: ToolResult,
+        result: &ToolResult,
         received_ms: u64,
     ) -> Result<(), SubmitError>;
 

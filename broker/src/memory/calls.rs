@@ -76,16 +76,16 @@ impl Calls for MemoryBroker {
         &self,
         from: &PageIdentity,
         id: &str,
-        result: ToolResult,
-    ) -> Result<CallRecord, SubmitError> {
-        self.answer(from, id, result, now_ms())
+        result: &ToolResult,
+    ) -> Result<(), SubmitError> {
+        self.answer(from, id, result.clone(), now_ms()).map(|_| ())
     }
 
     async fn submit_result_again(
         &self,
         from: &PageIdentity,
         id: &str,
-        result: ToolResult,
+        result: &ToolResult,
         received_ms: u64,
     ) -> Result<(), SubmitError> {
         {
@@ -97,14 +97,15 @@ impl Calls for MemoryBroker {
             let Some(r) = &record else {
                 return Err(SubmitError::Rejected(Rejection::UnknownId));
             };
-            let same_outcome = r.outcome.as_ref() == Some(&Outcome::Result(result.clone()));
+            let same_outcome = matches!(&r.outcome, Some(Outcome::Result(o)) if o == result);
             model::check_result_again(found(r, from), &from.client_id, received_ms, same_outcome)
                 .map_err(SubmitError::Rejected)?;
             if r.state == CallState::Answered {
                 return Ok(());
             }
         }
-        self.answer(from, id, result, received_ms).map(|_| ())
+        self.answer(from, id, result.clone(), received_ms)
+            .map(|_| ())
     }
 
     async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError> {
@@ -408,28 +409,24 @@ mod tests {
             let id = format!("5a2c8b71-3d0e-4f5a-8b6c-7d8e9f0a1b{i:02}");
             let waiter = place(&b, &id, i % 2 == 0).await;
             let pending = b.call("t", &id).await.unwrap().unwrap();
-            let answered = b.submit_result(&page, &id, result.clone()).await.unwrap();
+            b.submit_result(&page, &id, &result).await.unwrap();
             assert_eq!(waiter.await.unwrap(), Outcome::Result(result.clone()));
+            let (answered, outcome) = reads(&b, &id).await;
+            let answered = answered.unwrap();
             assert_eq!(
                 answered.binding, pending.binding,
                 "the caller and the rest kept"
             );
             assert_eq!(answered.state, CallState::Answered);
-            assert_eq!(
-                reads(&b, &id).await,
-                (
-                    Some(answered.clone()),
-                    Some(Outcome::Result(result.clone()))
-                )
-            );
+            assert_eq!(outcome, Some(Outcome::Result(result.clone())));
+            assert_eq!(answered.outcome, outcome);
             // The same result again is taken, another is a duplicate.
-            b.submit_result_again(&page, &id, result.clone(), now_ms())
+            b.submit_result_again(&page, &id, &result, now_ms())
                 .await
                 .unwrap();
             assert_eq!(
-                b.submit_result(&page, &id, ToolResult::Ok { data: None })
-                    .await
-                    .map(|_| ()),
+                b.submit_result(&page, &id, &ToolResult::Ok { data: None })
+                    .await,
                 Err(SubmitError::Rejected(Rejection::Duplicate))
             );
             if result.confirm_id().is_some() {
@@ -466,9 +463,8 @@ mod tests {
             (Some(timed_out), Some(Outcome::Timeout))
         );
         assert_eq!(
-            b.submit_result(&page, id, ToolResult::Ok { data: None })
-                .await
-                .map(|_| ()),
+            b.submit_result(&page, id, &ToolResult::Ok { data: None })
+                .await,
             Err(SubmitError::Rejected(Rejection::Late))
         );
         assert!(b.pending_frames(&conv()).await.unwrap().is_empty());

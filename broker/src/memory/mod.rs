@@ -263,7 +263,7 @@ mod tests {
             .send_call(binding("a", now_ms() + 60_000), frame("a"))
             .await
             .unwrap();
-        assert!(b.submit_result(&page("p1"), "a", ok()).await.is_ok());
+        assert!(b.submit_result(&page("p1"), "a", &ok()).await.is_ok());
         assert_eq!(
             b.time_out(&ConvKey::new("t", "u", "c"), "a").await.unwrap(),
             None
@@ -281,7 +281,7 @@ mod tests {
                 .is_some()
         );
         assert_eq!(
-            b.submit_result(&page("p1"), "b", ok()).await,
+            b.submit_result(&page("p1"), "b", &ok()).await,
             Err(SubmitError::Rejected(Rejection::Late))
         );
         assert_eq!(rx.await.unwrap(), Outcome::Timeout);

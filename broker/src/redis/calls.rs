@@ -242,8 +242,8 @@ impl Calls for RedisBroker {
         &self,
         from: &PageIdentity,
         id: &str,
-        result: ToolResult,
-    ) -> Result<CallRecord, SubmitError> {
+        result: &ToolResult,
+    ) -> Result<(), SubmitError> {
         self.put_result(from, id, result, None).await
     }
 
@@ -251,12 +251,10 @@ impl Calls for RedisBroker {
         &self,
         from: &PageIdentity,
         id: &str,
-        result: ToolResult,
+        result: &ToolResult,
         received_ms: u64,
     ) -> Result<(), SubmitError> {
-        self.put_result(from, id, result, Some(received_ms))
-            .await
-            .map(|_| ())
+        self.put_result(from, id, result, Some(received_ms)).await
     }
 
     async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError> {

@@ -188,8 +188,25 @@ pub fn binding(
 
 /// A call's outcome for the node that waits for it.
 pub fn outcome_message(id: &str, outcome: &Outcome) -> String {
-    let json = serde_json::to_string(outcome).unwrap_or_default();
-    format!("r{SEP}{id}{SEP}{json}")
+    outcome_message_of(id, &serde_json::to_string(outcome).unwrap_or_default())
+}
+
+/// [`outcome_message`] of an outcome serialized already.
+pub fn outcome_message_of(id: &str, outcome: &str) -> String {
+    let mut m = String::with_capacity(2 + id.len() + SEP.len_utf8() + outcome.len());
+    m.push('r');
+    m.push(SEP);
+    m.push_str(id);
+    m.push(SEP);
+    m.push_str(outcome);
+    m
+}
+
+/// Whether a call's stored summary (`tool`, kind, flags, [`binding`]'s) is an async call's.
+pub fn summary_is_async(summary: &str) -> bool {
+    let flags = summary.splitn(3, SEP).nth(2).unwrap_or_default();
+    let flags = flags.find('[').map_or(flags, |at| &flags[..at]);
+    flags.contains('a')
 }
 
 /// Decodes a node-channel message (`None` for anything else, logged by the caller).
@@ -493,6 +510,10 @@ mod tests {
             binding("id-1", &conv_ref(&c), "p1", "12", "n1", &call_summary(&b)),
             Some(b.clone())
         );
+        assert!(
+            !summary_is_async(&call_summary(&b)),
+            "a sync call's summary"
+        );
         // Each kind of caller, ids holding what the encoding uses as separators.
         for caller in [
             CallerRef::ApiKey { id: "k\n1".into() },
@@ -516,6 +537,15 @@ mod tests {
             };
             let summary = call_summary(&with);
             assert_eq!(summary.lines().count(), 3, "{summary}");
+            assert!(summary_is_async(&summary), "{summary}");
+            let sync = call_summary(&CallBinding {
+                respond_async: false,
+                ..with.clone()
+            });
+            assert!(
+                !summary_is_async(&sync),
+                "a caller's id is not a flag: {sync}"
+            );
             assert_eq!(
                 binding("id-1", &conv_ref(&c), "p1", "12", "n1", &summary),
                 Some(with)

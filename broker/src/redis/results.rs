@@ -21,13 +21,14 @@ impl RedisBroker {
         &self,
         from: &PageIdentity,
         id: &str,
-        result: ToolResult,
+        result: &ToolResult,
         again: Option<u64>,
-    ) -> Result<CallRecord, SubmitError> {
+    ) -> Result<(), SubmitError> {
         let k = partition::of_conv(&from.conv);
-        let outcome = Outcome::Result(result.clone());
-        let message = codec::outcome_message(id, &outcome);
-        let outcome = serde_json::to_string(&outcome).unwrap_or_default();
+        // The outcome is its result, serialized once: stored as it is, and sent to the waiting
+        // node in its message.
+        let outcome = serde_json::to_string(result).unwrap_or_default();
+        let message = codec::outcome_message_of(id, &outcome);
         let confirm_key = result.confirm_id().map_or_else(
             || self.keys.call(k, id),
             |c| self.keys.confirm(&from.conv, c),
@@ -75,24 +76,25 @@ impl RedisBroker {
                     let member = codec::confirm_member(&from.conv, c, &from.client_id);
                     self.watch_confirm(&member, now_ms()).await;
                 }
-                let conv = codec::conv_ref(&from.conv);
-                let binding = match &reply[..] {
-                    [_, summary, deadline, node] => {
-                        codec::binding(id, &conv, &from.client_id, deadline, node, summary)
-                    }
-                    _ => None,
-                }
-                .ok_or(SubmitError::Rejected(Rejection::UnknownId))?;
-                let record = CallRecord {
-                    binding,
-                    state: CallState::Answered,
-                    outcome: Some(Outcome::Result(result)),
-                    resolution: None,
+                let [_, summary, deadline, node] = &reply[..] else {
+                    return Err(SubmitError::Rejected(Rejection::UnknownId));
                 };
-                if record.binding.respond_async {
-                    self.relay(&Change::Call(record.clone())).await;
+                // Only an async call's change is announced (`call.result`): a sync call's
+                // record is not made here, its outcome went to the waiting node.
+                if codec::summary_is_async(summary) {
+                    let conv = codec::conv_ref(&from.conv);
+                    let binding =
+                        codec::binding(id, &conv, &from.client_id, deadline, node, summary)
+                            .ok_or(SubmitError::Rejected(Rejection::UnknownId))?;
+                    let record = CallRecord {
+                        binding,
+                        state: CallState::Answered,
+                        outcome: Some(Outcome::Result(result.clone())),
+                        resolution: None,
+                    };
+                    self.relay(&Change::Call(record)).await;
                 }
-                Ok(record)
+                Ok(())
             }
             Some("unknown_id") => {
                 // Not in this conversation's partition: another conversation's call (in

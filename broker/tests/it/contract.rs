@@ -27,7 +27,7 @@ async fn results_are_checked_against_their_binding(backend: Backend) {
     let submit = |from, id: &str| {
         let b = b.clone();
         let id = id.to_owned();
-        async move { b.submit_result(&from, &id, ok()).await.map(|_| ()) }
+        async move { b.submit_result(&from, &id, &ok()).await }
     };
     assert_eq!(
         submit(page(&c, "p1"), "nope").await,
@@ -110,13 +110,11 @@ async fn call_ids_are_all_random_and_still_find_their_call(backend: Backend) {
     };
     let other = ConvKey::new("t", "u2", "elsewhere");
     assert_eq!(
-        n2.submit_result(&page(&other, "p1"), &id, ok())
-            .await
-            .map(|_| ()),
+        n2.submit_result(&page(&other, "p1"), &id, &ok()).await,
         rejected(Rejection::Mismatch),
         "a result from another conversation"
     );
-    n2.submit_result(&page(&c, "p1"), &id, ok()).await.unwrap();
+    n2.submit_result(&page(&c, "p1"), &id, &ok()).await.unwrap();
     assert_eq!(waiter.await.unwrap(), Outcome::Result(ok()));
     let heard = tokio::time::timeout(Duration::from_secs(5), watching)
         .await
@@ -159,7 +157,7 @@ async fn a_watched_call_tells_every_watching_node_its_outcome(backend: Backend) 
     let on_two_again = pending(n2.watch("t", &id).await.unwrap());
     let on_three = pending(n3.watch("t", &id).await.unwrap());
     let on_one = pending(n1.watch("t", &id).await.unwrap());
-    n3.submit_result(&page(&c, "p1"), &id, ok()).await.unwrap();
+    n3.submit_result(&page(&c, "p1"), &id, &ok()).await.unwrap();
     for rx in [waiter, on_two, on_two_again, on_three, on_one] {
         let o = tokio::time::timeout(Duration::from_secs(5), rx)
             .await
@@ -207,7 +205,7 @@ async fn confirmations_are_bound_single_use_and_keep_their_tool(backend: Backend
     let c = conv();
     // A deadline a busy machine's answer still meets; the call is forgotten 300 ms after it.
     let (id, _w) = call(&b, &c, "p1", Duration::from_secs(1)).await;
-    b.submit_result(&page(&c, "p1"), &id, needs("k1"))
+    b.submit_result(&page(&c, "p1"), &id, &needs("k1"))
         .await
         .unwrap();
     let confirm = |from, k: &str| {
@@ -300,7 +298,7 @@ async fn a_silent_socket_keeps_confirmations_and_their_expiry_needs_the_page_gon
     b.admit_page(&c, &LIMITS).await.unwrap();
     b.page_identified(&c, "p1").await.unwrap();
     let (id, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
-    b.submit_result(&page(&c, "p1"), &id, needs("k1"))
+    b.submit_result(&page(&c, "p1"), &id, &needs("k1"))
         .await
         .unwrap();
     // A network blip: the page's socket goes, it comes back and is silent.
@@ -321,7 +319,7 @@ async fn a_silent_socket_keeps_confirmations_and_their_expiry_needs_the_page_gon
 
     // A page that is really gone: its confirmation expires, once.
     let (id, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
-    b.submit_result(&page(&c, "p1"), &id, needs("k2"))
+    b.submit_result(&page(&c, "p1"), &id, &needs("k2"))
         .await
         .unwrap();
     b.release_page(&c, Some("p1"), &crate::support::release())
@@ -349,7 +347,7 @@ async fn a_call_carries_how_its_confirmation_ended_and_is_kept_past_it(backend: 
     b.admit_page(&c, &LIMITS).await.unwrap();
     b.page_identified(&c, "p1").await.unwrap();
     let (id, _w) = call(&b, &c, "p1", Duration::from_millis(400)).await;
-    b.submit_result(&page(&c, "p1"), &id, needs("k1"))
+    b.submit_result(&page(&c, "p1"), &id, &needs("k1"))
         .await
         .unwrap();
     // Past the call's deadline and `finished_calls`: still kept, its confirmation pending.
@@ -398,7 +396,7 @@ async fn a_call_carries_how_its_confirmation_ended_and_is_kept_past_it(backend: 
 
     // Expired: the refusal is its final outcome.
     let (id, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
-    b.submit_result(&page(&c, "p1"), &id, needs("k2"))
+    b.submit_result(&page(&c, "p1"), &id, &needs("k2"))
         .await
         .unwrap();
     b.release_page(&c, Some("p1"), &crate::support::release())
@@ -423,7 +421,7 @@ async fn an_echo_subscription_keeps_its_pages_confirmations_until_it_is_gone(bac
     // A Laravel Echo subscription never names a clientId; its page speaks through /inbound.
     b.admit_page(&c, &LIMITS).await.unwrap();
     let (id, _w) = call(&b, &c, "e1", Duration::from_secs(30)).await;
-    b.submit_result(&page(&c, "e1"), &id, needs("k1"))
+    b.submit_result(&page(&c, "e1"), &id, &needs("k1"))
         .await
         .unwrap();
     sweep_keeps(&b, backend).await;
@@ -791,7 +789,7 @@ async fn a_placed_call_takes_the_rate_first_then_goes_to_the_current_page(backen
     connected_page(&b, &c, "p2").await;
     let placed = b.place_call(request(&c, 1000)).await.unwrap();
     assert_eq!(placed.binding.client_id, "p2");
-    b.submit_result(&page(&c, "p2"), &placed.binding.id, ok())
+    b.submit_result(&page(&c, "p2"), &placed.binding.id, &ok())
         .await
         .unwrap();
     assert_eq!(placed.waiter.await.unwrap(), Outcome::Result(ok()));
@@ -1055,20 +1053,25 @@ async fn a_frame_submitted_again_is_applied_once_and_its_event_recorded_once(bac
     let from = page(&c, "p1");
     // A result applied, then submitted again: the same outcome is no duplicate; another is.
     let (id, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
-    b.submit_result(&from, &id, needs("k1")).await.unwrap();
+    b.submit_result(&from, &id, &needs("k1")).await.unwrap();
     assert_eq!(
-        b.submit_result_again(&from, &id, needs("k1"), toolmark_broker::now_ms())
+        b.submit_result_again(&from, &id, &needs("k1"), toolmark_broker::now_ms())
             .await,
         Ok(())
     );
     assert_eq!(
-        b.submit_result_again(&from, &id, ok(), toolmark_broker::now_ms())
+        b.submit_result_again(&from, &id, &ok(), toolmark_broker::now_ms())
             .await,
         rejected(Rejection::Duplicate)
     );
     assert_eq!(
-        b.submit_result_again(&page(&c, "p2"), &id, needs("k1"), toolmark_broker::now_ms())
-            .await,
+        b.submit_result_again(
+            &page(&c, "p2"),
+            &id,
+            &needs("k1"),
+            toolmark_broker::now_ms()
+        )
+        .await,
         rejected(Rejection::Mismatch)
     );
     // Received before the deadline, submitted after it: judged when it was received.
@@ -1079,11 +1082,11 @@ async fn a_frame_submitted_again_is_applied_once_and_its_event_recorded_once(bac
     })
     .await;
     assert_eq!(
-        b.submit_result(&from, &late, ok()).await.map(|_| ()),
+        b.submit_result(&from, &late, &ok()).await,
         rejected(Rejection::Late)
     );
     assert_eq!(
-        b.submit_result_again(&from, &late, ok(), received).await,
+        b.submit_result_again(&from, &late, &ok(), received).await,
         Ok(())
     );
     let record = b.call("t", &late).await.unwrap().unwrap();
@@ -1146,7 +1149,7 @@ async fn every_change_records_its_events_once(backend: Backend) {
     b.put_manifest(&c, &m, "manifest-2").await.unwrap();
     let from = page(&c, "p1");
     let (confirmed, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
-    b.submit_result(&from, &confirmed, needs("k1"))
+    b.submit_result(&from, &confirmed, &needs("k1"))
         .await
         .unwrap();
     b.submit_confirmed(&from, "k1", &confirmed_ok())
@@ -1159,9 +1162,9 @@ async fn every_change_records_its_events_once(backend: Backend) {
     assert!(b.time_out(&c, &timed_out).await.unwrap().is_some());
     assert!(b.time_out(&c, &timed_out).await.unwrap().is_none());
     let (answered, _w) = call_as(&b, &c, "p1", Duration::from_secs(30), true).await;
-    b.submit_result(&from, &answered, ok()).await.unwrap();
+    b.submit_result(&from, &answered, &ok()).await.unwrap();
     let (sync, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
-    b.submit_result(&from, &sync, ok()).await.unwrap();
+    b.submit_result(&from, &sync, &ok()).await.unwrap();
     assert!(
         b.release_page(
             &c,

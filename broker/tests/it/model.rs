@@ -403,9 +403,8 @@ impl Case {
         let nodes = self.nodes();
         let node = &nodes[client % nodes.len()];
         let got = rejection(
-            node.submit_result(&page(&from_conv, from), &id, result)
-                .await
-                .map(|_| ()),
+            node.submit_result(&page(&from_conv, from), &id, &result)
+                .await,
         );
         prop_assert_eq!(got, expected, "result");
         if got.is_ok() {
@@ -435,7 +434,7 @@ impl Case {
             let expected = model::check_result_again(found, from, 0, same);
             let result = if confirm { needs(&confirm_id) } else { ok() };
             let again = rejection(
-                node.submit_result_again(&page(&from_conv, from), &id, result, 0)
+                node.submit_result_again(&page(&from_conv, from), &id, &result, 0)
                     .await,
             );
             prop_assert_eq!(again, expected, "result again");

@@ -163,7 +163,7 @@ async fn a_call_names_its_caller_while_pending_and_once_finished(backend: Backen
         let pending = b.call("n", &id).await.unwrap().unwrap();
         assert_eq!(pending.binding.caller.as_ref(), Some(&caller));
         assert!(pending.binding.respond_async);
-        b.submit_result(&page(&c, "p1"), &id, ok()).await.unwrap();
+        b.submit_result(&page(&c, "p1"), &id, &ok()).await.unwrap();
         assert_eq!(placed.waiter.await.unwrap(), Outcome::Result(ok()));
         let done = b.call("n", &id).await.unwrap().unwrap();
         assert_eq!(done.binding.caller, Some(caller));

@@ -184,11 +184,11 @@ async fn every_key_has_a_ttl_except_the_documented_ones() {
     // confirmation, events, a drain, a reconnect, a release, a restart of Redis.
     connected_page(&b, &c, "p1").await;
     let (id, _w) = call(&b, &c, "p1", Duration::from_secs(5)).await;
-    b.submit_result(&page(&c, "p1"), &id, needs("k1"))
+    b.submit_result(&page(&c, "p1"), &id, &needs("k1"))
         .await
         .unwrap();
     let (id, _w) = call(&b, &c, "p1", Duration::from_secs(5)).await;
-    b.submit_result(&page(&c, "p1"), &id, ok()).await.unwrap();
+    b.submit_result(&page(&c, "p1"), &id, &ok()).await.unwrap();
     let (id, _w) = call(&b, &c, "p1", Duration::from_secs(5)).await;
     b.time_out(&c, &id).await.unwrap();
     let _ = b.take_call("t", 10).await;
@@ -334,7 +334,7 @@ async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_
     // (The first use of each script also loads it into Redis: done before counting.)
     let c = &convs[7];
     let first = b.place_call(request(c, 1000)).await.unwrap();
-    b.submit_result(&page(c, "p1"), &first.binding.id, ok())
+    b.submit_result(&page(c, "p1"), &first.binding.id, &ok())
         .await
         .unwrap();
     let monitor = redis.monitor();
@@ -346,7 +346,7 @@ async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_
     }
     monitor.mark("results");
     for id in &ids {
-        b.submit_result(&page(c, "p1"), id, ok()).await.unwrap();
+        b.submit_result(&page(c, "p1"), id, &ok()).await.unwrap();
     }
     monitor.mark("done");
     assert_eq!(
@@ -392,7 +392,7 @@ async fn a_finished_call_keeps_only_its_binding_state_and_outcome() {
     connected_page(&b, &c, &client).await;
     let placed = b.place_call(request(&c, 1000)).await.unwrap();
     let id = placed.binding.id.clone();
-    b.submit_result(&page(&c, &client), &id, ok())
+    b.submit_result(&page(&c, &client), &id, &ok())
         .await
         .unwrap();
     // The call id and the clientId are kept as their 16 bytes in URL-safe base64, not as
@@ -636,7 +636,7 @@ async fn calls_an_older_node_stored_are_resent_cancelled_and_answered() {
         },
     )
     .await;
-    b.submit_result(&page(&c, "p1"), &ids[1], ok())
+    b.submit_result(&page(&c, "p1"), &ids[1], &ok())
         .await
         .unwrap();
     let record = b.call("t", &ids[1]).await.unwrap().unwrap();
@@ -718,7 +718,7 @@ async fn a_change_whose_node_never_emitted_its_events_is_announced_once_by_the_s
 
     // A confirmation: applied, its reply lost.
     let (id, _w) = call(&lossy, &c, "p1", Duration::from_secs(30)).await;
-    lossy.submit_result(&from, &id, needs("k1")).await.unwrap();
+    lossy.submit_result(&from, &id, &needs("k1")).await.unwrap();
     proxy.drop_reply_and_cut(":confirm:k1", 1);
     assert!(
         lossy
@@ -760,12 +760,12 @@ async fn a_change_whose_node_never_emitted_its_events_is_announced_once_by_the_s
     let (answered, _w) =
         crate::support::call_as(&lossy, &c, "p1", Duration::from_secs(30), true).await;
     proxy.drop_reply_and_cut(&answered, 1);
-    assert!(lossy.submit_result(&from, &answered, ok()).await.is_err());
+    assert!(lossy.submit_result(&from, &answered, &ok()).await.is_err());
     swept_until(4).await;
     eventually(Duration::from_secs(10), "the node answers again", || {
         let (b, from, id) = (lossy.clone(), from.clone(), answered.clone());
         async move {
-            b.submit_result_again(&from, &id, ok(), toolmark_broker::now_ms())
+            b.submit_result_again(&from, &id, &ok(), toolmark_broker::now_ms())
                 .await
                 .ok()
         }
@@ -808,7 +808,7 @@ async fn a_change_with_events_costs_two_round_trips_more_and_a_plain_result_none
     connected_page(&b, &c, "p1").await;
     // Each script's first use loads it: done before counting.
     let (id, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
-    b.submit_result(&from, &id, needs("k0")).await.unwrap();
+    b.submit_result(&from, &id, &needs("k0")).await.unwrap();
     b.submit_confirmed(&from, "k0", &crate::support::confirmed_ok())
         .await
         .unwrap();
@@ -816,7 +816,7 @@ async fn a_change_with_events_costs_two_round_trips_more_and_a_plain_result_none
     let (answered, _w) = crate::support::call_as(&b, &c, "p1", Duration::from_secs(30), true).await;
     let (timed_out, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
     let (confirmed, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
-    b.submit_result(&from, &confirmed, needs("k1"))
+    b.submit_result(&from, &confirmed, &needs("k1"))
         .await
         .unwrap();
     let monitor = redis.monitor();
@@ -828,9 +828,9 @@ async fn a_change_with_events_costs_two_round_trips_more_and_a_plain_result_none
         ("manifest", vec!["evalsha", "evalsha", "hdel"]),
     ];
     monitor.mark(steps[0].0);
-    b.submit_result(&from, &sync, ok()).await.unwrap();
+    b.submit_result(&from, &sync, &ok()).await.unwrap();
     monitor.mark(steps[1].0);
-    b.submit_result(&from, &answered, ok()).await.unwrap();
+    b.submit_result(&from, &answered, &ok()).await.unwrap();
     monitor.mark(steps[2].0);
     b.time_out(&c, &timed_out).await.unwrap().unwrap();
     monitor.mark(steps[3].0);

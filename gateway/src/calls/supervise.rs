@@ -226,7 +226,7 @@ mod tests {
             client_id: "p1".into(),
         };
         broker
-            .submit_result(&from, &binding.id, ToolResult::Ok { data: None })
+            .submit_result(&from, &binding.id, &ToolResult::Ok { data: None })
             .await
             .unwrap();
         assert_eq!(

@@ -3,6 +3,7 @@
 //! then the broker's binding, single-use and deadline checks and the manifest, result and
 //! confirmed handling, with one set of metrics and events, so the transports cannot drift.
 
+use toolmark_broker::retry::Unknown;
 use toolmark_broker::{BrokerError, ConvKey, EventType, PageIdentity, Rejection, SubmitError};
 use toolmark_config::pins::PinMode;
 use toolmark_proto::{DecodeError, Limits, PageMessage, decode_to_agent};
@@ -69,7 +70,7 @@ pub fn client_mismatch(pages: &PageState) -> Refused {
 pub async fn dispatch(
     pages: &PageState,
     conv: &ConvKey,
-    message: PageMessage,
+    message: &PageMessage,
     bytes: usize,
 ) -> Result<(), Refused> {
     let from = PageIdentity {
@@ -77,110 +78,142 @@ pub async fn dispatch(
         client_id: message.client_id().to_owned(),
     };
     let mut frame = pages.hold.frame(bytes);
-    let unanswered = || {
-        Refused::Broker(BrokerError::Unavailable {
-            retry_after: std::time::Duration::from_secs(1),
-        })
-    };
     match message {
-        PageMessage::Manifest(m) => {
-            // What the conversation presented before, when the tenant's pins are watched.
-            let watched = pages
-                .tenants
-                .get(&conv.tenant)
-                .filter(|t| t.pins.mode != PinMode::Off);
-            let before = match &watched {
-                Some(_) => pages.broker.conversation(conv).await.ok().map(|s| s.tools),
-                None => None,
-            };
-            // Stored again, a manifest is stored once: the page's latest, in the order its
-            // socket sent them, announced once under the frame's name.
-            let name = frame.name(EventType::PageManifest.as_str());
-            let stored = frame
-                .until_known(&pages.metrics, conv, "manifest", |_| {
-                    pages.broker.put_manifest(conv, &m, &name)
-                })
-                .await;
-            match stored {
-                Some(Ok(())) => {
-                    record_seen(pages, conv, &m).await;
-                    if let Some(tenant) = watched {
-                        announce_pins(pages, &tenant, conv, &m, before.unwrap_or_default()).await;
-                    }
-                    Ok(())
-                }
-                Some(Err(e)) => Err(e.into()),
-                None => Err(unanswered()),
-            }
-        }
+        // Boxed: a manifest's path (pins, tools seen) is the largest and the rarest; a call's
+        // result, the frame of every call, keeps a small future of its own (one allocation of
+        // it per frame, under the allocator's large-request size).
+        PageMessage::Manifest(m) => Box::pin(on_manifest(pages, conv, m, &mut frame)).await,
         PageMessage::Changed(c) => {
             tracing::debug!(client_id = %c.client_id, rev = c.rev, "page changed (no manifest)");
             Ok(())
         }
-        PageMessage::Result(r) => {
-            let traced = pages.registry.traces.answered(&r.id, &r.result);
-            let received_ms = frame.received_ms();
-            let submitted = frame
-                .until_known(&pages.metrics, conv, "result", |again| {
-                    let (from, id, result) = (&from, &r.id, r.result.clone());
-                    async move {
-                        if again {
-                            pages
-                                .broker
-                                .submit_result_again(from, id, result, received_ms)
-                                .await
-                        } else {
-                            pages
-                                .broker
-                                .submit_result(from, id, result)
-                                .await
-                                .map(|_| ())
-                        }
-                    }
-                })
-                .await;
-            if let Some(t) = traced {
-                t.done(rejection_of(&submitted));
-            }
-            match submitted {
-                Some(Ok(())) => Ok(()),
-                Some(Err(SubmitError::Rejected(why))) => {
-                    pages.metrics.result_rejected(why.as_str());
-                    tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
-                    Err(Refused::Rejected(why))
-                }
-                Some(Err(SubmitError::Broker(e))) => Err(e.into()),
-                None => Err(unanswered()),
-            }
-        }
+        PageMessage::Result(r) => on_result(pages, conv, &from, r, &mut frame).await,
         PageMessage::Confirmed(c) => {
-            let traced = pages.registry.traces.confirmed(&c.confirm_id, &c.result);
-            let submitted = frame
-                .until_known(&pages.metrics, conv, "confirmed", |again| {
-                    let (from, id, outcome) = (&from, &c.confirm_id, &c.result);
-                    async move {
-                        if again {
-                            pages.broker.submit_confirmed_again(from, id, outcome).await
-                        } else {
-                            pages.broker.submit_confirmed(from, id, outcome).await
-                        }
-                    }
-                })
-                .await;
-            if let Some(t) = traced {
-                t.done(rejection_of(&submitted));
-            }
-            match submitted {
-                Some(Ok(_)) => Ok(()),
-                Some(Err(SubmitError::Rejected(why))) => {
-                    pages.metrics.result_rejected(why.as_str());
-                    tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");
-                    Err(Refused::Rejected(why))
-                }
-                Some(Err(SubmitError::Broker(e))) => Err(e.into()),
-                None => Err(unanswered()),
-            }
+            Box::pin(on_confirmed(pages, conv, &from, c, &mut frame)).await
         }
+    }
+}
+
+/// The broker did not answer within the hold.
+fn unanswered() -> Refused {
+    Refused::Broker(BrokerError::Unavailable {
+        retry_after: std::time::Duration::from_secs(1),
+    })
+}
+
+/// A manifest, kept and announced once (and what a tenant watching its pins is told of it).
+async fn on_manifest(
+    pages: &PageState,
+    conv: &ConvKey,
+    m: &toolmark_proto::Manifest,
+    frame: &mut crate::hold::Frame<'_>,
+) -> Result<(), Refused> {
+    // What the conversation presented before, when the tenant's pins are watched.
+    let watched = pages
+        .tenants
+        .get(&conv.tenant)
+        .filter(|t| t.pins.mode != PinMode::Off);
+    let before = match &watched {
+        Some(_) => pages.broker.conversation(conv).await.ok().map(|s| s.tools),
+        None => None,
+    };
+    // Stored again, a manifest is stored once: the page's latest, in the order its
+    // socket sent them, announced once under the frame's name.
+    let name = frame.name(EventType::PageManifest.as_str());
+    let stored = frame
+        .until_known(&pages.metrics, conv, "manifest", |_| {
+            pages.broker.put_manifest(conv, m, &name)
+        })
+        .await;
+    match stored {
+        Some(Ok(())) => {
+            record_seen(pages, conv, m).await;
+            if let Some(tenant) = watched {
+                announce_pins(pages, &tenant, conv, m, before.unwrap_or_default()).await;
+            }
+            Ok(())
+        }
+        Some(Err(e)) => Err(e.into()),
+        None => Err(unanswered()),
+    }
+}
+
+/// A call's result, checked against its binding by the broker.
+async fn on_result(
+    pages: &PageState,
+    conv: &ConvKey,
+    from: &PageIdentity,
+    r: &toolmark_proto::ResultMessage,
+    frame: &mut crate::hold::Frame<'_>,
+) -> Result<(), Refused> {
+    let traced = pages.registry.traces.answered(&r.id, &r.result);
+    let received_ms = frame.received_ms();
+    let attempt = |again: bool| async move {
+        if again {
+            pages
+                .broker
+                .submit_result_again(from, &r.id, &r.result, received_ms)
+                .await
+        } else {
+            pages.broker.submit_result(from, &r.id, &r.result).await
+        }
+    };
+    // The first attempt in this future; the hold's loop (boxed) only when the broker did not
+    // answer it.
+    let first = attempt(false).await;
+    let submitted = if first.as_ref().is_err_and(Unknown::unknown) {
+        Box::pin(frame.known_after(&pages.metrics, conv, "result", attempt, first)).await
+    } else {
+        Some(first)
+    };
+    if let Some(t) = traced {
+        t.done(rejection_of(&submitted));
+    }
+    match submitted {
+        Some(Ok(())) => Ok(()),
+        Some(Err(SubmitError::Rejected(why))) => {
+            pages.metrics.result_rejected(why.as_str());
+            tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
+            Err(Refused::Rejected(why))
+        }
+        Some(Err(SubmitError::Broker(e))) => Err(e.into()),
+        None => Err(unanswered()),
+    }
+}
+
+/// A deferred confirmation's outcome, checked against its binding by the broker.
+async fn on_confirmed(
+    pages: &PageState,
+    conv: &ConvKey,
+    from: &PageIdentity,
+    c: &toolmark_proto::Confirmed,
+    frame: &mut crate::hold::Frame<'_>,
+) -> Result<(), Refused> {
+    let traced = pages.registry.traces.confirmed(&c.confirm_id, &c.result);
+    let submitted = frame
+        .until_known(&pages.metrics, conv, "confirmed", |again| {
+            let (id, outcome) = (&c.confirm_id, &c.result);
+            async move {
+                if again {
+                    pages.broker.submit_confirmed_again(from, id, outcome).await
+                } else {
+                    pages.broker.submit_confirmed(from, id, outcome).await
+                }
+            }
+        })
+        .await;
+    if let Some(t) = traced {
+        t.done(rejection_of(&submitted));
+    }
+    match submitted {
+        Some(Ok(_)) => Ok(()),
+        Some(Err(SubmitError::Rejected(why))) => {
+            pages.metrics.result_rejected(why.as_str());
+            tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");
+            Err(Refused::Rejected(why))
+        }
+        Some(Err(SubmitError::Broker(e))) => Err(e.into()),
+        None => Err(unanswered()),
     }
 }
 

@@ -42,7 +42,7 @@ pub async fn accept(
     {
         return Err(problem(frames::client_mismatch(pages)));
     }
-    frames::dispatch(pages, conv, message, body.len())
+    frames::dispatch(pages, conv, &message, body.len())
         .await
         .map_err(problem)
 }

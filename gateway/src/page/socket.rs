@@ -389,7 +389,7 @@ impl PageSocket {
             }
         }
         // Refusals are counted and logged by `dispatch`; a page is never answered.
-        let _ = frames::dispatch(&self.pages, &self.session.conv, message, text.len()).await;
+        let _ = frames::dispatch(&self.pages, &self.session.conv, &message, text.len()).await;
         Flow::Continue
     }
 }

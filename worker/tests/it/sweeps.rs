@@ -183,7 +183,7 @@ async fn a_confirmation_of_a_gone_page_expires_after_the_grace_and_is_announced(
         changes: None,
     };
     gateway
-        .submit_result(&from, &binding.id, needs)
+        .submit_result(&from, &binding.id, &needs)
         .await
         .unwrap();
     // The page goes away before the user decides, and does not come back.

@@ -355,7 +355,7 @@ async fn confirmations_of_a_page_gone_from_every_node_expire_once() {
         summary: "s".into(),
         changes: None,
     };
-    broker.submit_result(&from, &call_id, needs).await.unwrap();
+    broker.submit_result(&from, &call_id, &needs).await.unwrap();
     assert!(
         broker
             .expire_abandoned_confirmations(Duration::ZERO)

@@ -20,14 +20,41 @@
 //! - each script's `local x = ARGV[n]` (and `KEYS[n]`) reads the value its header names `x` at
 //!   `n` (`tests::every_script_reads_its_arguments_where_its_header_puts_them`);
 //! - every header parses (the same test).
+//!
+//! A release build sends the values without their names: the header's grammar below is read
+//! only where it is checked.
+#![cfg_attr(not(any(debug_assertions, test)), allow(dead_code, unused_imports))]
 
 use super::Lua;
 
-/// The values of one run of a script, each under its name.
-#[derive(Debug, Default)]
+/// The values of one run of a script, each under its name (the names are kept only where they
+/// are checked: debug builds and tests).
+#[derive(Debug)]
 pub struct Args {
-    keys: Vec<(&'static str, String)>,
-    argv: Vec<(&'static str, String)>,
+    keys: Vec<String>,
+    argv: Vec<String>,
+    #[cfg(any(debug_assertions, test))]
+    key_names: Vec<&'static str>,
+    #[cfg(any(debug_assertions, test))]
+    arg_names: Vec<&'static str>,
+}
+
+/// Room made for a script's keys and arguments at once: more than any script takes but a few,
+/// so that building them is one allocation each, not one per doubling.
+const KEYS_ROOM: usize = 8;
+const ARGV_ROOM: usize = 24;
+
+impl Default for Args {
+    fn default() -> Self {
+        Args {
+            keys: Vec::with_capacity(KEYS_ROOM),
+            argv: Vec::with_capacity(ARGV_ROOM),
+            #[cfg(any(debug_assertions, test))]
+            key_names: Vec::new(),
+            #[cfg(any(debug_assertions, test))]
+            arg_names: Vec::new(),
+        }
+    }
 }
 
 impl Args {
@@ -37,39 +64,48 @@ impl Args {
 
     /// The next key.
     pub fn key(mut self, name: &'static str, key: impl Into<String>) -> Self {
-        self.keys.push((name, key.into()));
+        #[cfg(any(debug_assertions, test))]
+        self.key_names.push(name);
+        let _ = name;
+        self.keys.push(key.into());
         self
     }
 
     /// The next argument.
     pub fn arg(mut self, name: &'static str, value: impl Arg) -> Self {
-        self.argv.push((name, value.into_arg()));
+        #[cfg(any(debug_assertions, test))]
+        self.arg_names.push(name);
+        let _ = name;
+        self.argv.push(value.into_arg());
         self
     }
 
     /// Any number of arguments under one name (`name...` in the header).
     pub fn args(mut self, name: &'static str, values: impl IntoIterator<Item = String>) -> Self {
-        self.argv.extend(values.into_iter().map(|v| (name, v)));
+        let before = self.argv.len();
+        self.argv.extend(values);
+        #[cfg(any(debug_assertions, test))]
+        self.arg_names
+            .extend(std::iter::repeat_n(name, self.argv.len() - before));
+        let _ = (name, before);
         self
     }
 
     /// What Redis is sent.
     pub fn into_parts(self) -> (Vec<String>, Vec<String>) {
-        (
-            self.keys.into_iter().map(|(_, k)| k).collect(),
-            self.argv.into_iter().map(|(_, v)| v).collect(),
-        )
+        (self.keys, self.argv)
     }
 
     /// Whether the names agree with `lua`'s header, in order and in number.
+    #[cfg(any(debug_assertions, test))]
     pub fn check(&self, lua: &Lua) -> Result<(), String> {
         let header = header(lua.code).map_err(|e| format!("{}.lua: {e}", lua.name))?;
         for (what, items, given) in [
-            ("KEYS", &header.keys, &self.keys),
-            ("ARGV", &header.argv, &self.argv),
+            ("KEYS", &header.keys, &self.key_names),
+            ("ARGV", &header.argv, &self.arg_names),
         ] {
-            let names: Vec<&str> = given.iter().map(|(n, _)| *n).collect();
-            if !fits(items, &names) {
+            let names: &[&str] = given;
+            if !fits(items, names) {
                 return Err(format!(
                     "{}.lua: its {what} are {}; the Rust sends {}",
                     lua.name,
