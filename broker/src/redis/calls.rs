@@ -31,10 +31,10 @@ impl RedisBroker {
         let conv = &binding.conv;
         let k = partition::of_conv(conv);
         Bind {
-            call: self.keys.call(k, &binding.id),
-            pending: self.keys.pending(conv),
-            deadlines: self.keys.deadlines(k),
-            sockets: self.keys.sockets(conv),
+            call: self.conn.keys.call(k, &binding.id),
+            pending: self.conn.keys.pending(conv),
+            deadlines: self.conn.keys.deadlines(k),
+            sockets: self.conn.keys.sockets(conv),
             id: codec::compact_id(&binding.id),
             conv_ref: codec::conv_ref(conv),
             client: codec::compact_id(&binding.client_id),
@@ -44,16 +44,16 @@ impl RedisBroker {
             frame: match trace {
                 // A node of 0.4.0 or older cannot read the traced form: while one is live,
                 // the page's node starts a trace of its own.
-                Some(t) if !self.live.legacy_ids() => {
+                Some(t) if !self.node.live.legacy_ids() => {
                     codec::traced_page_message(conv, &binding.client_id, &frame.to_json(), t)
                 }
                 _ => codec::page_message(conv, &binding.client_id, &frame.to_json()),
             },
             cancel: codec::cancel_message(binding),
             ttl: binding.deadline_ms.saturating_sub(now_ms())
-                + model::millis(self.opts.retention.finished_calls),
+                + model::millis(self.conn.opts.retention.finished_calls),
             deadline_member: codec::deadline_member(conv, &binding.id),
-            channel_prefix: self.keys.node_channel_prefix(),
+            channel_prefix: self.conn.keys.node_channel_prefix(),
             channel_suffix: format!(":{}", keys::partition_tag(k)),
         }
     }
@@ -61,7 +61,7 @@ impl RedisBroker {
     /// Reads the conversation for [`Broker::place_call`] and remembers what it found.
     pub(super) async fn expect(&self, conv: &ConvKey) -> Result<Arc<Expected>, BrokerError> {
         let (state, seq) = self.conversation_with_seq(conv).await?;
-        Ok(self.expected.remember(
+        Ok(self.calls.expected.remember(
             conv,
             Expected {
                 // The script itself decides whether the page takes calls
@@ -88,7 +88,7 @@ impl RedisBroker {
         &self,
         req: &mut CallRequest,
     ) -> Result<Arc<Expected>, PlaceError> {
-        if let Some(cached) = self.expected.get(&req.conv)
+        if let Some(cached) = self.calls.expected.get(&req.conv)
             && req.resolve(cached.tools()).is_ok()
         {
             return Ok(cached);
@@ -131,8 +131,8 @@ impl RedisBroker {
     ) -> Result<Vec<(String, Arc<str>)>, BrokerError> {
         let reply = self
             .run(PendingFrames {
-                pending: self.keys.pending(conv),
-                call_prefix: self.keys.call_prefix(partition::of_conv(conv)),
+                pending: self.conn.keys.pending(conv),
+                call_prefix: self.conn.keys.call_prefix(partition::of_conv(conv)),
             })
             .await?;
         Ok(strings(reply)
@@ -155,7 +155,7 @@ impl RedisBroker {
     ) -> Result<Option<Outcome>, BrokerError> {
         let f = strings(
             self.run(ReadCall {
-                call: self.keys.call(k, id),
+                call: self.conn.keys.call(k, id),
             })
             .await?,
         );
@@ -173,18 +173,18 @@ impl RedisBroker {
             // Never an id the gateway minted.
             return Ok(None);
         }
-        if let Some(k) = self.located.get(id) {
+        if let Some(k) = self.calls.located.get(id) {
             return Ok(Some(k));
         }
         let reads = (0..partition::PARTITIONS).map(|k| {
-            let key = self.keys.call(k, id);
-            async move { (k, self.client.exists::<i64, _>(key).await) }
+            let key = self.conn.keys.call(k, id);
+            async move { (k, self.conn.client.exists::<i64, _>(key).await) }
         });
         let mut failed = None;
         for (k, read) in futures_util::future::join_all(reads).await {
             match read {
                 Ok(n) if n > 0 => {
-                    self.located.remember(id, k);
+                    self.calls.located.remember(id, k);
                     return Ok(Some(k));
                 }
                 Ok(_) => {}
@@ -205,7 +205,7 @@ impl RedisBroker {
         };
         let f = strings(
             self.run(ReadCall {
-                call: self.keys.call(k, id),
+                call: self.conn.keys.call(k, id),
             })
             .await?,
         );
@@ -216,7 +216,7 @@ impl RedisBroker {
 #[async_trait]
 impl Calls for RedisBroker {
     fn mint_call_id(&self, conv: &ConvKey) -> String {
-        if self.live.legacy_ids() {
+        if self.node.live.legacy_ids() {
             partition::new_legacy_call_id(conv)
         } else {
             partition::new_call_id()
@@ -229,10 +229,11 @@ impl Calls for RedisBroker {
         frame: AgentMessage,
     ) -> Result<OutcomeWaiter, BrokerError> {
         let rx = self
+            .calls
             .waiters
             .wait(&binding.id, partition::of_conv(&binding.conv));
         if let Err(e) = self.run(self.bind_args(&binding, &frame, None)).await {
-            self.waiters.forget(&binding.id);
+            self.calls.waiters.forget(&binding.id);
             return Err(e);
         }
         Ok(rx)
@@ -261,14 +262,17 @@ impl Calls for RedisBroker {
         let k = partition::of_conv(conv);
         let reply = strings(
             self.run(Timeout {
-                call: self.keys.call(k, id),
-                pending: self.keys.pending(conv),
-                deadlines: self.keys.deadlines(k),
-                sockets: self.keys.sockets(conv),
-                outbox: Outbox::new(self.keys.outbox(k), &codec::Outboxed::Call(id.to_owned())),
+                call: self.conn.keys.call(k, id),
+                pending: self.conn.keys.pending(conv),
+                deadlines: self.conn.keys.deadlines(k),
+                sockets: self.conn.keys.sockets(conv),
+                outbox: Outbox::new(
+                    self.conn.keys.outbox(k),
+                    &codec::Outboxed::Call(id.to_owned()),
+                ),
                 id: codec::compact_id(id),
                 outcome: serde_json::to_string(&Outcome::Timeout).unwrap_or_default(),
-                channel_prefix: self.keys.node_channel_prefix(),
+                channel_prefix: self.conn.keys.node_channel_prefix(),
                 channel_suffix: format!(":{}", keys::partition_tag(k)),
                 message: codec::outcome_message(id, &Outcome::Timeout),
                 deadline_member: codec::deadline_member(conv, id),
@@ -305,9 +309,9 @@ impl Calls for RedisBroker {
         let k = partition::of_conv(&found.binding.conv);
         let reply = strings(
             self.run(Cancel {
-                call: self.keys.call(k, id),
-                sockets: self.keys.sockets(&found.binding.conv),
-                channel_prefix: self.keys.node_channel_prefix(),
+                call: self.conn.keys.call(k, id),
+                sockets: self.conn.keys.sockets(&found.binding.conv),
+                channel_prefix: self.conn.keys.node_channel_prefix(),
                 channel_suffix: format!(":{}", keys::partition_tag(k)),
             })
             .await?,
@@ -324,11 +328,11 @@ impl Calls for RedisBroker {
             return Ok(Watch::Unknown);
         };
         // Listening before the script runs: an outcome published right after it is heard.
-        let rx = self.waiters.watch(id, k);
+        let rx = self.calls.waiters.watch(id, k);
         let reply = self
             .run(WatchCall {
-                call: self.keys.call(k, id),
-                node: self.node.clone(),
+                call: self.conn.keys.call(k, id),
+                node: self.node.id.clone(),
             })
             .await
             .map(strings);
@@ -349,13 +353,14 @@ impl Calls for RedisBroker {
             Err(e) => Err(e.clone()),
         };
         drop(rx);
-        self.waiters.unwatch_gone(id);
+        self.calls.waiters.unwatch_gone(id);
         watch
     }
 
     async fn call_trace(&self, conv: &ConvKey, id: &str) -> Result<Option<String>, BrokerError> {
-        let key = format!("{}:tp", self.keys.call(partition::of_conv(conv), id));
-        self.client
+        let key = format!("{}:tp", self.conn.keys.call(partition::of_conv(conv), id));
+        self.conn
+            .client
             .get::<Option<String>, _>(key)
             .await
             .map_err(|e| unavailable(&e))

@@ -36,8 +36,9 @@ fn catalog_error(code: &str) -> CatalogError {
 impl Catalog for RedisBroker {
     async fn revision(&self) -> Result<u64, BrokerError> {
         let v: Option<u64> = self
+            .conn
             .client
-            .get(self.keys.catalog_revision())
+            .get(self.conn.keys.catalog_revision())
             .await
             .map_err(|e| unavailable(&e))?;
         Ok(v.unwrap_or(0))
@@ -48,8 +49,9 @@ impl Catalog for RedisBroker {
         // between is only seen twice, never missed.
         let rev = self.revision().await?;
         let all: HashMap<String, String> = self
+            .conn
             .client
-            .hgetall(self.keys.catalog())
+            .hgetall(self.conn.keys.catalog())
             .await
             .map_err(|e| unavailable(&e))?;
         let mut records: Vec<Record> = all
@@ -62,8 +64,9 @@ impl Catalog for RedisBroker {
 
     async fn record(&self, id: &str) -> Result<Option<Record>, BrokerError> {
         let stored: Option<String> = self
+            .conn
             .client
-            .hget(self.keys.catalog(), id)
+            .hget(self.conn.keys.catalog(), id)
             .await
             .map_err(|e| unavailable(&e))?;
         Ok(stored.and_then(|s| parse_record(id.to_owned(), &s)))
@@ -76,12 +79,12 @@ impl Catalog for RedisBroker {
         };
         let reply = strings(
             self.run(CatalogPut {
-                catalog: self.keys.catalog(),
-                revision: self.keys.catalog_revision(),
+                catalog: self.conn.keys.catalog(),
+                revision: self.conn.keys.catalog_revision(),
                 id: id.to_owned(),
                 record: body.to_owned(),
                 expected,
-                channel: self.keys.catalog_channel(),
+                channel: self.conn.keys.catalog_channel(),
             })
             .await?,
         );
@@ -95,11 +98,11 @@ impl Catalog for RedisBroker {
     async fn remove(&self, id: &str, version: u64) -> Result<(), CatalogError> {
         let reply = strings(
             self.run(CatalogRemove {
-                catalog: self.keys.catalog(),
-                revision: self.keys.catalog_revision(),
+                catalog: self.conn.keys.catalog(),
+                revision: self.conn.keys.catalog_revision(),
                 id: id.to_owned(),
                 version,
-                channel: self.keys.catalog_channel(),
+                channel: self.conn.keys.catalog_channel(),
             })
             .await?,
         );
@@ -118,8 +121,8 @@ impl Catalog for RedisBroker {
     ) -> Result<Restored, BrokerError> {
         let reply = self
             .run(CatalogRestore {
-                catalog: self.keys.catalog(),
-                revision: self.keys.catalog_revision(),
+                catalog: self.conn.keys.catalog(),
+                revision: self.conn.keys.catalog_revision(),
                 seen,
                 gone: gone.to_vec(),
                 held: held
@@ -133,32 +136,39 @@ impl Catalog for RedisBroker {
     }
 
     fn changes(&self) -> broadcast::Receiver<String> {
-        self.catalog_changes.subscribe()
+        self.events.catalog_changes.subscribe()
     }
 
     async fn drop_tenant(&self, tenant: &str) -> Result<(), BrokerError> {
         // Every key here carries the tenant's tag: one slot, so one DEL.
         let queued: Vec<String> = self
+            .conn
             .client
             .zrange(self.wh_due(tenant), 0, -1, None, false, None, false)
             .await
             .map_err(|e| unavailable(&e))?;
         let mut keys: Vec<String> = queued.iter().map(|c| self.wh_queue(tenant, c)).collect();
         keys.extend([
-            self.keys.events(tenant),
-            self.keys.event_bytes(tenant),
-            self.keys.rate(tenant),
+            self.conn.keys.events(tenant),
+            self.conn.keys.event_bytes(tenant),
+            self.conn.keys.rate(tenant),
             self.wh_due(tenant),
             self.wh_dead(tenant),
         ]);
-        let _: i64 = self.client.del(keys).await.map_err(|e| unavailable(&e))?;
+        let _: i64 = self
+            .conn
+            .client
+            .del(keys)
+            .await
+            .map_err(|e| unavailable(&e))?;
         Ok(())
     }
 
     async fn audit(&self, entry: &str) -> Result<String, BrokerError> {
-        self.client
+        self.conn
+            .client
             .xadd(
-                self.keys.catalog_audit(),
+                self.conn.keys.catalog_audit(),
                 false,
                 ("MAXLEN", "~", AUDIT_KEPT as i64),
                 "*",
@@ -175,8 +185,14 @@ impl Catalog for RedisBroker {
     ) -> Result<Vec<(String, String)>, BrokerError> {
         let start = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
         let entries: Vec<(String, HashMap<String, String>)> = self
+            .conn
             .client
-            .xrange(self.keys.catalog_audit(), start, "+", Some(count as u64))
+            .xrange(
+                self.conn.keys.catalog_audit(),
+                start,
+                "+",
+                Some(count as u64),
+            )
             .await
             .map_err(|e| unavailable(&e))?;
         Ok(entries

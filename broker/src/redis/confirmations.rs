@@ -62,12 +62,15 @@ impl RedisBroker {
         };
         let reply = strings(
             self.run_once(Confirm {
-                confirm: self.keys.confirm(&from.conv, confirm_id),
-                outbox: Outbox::new(self.keys.outbox(partition::of_conv(&from.conv)), &change),
+                confirm: self.conn.keys.confirm(&from.conv, confirm_id),
+                outbox: Outbox::new(
+                    self.conn.keys.outbox(partition::of_conv(&from.conv)),
+                    &change,
+                ),
                 client: from.client_id.clone(),
                 again,
                 outcome: serde_json::to_string(outcome).unwrap_or_default(),
-                kept: model::millis(self.opts.retention.finished_calls),
+                kept: model::millis(self.conn.opts.retention.finished_calls),
             })
             .await?,
         );
@@ -93,8 +96,9 @@ impl RedisBroker {
             }
             Some("unknown_confirm") => {
                 let elsewhere: bool = self
+                    .conn
                     .client
-                    .exists::<i64, _>(self.keys.confirm_index(confirm_id))
+                    .exists::<i64, _>(self.conn.keys.confirm_index(confirm_id))
                     .await
                     .map_err(|e| unavailable(&e))?
                     > 0;
@@ -124,9 +128,10 @@ impl RedisBroker {
         #[allow(clippy::cast_precision_loss)]
         let score = at_ms as f64;
         let _: Result<i64, _> = self
+            .conn
             .client
             .zadd(
-                self.keys.pending_confirms(),
+                self.conn.keys.pending_confirms(),
                 None,
                 None,
                 false,
@@ -162,16 +167,17 @@ impl RedisBroker {
         &self,
         grace: Duration,
     ) -> Result<Vec<ConfirmBinding>, BrokerError> {
-        if !self.lease(self.keys.confirm_lease()).await? {
+        if !self.lease(self.conn.keys.confirm_lease()).await? {
             return Ok(Vec::new());
         }
         let now = now_ms();
         #[allow(clippy::cast_precision_loss)]
         let max = now as f64;
         let due: Vec<String> = self
+            .conn
             .client
             .zrangebyscore(
-                self.keys.pending_confirms(),
+                self.conn.keys.pending_confirms(),
                 "-inf",
                 max,
                 false,
@@ -179,13 +185,14 @@ impl RedisBroker {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        let live = self.live.ids();
+        let live = self.node.live.ids();
         let mut expired = Vec::new();
         for member in due {
             let Some((conv, confirm_id, client)) = codec::parse_confirm_member(&member) else {
                 let _: Result<i64, _> = self
+                    .conn
                     .client
-                    .zrem(self.keys.pending_confirms(), member.as_str())
+                    .zrem(self.conn.keys.pending_confirms(), member.as_str())
                     .await;
                 continue;
             };
@@ -197,15 +204,15 @@ impl RedisBroker {
             };
             let reply = strings(
                 self.run(ExpireConfirm {
-                    confirm: self.keys.confirm(&conv, &confirm_id),
-                    sockets: self.keys.sockets(&conv),
-                    outbox: Outbox::new(self.keys.outbox(partition::of_conv(&conv)), &change),
+                    confirm: self.conn.keys.confirm(&conv, &confirm_id),
+                    sockets: self.conn.keys.sockets(&conv),
+                    outbox: Outbox::new(self.conn.keys.outbox(partition::of_conv(&conv)), &change),
                     client: client.clone(),
                     now,
                     grace: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
                     outcome: serde_json::to_string(&crate::expired_confirmation())
                         .unwrap_or_default(),
-                    kept: model::millis(self.opts.retention.finished_calls),
+                    kept: model::millis(self.conn.opts.retention.finished_calls),
                     live: live.clone(),
                 })
                 .await?,
@@ -223,8 +230,9 @@ impl RedisBroker {
                 }
                 Some("expired") => {
                     let _: Result<i64, _> = self
+                        .conn
                         .client
-                        .zrem(self.keys.pending_confirms(), member.as_str())
+                        .zrem(self.conn.keys.pending_confirms(), member.as_str())
                         .await;
                     if let [_, call_id, summary] = &reply[..]
                         && let Some(b) =
@@ -240,13 +248,14 @@ impl RedisBroker {
                 }
                 _ => {
                     let _: Result<i64, _> = self
+                        .conn
                         .client
-                        .zrem(self.keys.pending_confirms(), member.as_str())
+                        .zrem(self.conn.keys.pending_confirms(), member.as_str())
                         .await;
                 }
             }
         }
-        self.release_lease(self.keys.confirm_lease()).await;
+        self.release_lease(self.conn.keys.confirm_lease()).await;
         Ok(expired)
     }
 }

@@ -40,9 +40,9 @@ impl Events for RedisBroker {
     }
 
     async fn events(&self, tenant: &str, after: Option<&str>) -> Result<EventFeed, BrokerError> {
-        let (live, first) = self.feeds.subscribe(tenant);
+        let (live, first) = self.events.feeds.subscribe(tenant);
         if first && let Err(e) = self.follow_feed(tenant).await {
-            self.feeds.remove(tenant);
+            self.events.feeds.remove(tenant);
             return Err(e);
         }
         let backlog = match after {
@@ -66,8 +66,8 @@ impl Events for RedisBroker {
         };
         let entries: Vec<(String, HashMap<String, String>)> = self
             .again("xrange", || {
-                self.client.xrange(
-                    self.keys.events(tenant),
+                self.conn.client.xrange(
+                    self.conn.keys.events(tenant),
                     start.clone(),
                     "+",
                     Some(limit as u64),
@@ -86,7 +86,7 @@ impl Events for RedisBroker {
     }
 
     fn emitted(&self) -> &Emitted {
-        &self.emitted
+        &self.events.emitted
     }
 }
 
@@ -94,14 +94,16 @@ impl RedisBroker {
     /// Subscribes to the tenant's live channel, then notes the stream's last event id: what a
     /// lost subscription missed is read from there ([`RedisBroker::resubscribe_all`]).
     async fn follow_feed(&self, tenant: &str) -> Result<(), BrokerError> {
-        self.subscriber
-            .ssubscribe(self.keys.events_channel(tenant))
+        self.conn
+            .subscriber
+            .ssubscribe(self.conn.keys.events_channel(tenant))
             .await
             .map_err(|e| unavailable(&e))?;
         let newest: Vec<(String, HashMap<String, String>)> = self
             .again("xrevrange", || {
-                self.client
-                    .xrevrange(self.keys.events(tenant), "+", "-", Some(1))
+                self.conn
+                    .client
+                    .xrevrange(self.conn.keys.events(tenant), "+", "-", Some(1))
             })
             .await
             .map_err(|e| unavailable(&e))?;
@@ -109,7 +111,7 @@ impl RedisBroker {
             .into_iter()
             .next()
             .map_or_else(|| "0-0".to_owned(), |(id, _)| id);
-        self.feeds.start_after(tenant, newest);
+        self.events.feeds.start_after(tenant, newest);
         Ok(())
     }
 
@@ -127,14 +129,18 @@ impl RedisBroker {
         let body = serde_json::json!({"type": kind, "timestamp": timestamp, "user": conv.user, "conversation": conv.conversation, "data": data});
         let reply = strings(
             self.run(Emit {
-                stream: self.keys.events(tenant),
-                bytes: self.keys.event_bytes(tenant),
-                once: once
-                    .map(|once| (self.keys.event_once(tenant, once), millis(crate::ONCE_TTL))),
-                max_count: self.opts.retention.events_per_tenant,
-                max_bytes: self.opts.retention.event_bytes_per_tenant,
+                stream: self.conn.keys.events(tenant),
+                bytes: self.conn.keys.event_bytes(tenant),
+                once: once.map(|once| {
+                    (
+                        self.conn.keys.event_once(tenant, once),
+                        millis(crate::ONCE_TTL),
+                    )
+                }),
+                max_count: self.conn.opts.retention.events_per_tenant,
+                max_bytes: self.conn.opts.retention.event_bytes_per_tenant,
                 event: body.to_string(),
-                channel: self.keys.events_channel(tenant),
+                channel: self.conn.keys.events_channel(tenant),
             })
             .await?,
         );

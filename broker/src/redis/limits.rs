@@ -27,7 +27,7 @@ impl Limits for RedisBroker {
         bucket: &str,
         per_second: u32,
     ) -> Result<(), TakeError> {
-        let key = self.keys.caller_rate(tenant, bucket);
+        let key = self.conn.keys.caller_rate(tenant, bucket);
         self.take_at(key, per_second, 1, 0, "gcra_caller")
             .await
             .map(|_| ())
@@ -48,7 +48,7 @@ impl RedisBroker {
         back: u32,
         label: &'static str,
     ) -> Result<u32, TakeError> {
-        self.take_at(self.keys.rate(tenant), per_second, want, back, label)
+        self.take_at(self.conn.keys.rate(tenant), per_second, want, back, label)
             .await
     }
 

@@ -124,41 +124,33 @@ pub enum ConnectError {
     Release(String),
 }
 
-/// Shared state of many nodes, in Redis. What the node keeps in memory is in parts that each own
-/// their state and lock ([`state`]); its methods are spread over one file per domain.
+/// Shared state of many nodes, in Redis: composed of this node's parts by domain, each owning
+/// its fields (what it keeps in memory is in parts with their own lock, [`state`]); its methods
+/// are spread over one file per domain, each using the connection ([`Conn`]) and its domain's
+/// part.
 pub struct RedisBroker {
-    node: String,
-    keys: keys::Keys,
-    client: Client,
-    subscriber: SubscriberClient,
-    /// A connection of its own for blocking reads (the webhook consumer's `XREADGROUP BLOCK`),
-    /// so that they never hold up the commands multiplexed on `client`.
-    blocking: tokio::sync::OnceCell<Client>,
-    sink: Arc<dyn PageSink>,
-    opts: RedisOptions,
-    /// Whether Redis is a Cluster (the tenant's rate then lives on another shard than the
-    /// conversation, so calls take it in batches, `reserves`).
-    cluster: bool,
-    /// The live nodes and the nodes known dead.
-    live: Liveness,
-    /// The requests waiting for or watching a call's outcome.
-    waiters: Waiters,
-    /// The partitions of calls lately found by their id alone ([`RedisBroker::locate`]).
-    located: Located,
+    /// This node: its id, its life and its subscriptions' probes.
+    node: NodeParts,
+    /// The connections to Redis and the key layout, which every domain uses.
+    conn: Conn,
+    /// What the calls' domain keeps on this node.
+    calls: CallParts,
     /// The pages and sockets this node holds (written again after Redis lost its data).
     held: HeldPages,
-    /// Per conversation, what this node last read of its current page ([`Broker::place_call`]).
-    expected: Expectations,
-    /// The tokens of tenants' rates this node took ahead of its calls (Redis Cluster only).
-    reserves: Reserves,
-    /// The event feeds of tenants with live readers here.
-    feeds: Feeds,
+    /// What the events' domain keeps on this node.
+    events: EventParts,
+}
+
+/// This node as the broker knows it.
+struct NodeParts {
+    /// Its id (results are routed back to it by it).
+    id: String,
+    /// Where the frames for this node's pages go.
+    sink: Arc<dyn PageSink>,
+    /// The live nodes and the nodes known dead.
+    live: Liveness,
     /// The probes of this node's subscriptions ([`subscriptions`]).
     probes: Probes,
-    /// Events this process emitted.
-    emitted: Emitted,
-    /// Tenant ids changed in the catalog, as announced on its channel.
-    catalog_changes: broadcast::Sender<String>,
     /// Stops this node's background tasks ([`Broker::close`]).
     stop: CancellationToken,
     /// This node's background tasks: the message loop, the heartbeat, the re-publisher, the
@@ -166,10 +158,50 @@ pub struct RedisBroker {
     tasks: TaskTracker,
 }
 
+/// The connections to Redis and what every command is named and bounded by.
+struct Conn {
+    /// Commands and scripts.
+    client: Client,
+    /// This node's sharded subscriptions.
+    subscriber: SubscriberClient,
+    /// A connection of its own for blocking reads (the webhook consumer's `XREADGROUP BLOCK`),
+    /// so that they never hold up the commands multiplexed on `client`.
+    blocking: tokio::sync::OnceCell<Client>,
+    /// The key layout.
+    keys: keys::Keys,
+    /// The tunables.
+    opts: RedisOptions,
+    /// Whether Redis is a Cluster (the tenant's rate then lives on another shard than the
+    /// conversation, so calls take it in batches, `reserves`).
+    cluster: bool,
+}
+
+/// What this node keeps for its calls.
+struct CallParts {
+    /// The requests waiting for or watching a call's outcome.
+    waiters: Waiters,
+    /// The partitions of calls lately found by their id alone ([`RedisBroker::locate`]).
+    located: Located,
+    /// Per conversation, what this node last read of its current page ([`Broker::place_call`]).
+    expected: Expectations,
+    /// The tokens of tenants' rates this node took ahead of its calls.
+    reserves: Reserves,
+}
+
+/// What this node keeps for the tenants' events.
+struct EventParts {
+    /// The event feeds of tenants with live readers here.
+    feeds: Feeds,
+    /// Events this process emitted.
+    emitted: Emitted,
+    /// Tenant ids changed in the catalog, as announced on its channel.
+    catalog_changes: broadcast::Sender<String>,
+}
+
 impl std::fmt::Debug for RedisBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisBroker")
-            .field("node", &self.node)
+            .field("node", &self.node.id)
             .finish_non_exhaustive()
     }
 }
@@ -222,26 +254,34 @@ impl RedisBroker {
         subscriber.init().await.map_err(ConnectError::Connect)?;
         let node = node.into();
         let broker = Arc::new(RedisBroker {
-            live: Liveness::new(&node, opts.heartbeat),
-            node,
-            keys: keys::Keys::new(&opts.prefix),
-            client,
-            subscriber,
-            blocking: tokio::sync::OnceCell::new(),
-            sink,
-            opts,
-            cluster,
-            waiters: Waiters::default(),
-            located: Located::default(),
+            node: NodeParts {
+                live: Liveness::new(&node, opts.heartbeat),
+                id: node,
+                sink,
+                probes: Probes::new(PARTITIONS),
+                stop: CancellationToken::new(),
+                tasks: TaskTracker::new(),
+            },
+            conn: Conn {
+                client,
+                subscriber,
+                blocking: tokio::sync::OnceCell::new(),
+                keys: keys::Keys::new(&opts.prefix),
+                opts,
+                cluster,
+            },
+            calls: CallParts {
+                waiters: Waiters::default(),
+                located: Located::default(),
+                expected: Expectations::default(),
+                reserves: Reserves::default(),
+            },
             held: HeldPages::default(),
-            expected: Expectations::default(),
-            reserves: Reserves::default(),
-            feeds: Feeds::default(),
-            probes: Probes::new(PARTITIONS),
-            emitted: Emitted::default(),
-            catalog_changes: broadcast::channel(1024).0,
-            stop: CancellationToken::new(),
-            tasks: TaskTracker::new(),
+            events: EventParts {
+                feeds: Feeds::default(),
+                emitted: Emitted::default(),
+                catalog_changes: broadcast::channel(1024).0,
+            },
         });
         if let Some(why) = broker.release_refusal().await {
             return Err(ConnectError::Release(why));
@@ -250,20 +290,24 @@ impl RedisBroker {
         broker.load_scripts().await;
         broker.subscribe_partitions().await?;
         broker.heartbeat().await;
-        let stop = &broker.stop;
+        let stop = &broker.node.stop;
         broker
+            .node
             .tasks
             .spawn(Arc::clone(&broker).run_messages(stop.clone()));
         broker
+            .node
             .tasks
             .spawn(Arc::clone(&broker).run_heartbeat(stop.clone()));
         broker
+            .node
             .tasks
             .spawn(Arc::clone(&broker).run_republish(stop.clone()));
         broker
+            .node
             .tasks
             .spawn(Arc::clone(&broker).run_subscriptions(stop.clone()));
-        broker.tasks.close();
+        broker.node.tasks.close();
         Ok(broker)
     }
 }
@@ -271,7 +315,7 @@ impl RedisBroker {
 #[async_trait]
 impl Broker for RedisBroker {
     fn node_id(&self) -> &str {
-        &self.node
+        &self.node.id
     }
 
     async fn place_call(&self, req: CallRequest) -> Result<Placed, PlaceError> {
@@ -281,32 +325,33 @@ impl Broker for RedisBroker {
     }
 
     async fn close(&self) {
-        self.stop.cancel();
-        if tokio::time::timeout(self.opts.command_timeout * 2, self.tasks.wait())
+        self.node.stop.cancel();
+        if tokio::time::timeout(self.conn.opts.command_timeout * 2, self.node.tasks.wait())
             .await
             .is_err()
         {
-            tracing::warn!(node = %self.node, "redis background tasks still running at close");
+            tracing::warn!(node = %self.node.id, "redis background tasks still running at close");
         }
-        if let Some(blocking) = self.blocking.get() {
+        if let Some(blocking) = self.conn.blocking.get() {
             let _ = blocking.quit().await;
         }
-        let _ = self.subscriber.quit().await;
-        let _ = self.client.quit().await;
+        let _ = self.conn.subscriber.quit().await;
+        let _ = self.conn.client.quit().await;
     }
 
     async fn ready(&self) -> Result<(), BrokerError> {
-        if !self.client.is_connected() {
+        if !self.conn.client.is_connected() {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
-        self.client
+        self.conn
+            .client
             .ping::<()>(None)
             .await
             .map_err(|e| unavailable(&e))?;
         // Delivery-verified: the probes this node publishes on its own clock come back through
         // its subscriber on every partition's channel, or the subscriptions are being restored
         // (`subscriptions`); unready only when that has failed for long.
-        if !self.probes.ready() {
+        if !self.node.probes.ready() {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
         Ok(())

@@ -23,26 +23,30 @@ use crate::{BrokerError, Change, ConvKey, Outcome, model, now_ms, partition};
 impl RedisBroker {
     /// A restarted node with a fixed id clears the counts its previous life left behind.
     pub(super) async fn clear_own_fields(&self) {
-        let set = self.keys.node_keys(&self.node);
-        let Ok(hashes) = self.client.smembers::<Vec<String>, _>(&set).await else {
+        let set = self.conn.keys.node_keys(&self.node.id);
+        let Ok(hashes) = self.conn.client.smembers::<Vec<String>, _>(&set).await else {
             return;
         };
         for h in hashes {
-            let fields: Vec<(String, i64)> =
-                match self.client.hgetall::<HashMap<String, i64>, _>(&h).await {
-                    Ok(m) => m.into_iter().collect(),
-                    Err(_) => continue,
-                };
+            let fields: Vec<(String, i64)> = match self
+                .conn
+                .client
+                .hgetall::<HashMap<String, i64>, _>(&h)
+                .await
+            {
+                Ok(m) => m.into_iter().collect(),
+                Err(_) => continue,
+            };
             let own: Vec<String> = fields
                 .into_iter()
                 .map(|(f, _)| f)
-                .filter(|f| f == &self.node || f.starts_with(&format!("{}|", self.node)))
+                .filter(|f| f == &self.node.id || f.starts_with(&format!("{}|", self.node.id)))
                 .collect();
             if !own.is_empty() {
-                let _: Result<i64, _> = self.client.hdel(&h, own).await;
+                let _: Result<i64, _> = self.conn.client.hdel(&h, own).await;
             }
         }
-        let _: Result<i64, _> = self.client.del(&set).await;
+        let _: Result<i64, _> = self.conn.client.del(&set).await;
     }
 
     /// Announces this node, reads the live set, forgets the waiters that went away and
@@ -54,13 +58,14 @@ impl RedisBroker {
         let score = now as f64;
         // First the form of ids it reads, then its life: a node read live is never taken for
         // one of an older release.
-        let release = format!("{}\n{}", self.node, crate::release::announcement());
+        let release = format!("{}\n{}", self.node.id, crate::release::announcement());
         for (set, member) in [
-            (self.keys.nodes_release(), release.as_str()),
-            (self.keys.nodes_any_id(), self.node.as_str()),
-            (self.keys.nodes(), self.node.as_str()),
+            (self.conn.keys.nodes_release(), release.as_str()),
+            (self.conn.keys.nodes_any_id(), self.node.id.as_str()),
+            (self.conn.keys.nodes(), self.node.id.as_str()),
         ] {
             let _: Result<i64, _> = self
+                .conn
                 .client
                 .zadd(&set, None, None, false, false, (score, member))
                 .await;
@@ -69,15 +74,22 @@ impl RedisBroker {
         #[allow(clippy::cast_precision_loss)]
         let forget = now.saturating_sub(3_600_000) as f64;
         for set in [
-            self.keys.nodes(),
-            self.keys.nodes_any_id(),
-            self.keys.nodes_release(),
+            self.conn.keys.nodes(),
+            self.conn.keys.nodes_any_id(),
+            self.conn.keys.nodes_release(),
         ] {
-            let _: Result<i64, _> = self.client.zremrangebyscore(&set, "-inf", forget).await;
+            let _: Result<i64, _> = self
+                .conn
+                .client
+                .zremrangebyscore(&set, "-inf", forget)
+                .await;
         }
         // Waiters whose request went away (their outcome message never came) are forgotten.
-        self.waiters.forget_gone();
-        if self.held.refresh_due(self.opts.retention.conversations / 3) {
+        self.calls.waiters.forget_gone();
+        if self
+            .held
+            .refresh_due(self.conn.opts.retention.conversations / 3)
+        {
             self.refresh_held().await;
         }
     }
@@ -86,21 +98,21 @@ impl RedisBroker {
     /// read once, before the node announces itself. A read that fails lets it start (the
     /// heartbeat's own reads then decide what it writes, as for any node).
     pub(super) async fn release_refusal(&self) -> Option<String> {
-        let hb = u64::try_from(self.opts.heartbeat.as_millis()).unwrap_or(2000);
+        let hb = u64::try_from(self.conn.opts.heartbeat.as_millis()).unwrap_or(2000);
         #[allow(clippy::cast_precision_loss)]
         let min = now_ms().saturating_sub(u64::from(model::DEAD_AFTER_HEARTBEATS) * hb) as f64;
         // Boxed: two reads' futures inline would grow the connect future of every node.
         let (nodes, releases) = Box::pin(async {
             tokio::join!(
-                self.client.zrangebyscore::<Vec<String>, _, _, _>(
-                    self.keys.nodes(),
+                self.conn.client.zrangebyscore::<Vec<String>, _, _, _>(
+                    self.conn.keys.nodes(),
                     min,
                     "+inf",
                     false,
                     None
                 ),
-                self.client.zrangebyscore::<Vec<String>, _, _, _>(
-                    self.keys.nodes_release(),
+                self.conn.client.zrangebyscore::<Vec<String>, _, _, _>(
+                    self.conn.keys.nodes_release(),
                     min,
                     "+inf",
                     false,
@@ -116,7 +128,7 @@ impl RedisBroker {
             releases.iter().filter_map(|m| m.split_once('\n')).collect();
         let peers: Vec<crate::release::Peer> = nodes
             .iter()
-            .filter(|n| **n != self.node)
+            .filter(|n| **n != self.node.id)
             .map(|n| crate::release::Peer {
                 node: n.clone(),
                 announced: announced.get(n.as_str()).map(|a| (*a).to_owned()),
@@ -128,17 +140,18 @@ impl RedisBroker {
     /// Reads the set of live nodes (heartbeat within [`model::DEAD_AFTER_HEARTBEATS`]
     /// intervals).
     pub(super) async fn refresh_live(&self) {
-        let hb = u64::try_from(self.opts.heartbeat.as_millis()).unwrap_or(2000);
+        let hb = u64::try_from(self.conn.opts.heartbeat.as_millis()).unwrap_or(2000);
         let dead_before = now_ms().saturating_sub(u64::from(model::DEAD_AFTER_HEARTBEATS) * hb);
         #[allow(clippy::cast_precision_loss)]
         let min = dead_before as f64;
-        let (nodes_key, any_id_key) = (self.keys.nodes(), self.keys.nodes_any_id());
+        let (nodes_key, any_id_key) = (self.conn.keys.nodes(), self.conn.keys.nodes_any_id());
         // Boxed: two reads' futures inline would grow every future that awaits a heartbeat.
         let (nodes, any_id) = Box::pin(async {
             tokio::join!(
-                self.client
+                self.conn
+                    .client
                     .zrangebyscore::<Vec<String>, _, _, _>(&nodes_key, min, "+inf", false, None),
-                self.client.zrangebyscore::<Vec<String>, _, _, _>(
+                self.conn.client.zrangebyscore::<Vec<String>, _, _, _>(
                     &any_id_key,
                     min,
                     "+inf",
@@ -149,7 +162,7 @@ impl RedisBroker {
         })
         .await;
         if let (Ok(nodes), Ok(any_id)) = (nodes, any_id) {
-            self.live.read(nodes, &any_id);
+            self.node.live.read(nodes, &any_id);
         }
     }
 
@@ -157,7 +170,7 @@ impl RedisBroker {
     /// manifests) gets its TTL again, however quiet the pages are. A node that dies stops
     /// refreshing, and its pages' state ends one TTL later.
     pub(super) async fn refresh_held(&self) {
-        let ttl = model::millis(self.opts.retention.conversations).to_string();
+        let ttl = model::millis(self.conn.opts.retention.conversations).to_string();
         let held: Vec<(ConvKey, Vec<String>)> = self.held.page_loads();
         let tenants: Vec<String> = self
             .held
@@ -168,10 +181,10 @@ impl RedisBroker {
         for chunk in held.chunks(256) {
             let calls = chunk.iter().map(|(conv, clients)| {
                 self.run(Refresh {
-                    conv: self.keys.conv(conv),
-                    sockets: self.keys.sockets(conv),
+                    conv: self.conn.keys.conv(conv),
+                    sockets: self.conn.keys.sockets(conv),
                     ttl: ttl.clone(),
-                    manifest_prefix: self.keys.manifest_prefix(conv),
+                    manifest_prefix: self.conn.keys.manifest_prefix(conv),
                     clients: clients.clone(),
                 })
             });
@@ -181,26 +194,28 @@ impl RedisBroker {
                 }
             }
         }
-        let day = millis(Duration::from_secs(86_400).max(self.opts.retention.conversations));
+        let day = millis(Duration::from_secs(86_400).max(self.conn.opts.retention.conversations));
         for t in tenants {
             let _: Result<i64, _> = self
+                .conn
                 .client
-                .pexpire(self.keys.tenant_sockets(&t), day, None)
+                .pexpire(self.conn.keys.tenant_sockets(&t), day, None)
                 .await;
         }
         let _: Result<i64, _> = self
+            .conn
             .client
-            .pexpire(self.keys.node_keys(&self.node), day, None)
+            .pexpire(self.conn.keys.node_keys(&self.node.id), day, None)
             .await;
     }
 
     pub(super) async fn run_heartbeat(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(self.opts.heartbeat);
+        let mut tick = tokio::time::interval(self.conn.opts.heartbeat);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => {
-                    let _: Result<i64, _> = self.client.zrem(&self.keys.nodes(), self.node.as_str()).await;
+                    let _: Result<i64, _> = self.conn.client.zrem(&self.conn.keys.nodes(), self.node.id.as_str()).await;
                     return;
                 }
                 _ = tick.tick() => self.heartbeat().await,
@@ -212,10 +227,10 @@ impl RedisBroker {
     /// counts, manifests (without taking `current` from a page that has it); subscriptions are
     /// restored by [`Self::run_subscriptions`].
     pub(super) async fn run_republish(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut reconnects = self.client.reconnect_rx();
+        let mut reconnects = self.conn.client.reconnect_rx();
         while reconnected(&mut reconnects, &shutdown).await {
-            tracing::info!(node = %self.node, "redis connection back: re-publishing pages and manifests");
-            self.expected.clear();
+            tracing::info!(node = %self.node.id, "redis connection back: re-publishing pages and manifests");
+            self.calls.expected.clear();
             self.load_scripts().await;
             self.heartbeat().await;
             self.republish().await;
@@ -223,7 +238,7 @@ impl RedisBroker {
     }
 
     pub(super) async fn republish(&self) {
-        let ttl = model::millis(self.opts.retention.conversations).to_string();
+        let ttl = model::millis(self.conn.opts.retention.conversations).to_string();
         let snapshot = self.held.snapshot();
         let started = std::time::Instant::now();
         let conversations = snapshot.len();
@@ -241,30 +256,34 @@ impl RedisBroker {
         }
         let tenants = self.held.tenant_counts();
         for (tenant, n) in tenants {
-            let key = self.keys.tenant_sockets(&tenant);
+            let key = self.conn.keys.tenant_sockets(&tenant);
             let _: Result<i64, _> = self
+                .conn
                 .client
-                .hset(&key, (self.node.as_str(), n.to_string()))
+                .hset(&key, (self.node.id.as_str(), n.to_string()))
                 .await;
             let _: Result<i64, _> = self
+                .conn
                 .client
                 .pexpire(&key, millis(Duration::from_secs(86_400)), None)
                 .await;
             let _: Result<i64, _> = self
+                .conn
                 .client
-                .sadd(self.keys.node_keys(&self.node), key.as_str())
+                .sadd(self.conn.keys.node_keys(&self.node.id), key.as_str())
                 .await;
         }
         let _: Result<i64, _> = self
+            .conn
             .client
             .pexpire(
-                self.keys.node_keys(&self.node),
+                self.conn.keys.node_keys(&self.node.id),
                 millis(Duration::from_secs(86_400)),
                 None,
             )
             .await;
         tracing::info!(
-            node = %self.node,
+            node = %self.node.id,
             conversations,
             elapsed_ms = started.elapsed().as_millis(),
             "pages and manifests re-published"
@@ -280,19 +299,21 @@ impl RedisBroker {
             clients,
             manifests,
         } = held;
-        let socks = self.keys.sockets(&conv);
-        let mut fields: Vec<(String, String)> = vec![(self.node.clone(), sockets.to_string())];
+        let socks = self.conn.keys.sockets(&conv);
+        let mut fields: Vec<(String, String)> = vec![(self.node.id.clone(), sockets.to_string())];
         fields.extend(
             clients
                 .into_iter()
-                .map(|(c, n)| (format!("{}|{c}", self.node), n.to_string())),
+                .map(|(c, n)| (format!("{}|{c}", self.node.id), n.to_string())),
         );
         let (_, _, _): (Result<i64, _>, Result<i64, _>, Result<i64, _>) = tokio::join!(
-            self.client.hset(&socks, fields),
-            self.client
-                .pexpire(&socks, millis(self.opts.retention.conversations), None),
-            self.client
-                .sadd(self.keys.node_keys(&self.node), socks.as_str()),
+            self.conn.client.hset(&socks, fields),
+            self.conn
+                .client
+                .pexpire(&socks, millis(self.conn.opts.retention.conversations), None),
+            self.conn
+                .client
+                .sadd(self.conn.keys.node_keys(&self.node.id), socks.as_str()),
         );
         for m in manifests {
             let _ = self.put_manifest_script(&conv, &m, ttl, true, None).await;
@@ -300,7 +321,7 @@ impl RedisBroker {
     }
 
     pub(super) async fn run_messages(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut rx = self.subscriber.message_rx();
+        let mut rx = self.conn.subscriber.message_rx();
         loop {
             let msg = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -321,11 +342,12 @@ impl RedisBroker {
             let Some(payload) = msg.value.as_string() else {
                 continue;
             };
-            if channel.starts_with(&self.keys.node_channel_prefix()) {
+            if channel.starts_with(&self.conn.keys.node_channel_prefix()) {
                 self.on_node_message(&payload);
-            } else if channel == self.keys.catalog_channel() {
-                let _ = self.catalog_changes.send(payload.to_string());
-            } else if let Some(tag) = channel.strip_prefix(&self.keys.events_channel_prefix()) {
+            } else if channel == self.conn.keys.catalog_channel() {
+                let _ = self.events.catalog_changes.send(payload.to_string());
+            } else if let Some(tag) = channel.strip_prefix(&self.conn.keys.events_channel_prefix())
+            {
                 let tenant = tag.trim_start_matches('{').trim_end_matches('}');
                 self.on_event(tenant, &payload);
             }
@@ -339,17 +361,18 @@ impl RedisBroker {
                 client_id,
                 frame,
                 trace: None,
-            }) => self.sink.deliver(&conv, &client_id, frame.into()),
+            }) => self.node.sink.deliver(&conv, &client_id, frame.into()),
             Some(codec::NodeMessage::Page {
                 conv,
                 client_id,
                 frame,
                 trace: Some(trace),
             }) => self
+                .node
                 .sink
                 .deliver_traced(&conv, &client_id, frame.into(), &trace),
             Some(codec::NodeMessage::Probe(k)) => {
-                self.probes.came_back(k);
+                self.node.probes.came_back(k);
             }
             Some(codec::NodeMessage::Outcome { id, outcome }) => self.on_outcome(&id, outcome),
             None => tracing::error!(payload, "unreadable message on this node's channel"),
@@ -358,7 +381,7 @@ impl RedisBroker {
 
     /// Hands a call's outcome to this node's waiter and watchers of it (once: each is taken).
     pub(super) fn on_outcome(&self, id: &str, outcome: Outcome) {
-        self.waiters.deliver(id, outcome);
+        self.calls.waiters.deliver(id, outcome);
     }
 
     pub(super) fn on_event(&self, tenant: &str, payload: &str) {
@@ -368,7 +391,7 @@ impl RedisBroker {
         let Some(event) = parse_event(id, body) else {
             return;
         };
-        self.feeds.hand(tenant, event);
+        self.events.feeds.hand(tenant, event);
     }
 
     pub(super) async fn put_manifest_script(
@@ -380,11 +403,11 @@ impl RedisBroker {
         change: Option<&Change>,
     ) -> Result<(), BrokerError> {
         self.run(PutManifest {
-            manifest_key: format!("{}{}", self.keys.manifest_prefix(conv), m.client_id),
-            conv: self.keys.conv(conv),
+            manifest_key: format!("{}{}", self.conn.keys.manifest_prefix(conv), m.client_id),
+            conv: self.conn.keys.conv(conv),
             outbox: change.map(|change| {
                 Outbox::new(
-                    self.keys.outbox(partition::of_conv(conv)),
+                    self.conn.keys.outbox(partition::of_conv(conv)),
                     &codec::Outboxed::Ready(change.clone()),
                 )
             }),
@@ -393,9 +416,9 @@ impl RedisBroker {
             ttl: ttl.to_owned(),
             keep_current,
             client: m.client_id.clone(),
-            gone: self.keys.gone(conv),
-            manifest_prefix: self.keys.manifest_prefix(conv),
-            grace: millis(self.opts.retention.gone_manifests),
+            gone: self.conn.keys.gone(conv),
+            manifest_prefix: self.conn.keys.manifest_prefix(conv),
+            grace: millis(self.conn.opts.retention.gone_manifests),
         })
         .await
         .map(|_| ())

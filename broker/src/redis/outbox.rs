@@ -24,8 +24,9 @@ impl RedisBroker {
             crate::announce(self, change).await?;
             let k = partition::of_conv(change.conv());
             let _: i64 = self
+                .conn
                 .client
-                .hdel(self.keys.outbox(k), change.name())
+                .hdel(self.conn.keys.outbox(k), change.name())
                 .await
                 .map_err(|e| unavailable(&e))?;
             Ok::<_, BrokerError>(())
@@ -41,8 +42,9 @@ impl RedisBroker {
     /// the leased deadline sweep). Returns how many it relayed.
     pub(super) async fn relay_outboxes(&self) -> Result<usize, BrokerError> {
         let reads = (0..PARTITIONS).map(|k| {
-            self.client
-                .hgetall::<HashMap<String, String>, _>(self.keys.outbox(k))
+            self.conn
+                .client
+                .hgetall::<HashMap<String, String>, _>(self.conn.keys.outbox(k))
         });
         let after = model::millis(RELAY_AFTER);
         let now = now_ms();
@@ -62,8 +64,11 @@ impl RedisBroker {
                     }
                     None => {
                         tracing::error!(change = %name, "a change in the outbox cannot be announced: its state is gone (past its retention) or unreadable; dropped");
-                        let _: Result<i64, _> =
-                            self.client.hdel(self.keys.outbox(k), name.as_str()).await;
+                        let _: Result<i64, _> = self
+                            .conn
+                            .client
+                            .hdel(self.conn.keys.outbox(k), name.as_str())
+                            .await;
                     }
                 }
             }
@@ -78,7 +83,7 @@ impl RedisBroker {
             Outboxed::Call(id) => {
                 let f = strings(
                     self.run(ReadCall {
-                        call: self.keys.call(k, &id),
+                        call: self.conn.keys.call(k, &id),
                     })
                     .await?,
                 );
@@ -93,8 +98,9 @@ impl RedisBroker {
                 outcome,
             } => {
                 let f: Vec<Option<String>> = self
+                    .conn
                     .client
-                    .hmget(self.keys.confirm(&conv, &confirm_id), vec!["k", "t"])
+                    .hmget(self.conn.keys.confirm(&conv, &confirm_id), vec!["k", "t"])
                     .await
                     .map_err(|e| unavailable(&e))?;
                 match &f[..] {

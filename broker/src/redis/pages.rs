@@ -20,8 +20,8 @@ use crate::{
 #[async_trait]
 impl Pages for RedisBroker {
     async fn admit_page(&self, conv: &ConvKey, limits: &AdmitLimits) -> Result<(), AdmitError> {
-        let socks = self.keys.sockets(conv);
-        let tenant_key = self.keys.tenant_sockets(&conv.tenant);
+        let socks = self.conn.keys.sockets(conv);
+        let tenant_key = self.conn.keys.tenant_sockets(&conv.tenant);
         let (c, t) = tokio::join!(self.count_up(&socks), self.count_up(&tenant_key));
         let undo = || async {
             let _ = tokio::join!(self.count_down(&socks), self.count_down(&tenant_key));
@@ -33,11 +33,11 @@ impl Pages for RedisBroker {
                 return Err(AdmitError::Broker(e));
             }
         };
-        if u64::try_from(self.live.total(&t)).unwrap_or(0) > limits.max_connections {
+        if u64::try_from(self.node.live.total(&t)).unwrap_or(0) > limits.max_connections {
             undo().await;
             return Err(AdmitError::TenantConnections);
         }
-        if self.live.total(&c) > i64::from(limits.max_pages_per_conversation) {
+        if self.node.live.total(&c) > i64::from(limits.max_pages_per_conversation) {
             undo().await;
             return Err(AdmitError::ConversationPages);
         }
@@ -49,7 +49,7 @@ impl Pages for RedisBroker {
     }
 
     async fn admit_socket(&self, tenant: &str, max_connections: u64) -> Result<(), AdmitError> {
-        let tenant_key = self.keys.tenant_sockets(tenant);
+        let tenant_key = self.conn.keys.tenant_sockets(tenant);
         let t = match self.count_up(&tenant_key).await {
             Ok(t) => t,
             Err(e) => {
@@ -57,7 +57,7 @@ impl Pages for RedisBroker {
                 return Err(AdmitError::Broker(e));
             }
         };
-        if u64::try_from(self.live.total(&t)).unwrap_or(0) > max_connections {
+        if u64::try_from(self.node.live.total(&t)).unwrap_or(0) > max_connections {
             let _ = self.count_down(&tenant_key).await;
             return Err(AdmitError::TenantConnections);
         }
@@ -67,26 +67,29 @@ impl Pages for RedisBroker {
 
     async fn release_socket(&self, tenant: &str) -> Result<(), BrokerError> {
         self.held.tenant_released(tenant);
-        self.count_down(&self.keys.tenant_sockets(tenant)).await
+        self.count_down(&self.conn.keys.tenant_sockets(tenant))
+            .await
     }
 
     async fn tenant_connections(&self, tenant: &str) -> Result<u64, BrokerError> {
         let counts: std::collections::HashMap<String, i64> = self
+            .conn
             .client
-            .hgetall(self.keys.tenant_sockets(tenant))
+            .hgetall(self.conn.keys.tenant_sockets(tenant))
             .await
             .map_err(|e| unavailable(&e))?;
         let counts: Vec<(String, i64)> = counts.into_iter().collect();
-        Ok(u64::try_from(self.live.total(&counts)).unwrap_or(0))
+        Ok(u64::try_from(self.node.live.total(&counts)).unwrap_or(0))
     }
 
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
         let known = self.held.identified(conv, client_id);
         let counted = self
+            .conn
             .client
             .hincrby::<i64, _, _>(
-                self.keys.sockets(conv),
-                format!("{}|{client_id}", self.node),
+                self.conn.keys.sockets(conv),
+                format!("{}|{client_id}", self.node.id),
                 1,
             )
             .await
@@ -96,9 +99,10 @@ impl Pages for RedisBroker {
         // one, so that this node can write it again after Redis lost its data.
         if !known {
             let stored: Option<String> = self
+                .conn
                 .client
                 .hget(
-                    format!("{}{client_id}", self.keys.manifest_prefix(conv)),
+                    format!("{}{client_id}", self.conn.keys.manifest_prefix(conv)),
                     "m",
                 )
                 .await
@@ -111,10 +115,11 @@ impl Pages for RedisBroker {
                 self.held.keep_stored(conv, client_id, m);
                 // Back before its manifest's grace ran out: kept as a live page's again.
                 let _: Result<i64, _> = self
+                    .conn
                     .client
                     .pexpire(
-                        format!("{}{client_id}", self.keys.manifest_prefix(conv)),
-                        millis(self.opts.retention.conversations),
+                        format!("{}{client_id}", self.conn.keys.manifest_prefix(conv)),
+                        millis(self.conn.opts.retention.conversations),
                         None,
                     )
                     .await;
@@ -140,30 +145,30 @@ impl Pages for RedisBroker {
                 name: release.name.clone(),
             });
         let leave = self.run(Leave {
-            sockets: self.keys.sockets(conv),
-            marker: self.keys.released(conv, &release.name),
+            sockets: self.conn.keys.sockets(conv),
+            marker: self.conn.keys.released(conv, &release.name),
             outbox: change.as_ref().map(|change| {
                 Outbox::new(
-                    self.keys.outbox(partition::of_conv(conv)),
+                    self.conn.keys.outbox(partition::of_conv(conv)),
                     &codec::Outboxed::Ready(change.clone()),
                 )
             }),
-            node: self.node.clone(),
+            node: self.node.id.clone(),
             client: client_id.unwrap_or_default().to_owned(),
             marker_ttl: millis(crate::ONCE_TTL),
-            conv: self.keys.conv(conv),
-            gone: self.keys.gone(conv),
-            manifest_prefix: self.keys.manifest_prefix(conv),
-            grace: millis(self.opts.retention.gone_manifests),
+            conv: self.conn.keys.conv(conv),
+            gone: self.conn.keys.gone(conv),
+            manifest_prefix: self.conn.keys.manifest_prefix(conv),
+            grace: millis(self.conn.opts.retention.gone_manifests),
             kept: model::GONE_MANIFESTS_KEPT,
-            ttl: millis(self.opts.retention.conversations),
-            live: self.live.ids(),
+            ttl: millis(self.conn.opts.retention.conversations),
+            live: self.node.live.ids(),
         });
         // The tenant's count is on another slot: taken down by the first attempt only.
         let gone = if release.again {
             leave.await
         } else {
-            let tenant_key = self.keys.tenant_sockets(&conv.tenant);
+            let tenant_key = self.conn.keys.tenant_sockets(&conv.tenant);
             tokio::join!(leave, self.count_down(&tenant_key)).0
         };
         let page_gone = matches!(gone?, Value::Integer(1));
@@ -180,7 +185,7 @@ impl Pages for RedisBroker {
         name: &str,
     ) -> Result<(), BrokerError> {
         self.held.keep_manifest(conv, manifest);
-        let ttl = model::millis(self.opts.retention.conversations).to_string();
+        let ttl = model::millis(self.conn.opts.retention.conversations).to_string();
         let change = Change::manifest(conv, manifest, name);
         self.put_manifest_script(conv, manifest, &ttl, false, Some(&change))
             .await?;
@@ -194,9 +199,9 @@ impl Pages for RedisBroker {
 
     async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError> {
         self.run(Drained {
-            conv: self.keys.conv(conv),
+            conv: self.conn.keys.conv(conv),
             now: now_ms(),
-            ttl: model::millis(self.opts.retention.conversations),
+            ttl: model::millis(self.conn.opts.retention.conversations),
         })
         .await
         .map(|_| ())
@@ -213,7 +218,7 @@ impl Pages for RedisBroker {
         }
         let reply = self
             .run(Announced {
-                conv: self.keys.conv(conv),
+                conv: self.conn.keys.conv(conv),
                 mark,
                 max: model::ANNOUNCED_PER_CONVERSATION,
                 names: names.to_vec(),
@@ -228,10 +233,10 @@ impl RedisBroker {
     async fn conv_read(&self, conv: &ConvKey) -> Result<Vec<String>, BrokerError> {
         Ok(strings(
             self.run(ConvRead {
-                conv: self.keys.conv(conv),
-                sockets: self.keys.sockets(conv),
-                manifest_prefix: self.keys.manifest_prefix(conv),
-                live: self.live.ids(),
+                conv: self.conn.keys.conv(conv),
+                sockets: self.conn.keys.sockets(conv),
+                manifest_prefix: self.conn.keys.manifest_prefix(conv),
+                live: self.node.live.ids(),
             })
             .await?,
         ))
@@ -241,12 +246,13 @@ impl RedisBroker {
     /// this layout (without taking `current` from a page that has it).
     async fn legacy_manifest(&self, conv: &ConvKey, client_id: &str) -> Option<String> {
         let old: Option<String> = self
+            .conn
             .client
-            .hget(self.keys.legacy_manifest(conv, client_id), "m")
+            .hget(self.conn.keys.legacy_manifest(conv, client_id), "m")
             .await
             .unwrap_or(None);
         let m = parse_manifest(old.as_deref()?)?;
-        let ttl = model::millis(self.opts.retention.conversations).to_string();
+        let ttl = model::millis(self.conn.opts.retention.conversations).to_string();
         let _ = self.put_manifest_script(conv, &m, &ttl, true, None).await;
         old
     }
@@ -273,10 +279,10 @@ impl RedisBroker {
                 .unwrap_or_default()
         };
         let missing = unknown(&reply);
-        if !missing.is_empty() && self.live.any_not_known_dead(&missing) {
+        if !missing.is_empty() && self.node.live.any_not_known_dead(&missing) {
             self.refresh_live().await;
             reply = self.conv_read(conv).await?;
-            self.live.known_dead(&unknown(&reply));
+            self.node.live.known_dead(&unknown(&reply));
         }
         let [
             effective,
@@ -322,8 +328,8 @@ impl RedisBroker {
     async fn count_up(&self, key: &str) -> Result<Vec<(String, i64)>, BrokerError> {
         self.run(CountUp {
             counts: key.to_owned(),
-            field: self.node.clone(),
-            ttl: millis(self.opts.retention.conversations),
+            field: self.node.id.clone(),
+            ttl: millis(self.conn.opts.retention.conversations),
         })
         .await
         .map(pairs)
@@ -333,7 +339,7 @@ impl RedisBroker {
     async fn count_down(&self, key: &str) -> Result<(), BrokerError> {
         self.run(CountDown {
             counts: key.to_owned(),
-            fields: vec![self.node.clone()],
+            fields: vec![self.node.id.clone()],
         })
         .await
         .map(|_| ())
@@ -343,9 +349,10 @@ impl RedisBroker {
     /// (written again after Redis lost its data) and the count hashes it holds fields in.
     async fn counted_for_tenant(&self, tenant: &str, keys: &[&str]) {
         self.held.tenant_admitted(tenant);
-        let node_keys = self.keys.node_keys(&self.node);
-        let _: Result<i64, _> = self.client.sadd(&node_keys, keys.to_vec()).await;
+        let node_keys = self.conn.keys.node_keys(&self.node.id);
+        let _: Result<i64, _> = self.conn.client.sadd(&node_keys, keys.to_vec()).await;
         let _: Result<i64, _> = self
+            .conn
             .client
             .pexpire(&node_keys, millis(Duration::from_secs(86_400)), None)
             .await;

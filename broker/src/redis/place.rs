@@ -46,9 +46,10 @@ impl RedisBroker {
         }
         let per_second = req.calls_per_second;
         let spent = self
+            .calls
             .reserves
             .spend(&req.conv.tenant, per_second, Instant::now());
-        if !self.cluster {
+        if !self.conn.cluster {
             // One Redis: the rate's key shares the script's server, so the place script takes
             // whatever the call and the reserve need, in the call's own round trip.
             let take = match spent {
@@ -72,7 +73,7 @@ impl RedisBroker {
             // A batch for the reserve was asked for (not a lone call's token): what came back
             // is held, nothing when refused or unanswered.
             if take.is_some_and(|t| !t.need || t.want > 1) {
-                self.reserves.hold(&tenant, held, Instant::now());
+                self.calls.reserves.hold(&tenant, held, Instant::now());
             }
             return placed;
         }
@@ -84,7 +85,7 @@ impl RedisBroker {
                     .await;
                 if want > 1 {
                     let held = taken.as_ref().map_or(0, |n| n.saturating_sub(1));
-                    self.reserves.hold(tenant, held, Instant::now());
+                    self.calls.reserves.hold(tenant, held, Instant::now());
                 }
                 taken?;
                 self.place_here(req, read, None, &mut 0).await
@@ -100,7 +101,8 @@ impl RedisBroker {
                     self.take_tokens(&tenant, per_second, want, back, "gcra"),
                     self.place_here(req, read, None, &mut none)
                 );
-                self.reserves
+                self.calls
+                    .reserves
                     .hold(&tenant, taken.unwrap_or(0), Instant::now());
                 placed
             }
@@ -139,14 +141,14 @@ impl RedisBroker {
                 digests: Vec::new(),
             };
             let target = expected.target.as_ref().unwrap_or(&fallback);
-            let (binding, frame) = req.bind_to(target, &self.node);
+            let (binding, frame) = req.bind_to(target, &self.node.id);
             let place = Place {
                 bind: self.bind_args(&binding, &frame, req.trace.as_deref()),
-                conv: self.keys.conv(&req.conv),
+                conv: self.conn.keys.conv(&req.conv),
                 rate: take.map(|t| {
                     let (interval, burst) = limits::gcra_args(req.calls_per_second);
                     PlaceRate {
-                        rate: self.keys.rate(&req.conv.tenant),
+                        rate: self.conn.keys.rate(&req.conv.tenant),
                         interval,
                         burst,
                         want: t.want,
@@ -154,18 +156,19 @@ impl RedisBroker {
                         need: t.need,
                     }
                 }),
-                manifest_prefix: self.keys.manifest_prefix(&req.conv),
+                manifest_prefix: self.conn.keys.manifest_prefix(&req.conv),
                 expected_client: client,
                 expected_seq: expected.seq.clone(),
                 now: now_ms(),
                 grace: model::millis(model::RECONNECT_GRACE),
-                live: self.live.ids(),
-                dead: self.live.dead(),
+                live: self.node.live.ids(),
+                dead: self.node.live.dead(),
             };
             let rx = self
+                .calls
                 .waiters
                 .wait(&binding.id, partition::of_conv(&binding.conv));
-            let sent = self.client.is_connected();
+            let sent = self.conn.client.is_connected();
             let reply = match self.run(place).await {
                 Ok(r) => strings(r),
                 Err(e) => {
@@ -177,7 +180,7 @@ impl RedisBroker {
                             waiter: rx,
                         });
                     }
-                    self.waiters.forget(&binding.id);
+                    self.calls.waiters.forget(&binding.id);
                     return Err(e.into());
                 }
             };
@@ -197,7 +200,7 @@ impl RedisBroker {
                     });
                 }
                 Some("rate") => {
-                    self.waiters.forget(&binding.id);
+                    self.calls.waiters.forget(&binding.id);
                     let wait_us = reply.get(1).and_then(|w| w.parse().ok()).unwrap_or(1);
                     return Err(PlaceError::Limited(RateLimited {
                         retry_after: Duration::from_micros(wait_us),
@@ -206,34 +209,34 @@ impl RedisBroker {
                 Some("unreached") => {
                     // Pages are connected but no node's channel took the frame: a subscription
                     // being restored after a failover or a slot move. Nothing was bound.
-                    self.waiters.forget(&binding.id);
+                    self.calls.waiters.forget(&binding.id);
                     tracing::debug!(call_id = %binding.id, "call frame reached no node: 503");
                     return Err(PlaceError::Broker(BrokerError::Unavailable {
                         retry_after: RETRY,
                     }));
                 }
                 Some("no_page" | "ok") => {
-                    self.waiters.forget(&binding.id);
+                    self.calls.waiters.forget(&binding.id);
                     return Err(PlaceError::NoPage);
                 }
                 Some("unknown") => {
                     // A node this one does not count as live holds sockets (it may have just
                     // started): read the live set again; one still missing is dead.
-                    self.waiters.forget(&binding.id);
+                    self.calls.waiters.forget(&binding.id);
                     self.refresh_live().await;
-                    let live = self.live.nodes();
+                    let live = self.node.live.nodes();
                     let missing: Vec<String> = reply[1..]
                         .iter()
                         .filter(|n| !live.contains(n.as_str()))
                         .cloned()
                         .collect();
-                    self.live.known_dead(&missing);
+                    self.node.live.known_dead(&missing);
                 }
                 _ => {
                     // `stale`: the conversation's current page changed since this node read it.
                     // The manifest the script holds current: the tool is named and the policy
                     // asked against it again.
-                    self.waiters.forget(&binding.id);
+                    self.calls.waiters.forget(&binding.id);
                     expected = self.expect(&req.conv).await?;
                     req.resolve(expected.tools())?;
                     req.permitted(expected.target.as_ref())?;
@@ -252,13 +255,15 @@ impl RedisBroker {
     async fn placed_after_all(&self, binding: &CallBinding) -> bool {
         let left = Duration::from_millis(binding.deadline_ms.saturating_sub(now_ms()));
         let key = self
+            .conn
             .keys
             .call(partition::of_conv(&binding.conv), &binding.id);
         let read = crate::retry::until_answered(
             Instant::now() + left,
             |_| true,
             |_| async {
-                self.client
+                self.conn
+                    .client
                     .exists::<i64, _>(&key)
                     .await
                     .map_err(|e| unavailable(&e))

@@ -30,24 +30,27 @@ impl RedisBroker {
         let outcome = serde_json::to_string(result).unwrap_or_default();
         let message = codec::outcome_message_of(id, &outcome);
         let confirm_key = result.confirm_id().map_or_else(
-            || self.keys.call(k, id),
-            |c| self.keys.confirm(&from.conv, c),
+            || self.conn.keys.call(k, id),
+            |c| self.conn.keys.confirm(&from.conv, c),
         );
         let confirm = result.confirm_id().unwrap_or_default().to_owned();
         let reply = self
             .run_once(PageResult {
-                call: self.keys.call(k, id),
+                call: self.conn.keys.call(k, id),
                 confirm: confirm_key,
-                pending: self.keys.pending(&from.conv),
-                deadlines: self.keys.deadlines(k),
-                outbox: Outbox::new(self.keys.outbox(k), &codec::Outboxed::Call(id.to_owned())),
+                pending: self.conn.keys.pending(&from.conv),
+                deadlines: self.conn.keys.deadlines(k),
+                outbox: Outbox::new(
+                    self.conn.keys.outbox(k),
+                    &codec::Outboxed::Call(id.to_owned()),
+                ),
                 conv_ref: codec::conv_ref(&from.conv),
                 client: from.client_id.clone(),
                 outcome,
                 confirm_id: confirm,
-                confirm_ttl: millis(self.opts.retention.confirmations),
+                confirm_ttl: millis(self.conn.opts.retention.confirmations),
                 id: id.to_owned(),
-                channel_prefix: self.keys.node_channel_prefix(),
+                channel_prefix: self.conn.keys.node_channel_prefix(),
                 channel_suffix: format!(":{}", keys::partition_tag(k)),
                 message,
                 deadline_member: codec::deadline_member(&from.conv, id),
@@ -64,11 +67,14 @@ impl RedisBroker {
                     // Which conversation first used this page-minted id: only to tell a
                     // `confirmed` from another conversation (mismatch) from an unknown one.
                     let _: Result<Option<String>, _> = self
+                        .conn
                         .client
                         .set(
-                            self.keys.confirm_index(c),
+                            self.conn.keys.confirm_index(c),
                             "1",
-                            Some(Expiration::PX(millis(self.opts.retention.confirmations))),
+                            Some(Expiration::PX(millis(
+                                self.conn.opts.retention.confirmations,
+                            ))),
                             Some(fred::types::SetOptions::NX),
                             false,
                         )

@@ -37,7 +37,7 @@ impl RedisBroker {
         keys: Vec<String>,
         args: Vec<String>,
     ) -> Result<Value, BrokerError> {
-        if !self.client.is_connected() {
+        if !self.conn.client.is_connected() {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
         let script = lua.script();
@@ -47,18 +47,26 @@ impl RedisBroker {
         let answer = self
             .again(name, || async {
                 let sha = script.sha1().clone();
-                match self.client.evalsha(sha, keys.clone(), args.clone()).await {
+                match self
+                    .conn
+                    .client
+                    .evalsha(sha, keys.clone(), args.clone())
+                    .await
+                {
                     Err(e) if e.details().starts_with("NOSCRIPT") => {
-                        script.load(&self.client).await?;
+                        script.load(&self.conn.client).await?;
                         let sha = script.sha1().clone();
-                        self.client.evalsha(sha, keys.clone(), args.clone()).await
+                        self.conn
+                            .client
+                            .evalsha(sha, keys.clone(), args.clone())
+                            .await
                     }
                     answer => answer,
                 }
             })
             .await
             .map_err(|e| unavailable(&e));
-        self.opts.observe.observe(name, started.elapsed());
+        self.conn.opts.observe.observe(name, started.elapsed());
         answer
     }
 
@@ -68,7 +76,7 @@ impl RedisBroker {
     /// `submit_confirmed_again`): a script that is not idempotent by itself must never run twice
     /// unbeknown to its caller. On one Redis only, for now: see below.
     pub(super) async fn run_once<A: ScriptArgs>(&self, args: A) -> Result<Value, BrokerError> {
-        if !self.client.is_connected() {
+        if !self.conn.client.is_connected() {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
         let lua = A::lua();
@@ -76,17 +84,20 @@ impl RedisBroker {
         let (keys, args) = args.keys_argv();
         let script = lua.script();
         let started = Instant::now();
-        if self.client.is_clustered() {
+        if self.conn.client.is_clustered() {
             // On a Cluster the client counts a write to a node it is still connecting to, or
             // one sent where a slot moved, as an attempt: written once, such a command fails
             // where it would have succeeded. There the client's resend stays (issue of the
             // Cluster's failovers and reshards, `docs/architecture.md`, "Faults").
             return self.eval(lua, name, keys, args).await;
         }
-        let once = self.client.with_options(&fred::types::config::Options {
-            max_attempts: Some(1),
-            ..Default::default()
-        });
+        let once = self
+            .conn
+            .client
+            .with_options(&fred::types::config::Options {
+                max_attempts: Some(1),
+                ..Default::default()
+            });
         // EVALSHA sha numkeys keys… args…, sent to the slot of its first key.
         let command =
             fred::types::CustomCommand::new("EVALSHA", fred::types::ClusterHash::Offset(2), false);
@@ -100,7 +111,7 @@ impl RedisBroker {
             .await
         {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
-                if let Err(e) = script.load(&self.client).await {
+                if let Err(e) = script.load(&self.conn.client).await {
                     Err(e)
                 } else {
                     once.custom(command, call).await
@@ -109,7 +120,7 @@ impl RedisBroker {
             answer => answer,
         }
         .map_err(|e| unavailable(&e));
-        self.opts.observe.observe(name, started.elapsed());
+        self.conn.opts.observe.observe(name, started.elapsed());
         answer
     }
 
@@ -130,7 +141,9 @@ impl RedisBroker {
         let mut pause = Duration::from_millis(10);
         loop {
             match command().await {
-                Err(e) if moving(&e) && started.elapsed() + pause < self.opts.command_timeout => {
+                Err(e)
+                    if moving(&e) && started.elapsed() + pause < self.conn.opts.command_timeout =>
+                {
                     tracing::debug!(command = what, error = %e, "slot moving: sent again");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(200));
@@ -149,7 +162,7 @@ impl RedisBroker {
         // the stack at once (in a debug build, past a thread's 2 MiB).
         let loads = scripts::ALL.iter().map(|lua| {
             Box::pin(async move {
-                if let Err(e) = lua.script().load(&self.client).await {
+                if let Err(e) = lua.script().load(&self.conn.client).await {
                     tracing::warn!(script = lua.name(), error = %e, "redis script not loaded");
                 }
             })

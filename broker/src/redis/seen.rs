@@ -25,7 +25,7 @@ impl ToolsSeen for RedisBroker {
     ) -> Result<usize, BrokerError> {
         let gone = self
             .run(ToolsSeenPut {
-                seen: self.keys.tools_seen(tenant),
+                seen: self.conn.keys.tools_seen(tenant),
                 kept: SEEN_KEPT,
                 age: millis(SEEN_FOR),
                 fields: tools
@@ -42,8 +42,9 @@ impl ToolsSeen for RedisBroker {
 
     async fn tools_seen(&self, tenant: &str) -> Result<Vec<SeenTool>, BrokerError> {
         let all: HashMap<String, String> = self
+            .conn
             .client
-            .hgetall(self.keys.tools_seen(tenant))
+            .hgetall(self.conn.keys.tools_seen(tenant))
             .await
             .map_err(|e| super::unavailable(&e))?;
         let mut out: Vec<SeenTool> = all

@@ -18,9 +18,10 @@ use crate::{BrokerError, Kept, PlaceBound, Places};
 impl DoorRecords for RedisBroker {
     async fn keep(&self, what: &Kept, body: &str, ttl: Duration) -> Result<(), BrokerError> {
         let _: Option<String> = self
+            .conn
             .client
             .set(
-                self.keys.kept(what),
+                self.conn.keys.kept(what),
                 body,
                 Some(Expiration::PX(millis(ttl))),
                 None,
@@ -35,11 +36,12 @@ impl DoorRecords for RedisBroker {
         // `GETEX key PX ms`: the read and the new expiry in one command.
         let getex =
             fred::types::CustomCommand::new("GETEX", fred::types::ClusterHash::FirstKey, false);
-        self.client
+        self.conn
+            .client
             .custom(
                 getex,
                 vec![
-                    self.keys.kept(what),
+                    self.conn.keys.kept(what),
                     "PX".to_owned(),
                     millis(ttl).to_string(),
                 ],
@@ -50,8 +52,9 @@ impl DoorRecords for RedisBroker {
 
     async fn forget(&self, what: &Kept) -> Result<bool, BrokerError> {
         let dropped: i64 = self
+            .conn
             .client
-            .del(self.keys.kept(what))
+            .del(self.conn.keys.kept(what))
             .await
             .map_err(|e| unavailable(&e))?;
         Ok(dropped > 0)
@@ -100,8 +103,8 @@ impl RedisBroker {
     ) -> Result<String, BrokerError> {
         let reply = self
             .run(scripts::Places {
-                tenant: self.keys.places(places.tenant),
-                holder: self.keys.holder_places(places.tenant, places.holder),
+                tenant: self.conn.keys.places(places.tenant),
+                holder: self.conn.keys.holder_places(places.tenant, places.holder),
                 op,
                 id: id.to_owned(),
                 tenant_bound: places.per_tenant,
@@ -122,10 +125,11 @@ impl Idempotency for RedisBroker {
         record: &str,
         ttl: Duration,
     ) -> Result<Option<String>, BrokerError> {
-        let at = self.keys.idempotency(tenant, key);
+        let at = self.conn.keys.idempotency(tenant, key);
         // Claimed, or read what is there; a key that expired between the two is claimed again.
         for _ in 0..3 {
             let set: Option<String> = self
+                .conn
                 .client
                 .set(
                     &at,
@@ -139,8 +143,12 @@ impl Idempotency for RedisBroker {
             if set.is_some() {
                 return Ok(None);
             }
-            let existing: Option<String> =
-                self.client.get(&at).await.map_err(|e| unavailable(&e))?;
+            let existing: Option<String> = self
+                .conn
+                .client
+                .get(&at)
+                .await
+                .map_err(|e| unavailable(&e))?;
             if existing.is_some() {
                 return Ok(existing);
             }
@@ -159,9 +167,10 @@ impl Idempotency for RedisBroker {
         record: &str,
     ) -> Result<(), BrokerError> {
         let _: Option<String> = self
+            .conn
             .client
             .set(
-                self.keys.idempotency(tenant, key),
+                self.conn.keys.idempotency(tenant, key),
                 record,
                 Some(Expiration::KEEPTTL),
                 Some(fred::types::SetOptions::XX),
@@ -173,16 +182,18 @@ impl Idempotency for RedisBroker {
     }
 
     async fn idempotency(&self, tenant: &str, key: &str) -> Result<Option<String>, BrokerError> {
-        self.client
-            .get(self.keys.idempotency(tenant, key))
+        self.conn
+            .client
+            .get(self.conn.keys.idempotency(tenant, key))
             .await
             .map_err(|e| unavailable(&e))
     }
 
     async fn release_idempotency(&self, tenant: &str, key: &str) -> Result<(), BrokerError> {
         let _: i64 = self
+            .conn
             .client
-            .del(self.keys.idempotency(tenant, key))
+            .del(self.conn.keys.idempotency(tenant, key))
             .await
             .map_err(|e| unavailable(&e))?;
         Ok(())

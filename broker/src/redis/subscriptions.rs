@@ -44,14 +44,16 @@ impl RedisBroker {
     /// readers.
     pub(super) async fn subscribe_partitions(&self) -> Result<(), ConnectError> {
         let subs = (0..PARTITIONS).map(|k| {
-            self.subscriber
-                .ssubscribe(self.keys.node_channel(&self.node, k))
+            self.conn
+                .subscriber
+                .ssubscribe(self.conn.keys.node_channel(&self.node.id, k))
         });
         for r in futures_util::future::join_all(subs).await {
             r.map_err(ConnectError::Connect)?;
         }
-        self.subscriber
-            .ssubscribe(self.keys.catalog_channel())
+        self.conn
+            .subscriber
+            .ssubscribe(self.conn.keys.catalog_channel())
             .await
             .map_err(ConnectError::Connect)?;
         Ok(())
@@ -59,8 +61,8 @@ impl RedisBroker {
 
     /// Keeps every subscription at its slot's owner until `shutdown`.
     pub(super) async fn run_subscriptions(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut topology = self.client.cluster_change_rx();
-        let mut reconnects = self.subscriber.reconnect_rx();
+        let mut topology = self.conn.client.cluster_change_rx();
+        let mut reconnects = self.conn.subscriber.reconnect_rx();
         let mut tick = tokio::time::interval(PROBE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -88,8 +90,10 @@ impl RedisBroker {
     /// coming back. Then hands over what the lost channels may have carried meanwhile.
     async fn mend(&self, why: Why) {
         let probes = (0..PARTITIONS).map(|k| {
-            self.client
-                .spublish::<i64, _, _>(self.keys.node_channel(&self.node, k), codec::probe(k))
+            self.conn.client.spublish::<i64, _, _>(
+                self.conn.keys.node_channel(&self.node.id, k),
+                codec::probe(k),
+            )
         });
         let published = futures_util::future::join_all(probes).await;
         if why == Why::Probe
@@ -111,16 +115,16 @@ impl RedisBroker {
                 taken: matches!(p, Ok(n) if *n > 0),
             })
             .collect();
-        let lost = self.probes.settle(&probed);
+        let lost = self.node.probes.settle(&probed);
         // After a round that failed to subscribe some channel again, the probes' round
         // subscribes everything again: an event channel has no probe to say it is lost.
-        if lost.is_empty() && why == Why::Probe && !self.probes.again_failed() {
-            self.probes.subscribed();
+        if lost.is_empty() && why == Why::Probe && !self.node.probes.again_failed() {
+            self.node.probes.subscribed();
             return;
         }
         if !lost.is_empty() {
-            self.probes.unsubscribed();
-            tracing::warn!(node = %self.node, partitions = lost.len(), why = why.as_str(), "partition channels without their subscription: subscribing again");
+            self.node.probes.unsubscribed();
+            tracing::warn!(node = %self.node.id, partitions = lost.len(), why = why.as_str(), "partition channels without their subscription: subscribing again");
         }
         if self.resubscribe_all(why.as_str()).await {
             self.catch_up(&lost).await;
@@ -130,28 +134,28 @@ impl RedisBroker {
     /// Reads the slot map again (Redis Cluster) and subscribes again to every channel this
     /// node listens on; whether all of them are.
     async fn resubscribe_all(&self, why: &'static str) -> bool {
-        if self.cluster
-            && let Err(e) = self.subscriber.sync_cluster().await
+        if self.conn.cluster
+            && let Err(e) = self.conn.subscriber.sync_cluster().await
         {
             tracing::debug!(error = %e, "subscriber's slot map not read");
         }
-        let channels = self.subscriber.tracked_shard_channels();
+        let channels = self.conn.subscriber.tracked_shard_channels();
         let count = channels.len();
         let subs = channels
             .into_iter()
-            .map(|c| self.subscriber.ssubscribe(c.to_string()));
+            .map(|c| self.conn.subscriber.ssubscribe(c.to_string()));
         let failed = futures_util::future::join_all(subs)
             .await
             .into_iter()
             .filter(Result::is_err)
             .count();
-        self.probes.subscribed_again(failed == 0);
+        self.node.probes.subscribed_again(failed == 0);
         if failed > 0 {
-            tracing::warn!(node = %self.node, why, failed, of = count, "subscribing again failed; the next round of probes tries again");
-            self.probes.unsubscribed();
+            tracing::warn!(node = %self.node.id, why, failed, of = count, "subscribing again failed; the next round of probes tries again");
+            self.node.probes.unsubscribed();
             return false;
         }
-        tracing::debug!(node = %self.node, why, channels = count, "subscribed again");
+        tracing::debug!(node = %self.node.id, why, channels = count, "subscribed again");
         true
     }
 
@@ -160,7 +164,7 @@ impl RedisBroker {
     /// frames of calls still pending for its pages (a page ignores a call id it already has);
     /// for every tenant with live readers, the events after the last one they got.
     async fn catch_up(&self, lost: &[u16]) {
-        let mut ids = self.waiters.ids();
+        let mut ids = self.calls.waiters.ids();
         ids.retain(|(_, k)| lost.contains(k));
         for chunk in ids.chunks(256) {
             let reads = chunk
@@ -179,25 +183,25 @@ impl RedisBroker {
                 .map(|c| async move { (c, self.pending_messages(c).await) });
             for (conv, frames) in futures_util::future::join_all(reads).await {
                 for (client, frame) in frames.unwrap_or_default() {
-                    self.sink.deliver(conv, &client, frame);
+                    self.node.sink.deliver(conv, &client, frame);
                 }
             }
         }
-        for (tenant, last) in self.feeds.lasts() {
+        for (tenant, last) in self.events.feeds.lasts() {
             let Some(last) = last else { continue };
             let entries: Result<Vec<(String, HashMap<String, String>)>, _> = self
                 .again("xrange", || {
-                    self.client.xrange(
-                        self.keys.events(&tenant),
+                    self.conn.client.xrange(
+                        self.conn.keys.events(&tenant),
                         format!("({last}"),
                         "+",
-                        Some(self.opts.retention.events_per_tenant),
+                        Some(self.conn.opts.retention.events_per_tenant),
                     )
                 })
                 .await;
             for (id, fields) in entries.unwrap_or_default() {
                 if let Some(event) = fields.get("e").and_then(|e| parse_event(&id, e)) {
-                    self.feeds.hand(&tenant, event);
+                    self.events.feeds.hand(&tenant, event);
                 }
             }
         }

@@ -16,10 +16,11 @@ impl RedisBroker {
     /// Takes a 2 s lease on `key` for this node: `false` when another node holds it.
     pub(super) async fn lease(&self, key: String) -> Result<bool, BrokerError> {
         let taken: Option<String> = self
+            .conn
             .client
             .set(
                 key,
-                self.node.as_str(),
+                self.node.id.as_str(),
                 Some(Expiration::PX(2_000)),
                 Some(fred::types::SetOptions::NX),
                 false,
@@ -34,7 +35,7 @@ impl RedisBroker {
         let _ = self
             .run(Release {
                 lease: key,
-                node: self.node.clone(),
+                node: self.node.id.clone(),
             })
             .await;
     }
@@ -43,18 +44,18 @@ impl RedisBroker {
     /// died, or they were async): the due entries of every partition's deadline set, read at
     /// once. Leased: one node sweeps at a time. Returns what it timed out.
     pub async fn sweep(&self) -> Result<Vec<CallRecord>, BrokerError> {
-        if !self.lease(self.keys.sweep_lease()).await? {
+        if !self.lease(self.conn.keys.sweep_lease()).await? {
             return Ok(Vec::new());
         }
         if let Err(e) = self.relay_outboxes().await {
-            self.release_lease(self.keys.sweep_lease()).await;
+            self.release_lease(self.conn.keys.sweep_lease()).await;
             return Err(e);
         }
         #[allow(clippy::cast_precision_loss)]
         let max = crate::deadline::sweep_due(now_ms()) as f64;
         let reads = (0..PARTITIONS).map(|k| {
-            self.client.zrangebyscore::<Vec<String>, _, _, _>(
-                self.keys.deadlines(k),
+            self.conn.client.zrangebyscore::<Vec<String>, _, _, _>(
+                self.conn.keys.deadlines(k),
                 "-inf",
                 max,
                 false,
@@ -73,11 +74,12 @@ impl RedisBroker {
                 swept.push(r);
             }
             let _: Result<i64, _> = self
+                .conn
                 .client
-                .zrem(&self.keys.deadlines(k), member.as_str())
+                .zrem(&self.conn.keys.deadlines(k), member.as_str())
                 .await;
         }
-        self.release_lease(self.keys.sweep_lease()).await;
+        self.release_lease(self.conn.keys.sweep_lease()).await;
         Ok(swept)
     }
 }

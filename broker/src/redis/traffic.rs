@@ -21,8 +21,8 @@ impl SharedTraffic for RedisBroker {
         ttl: Duration,
     ) -> Result<(), BrokerError> {
         self.run(TrafficPut {
-            traffic: self.keys.traffic(tenant),
-            node: self.node.clone(),
+            traffic: self.conn.keys.traffic(tenant),
+            node: self.node.id.clone(),
             body: serde_json::to_string(traffic).unwrap_or_default(),
             ttl: millis(ttl).max(1),
         })
@@ -33,7 +33,7 @@ impl SharedTraffic for RedisBroker {
     async fn traffic(&self, tenant: &str) -> Result<Vec<TrafficEntry>, BrokerError> {
         let reply = strings(
             self.run(TrafficRead {
-                traffic: self.keys.traffic(tenant),
+                traffic: self.conn.keys.traffic(tenant),
             })
             .await?,
         );

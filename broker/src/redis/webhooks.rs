@@ -30,23 +30,24 @@ fn encode(p: &Pending) -> String {
 
 impl RedisBroker {
     pub(super) fn wh_queue(&self, tenant: &str, conv: &str) -> String {
-        format!("{}:wh:q:{conv}", self.keys.events(tenant))
+        format!("{}:wh:q:{conv}", self.conn.keys.events(tenant))
     }
 
     pub(super) fn wh_due(&self, tenant: &str) -> String {
-        format!("{}:wh:due", self.keys.events(tenant))
+        format!("{}:wh:due", self.conn.keys.events(tenant))
     }
 
     pub(super) fn wh_dead(&self, tenant: &str) -> String {
-        format!("{}:wh:dead", self.keys.events(tenant))
+        format!("{}:wh:dead", self.conn.keys.events(tenant))
     }
 
     /// Creates the tenant's delivery group if it does not exist; a new group starts at the
     /// oldest retained event, so nothing emitted before the first worker started is skipped.
     pub async fn webhook_group(&self, tenant: &str) -> Result<(), BrokerError> {
         match self
+            .conn
             .client
-            .xgroup_create::<(), _, _, _>(self.keys.events(tenant), GROUP, "0", true)
+            .xgroup_create::<(), _, _, _>(self.conn.keys.events(tenant), GROUP, "0", true)
             .await
         {
             Ok(()) => Ok(()),
@@ -65,8 +66,9 @@ impl RedisBroker {
         block_ms: u64,
         stale_ms: u64,
     ) -> Result<Vec<Pending>, BrokerError> {
-        let stream = self.keys.events(tenant);
+        let stream = self.conn.keys.events(tenant);
         let (_, claimed): (String, Vec<StreamEntry>) = self
+            .conn
             .client
             .xautoclaim_values(
                 &stream,
@@ -119,7 +121,7 @@ impl RedisBroker {
     pub async fn webhook_admit(&self, tenant: &str, p: &Pending) -> Result<Admission, BrokerError> {
         let v = self
             .run(WebhookAdmit {
-                stream: self.keys.events(tenant),
+                stream: self.conn.keys.events(tenant),
                 queue: self.wh_queue(tenant, &p.conv),
                 entry_id: p.id.clone(),
                 pending: encode(p),
@@ -134,8 +136,9 @@ impl RedisBroker {
 
     /// Acknowledges a delivered event.
     pub async fn webhook_ack(&self, tenant: &str, id: &str) -> Result<(), BrokerError> {
-        self.client
-            .xack::<(), _, _, _>(self.keys.events(tenant), GROUP, id)
+        self.conn
+            .client
+            .xack::<(), _, _, _>(self.conn.keys.events(tenant), GROUP, id)
             .await
             .map_err(|e| unavailable(&e))
     }
@@ -148,7 +151,7 @@ impl RedisBroker {
         due_ms: u64,
     ) -> Result<(), BrokerError> {
         self.run(WebhookDefer {
-            stream: self.keys.events(tenant),
+            stream: self.conn.keys.events(tenant),
             queue: self.wh_queue(tenant, &p.conv),
             due: self.wh_due(tenant),
             entry_id: p.id.clone(),
@@ -186,6 +189,7 @@ impl RedisBroker {
         conv: &str,
     ) -> Result<Option<Pending>, BrokerError> {
         let head: Option<String> = self
+            .conn
             .client
             .lindex(self.wh_queue(tenant, conv), 0)
             .await
@@ -236,6 +240,7 @@ impl RedisBroker {
         now_ms: u64,
     ) -> Result<(), BrokerError> {
         let _: String = self
+            .conn
             .client
             .xadd(
                 self.wh_dead(tenant),
@@ -256,6 +261,7 @@ impl RedisBroker {
         count: u64,
     ) -> Result<Vec<(String, Pending)>, BrokerError> {
         let items: Vec<StreamEntry> = self
+            .conn
             .client
             .xrange(self.wh_dead(tenant), "-", "+", Some(count))
             .await
@@ -285,11 +291,13 @@ impl RedisBroker {
         p.first_failure_ms = 0;
         let queue = self.wh_queue(tenant, &p.conv);
         let _: i64 = self
+            .conn
             .client
             .rpush(&queue, encode(&p))
             .await
             .map_err(|e| unavailable(&e))?;
         let _: i64 = self
+            .conn
             .client
             .zadd(
                 self.wh_due(tenant),
@@ -302,6 +310,7 @@ impl RedisBroker {
             .await
             .map_err(|e| unavailable(&e))?;
         let _: i64 = self
+            .conn
             .client
             .xdel(self.wh_dead(tenant), dead_id)
             .await
@@ -312,13 +321,15 @@ impl RedisBroker {
     /// Events read by the group and not yet delivered, plus events waiting in queues.
     pub async fn webhook_depth(&self, tenant: &str) -> Result<u64, BrokerError> {
         let due: u64 = self
+            .conn
             .client
             .zcard(self.wh_due(tenant))
             .await
             .map_err(|e| unavailable(&e))?;
         let _: bool = self
+            .conn
             .client
-            .exists(self.keys.events(tenant))
+            .exists(self.conn.keys.events(tenant))
             .await
             .map_err(|e| unavailable(&e))?;
         Ok(due)
@@ -326,9 +337,10 @@ impl RedisBroker {
 
     /// The connection for blocking reads, opened on first use.
     async fn blocking_client(&self) -> Result<&fred::prelude::Client, BrokerError> {
-        self.blocking
+        self.conn
+            .blocking
             .get_or_try_init(|| async {
-                let c = self.client.clone_new();
+                let c = self.conn.client.clone_new();
                 c.init().await.map_err(|e| unavailable(&e))?;
                 Ok(c)
             })
