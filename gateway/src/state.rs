@@ -11,9 +11,9 @@ use toolmark_config::HoldSettings;
 use toolmark_process::Lifecycle;
 use toolmark_process::metrics::Exposed;
 
-use crate::api::{ApiParts, ApiState};
+use crate::api::state::{ApiState, Parts as ApiParts};
 use crate::metrics::Metrics;
-use crate::page::{PageParts, PageState};
+use crate::page::state::{PageState, Parts as PageParts};
 use crate::registry::Registry;
 use crate::tenants::Tenants;
 

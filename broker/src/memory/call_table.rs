@@ -109,12 +109,17 @@ pub(super) struct CallTable {
 
 const CALL_SHARDS: usize = 32;
 
+/// How many traced calls' trace contexts the memory broker keeps
+/// ([`crate::Calls::call_trace`]), at most [`crate::ONCE_TTL`] each: a webhook or a timeout
+/// comes within the call's life.
+const TRACES_KEPT: usize = 16_384;
+
 impl Default for CallTable {
     fn default() -> Self {
         CallTable {
             shards: (0..CALL_SHARDS).map(|_| Mutex::default()).collect(),
             hasher: std::hash::RandomState::new(),
-            traces: Mutex::new(super::recent::Recent::new(super::calls::TRACES_KEPT)),
+            traces: Mutex::new(super::recent::Recent::new(TRACES_KEPT)),
         }
     }
 }

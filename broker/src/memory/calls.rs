@@ -298,10 +298,6 @@ impl MemoryBroker {
     }
 }
 
-/// How many traced calls' trace contexts the memory broker keeps ([`Calls::call_trace`]), at
-/// most [`crate::ONCE_TTL`] each: a webhook or a timeout comes within the call's life.
-pub(super) const TRACES_KEPT: usize = 16_384;
-
 /// Hands `outcome` to each of `listeners`.
 pub(super) fn tell(listeners: Vec<oneshot::Sender<Outcome>>, outcome: &Outcome) {
     for l in listeners {

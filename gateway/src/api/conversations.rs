@@ -12,7 +12,7 @@ use toolmark_proto::llm::{LlmFormat, tool_definitions};
 use utoipa::ToSchema;
 
 use super::request::{Authed, Calls, Tokens, parse_body};
-use crate::api::ApiState;
+use crate::api::state::ApiState;
 use crate::http::problem::Problem;
 use crate::http::{Body, check_ids};
 use crate::tenants::{MCP_SCOPE, PageClaims};

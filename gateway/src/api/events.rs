@@ -23,7 +23,7 @@ use toolmark_broker::{ConvKey, EventType, SharedBroker, handle};
 use toolmark_config::policy::ToolFacts;
 
 use super::request::{Authed, Events};
-use crate::api::ApiState;
+use crate::api::state::ApiState;
 use crate::caller::Caller;
 use crate::event_feed::{replay_then_live, to_sse};
 use crate::http::problem::Problem;

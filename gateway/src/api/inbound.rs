@@ -11,7 +11,7 @@ use toolmark_broker::ConvKey;
 use super::request::{AnyKey, Authed};
 use crate::http::problem::Problem;
 use crate::http::{Body, check_ids};
-use crate::page::PageState;
+use crate::page::state::PageState;
 
 /// `POST /users/{u}/conversations/{c}/inbound`
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/users/{user}/conversations/{conversation}/inbound",

@@ -8,7 +8,7 @@ pub(crate) mod conversations;
 pub(crate) mod events;
 pub mod inbound;
 pub(crate) mod request;
-mod state;
+pub(crate) mod state;
 pub(crate) mod webhooks;
 
 pub use state::{ApiState, Parts as ApiParts};

@@ -8,7 +8,7 @@ use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::api::ApiState;
+use crate::api::state::ApiState;
 use crate::caller::Caller;
 use crate::http::{Body, Problem, parse_json};
 use crate::tenants::Tenant;

@@ -9,7 +9,7 @@ use toolmark_process::Lifecycle;
 
 use crate::calls::CallEngine;
 use crate::metrics::Metrics;
-use crate::page::PageState;
+use crate::page::state::PageState;
 use crate::places::EventStreams;
 use crate::tenants::Tenants;
 

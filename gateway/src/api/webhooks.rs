@@ -11,7 +11,7 @@ use std::sync::Arc;
 use toolmark_broker::EventType;
 
 use super::request::{Authed, Events, Webhooks};
-use crate::api::ApiState;
+use crate::api::state::ApiState;
 use crate::event_feed::DeadLetters;
 use crate::http::problem::Problem;
 

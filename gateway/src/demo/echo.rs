@@ -15,7 +15,7 @@ use toolmark_broker::ConvKey;
 use super::DEV_TENANT;
 use crate::http::Body;
 use crate::http::problem::Problem;
-use crate::page::PageState;
+use crate::page::state::PageState;
 use crate::state::AppState;
 
 /// The routes.

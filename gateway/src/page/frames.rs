@@ -8,7 +8,7 @@ use toolmark_broker::{BrokerError, ConvKey, EventType, PageIdentity, Rejection, 
 use toolmark_config::pins::PinMode;
 use toolmark_proto::{DecodeError, Limits, PageMessage, decode_to_agent};
 
-use crate::page::PageState;
+use crate::page::state::PageState;
 
 /// Why a page message was dropped. Every variant but [`Refused::Broker`] is counted in the
 /// metrics by [`decode`] or [`dispatch`] before it is returned.
@@ -169,16 +169,9 @@ async fn on_result(
     if let Some(t) = traced {
         t.done(rejection_of(&submitted));
     }
-    match submitted {
-        Some(Ok(())) => Ok(()),
-        Some(Err(SubmitError::Rejected(why))) => {
-            pages.metrics.result_rejected(why.as_str());
-            tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
-            Err(Refused::Rejected(why))
-        }
-        Some(Err(SubmitError::Broker(e))) => Err(e.into()),
-        None => Err(unanswered()),
-    }
+    settle(pages, submitted, |why| {
+        tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, call_id = %r.id, client_id = %r.client_id, reason = why.as_str(), "result rejected");
+    })
 }
 
 /// A deferred confirmation's outcome, checked against its binding by the broker.
@@ -205,11 +198,23 @@ async fn on_confirmed(
     if let Some(t) = traced {
         t.done(rejection_of(&submitted));
     }
+    settle(pages, submitted, |why| {
+        tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");
+    })
+}
+
+/// What a page's submission came to: accepted; refused by its binding (counted, and logged by
+/// `rejected`, which names the frame); or the broker's error, or no answer within the hold.
+fn settle<T>(
+    pages: &PageState,
+    submitted: Option<Result<T, SubmitError>>,
+    rejected: impl FnOnce(Rejection),
+) -> Result<(), Refused> {
     match submitted {
         Some(Ok(_)) => Ok(()),
         Some(Err(SubmitError::Rejected(why))) => {
             pages.metrics.result_rejected(why.as_str());
-            tracing::info!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, confirm_id = %c.confirm_id, client_id = %c.client_id, reason = why.as_str(), "confirmed rejected");
+            rejected(why);
             Err(Refused::Rejected(why))
         }
         Some(Err(SubmitError::Broker(e))) => Err(e.into()),

@@ -7,6 +7,6 @@ pub mod frames;
 pub mod inbound;
 pub mod session;
 pub mod socket;
-mod state;
+pub(crate) mod state;
 
 pub use state::{PageState, Parts as PageParts};

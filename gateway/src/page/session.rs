@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use toolmark_broker::{AdmitError, AdmitLimits, ConvKey, EventType, Release};
 
-use crate::page::PageState;
+use crate::page::state::PageState;
 use crate::registry::Outbox;
 use crate::tenants::{Grant, Tenant};
 

@@ -18,9 +18,9 @@ use toolmark_proto::Limits;
 use tracing::Instrument;
 
 use crate::close;
-use crate::page::PageState;
 use crate::page::frames;
 use crate::page::session::{Session, Transport, refusal_reason};
+use crate::page::state::PageState;
 use crate::registry::Outgoing;
 use crate::tenants::{Grant, Tenant};
 use toolmark_config::MAX_FRAME_BYTES;

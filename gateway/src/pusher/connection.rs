@@ -17,8 +17,8 @@ use tracing::Instrument;
 
 use super::protocol::{self, ACTIVITY_TIMEOUT_SECS, ClientEvent, code};
 use crate::echo_channels::{new_socket_id, toolmark_channel, verify};
-use crate::page::PageState;
 use crate::page::session::{Session, Transport};
+use crate::page::state::PageState;
 use crate::registry::{Outbox, Outgoing};
 use crate::tenants::Tenant;
 

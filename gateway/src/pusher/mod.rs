@@ -13,7 +13,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
-use crate::page::PageState;
+use crate::page::state::PageState;
 
 /// Largest client frame: Pusher client events are small (a subscribe is well under 1 KiB).
 const MAX_CLIENT_FRAME: usize = 64 * 1024;

@@ -14,7 +14,7 @@ use toolmark_proto::is_valid_tool_name;
 use toolmark_proto::llm::{PAGE_CALL, PAGE_DESCRIBE, model_content};
 
 use super::request::{Authed, Calls, parse_body};
-use crate::api::ApiState;
+use crate::api::state::ApiState;
 use crate::calls::{Once, Request, Route};
 use crate::http::{Body, IdempotencyKey, Problem, QueryOf, check_ids, parse_value};
 use crate::tenants::Tenant;
