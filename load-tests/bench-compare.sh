@@ -85,6 +85,7 @@ def figures(path):
                     f[f"cross {r['rate']}/s {r['duration_secs']} s {k}"] = v
             f["redis commands per cross-node call"] = r.get("redis_commands_per_call_total")
             f["redis scripts per cross-node call"] = r.get("redis_scripts_per_call")
+            f["redis commands per page closed (1,000 pages)"] = r.get("redis_commands_per_page_closed")
             f["redis bytes per finished call"] = r.get("redis_bytes_per_finished_call")
             f["sharded channels, two nodes, 1,000 pages"] = r.get("sharded_channels_two_nodes_1000_pages")
         elif stage == "finished-calls":

@@ -8,7 +8,8 @@
 #   calls  call round trip on one node at SWEEP rates (default "1000 2000 … 10000 12000"),
 #          SWEEP_SECS (10) each, until p99 passes 20 ms
 #   cross  the same across two nodes on Redis (pages on node 1, agent on node 2), plus Redis
-#          commands per call from INFO commandstats at CROSS_RATE (1000) for CROSS_SECS (20)
+#          commands per call from INFO commandstats at CROSS_RATE (1000) for CROSS_SECS (20),
+#          read when the last call is answered (the pages closing after it counted apart)
 #          (with every process's system calls per call, counted by `perf stat`),
 #          the Redis memory each finished call keeps, and the sharded channels both nodes hold
 #   handshakes  HANDSHAKE_PAGES (10000) pages connecting to one node (memory broker),
@@ -180,7 +181,7 @@ for stage in $stages; do
         quiet_machine
         echo "== cross-node calls at $cross_rate/s for $cross_secs s, Redis commands per call" >&2
         loadgen calls --url "$node1" --agent-url "$node2" --pages 1000 --rate "$cross_rate" \
-            --duration-secs "$cross_secs" --pause-before-secs 2 --syscalls "${costs[@]}" >"$lt_work/cross.out" 2>"$lt_work/cross.err" &
+            --duration-secs "$cross_secs" --pause-before-secs 2 --pause-after-secs 3 --syscalls "${costs[@]}" >"$lt_work/cross.out" 2>"$lt_work/cross.err" &
         lg=$!
         until grep -q pausing "$lt_work/cross.err" 2>/dev/null; do
             kill -0 "$lg" 2>/dev/null || { cat "$lt_work/cross.err" >&2; exit 1; }
@@ -189,22 +190,36 @@ for stage in $stages; do
         rcli() { "${REDIS_CLI:-redis-cli}" -p "$lt_redis_port" "$@"; }
         rcli config resetstat >/dev/null
         mem_before="$(rcli info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p')"
-        wait "$lg"
+        # Read when the last call is answered, before the 1,000 pages close: what the calls
+        # cost, not the pages' closing (counted apart, below).
+        until grep -q "calls: finished" "$lt_work/cross.err" 2>/dev/null; do
+            kill -0 "$lg" 2>/dev/null || { cat "$lt_work/cross.err" >&2; exit 1; }
+            sleep 0.1
+        done
         res="$(head -1 "$lt_work/cross.out")"
         rcli info commandstats >"$lt_work/stats.txt"
         # Every call of the run is finished and still retained (timeout + 5 min): the growth
         # is what finished calls cost. Subscriptions: both nodes' sharded channels.
         mem_after="$(rcli info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p')"
         channels="$(rcli pubsub shardchannels 'tm:*' | grep -c . || true)"
-        res="$(python3 - "$res" "$lt_work/stats.txt" "$mem_before" "$mem_after" "$channels" <<'PY'
+        wait "$lg"
+        rcli info commandstats >"$lt_work/stats-closed.txt"
+        res="$(python3 - "$res" "$lt_work/stats.txt" "$mem_before" "$mem_after" "$channels" "$lt_work/stats-closed.txt" <<'PY'
 import json, re, sys
 line = json.loads(sys.argv[1])
 sent = line["sent"]
-per = {}
-for l in open(sys.argv[2]):
-    m = re.match(r"cmdstat_([a-z|]+):calls=(\d+)", l.strip())
-    if m:
-        per[m.group(1)] = round(int(m.group(2)) / sent, 3)
+def counts(path):
+    out = {}
+    for l in open(path):
+        m = re.match(r"cmdstat_([a-z|]+):calls=(\d+)", l.strip())
+        if m and m.group(1) not in ("info", "config|resetstat", "pubsub|shardchannels"):
+            out[m.group(1)] = int(m.group(2))
+    return out
+calls = counts(sys.argv[2])
+per = {k: round(v / sent, 3) for k, v in calls.items()}
+# The 1,000 pages closing after the calls (not a call's cost): commands per page.
+closed = counts(sys.argv[6])
+line["redis_commands_per_page_closed"] = round((sum(closed.values()) - sum(calls.values())) / 1000, 1)
 line["redis_commands_per_call"] = per
 line["redis_commands_per_call_total"] = round(sum(per.values()), 3)
 line["redis_scripts_per_call"] = round(per.get("evalsha", 0) + per.get("eval", 0), 3)

@@ -183,6 +183,7 @@ impl RedisBroker {
                 self.run(Refresh {
                     conv: self.conn.keys.conv(conv),
                     sockets: self.conn.keys.sockets(conv),
+                    pending: self.conn.keys.pending(conv),
                     ttl: ttl.clone(),
                     manifest_prefix: self.conn.keys.manifest_prefix(conv),
                     clients: clients.clone(),

@@ -233,6 +233,50 @@ async fn every_key_has_a_ttl_except_the_documented_ones() {
     b.close().await;
 }
 
+/// A call gives its conversation's pending set no expiry (issue 58: one command less per
+/// call): the node holding the conversation's page gives it the conversation's, at each
+/// refresh, and the set goes with the last call that ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversations_pending_set_takes_its_expiry_from_the_node_holding_it_and_goes_with_its_calls()
+ {
+    let redis = RedisProc::start(&[]);
+    let opts = RedisOptions {
+        retention: short(),
+        heartbeat: Duration::from_millis(200),
+        prefix: "tm".into(),
+        ..RedisOptions::default()
+    };
+    let (b, _) = on_own_redis(&redis, opts).await;
+    let b: toolmark_broker::SharedBroker = b;
+    let c = conv();
+    connected_page(&b, &c, "p1").await;
+    let (first, _w1) = call(&b, &c, "p1", Duration::from_secs(60)).await;
+    let (second, _w2) = call(&b, &c, "p1", Duration::from_secs(60)).await;
+    let pending = || -> Vec<String> {
+        redis
+            .cli(&["--scan", "--pattern", "tm:*:pending"])
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let key = pending().pop().expect("the conversation's pending set");
+    // The conversation's retention is 1.5 s: the node refreshes what it holds every 0.5 s.
+    eventually(
+        Duration::from_secs(10),
+        "the pending set has the conversation's expiry",
+        || {
+            let ttl: i64 = redis.cli(&["pttl", &key]).trim().parse().unwrap_or(-3);
+            async move { (ttl > 0 && ttl <= 1500).then_some(()) }
+        },
+    )
+    .await;
+    b.submit_result(&page(&c, "p1"), &first, &ok()).await.unwrap();
+    assert_eq!(redis.cli(&["scard", &key]).trim(), "1");
+    b.time_out(&c, &second).await.unwrap();
+    assert!(pending().is_empty(), "the set outlived its calls");
+    b.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivery_comes_back_after_the_subscriber_connection_is_killed_and_readiness_follows_it() {
     let redis = RedisProc::start(&[]);

@@ -309,6 +309,15 @@ async fn each_kind_of_call_costs_what_its_budget_says() {
         {
             over.push(format!("{kind}: {cost:?} against {against}"));
         }
+        // A row that says more than the call costs hides the next rise: lower it.
+        if cost.round_trips <= round_trips - 1.0
+            || cost.scripts <= scripts - 1.0
+            || cost.commands <= commands - 1.0
+        {
+            over.push(format!(
+                "{kind}: {cost:?} is a whole step under {against}: lower the row"
+            ));
+        }
         if let Some(bytes) = bytes {
             let kept = b.bytes_per_finished_call();
             eprintln!("{kind}: {kept:.0} bytes kept per finished call, budget {bytes}");
@@ -321,6 +330,6 @@ async fn each_kind_of_call_costs_what_its_budget_says() {
     }
     assert!(
         over.is_empty(),
-        "over budget (docs/architecture.md, \"What a call costs\"): {over:#?}"
+        "not as budgeted (docs/architecture.md, \"What a call costs\"): {over:#?}"
     );
 }

@@ -73,6 +73,13 @@ async fn drive_calls(fleet: &Fleet, agent: &Agent, args: &CallsArgs) -> Result<(
     let answered = fleet.tally.answered_total();
     let intact = fleet.intact();
     print(args, &driven, &summary, rss, costs, answered)?;
+    if args.pause_after_secs > 0 {
+        eprintln!(
+            "calls: finished, pausing {} s before the pages close",
+            args.pause_after_secs
+        );
+        tokio::time::sleep(Duration::from_secs(args.pause_after_secs)).await;
+    }
     intact.map(|_| ())
 }
 

@@ -263,6 +263,10 @@ pub struct CallsArgs {
     /// Redis statistics from outside).
     #[arg(long, default_value_t = 0)]
     pub pause_before_secs: u64,
+    /// Seconds to wait after the last call and the report, before the pages close (e.g. to
+    /// read Redis statistics of the calls alone from outside); says `calls: finished` first.
+    #[arg(long, default_value_t = 0)]
+    pub pause_after_secs: u64,
     /// The door calls take: the agent API, or the hosted MCP endpoint (stateless revision, an
     /// MCP token minted per conversation before the run).
     #[arg(long, value_enum, default_value_t = Door::Api)]

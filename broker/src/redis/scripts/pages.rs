@@ -205,6 +205,8 @@ pub struct Refresh {
     pub conv: String,
     /// KEYS: its sockets hash.
     pub sockets: String,
+    /// KEYS: its pending calls' set.
+    pub pending: String,
     /// Time to live, ms.
     pub ttl: String,
     /// The conversation's manifest key prefix.
@@ -222,6 +224,7 @@ impl ScriptArgs for Refresh {
         Args::new()
             .key("conv", self.conv)
             .key("sockets", self.sockets)
+            .key("pending", self.pending)
             .arg("ttl", self.ttl)
             .arg("manifest_prefix", self.manifest_prefix)
             .args("clients", self.clients)

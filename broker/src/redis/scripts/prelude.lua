@@ -51,7 +51,10 @@
 --   outcome is announced as `call.result` (the flags end where the caller begins, at a `[`).
 -- bind(call, pending, deadlines, a): stores a call's binding with its page message and its
 --   cancel in one hash, in the conversation's pending set and the partition's deadline set (`a`
---   is ARGV, whose first 10 values are the binding's, in the order bind.lua lists them).
+--   is ARGV, whose first 10 values are the binding's, in the order bind.lua lists them). The
+--   pending set gets no expiry here: every way a call ends takes it out (a set whose last
+--   member goes is gone), and the node holding the conversation's pages gives it the
+--   conversation's expiry with the rest (refresh.lua).
 --   A traced call's page message (`t\n<traceparent>\n…`) also leaves its trace context in
 --   `<call>:tp` for the call's time to live: what the webhook of its `call.result` and a sweep's
 --   timeout link to (`Calls::call_trace`).
@@ -189,7 +192,6 @@ local function bind(call, pending, deadlines, a)
   redis.call('HSET', call, 'v', a[2], 'c', a[3], 'd', a[4], 'n', a[5], 's', 'p', 't', a[6], 'f', a[7], 'x', a[8])
   redis.call('PEXPIRE', call, a[9])
   redis.call('SADD', pending, a[1])
-  redis.call('PEXPIRE', pending, a[9])
   redis.call('ZADD', deadlines, a[4], a[10])
   if string.sub(a[7], 1, 2) == 't\n' then
     local trace = string.match(a[7], '^t\n([^\n]*)\n')

@@ -1,13 +1,17 @@
 -- Marks a pending call timed out (packed as a result is), records its change in the outbox (to
 -- be announced as call.timeout), sends the pages its stored cancel and the waiting node the
--- outcome.
+-- outcome. A call whose key is gone (its retention passed before any sweep came) leaves the
+-- pending set too: the set has no expiry of its own while its conversation is held.
 -- Returns {'ok', conversation ref, clientId, deadline, node, tool/kind/flags} or the state.
 --
 -- KEYS: call, pending, deadlines, sockets, outbox
 -- ARGV: id (compact), outcome (the timeout), channel_prefix, channel_suffix, message (the
 --       outcome message), deadline_member, outbox_name, outbox_entry
 local f = call_fields(KEYS[1])
-if not f[1] then return {'missing'} end
+if not f[1] then
+  redis.call('SREM', KEYS[2], ARGV[1])
+  return {'missing'}
+end
 if f[5] ~= 'p' then return {f[5]} end
 local cancel = page_part(KEYS[1], f, 'x')
 finish(KEYS[1], f, 't', ARGV[2])
