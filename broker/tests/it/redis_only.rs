@@ -270,7 +270,9 @@ async fn a_conversations_pending_set_takes_its_expiry_from_the_node_holding_it_a
         },
     )
     .await;
-    b.submit_result(&page(&c, "p1"), &first, &ok()).await.unwrap();
+    b.submit_result(&page(&c, "p1"), &first, &ok())
+        .await
+        .unwrap();
     assert_eq!(redis.cli(&["scard", &key]).trim(), "1");
     b.time_out(&c, &second).await.unwrap();
     assert!(pending().is_empty(), "the set outlived its calls");
