@@ -944,3 +944,96 @@ async fn beside_a_node_of_an_older_release_call_ids_name_their_partition_until_i
         "still found by id"
     );
 }
+
+/// A call's placement takes the current page's manifest order from the conversation's hash
+/// (`cm`, issue 58: one read less per call) only while it still holds: a manifest written
+/// since by a node that does not write `cm` (a node of 0.4.0 moves the conversation's counter
+/// and leaves `cm` as it was) sends the placement back to the manifest itself, and a call is
+/// checked against the new manifest, not the one `cm` names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_an_older_node_wrote_is_what_a_call_is_checked_against() {
+    use toolmark_broker::PlaceError;
+    use toolmark_proto::{Manifest, ToolManifestSummary};
+    let redis = RedisProc::start(&[]);
+    let opts = RedisOptions {
+        heartbeat: Duration::from_millis(100),
+        prefix: "cm".into(),
+        ..RedisOptions::default()
+    };
+    let (n1, _) = on_own_redis(&redis, opts.clone()).await;
+    let n1: toolmark_broker::SharedBroker = n1;
+    let n2: toolmark_broker::SharedBroker = RedisBroker::connect(
+        redis_url::parse(&redis.url()).unwrap(),
+        "n2",
+        std::sync::Arc::new(Sink::default()),
+        opts,
+    )
+    .await
+    .unwrap();
+    let c = conv();
+    let manifest = |names: &[&str]| Manifest {
+        client_id: "p1".into(),
+        rev: 1,
+        tools: names
+            .iter()
+            .map(|n| {
+                ToolManifestSummary::from_value(json!({
+                    "name": n, "llmName": n.replace('.', "__"), "description": "d", "hints": {},
+                }))
+                .unwrap()
+            })
+            .collect(),
+    };
+    let by_llm_name = |llm: &str| {
+        let mut req = request(&c, 1000);
+        req.tool = llm.into();
+        req.llm_name = Some(llm.into());
+        req
+    };
+    n1.admit_page(&c, &LIMITS).await.unwrap();
+    n1.page_identified(&c, "p1").await.unwrap();
+    n1.put_manifest(
+        &c,
+        &manifest(&["todo.add", "todo.list"]),
+        &crate::support::frame_name(),
+    )
+    .await
+    .unwrap();
+    // Node 2 reads the first manifest (order 1) and places a call against it.
+    let placed = eventually(Duration::from_secs(10), "node 2 places a call", || {
+        let (n2, req) = (n2.clone(), by_llm_name("todo__list"));
+        async move { n2.place_call(req).await.ok() }
+    })
+    .await;
+    assert_eq!(placed.binding.tool, "todo.list");
+    let conv_key = redis
+        .cli(&["--scan", "--pattern", "cm:*:conv"])
+        .lines()
+        .next()
+        .expect("the conversation's hash")
+        .to_owned();
+    let noted = redis.cli(&["hget", &conv_key, "cm"]);
+    assert_eq!(
+        noted.trim_end(),
+        "p1\n1",
+        "put_manifest notes the current page's order"
+    );
+    // The page's next manifest drops todo.list; `cm` is left naming order 1, as a node that
+    // does not write it leaves it.
+    n1.put_manifest(&c, &manifest(&["todo.add"]), &crate::support::frame_name())
+        .await
+        .unwrap();
+    redis.cli(&["hset", &conv_key, "cm", "p1\n1"]);
+    let refused = n2.place_call(by_llm_name("todo__list")).await;
+    assert!(
+        matches!(refused, Err(PlaceError::UnknownTool)),
+        "checked against the manifest of order 2: {refused:?}"
+    );
+    let placed = n2
+        .place_call(by_llm_name("todo__add"))
+        .await
+        .expect("a tool of the new manifest");
+    assert_eq!(placed.binding.tool, "todo.add");
+    n1.close().await;
+    n2.close().await;
+}

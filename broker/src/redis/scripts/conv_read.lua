@@ -7,7 +7,7 @@
 -- KEYS: conv, sockets
 -- ARGV: manifest_prefix, live... (the live node ids)
 local live = set_of(ARGV, 2, #ARGV)
-local st = conv_state(KEYS[1], KEYS[2], ARGV[1], live)
+local st = conv_state(KEYS[1], KEYS[2], ARGV[1], live, true)
 local manifest = false
 if st.effective then manifest = redis.call('HGET', ARGV[1] .. st.effective, 'm') end
 local out = {st.effective or '', manifest or '', tostring(st.total), st.drained or '', table.concat(st.skipped, ' '), st.seq}

@@ -30,7 +30,7 @@ local want, back, need = ARGV[20], ARGV[21], ARGV[22] == '1'
 local nlive = tonumber(ARGV[23])
 local live = set_of(ARGV, 24, 23 + nlive)
 local dead = set_of(ARGV, 24 + nlive, #ARGV)
-local st = conv_state(conv, sockets_key, manifest_prefix, live)
+local st = conv_state(conv, sockets_key, manifest_prefix, live, false)
 local unknown = {}
 for _, node in ipairs(st.skipped) do
   if not dead[node] then table.insert(unknown, node) end

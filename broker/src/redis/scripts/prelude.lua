@@ -21,10 +21,16 @@
 -- to_nodes(nodes, prefix, suffix, message): SPUBLISHes message on each node's channel of this
 --   partition (prefix .. node .. suffix), which shares the script's slot; returns how many
 --   subscribers received it.
--- conv_state(conv, socks, manifests, live): the conversation as the agent API sees it,
+-- conv_state(conv, socks, manifests, live, all): the conversation as the agent API sees it,
 --   counting only sockets of live nodes, with D23's choice of the current page
---   (`model::current_page`). The current page's manifest `seq` comes from the manifests
---   already read for the identified pages; only a current page without a socket is read apart.
+--   (`model::current_page`). With `all`, every identified page's manifest `seq` and `rev` are
+--   read (`st.info`), and the current page's `seq` comes from them (only a current page without
+--   a socket is read apart). Without (a call's placement), a current page with a socket on a
+--   live node takes its `seq` from the conversation's hash when `cm` there says it: `cm` is
+--   `<clientId>\n<seq>`, written by put_manifest beside `current` when a manifest makes its page
+--   current, and it holds only while it names the current page and the conversation's manifest
+--   counter `seq` still (a manifest written since, by any node of any release, moves the
+--   counter); otherwise the manifests are read as with `all`.
 -- gcra(key, interval, burst, want, back): gives `back` unspent calls back to a tenant's rate
 --   (never past now), then takes up to `want`, as many as the bucket holds now: `taken, 0`, or
 --   `0, µs` until one would be allowed.
@@ -93,7 +99,7 @@ local function to_nodes(nodes, prefix, suffix, message)
   end
   return reached
 end
-local function conv_state(conv, socks_key, manifests, live)
+local function conv_state(conv, socks_key, manifests, live, all)
   local st = {total = 0, identified = 0, pages = {}, info = {}, skipped = {}, nodes = {}}
   local unknown = {}
   for _, s in ipairs(sockets(socks_key)) do
@@ -107,27 +113,32 @@ local function conv_state(conv, socks_key, manifests, live)
       st.total = st.total + s.n
     end
   end
-  for client, _ in pairs(st.pages) do
-    st.info[client] = redis.call('HMGET', manifests .. client, 's', 'r')
-  end
-  local h = redis.call('HMGET', conv, 'current', 'drained')
+  local h = redis.call('HMGET', conv, 'current', 'drained', 'seq', 'cm')
   local current = h[1]
   st.effective = current
-  if current and not st.pages[current] and st.total <= st.identified then
-    local best, bestseq = nil, -1
-    for client, f in pairs(st.info) do
-      local s = tonumber(f[1] or '-1')
-      if f[1] and s > bestseq then best, bestseq = client, s end
-    end
-    if best then st.effective = best end
-  end
-  st.seq = ''
-  if st.effective then
-    local known = st.info[st.effective]
-    if known then st.seq = known[1] or ''
-    else st.seq = redis.call('HGET', manifests .. st.effective, 's') or '' end
-  end
   st.drained = h[2]
+  st.seq = ''
+  local keeps = current and (st.pages[current] or st.total > st.identified)
+  if not all and current and st.pages[current] and h[4] and h[4] == current .. '\n' .. (h[3] or '') then
+    st.seq = h[3]
+  else
+    for client, _ in pairs(st.pages) do
+      st.info[client] = redis.call('HMGET', manifests .. client, 's', 'r')
+    end
+    if current and not keeps then
+      local best, bestseq = nil, -1
+      for client, f in pairs(st.info) do
+        local s = tonumber(f[1] or '-1')
+        if f[1] and s > bestseq then best, bestseq = client, s end
+      end
+      if best then st.effective = best end
+    end
+    if st.effective then
+      local known = st.info[st.effective]
+      if known then st.seq = known[1] or ''
+      else st.seq = redis.call('HGET', manifests .. st.effective, 's') or '' end
+    end
+  end
   for node, _ in pairs(unknown) do table.insert(st.skipped, node) end
   return st
 end

@@ -1,6 +1,7 @@
 -- Keeps a page's latest manifest (a hash per page load: m the manifest, s its order, r its
 -- revision) and makes the page current (only if none is, when re-publishing after Redis lost
--- its data). Per-page-load state lives in that key alone, so it goes when its page does. A page
+-- its data), noting in the conversation's hash which page that is and its manifest's order
+-- (`cm`, which a call's placement reads instead of the manifest: see conv_state). Per-page-load state lives in that key alone, so it goes when its page does. A page
 -- that sends a manifest is not gone; the page it takes over from, when gone, keeps its manifest
 -- only for the grace (`Retention::gone_manifests`). With an outbox key, the change is recorded
 -- there, to be announced as page.manifest.
@@ -14,9 +15,11 @@ redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'm', ARGV[1], 's', seq, 'r', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if ARGV[4] == '1' then
-  redis.call('HSETNX', KEYS[2], 'current', ARGV[5])
+  if redis.call('HSETNX', KEYS[2], 'current', ARGV[5]) == 1 or previous == ARGV[5] then
+    redis.call('HSET', KEYS[2], 'cm', ARGV[5] .. '\n' .. seq)
+  end
 else
-  redis.call('HSET', KEYS[2], 'current', ARGV[5])
+  redis.call('HSET', KEYS[2], 'current', ARGV[5], 'cm', ARGV[5] .. '\n' .. seq)
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[5])
