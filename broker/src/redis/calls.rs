@@ -55,6 +55,7 @@ impl RedisBroker {
             deadline_member: codec::deadline_member(conv, &binding.id),
             channel_prefix: self.conn.keys.node_channel_prefix(),
             channel_suffix: format!(":{}", keys::partition_tag(k)),
+            one_string: !self.node.live.legacy_ids(),
         }
     }
 

@@ -639,21 +639,37 @@ async fn calls_an_older_node_stored_are_resent_cancelled_and_answered() {
     for _ in 0..2 {
         let placed = b.place_call(request(&c, 1000)).await.unwrap();
         let k = key(&placed.binding.id);
-        let frame = redis.cli(&["hget", &k, "f"]);
-        let cancel = redis.cli(&["hget", &k, "x"]);
+        // This node stores a pending call as one string: `p`, the binding's lines, the
+        // waiting node, the watchers, the cancel's length, then the cancel and the message.
+        let stored = redis.cli(&["get", &k]);
+        let stored = stored.strip_suffix('\n').unwrap_or(&stored);
+        let lines: Vec<&str> = stored.splitn(13, '\n').collect();
+        assert_eq!(lines[0], "p", "a pending call: {stored:?}");
+        let cancel_len: usize = lines[11].parse().unwrap();
+        let (cancel, frame) = lines[12].split_at(cancel_len);
         assert!(
             frame.contains(&placed.binding.id),
-            "the page message is in the call's hash"
+            "the page message is in the call's string"
         );
-        redis.cli(&["hdel", &k, "f", "x"]);
+        redis.cli(&["del", &k]);
         redis.cli(&[
             "hset",
-            &format!("{k}:p"),
-            "f",
-            frame.trim_end(),
-            "x",
-            cancel.trim_end(),
+            &k,
+            "v",
+            &lines[1..4].join("\n"),
+            "c",
+            lines[4],
+            "d",
+            lines[5],
+            "t",
+            &lines[6..9].join("\n"),
+            "n",
+            lines[9],
+            "s",
+            "p",
         ]);
+        redis.cli(&["pexpire", &k, "60000"]);
+        redis.cli(&["hset", &format!("{k}:p"), "f", frame, "x", cancel]);
         redis.cli(&["pexpire", &format!("{k}:p"), "60000"]);
         ids.push(placed.binding.id);
     }
@@ -932,6 +948,9 @@ async fn beside_a_node_of_an_older_release_call_ids_name_their_partition_until_i
     let (id, _waiter) = call(&b, &c, "p1", Duration::from_secs(30)).await;
     assert_eq!(of_legacy_call(&id), of_conv(&c), "placed beside it: {id}");
     assert!(b.call("t", &id).await.unwrap().is_some(), "found by id");
+    // Beside it, a pending call is stored as a hash, the form it reads.
+    let old_form = call_key("mix", &c, &id);
+    assert_eq!(redis.cli(&["type", &old_form]).trim(), "hash");
     // It leaves: random again, and the call placed meanwhile is still found.
     redis.cli(&["zrem", "mix:nodes", "node-of-0.4.0"]);
     eventually(Duration::from_secs(10), "all-random ids again", || {
@@ -943,6 +962,26 @@ async fn beside_a_node_of_an_older_release_call_ids_name_their_partition_until_i
         b.call("t", &id).await.unwrap().is_some(),
         "still found by id"
     );
+    // Once it is gone, one string with its expiry; the call stored as a hash beside it is
+    // still answered.
+    let (new_id, _new_waiter) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    let new_form = call_key("mix", &c, &new_id);
+    assert_eq!(redis.cli(&["type", &new_form]).trim(), "string");
+    assert!(
+        redis
+            .cli(&["pttl", &new_form])
+            .trim()
+            .parse::<i64>()
+            .unwrap()
+            > 0
+    );
+    for answered in [&id, &new_id] {
+        b.submit_result(&page(&c, "p1"), answered, &ok())
+            .await
+            .unwrap();
+        let record = b.call("t", answered).await.unwrap().expect("kept");
+        assert_eq!(record.state, toolmark_broker::CallState::Answered);
+    }
 }
 
 /// A call's placement takes the current page's manifest order from the conversation's hash

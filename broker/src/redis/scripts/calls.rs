@@ -42,10 +42,13 @@ pub struct Bind {
     pub channel_prefix: String,
     /// The end of a node's channel name in this partition.
     pub channel_suffix: String,
+    /// Whether the call is stored as one string with its expiry; else as a hash (while a node
+    /// of 0.4.0 or older is live: it reads no other form).
+    pub one_string: bool,
 }
 
 impl Bind {
-    /// The binding's 4 keys and 12 arguments, first of [`Bind`]'s and [`Place`]'s.
+    /// The binding's 4 keys and 13 arguments, first of [`Bind`]'s and [`Place`]'s.
     fn named(self, a: Args) -> Args {
         a.key("call", self.call)
             .key("pending", self.pending)
@@ -63,6 +66,7 @@ impl Bind {
             .arg("deadline_member", self.deadline_member)
             .arg("channel_prefix", self.channel_prefix)
             .arg("channel_suffix", self.channel_suffix)
+            .arg("one_string", if self.one_string { "1" } else { "" })
     }
 }
 
@@ -79,7 +83,7 @@ impl ScriptArgs for Bind {
 /// `place.lua`: an agent's call in one round trip (conversation read, rate, bind).
 #[derive(Debug, Clone)]
 pub struct Place {
-    /// The binding: the first 4 KEYS and 12 ARGV.
+    /// The binding: the first 4 KEYS and 13 ARGV.
     pub bind: Bind,
     /// KEYS: the conversation's hash.
     pub conv: String,

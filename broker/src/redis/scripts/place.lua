@@ -17,19 +17,20 @@
 -- KEYS: call, pending, deadlines, sockets (the 4 of bind.lua), conv, rate (the conversation
 --       again when no token is taken here)
 -- ARGV: id, conv_ref, client, deadline, node, summary, frame, cancel, ttl, deadline_member,
---       channel_prefix, channel_suffix (the 12 of bind.lua), manifest_prefix, expected_client (or
---       ''), expected_seq (or ''), now (ms), grace (reconnect grace, ms), interval (µs, or '' when
---       no token is taken here), burst, want (tokens at most), back (unspent ones given back
---       first), need ('1' when the call's own token is among them), nlive (how many live node
---       ids follow), live... (the live node ids), dead... (the node ids known dead)
+--       channel_prefix, channel_suffix, one_string (the 13 of bind.lua), manifest_prefix,
+--       expected_client (or ''), expected_seq (or ''), now (ms), grace (reconnect grace, ms),
+--       interval (µs, or '' when no token is taken here), burst, want (tokens at most), back
+--       (unspent ones given back first), need ('1' when the call's own token is among them),
+--       nlive (how many live node ids follow), live... (the live node ids), dead... (the node
+--       ids known dead)
 local call, pending, deadlines, sockets_key, conv, rate = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local frame, channel_prefix, channel_suffix = ARGV[7], ARGV[11], ARGV[12]
-local manifest_prefix, expected_client, expected_seq = ARGV[13], ARGV[14], ARGV[15]
-local now, grace, interval, burst = ARGV[16], ARGV[17], ARGV[18], ARGV[19]
-local want, back, need = ARGV[20], ARGV[21], ARGV[22] == '1'
-local nlive = tonumber(ARGV[23])
-local live = set_of(ARGV, 24, 23 + nlive)
-local dead = set_of(ARGV, 24 + nlive, #ARGV)
+local manifest_prefix, expected_client, expected_seq = ARGV[14], ARGV[15], ARGV[16]
+local now, grace, interval, burst = ARGV[17], ARGV[18], ARGV[19], ARGV[20]
+local want, back, need = ARGV[21], ARGV[22], ARGV[23] == '1'
+local nlive = tonumber(ARGV[24])
+local live = set_of(ARGV, 25, 24 + nlive)
+local dead = set_of(ARGV, 25 + nlive, #ARGV)
 local st = conv_state(conv, sockets_key, manifest_prefix, live, false)
 local unknown = {}
 for _, node in ipairs(st.skipped) do

@@ -36,16 +36,20 @@
 --   `0, µs` until one would be allowed.
 -- call_fields(call): a call's fields {v, c, d, n, s, t, o, x, w} (conversation ref, clientId,
 --   deadline, waiting node, state, tool/kind/flags, outcome, cancel, the other nodes watching
---   it, space-separated), from its hash while it is pending or from its packed string once it
---   finished (false each when it is gone; the cancel false once it finished). Not the page
---   message, which may be large and which only a timeout, a cancel or a reconnecting page
---   needs. One HMGET while pending; a finished call's string answers it with WRONGTYPE
---   (caught), then TYPE and GET.
+--   it, space-separated), false each when it is gone (the cancel false once it finished). A
+--   call is one string, pending (`p`, then the binding's lines, the waiting node, the
+--   watchers, the cancel's length, then the cancel and the page message: the 10th field, the
+--   page message, only in this form) or finished (`finish`), read with one GET; or, stored by
+--   a node of 0.4.0 or beside one, a hash while pending, which the GET answers with WRONGTYPE
+--   (caught), then one HMGET (not the page message, which only a timeout, a cancel or a
+--   reconnecting page needs: `page_part`).
+-- pending_string(f, watchers): a pending call's one string again (call_fields of that form),
+--   with `watchers`.
 -- to_watchers(f, prefix, suffix, message): SPUBLISHes an outcome message to each node watching
 --   the call (`Calls::watch`) other than the waiting node, on its channel of this partition.
 -- page_part(call, f, field): the page message (`f`) or the cancel (`x`) of a pending call, from
---   its hash or, for a call an older node stored during a rolling upgrade (no `x` in its hash),
---   from the `<call>:p` hash it kept beside the call.
+--   its string (read already), its hash or, for a call an older node stored during a rolling
+--   upgrade (no `x` in its hash), from the `<call>:p` hash it kept beside the call.
 -- finish(call, f, state, outcome): replaces a pending call's hash with one string, `state`, the
 --   binding's fields and the outcome joined by `\n`, keeping its time to live, for the rest of
 --   its retention: the smallest form Redis keeps (no hash, no field names), for a finished call
@@ -56,8 +60,10 @@
 -- is_async(summary): whether a call's tool/kind/flags (`codec::call_summary`) mark it async: its
 --   outcome is announced as `call.result` (the flags end where the caller begins, at a `[`).
 -- bind(call, pending, deadlines, a): stores a call's binding with its page message and its
---   cancel in one hash, in the conversation's pending set and the partition's deadline set (`a`
---   is ARGV, whose first 10 values are the binding's, in the order bind.lua lists them). The
+--   cancel in one string with its expiry (`a[13]` '1'), or in one hash (while a node of 0.4.0
+--   or older is live: it reads no other form), in the conversation's pending set and the
+--   partition's deadline set (`a` is ARGV, whose first 13 values are the binding's, in the
+--   order bind.lua lists them). The
 --   pending set gets no expiry here: every way a call ends takes it out (a set whose last
 --   member goes is gone), and the node holding the conversation's pages gives it the
 --   conversation's expiry with the rest (refresh.lua).
@@ -161,15 +167,33 @@ local function gcra(key, interval_us, burst, want, back)
   return n, 0
 end
 local function call_fields(call)
-  local h = redis.pcall('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o', 'x', 'w')
-  if not h.err then return h end
-  if redis.call('TYPE', call)['ok'] ~= 'string' then
+  local raw = redis.pcall('GET', call)
+  if type(raw) == 'table' and raw.err then
+    local h = redis.call('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o', 'x', 'w')
+    return h
+  end
+  if not raw then
     return {false, false, false, false, false, false, false, false, false}
   end
-  local p = {}
-  for part in string.gmatch(redis.call('GET', call) .. '\n', '([^\n]*)\n') do table.insert(p, part) end
-  return {p[2] .. '\n' .. p[3] .. '\n' .. p[4], p[5], p[6], false, p[1],
-          p[7] .. '\n' .. p[8] .. '\n' .. p[9], table.concat(p, '\n', 10), false, false}
+  local p, at = {}, 1
+  local lines = 9
+  if string.sub(raw, 1, 2) == 'p\n' then lines = 12 end
+  for i = 1, lines do
+    local nl = string.find(raw, '\n', at, true)
+    if not nl then p[i] = string.sub(raw, at); at = #raw + 2; break end
+    p[i] = string.sub(raw, at, nl - 1)
+    at = nl + 1
+  end
+  local rest = string.sub(raw, at)
+  local v = p[2] .. '\n' .. p[3] .. '\n' .. p[4]
+  local t = p[7] .. '\n' .. p[8] .. '\n' .. p[9]
+  if lines == 12 then
+    local xlen = tonumber(p[12])
+    local w = p[11]
+    if w == '' then w = false end
+    return {v, p[5], p[6], p[10], 'p', t, false, string.sub(rest, 1, xlen), w, string.sub(rest, xlen + 1)}
+  end
+  return {v, p[5], p[6], false, p[1], t, rest, false, false}
 end
 local function to_watchers(f, prefix, suffix, message)
   if not f[9] then return end
@@ -179,10 +203,17 @@ local function to_watchers(f, prefix, suffix, message)
 end
 local function page_part(call, f, field)
   if f[5] ~= 'p' then return false end
+  if f[10] then
+    if field == 'x' then return f[8] end
+    return f[10]
+  end
   local from = call
   if not f[8] then from = call .. ':p' end
   if field == 'x' and f[8] then return f[8] end
   return redis.call('HGET', from, field)
+end
+local function pending_string(f, watchers)
+  return table.concat({'p', f[1], f[2], f[3], f[6], f[4], watchers, tostring(#f[8])}, '\n') .. '\n' .. f[8] .. f[10]
 end
 local function finish(call, f, state, outcome)
   if f[5] == 'p' and not f[8] then redis.call('DEL', call .. ':p') end
@@ -200,8 +231,12 @@ local function is_async(summary)
   return string.find(flags, 'a', 1, true) ~= nil
 end
 local function bind(call, pending, deadlines, a)
-  redis.call('HSET', call, 'v', a[2], 'c', a[3], 'd', a[4], 'n', a[5], 's', 'p', 't', a[6], 'f', a[7], 'x', a[8])
-  redis.call('PEXPIRE', call, a[9])
+  if a[13] == '1' then
+    redis.call('SET', call, table.concat({'p', a[2], a[3], a[4], a[6], a[5], '', tostring(#a[8])}, '\n') .. '\n' .. a[8] .. a[7], 'PX', a[9])
+  else
+    redis.call('HSET', call, 'v', a[2], 'c', a[3], 'd', a[4], 'n', a[5], 's', 'p', 't', a[6], 'f', a[7], 'x', a[8])
+    redis.call('PEXPIRE', call, a[9])
+  end
   redis.call('SADD', pending, a[1])
   redis.call('ZADD', deadlines, a[4], a[10])
   if string.sub(a[7], 1, 2) == 't\n' then

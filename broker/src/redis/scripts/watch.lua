@@ -9,6 +9,10 @@ if not f[1] then return {'missing'} end
 if f[5] ~= 'p' then return {'ended'} end
 local w = f[9] or ''
 if not string.find(' ' .. w .. ' ', ' ' .. ARGV[1] .. ' ', 1, true) then
-  redis.call('HSET', KEYS[1], 'w', w .. ' ' .. ARGV[1])
+  if f[10] then
+    redis.call('SET', KEYS[1], pending_string(f, w .. ' ' .. ARGV[1]), 'KEEPTTL')
+  else
+    redis.call('HSET', KEYS[1], 'w', w .. ' ' .. ARGV[1])
+  end
 end
 return {'pending', f[1]}
