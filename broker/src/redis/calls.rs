@@ -54,7 +54,7 @@ impl RedisBroker {
                 + model::millis(self.conn.opts.retention.finished_calls),
             deadline_member: codec::deadline_member(conv, &binding.id),
             channel_prefix: self.conn.keys.node_channel_prefix(),
-            channel_suffix: format!(":{}", keys::partition_tag(k)),
+            channel_suffix: keys::channel_suffix(k),
             one_string: !self.node.live.legacy_ids(),
         }
     }
@@ -274,7 +274,7 @@ impl Calls for RedisBroker {
                 id: codec::compact_id(id),
                 outcome: serde_json::to_string(&Outcome::Timeout).unwrap_or_default(),
                 channel_prefix: self.conn.keys.node_channel_prefix(),
-                channel_suffix: format!(":{}", keys::partition_tag(k)),
+                channel_suffix: keys::channel_suffix(k),
                 message: codec::outcome_message(id, &Outcome::Timeout),
                 deadline_member: codec::deadline_member(conv, id),
             })
@@ -313,7 +313,7 @@ impl Calls for RedisBroker {
                 call: self.conn.keys.call(k, id),
                 sockets: self.conn.keys.sockets(&found.binding.conv),
                 channel_prefix: self.conn.keys.node_channel_prefix(),
-                channel_suffix: format!(":{}", keys::partition_tag(k)),
+                channel_suffix: keys::channel_suffix(k),
             })
             .await?,
         );

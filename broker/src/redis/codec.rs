@@ -16,7 +16,21 @@ const SEP: char = '\n';
 /// Agent → page, on the channels of the nodes holding the conversation's sockets: the
 /// conversation, the addressed clientId and the frame.
 pub fn page_message(conv: &ConvKey, client_id: &str, frame: &str) -> String {
-    format!("c{SEP}{}{SEP}{client_id}{SEP}{frame}", conv_ref(conv))
+    let mut s = String::with_capacity(
+        8 + conv.tenant.len()
+            + conv.user.len()
+            + conv.conversation.len()
+            + client_id.len()
+            + frame.len(),
+    );
+    s.push('c');
+    s.push(SEP);
+    push_conv_ref(&mut s, conv);
+    s.push(SEP);
+    s.push_str(client_id);
+    s.push(SEP);
+    s.push_str(frame);
+    s
 }
 
 /// [`page_message`] of a traced call: its W3C `traceparent` rides with the frame, so that the
@@ -77,7 +91,9 @@ pub fn probe(k: u16) -> String {
 /// behind a `~`, which base64 never starts with, so that two ids never share a form.
 pub fn compact_id(id: &str) -> String {
     match Uuid::try_parse(id) {
-        Ok(u) if u.hyphenated().to_string() == id => URL_SAFE_NO_PAD.encode(u.as_bytes()),
+        Ok(u) if u.hyphenated().encode_lower(&mut Uuid::encode_buffer()) == id => {
+            URL_SAFE_NO_PAD.encode(u.as_bytes())
+        }
         _ => format!("~{id}"),
     }
 }
@@ -114,7 +130,13 @@ pub fn call_summary(b: &CallBinding) -> String {
     if let Some(c) = &b.caller {
         flags.push_str(&caller_code(c));
     }
-    format!("{}{SEP}{kind}{SEP}{flags}", b.tool)
+    let mut s = String::with_capacity(b.tool.len() + 4 + flags.len());
+    s.push_str(&b.tool);
+    s.push(SEP);
+    s.push_str(kind);
+    s.push(SEP);
+    s.push_str(&flags);
+    s
 }
 
 /// A caller as a call's summary keeps it: a JSON array, its kind's letter first (`a` an API
@@ -254,7 +276,18 @@ pub fn parse_event_message(m: &str) -> Option<(&str, &str)> {
 
 /// A conversation as one value (stored with its calls, and in set members).
 pub fn conv_ref(c: &ConvKey) -> String {
-    format!("{}{SEP}{}{SEP}{}", c.tenant, c.user, c.conversation)
+    let mut s = String::with_capacity(2 + c.tenant.len() + c.user.len() + c.conversation.len());
+    push_conv_ref(&mut s, c);
+    s
+}
+
+/// Appends the [`conv_ref`] of `c` to `s`.
+fn push_conv_ref(s: &mut String, c: &ConvKey) {
+    s.push_str(&c.tenant);
+    s.push(SEP);
+    s.push_str(&c.user);
+    s.push(SEP);
+    s.push_str(&c.conversation);
 }
 
 /// The conversation of a [`conv_ref`].
@@ -380,7 +413,12 @@ pub fn parse_outbox_entry(v: &str) -> Option<(u64, Outboxed)> {
 
 /// A member of the deadline set: the call's conversation and id.
 pub fn deadline_member(c: &ConvKey, id: &str) -> String {
-    format!("{}{SEP}{id}", conv_ref(c))
+    let mut s =
+        String::with_capacity(3 + c.tenant.len() + c.user.len() + c.conversation.len() + id.len());
+    push_conv_ref(&mut s, c);
+    s.push(SEP);
+    s.push_str(id);
+    s
 }
 
 /// The conversation and call id of a [`deadline_member`].

@@ -51,7 +51,7 @@ impl RedisBroker {
                 confirm_ttl: millis(self.conn.opts.retention.confirmations),
                 id: id.to_owned(),
                 channel_prefix: self.conn.keys.node_channel_prefix(),
-                channel_suffix: format!(":{}", keys::partition_tag(k)),
+                channel_suffix: keys::channel_suffix(k),
                 message,
                 deadline_member: codec::deadline_member(&from.conv, id),
                 compact_id: codec::compact_id(id),

@@ -50,11 +50,24 @@ impl CallEngine {
         key: Option<String>,
         (route, user, conversation): Route<'_>,
         body: &[u8],
-        mut req: Request,
+        req: Request,
     ) -> Result<Once, CallError> {
         let Some(sent) = key else {
             return Ok(Once::Run(req));
         };
+        // Boxed: a call without a key (most) carries none of the claim's work in its future.
+        Box::pin(self.claimed(tenant, sent, (route, user, conversation), body, req)).await
+    }
+
+    /// [`CallEngine::once`] with the key `sent`.
+    async fn claimed(
+        &self,
+        tenant: &Tenant,
+        sent: String,
+        (route, user, conversation): Route<'_>,
+        body: &[u8],
+        mut req: Request,
+    ) -> Result<Once, CallError> {
         // A repeat is held to the caller's policy as it is now, as a first request is in
         // `start`.
         let conv = toolmark_broker::ConvKey::new(&tenant.id, user, conversation);

@@ -76,7 +76,7 @@ impl CallEngine {
             Err(refused) => {
                 traces::mark_error(&span, refused.code());
                 if let Some(claim) = claim {
-                    claim.release(&*self.parts().broker, &tenant.id).await;
+                    Box::pin(claim.release(&*self.parts().broker, &tenant.id)).await;
                 }
                 return Err(refused);
             }
@@ -84,7 +84,10 @@ impl CallEngine {
         let Placed { binding, waiter } = placed;
         // The key now names this call: a repeat answers from it from here on.
         let bound = match claim {
-            Some(claim) => Some(claim.bind(&*self.parts().broker, &binding).await),
+            // Boxed, as the release above: only a call with a key carries their work.
+            Some(claim) => Some(Box::new(
+                Box::pin(claim.bind(&*self.parts().broker, &binding)).await,
+            )),
             None => None,
         };
         let (id, tool, client_id, untrusted) = (

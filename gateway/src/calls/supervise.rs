@@ -72,54 +72,69 @@ impl CallEngine {
     /// with the call: `toolmark_broker::deadline` says what happens then); the broker's atomic
     /// check-and-mark decides the winner and records its events (`call.timeout`, and `call.result`
     /// for async calls) with it.
-    pub(super) async fn supervise(
+    #[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
+    pub(super) fn supervise(
         self,
         binding: CallBinding,
         deadline: Deadline,
         mut waiter: oneshot::Receiver<Outcome>,
-        bound: Option<Bound>,
-    ) -> Outcome {
-        let started = Instant::now();
-        let parts = self.parts();
-        let outcome = tokio::select! {
-            o = &mut waiter => o.unwrap_or(Outcome::Timeout),
-            () = tokio::time::sleep(deadline.remaining(now_ms())) => {
-                let mut arrived = None;
-                match parts.broker.time_out(&binding.conv, &binding.id).await {
-                    Ok(_) => {}
-                    Err(e) => {
-                        // Not answered until known: the timeout is asked again until the broker
-                        // answers (held, like a page's frame), while the outcome may still arrive.
-                        // A second run of a timeout already applied finds the call finished.
-                        tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded: asked again until the broker answers");
-                        tokio::select! {
-                            o = &mut waiter => arrived = Some(o.unwrap_or(Outcome::Timeout)),
-                            () = time_out_again(parts, &binding) => {}
-                        }
-                    }
+        bound: Option<Box<Bound>>,
+    ) -> impl Future<Output = Outcome> + Send + 'static {
+        // An `async` block, not an `async fn`: an async fn's future keeps its arguments twice
+        // (as passed, and moved into its body), and this one is boxed for every call
+        // (`Supervision`); the idempotency binding, for a call with a key, is boxed too.
+        async move {
+            let started = Instant::now();
+            let parts = self.parts();
+            // What a call waits on is kept small (issue 58): the deadline's path, taken by few
+            // calls, is boxed apart when it comes.
+            let outcome = tokio::select! {
+                o = &mut waiter => o.unwrap_or(Outcome::Timeout),
+                () = tokio::time::sleep(deadline.remaining(now_ms())) => {
+                    Box::pin(deadline_passed(parts, &binding, &mut waiter)).await
                 }
-                // The timeout won, or the result won a moment before it: the waiter gets the
-                // winner. Should its message never come (a pub/sub message lost while the
-                // subscriber reconnected), the stored outcome decides, not a guess.
-                match arrived {
-                    Some(o) => o,
-                    None => match tokio::time::timeout(OUTCOME_WAIT, waiter).await {
-                        Ok(Ok(o)) => o,
-                        _ => stored_outcome(parts, &binding).await,
-                    },
-                }
+            };
+            let status = count_finished(parts, &binding, &outcome, started.elapsed());
+            tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
+            // A repeat of the request within 24 h answers with this outcome, even once the call
+            // itself left the broker's retention.
+            if let Some(bound) = bound {
+                Box::pin(bound.finish(&*parts.broker, &binding.conv.tenant, &outcome)).await;
             }
-        };
-        let status = count_finished(parts, &binding, &outcome, started.elapsed());
-        tracing::debug!(tenant = %binding.conv.tenant, call_id = %binding.id, client_id = %binding.client_id, outcome = status, "call finished");
-        // A repeat of the request within 24 h answers with this outcome, even once the call itself
-        // left the broker's retention.
-        if let Some(bound) = bound {
-            bound
-                .finish(&*parts.broker, &binding.conv.tenant, &outcome)
-                .await;
+            outcome
         }
-        outcome
+    }
+}
+
+/// The deadline passed before the outcome came: the broker's atomic check-and-mark decides the
+/// winner (the timeout, or a result that won a moment before it), and the waiter gets it.
+async fn deadline_passed(
+    parts: &Parts,
+    binding: &CallBinding,
+    waiter: &mut oneshot::Receiver<Outcome>,
+) -> Outcome {
+    let mut arrived = None;
+    match parts.broker.time_out(&binding.conv, &binding.id).await {
+        Ok(_) => {}
+        Err(e) => {
+            // Not answered until known: the timeout is asked again until the broker answers
+            // (held, like a page's frame), while the outcome may still arrive. A second run of
+            // a timeout already applied finds the call finished.
+            tracing::warn!(call_id = %binding.id, error = %e, "timeout not recorded: asked again until the broker answers");
+            tokio::select! {
+                o = &mut *waiter => arrived = Some(o.unwrap_or(Outcome::Timeout)),
+                () = time_out_again(parts, binding) => {}
+            }
+        }
+    }
+    // Should its message never come (a pub/sub message lost while the subscriber
+    // reconnected), the stored outcome decides, not a guess.
+    match arrived {
+        Some(o) => o,
+        None => match tokio::time::timeout(OUTCOME_WAIT, waiter).await {
+            Ok(Ok(o)) => o,
+            _ => stored_outcome(parts, binding).await,
+        },
     }
 }
 

@@ -144,7 +144,11 @@ async fn respond_once(
                 return Ok(accepted(&tenant.id, &repeat.id, &repeat.client_id));
             }
             let (id, client_id) = (repeat.id.clone(), repeat.client_id.clone());
-            (id, client_id, repeat.outcome(&app.calls, tenant).await)
+            (
+                id,
+                client_id,
+                Box::pin(repeat.outcome(&app.calls, tenant)).await,
+            )
         }
         Once::Run(req) => {
             let (_, user, conversation) = route;
@@ -236,7 +240,7 @@ pub async fn invoke(
     match app.calls.once(&tenant, key, route, &body.0, req).await? {
         Once::Repeat(repeat) => {
             let (id, untrusted) = (repeat.id.clone(), repeat.untrusted);
-            let outcome = repeat.outcome(&app.calls, &tenant).await;
+            let outcome = Box::pin(repeat.outcome(&app.calls, &tenant)).await;
             Ok(invoked(&id, untrusted, &outcome))
         }
         Once::Run(req) => {
