@@ -72,7 +72,10 @@ impl CallEngine {
     /// with the call: `toolmark_broker::deadline` says what happens then); the broker's atomic
     /// check-and-mark decides the winner and records its events (`call.timeout`, and `call.result`
     /// for async calls) with it.
-    #[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps its arguments twice"
+    )]
     pub(super) fn supervise(
         self,
         binding: CallBinding,

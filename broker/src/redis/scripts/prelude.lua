@@ -50,10 +50,11 @@
 -- page_part(call, f, field): the page message (`f`) or the cancel (`x`) of a pending call, from
 --   its string (read already), its hash or, for a call an older node stored during a rolling
 --   upgrade (no `x` in its hash), from the `<call>:p` hash it kept beside the call.
--- finish(call, f, state, outcome): replaces a pending call's hash with one string, `state`, the
---   binding's fields and the outcome joined by `\n`, keeping its time to live, for the rest of
---   its retention: the smallest form Redis keeps (no hash, no field names), for a finished call
---   that still answers `GET /calls/{id}` and a late or duplicate result.
+-- finish(call, f, state, outcome): replaces a pending call (its hash or its string) with one
+--   string, `state`, the binding's fields and the outcome joined by `\n`, keeping its time to
+--   live, for the rest of its retention: the smallest form Redis keeps (no field names, no page
+--   message), for a finished call that still answers `GET /calls/{id}` and a late or duplicate
+--   result.
 -- resolve(call, outcome, kept): how the confirmation of a call answered needs_confirmation
 --   ended: `<ms>\n<final outcome>` beside the call (`<call>:r`), both kept `kept` ms from now
 --   (`codec::parse_resolution` reads it); nothing when the call's key is gone.
@@ -63,10 +64,9 @@
 --   cancel in one string with its expiry (`a[13]` '1'), or in one hash (while a node of 0.4.0
 --   or older is live: it reads no other form), in the conversation's pending set and the
 --   partition's deadline set (`a` is ARGV, whose first 13 values are the binding's, in the
---   order bind.lua lists them). The
---   pending set gets no expiry here: every way a call ends takes it out (a set whose last
---   member goes is gone), and the node holding the conversation's pages gives it the
---   conversation's expiry with the rest (refresh.lua).
+--   order bind.lua lists them). The pending set gets no expiry here: every way a call ends
+--   takes it out (a set whose last member goes is gone), and the node holding the
+--   conversation's pages gives it the conversation's expiry with the rest (refresh.lua).
 --   A traced call's page message (`t\n<traceparent>\n…`) also leaves its trace context in
 --   `<call>:tp` for the call's time to live: what the webhook of its `call.result` and a sweep's
 --   timeout link to (`Calls::call_trace`).
@@ -169,8 +169,7 @@ end
 local function call_fields(call)
   local raw = redis.pcall('GET', call)
   if type(raw) == 'table' and raw.err then
-    local h = redis.call('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o', 'x', 'w')
-    return h
+    return redis.call('HMGET', call, 'v', 'c', 'd', 'n', 's', 't', 'o', 'x', 'w')
   end
   if not raw then
     return {false, false, false, false, false, false, false, false, false}
