@@ -29,24 +29,8 @@ pub fn partition_tag(k: u16) -> String {
 /// node found the formatting machinery at 5 % of its time, issue 58).
 pub(super) fn push_tag(s: &mut String, k: u16) {
     s.push_str("{p");
-    push_number(s, u64::from(k));
+    s.push_str(itoa::Buffer::new().format(k));
     s.push('}');
-}
-
-/// Appends `n` in decimal to `s`.
-pub(super) fn push_number(s: &mut String, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + u8::try_from(n % 10).unwrap_or(0);
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    s.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 /// `:{p<k>}`: the end of a node's channel name in partition `k` (after the node's id).
