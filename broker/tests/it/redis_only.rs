@@ -20,10 +20,19 @@ async fn on_own_redis(
     redis: &RedisProc,
     opts: RedisOptions,
 ) -> (std::sync::Arc<RedisBroker>, std::sync::Arc<Sink>) {
+    node_on_own_redis(redis, "n1", opts).await
+}
+
+/// [`on_own_redis`], the node named `id` (a second node on the same server).
+async fn node_on_own_redis(
+    redis: &RedisProc,
+    id: &str,
+    opts: RedisOptions,
+) -> (std::sync::Arc<RedisBroker>, std::sync::Arc<Sink>) {
     let sink = std::sync::Arc::new(Sink::default());
     let b = RedisBroker::connect(
         redis_url::parse(&redis.url()).unwrap(),
-        "n1",
+        id,
         sink.clone(),
         opts,
     )
@@ -1001,14 +1010,8 @@ async fn a_manifest_an_older_node_wrote_is_what_a_call_is_checked_against() {
     };
     let (n1, _) = on_own_redis(&redis, opts.clone()).await;
     let n1: toolmark_broker::SharedBroker = n1;
-    let n2: toolmark_broker::SharedBroker = RedisBroker::connect(
-        redis_url::parse(&redis.url()).unwrap(),
-        "n2",
-        std::sync::Arc::new(Sink::default()),
-        opts,
-    )
-    .await
-    .unwrap();
+    let (n2, _) = node_on_own_redis(&redis, "n2", opts).await;
+    let n2: toolmark_broker::SharedBroker = n2;
     let c = conv();
     let manifest = |names: &[&str]| Manifest {
         client_id: "p1".into(),
