@@ -128,7 +128,9 @@ impl Keys {
         )
     }
 
-    /// The conversation hash: `current` clientId, the manifest counter `seq`, `drained`.
+    /// The conversation hash: `current` clientId, the manifest counter `seq`, `drained`, the
+    /// current page's order `cm`, announced names `a:<name>`, and `@`, the summary of its
+    /// sockets hash (`own_sockets.lua`).
     pub fn conv(&self, c: &ConvKey) -> String {
         cat(&[&self.p, &conv_base(c), ":conv"])
     }
@@ -141,6 +143,14 @@ impl Keys {
     /// Sockets of a conversation per node: `<node>` → sockets, `<node>|<clientId>` → sockets.
     pub fn sockets(&self, c: &ConvKey) -> String {
         cat(&[&self.p, &conv_base(c), ":socks"])
+    }
+
+    /// The conversation hash beside a conversation's sockets hash (`sockets`), for a key of
+    /// that form.
+    pub fn conv_of_sockets(sockets: &str) -> Option<String> {
+        sockets
+            .strip_suffix(":socks")
+            .map(|base| cat(&[base, ":conv"]))
     }
 
     /// The marker of one release of a page socket (`Pages::release_page`): whether it meant
@@ -332,6 +342,11 @@ mod tests {
         let base = format!("{{p{p}}}acme/u_1/c-2");
         assert_eq!(conv_base(&c), base);
         assert_eq!(keys.conv(&c), format!("tm:{base}:conv"));
+        assert_eq!(
+            Keys::conv_of_sockets(&keys.sockets(&c)),
+            Some(keys.conv(&c))
+        );
+        assert_eq!(Keys::conv_of_sockets(&keys.tenant_sockets("acme")), None);
         assert_eq!(keys.sockets(&c), format!("tm:{base}:socks"));
         assert_eq!(keys.pending(&c), format!("tm:{base}:pending"));
         assert_eq!(keys.manifest_prefix(&c), format!("tm:{base}:manifest:"));

@@ -10,12 +10,14 @@ use std::time::Duration;
 use fred::interfaces::{
     EventInterface, HashesInterface, KeysInterface, SetsInterface, SortedSetsInterface,
 };
+use fred::types::Value;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use toolmark_proto::Manifest;
 
+use super::keys::Keys;
 use super::reply::{millis, parse_event};
-use super::scripts::{Outbox, PutManifest, Refresh};
+use super::scripts::{Outbox, OwnSockets, PutManifest, Refresh};
 use super::state::HeldSnapshot;
 use super::{RedisBroker, codec};
 use crate::{BrokerError, Change, ConvKey, Outcome, model, now_ms, partition};
@@ -28,6 +30,19 @@ impl RedisBroker {
             return;
         };
         for h in hashes {
+            // A conversation's sockets: cleared with their summary in its hash.
+            if let Some(conv) = Keys::conv_of_sockets(&h) {
+                let _ = self
+                    .run(OwnSockets {
+                        conv,
+                        sockets: h,
+                        node: self.node.id.clone(),
+                        ttl: 0,
+                        counts: Vec::new(),
+                    })
+                    .await;
+                continue;
+            }
             let fields: Vec<(String, i64)> = match self
                 .conn
                 .client
@@ -301,17 +316,19 @@ impl RedisBroker {
             manifests,
         } = held;
         let socks = self.conn.keys.sockets(&conv);
-        let mut fields: Vec<(String, String)> = vec![(self.node.id.clone(), sockets.to_string())];
-        fields.extend(
-            clients
-                .into_iter()
-                .map(|(c, n)| (format!("{}|{c}", self.node.id), n.to_string())),
-        );
-        let (_, _, _): (Result<i64, _>, Result<i64, _>, Result<i64, _>) = tokio::join!(
-            self.conn.client.hset(&socks, fields),
-            self.conn
-                .client
-                .pexpire(&socks, millis(self.conn.opts.retention.conversations), None),
+        let mut counts = vec![self.node.id.clone(), sockets.to_string()];
+        for (c, n) in clients {
+            counts.push(format!("{}|{c}", self.node.id));
+            counts.push(n.to_string());
+        }
+        let (_, _): (Result<Value, _>, Result<i64, _>) = tokio::join!(
+            self.run(OwnSockets {
+                sockets: socks.clone(),
+                conv: self.conn.keys.conv(&conv),
+                node: self.node.id.clone(),
+                ttl: millis(self.conn.opts.retention.conversations),
+                counts,
+            }),
             self.conn
                 .client
                 .sadd(self.conn.keys.node_keys(&self.node.id), socks.as_str()),

@@ -21,10 +21,17 @@ use crate::{
 impl Pages for RedisBroker {
     async fn admit_page(&self, conv: &ConvKey, limits: &AdmitLimits) -> Result<(), AdmitError> {
         let socks = self.conn.keys.sockets(conv);
+        let conv_key = self.conn.keys.conv(conv);
         let tenant_key = self.conn.keys.tenant_sockets(&conv.tenant);
-        let (c, t) = tokio::join!(self.count_up(&socks), self.count_up(&tenant_key));
+        let (c, t) = tokio::join!(
+            self.count_up(&socks, Some(&conv_key), None),
+            self.count_up(&tenant_key, None, None)
+        );
         let undo = || async {
-            let _ = tokio::join!(self.count_down(&socks), self.count_down(&tenant_key));
+            let _ = tokio::join!(
+                self.count_down(&socks, Some(&conv_key)),
+                self.count_down(&tenant_key, None)
+            );
         };
         let (c, t) = match (c, t) {
             (Ok(c), Ok(t)) => (c, t),
@@ -50,15 +57,15 @@ impl Pages for RedisBroker {
 
     async fn admit_socket(&self, tenant: &str, max_connections: u64) -> Result<(), AdmitError> {
         let tenant_key = self.conn.keys.tenant_sockets(tenant);
-        let t = match self.count_up(&tenant_key).await {
+        let t = match self.count_up(&tenant_key, None, None).await {
             Ok(t) => t,
             Err(e) => {
-                let _ = self.count_down(&tenant_key).await;
+                let _ = self.count_down(&tenant_key, None).await;
                 return Err(AdmitError::Broker(e));
             }
         };
         if u64::try_from(self.node.live.total(&t)).unwrap_or(0) > max_connections {
-            let _ = self.count_down(&tenant_key).await;
+            let _ = self.count_down(&tenant_key, None).await;
             return Err(AdmitError::TenantConnections);
         }
         self.counted_for_tenant(tenant, &[&tenant_key]).await;
@@ -67,7 +74,7 @@ impl Pages for RedisBroker {
 
     async fn release_socket(&self, tenant: &str) -> Result<(), BrokerError> {
         self.held.tenant_released(tenant);
-        self.count_down(&self.conn.keys.tenant_sockets(tenant))
+        self.count_down(&self.conn.keys.tenant_sockets(tenant), None)
             .await
     }
 
@@ -85,16 +92,13 @@ impl Pages for RedisBroker {
     async fn page_identified(&self, conv: &ConvKey, client_id: &str) -> Result<(), BrokerError> {
         let known = self.held.identified(conv, client_id);
         let counted = self
-            .conn
-            .client
-            .hincrby::<i64, _, _>(
-                self.conn.keys.sockets(conv),
-                format!("{}|{client_id}", self.node.id),
-                1,
+            .count_up(
+                &self.conn.keys.sockets(conv),
+                Some(&self.conn.keys.conv(conv)),
+                Some(client_id),
             )
             .await
-            .map(|_| ())
-            .map_err(|e| unavailable(&e));
+            .map(|_| ());
         // A page that moved here does not send its manifest again: keep a copy of the stored
         // one, so that this node can write it again after Redis lost its data.
         if !known {
@@ -169,7 +173,7 @@ impl Pages for RedisBroker {
             leave.await
         } else {
             let tenant_key = self.conn.keys.tenant_sockets(&conv.tenant);
-            tokio::join!(leave, self.count_down(&tenant_key)).0
+            tokio::join!(leave, self.count_down(&tenant_key, None)).0
         };
         let page_gone = matches!(gone?, Value::Integer(1));
         if page_gone && let Some(change) = &change {
@@ -324,21 +328,34 @@ impl RedisBroker {
 }
 
 impl RedisBroker {
-    /// Counts one more socket of this node in the count hash `key`; every node's counts.
-    async fn count_up(&self, key: &str) -> Result<Vec<(String, i64)>, BrokerError> {
+    /// Counts one more socket of this node in the count hash `key` (and, for a page socket,
+    /// in the summary of the conversation's hash `conv`; `client` counts the socket under its
+    /// page load); every node's counts.
+    async fn count_up(
+        &self,
+        key: &str,
+        conv: Option<&str>,
+        client: Option<&str>,
+    ) -> Result<Vec<(String, i64)>, BrokerError> {
         self.run(CountUp {
             counts: key.to_owned(),
-            field: self.node.id.clone(),
+            conv: conv.map(str::to_owned),
+            field: match client {
+                Some(c) => format!("{}|{c}", self.node.id),
+                None => self.node.id.clone(),
+            },
             ttl: millis(self.conn.opts.retention.conversations),
         })
         .await
         .map(pairs)
     }
 
-    /// Counts one socket of this node less in the count hash `key`.
-    async fn count_down(&self, key: &str) -> Result<(), BrokerError> {
+    /// Counts one socket of this node less in the count hash `key` (and, for a page socket,
+    /// in the summary of the conversation's hash `conv`).
+    async fn count_down(&self, key: &str, conv: Option<&str>) -> Result<(), BrokerError> {
         self.run(CountDown {
             counts: key.to_owned(),
+            conv: conv.map(str::to_owned),
             fields: vec![self.node.id.clone()],
         })
         .await

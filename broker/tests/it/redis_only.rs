@@ -1079,3 +1079,134 @@ async fn a_manifest_an_older_node_wrote_is_what_a_call_is_checked_against() {
     n1.close().await;
     n2.close().await;
 }
+
+/// The counts of a conversation's sockets hash and of the summary of it in the conversation's
+/// hash (`@`), as two maps (field → sockets), read with `redis-cli`.
+fn sockets_and_summary(
+    redis: &RedisProc,
+    prefix: &str,
+) -> (
+    std::collections::BTreeMap<String, i64>,
+    std::collections::BTreeMap<String, i64>,
+) {
+    let key = |suffix: &str| {
+        redis
+            .cli(&["--scan", "--pattern", &format!("{prefix}:*:{suffix}")])
+            .lines()
+            .next()
+            .map(str::to_owned)
+    };
+    let mut socks = std::collections::BTreeMap::new();
+    if let Some(k) = key("socks") {
+        let flat = redis.cli(&["hgetall", &k]);
+        let flat: Vec<&str> = flat.lines().collect();
+        for pair in flat.chunks(2) {
+            let n: i64 = pair[1].parse().unwrap();
+            if n > 0 {
+                socks.insert(pair[0].to_owned(), n);
+            }
+        }
+    }
+    let mut summary = std::collections::BTreeMap::new();
+    if let Some(k) = key("conv") {
+        for line in redis.cli(&["hget", &k, "@"]).lines() {
+            if let Some((field, n)) = line.rsplit_once(' ') {
+                summary.insert(field.to_owned(), n.parse().unwrap());
+            }
+        }
+    }
+    (socks, summary)
+}
+
+/// Both the sockets hash and its summary hold `expected` (field, sockets).
+fn same(redis: &RedisProc, what: &str, expected: &[(&str, i64)]) {
+    let (socks, summary) = sockets_and_summary(redis, "sum");
+    let expected: std::collections::BTreeMap<String, i64> = expected
+        .iter()
+        .map(|(f, n)| ((*f).to_owned(), *n))
+        .collect();
+    assert_eq!(socks, expected, "{what}: the sockets hash");
+    assert_eq!(summary, expected, "{what}: the conversation's summary");
+}
+
+/// A call's placement reads a conversation's sockets from the summary in its hash (issue 58:
+/// one read per call), so every count a node moves in the sockets hash is moved there too:
+/// a socket admitted, identified, released, refused past a limit, written again after Redis
+/// lost its data, and cleared by a node restarted under its fixed id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_socket_count_a_node_moves_is_in_its_conversations_summary_too() {
+    let mut redis = RedisProc::start(&[]);
+    let opts = RedisOptions {
+        heartbeat: Duration::from_millis(200),
+        prefix: "sum".into(),
+        ..RedisOptions::default()
+    };
+    let (n1, _) = on_own_redis(&redis, opts.clone()).await;
+    let n1: toolmark_broker::SharedBroker = n1;
+    let (n2, _) = node_on_own_redis(&redis, "n2", opts.clone()).await;
+    let n2: toolmark_broker::SharedBroker = n2;
+    let c = conv();
+    connected_page(&n1, &c, "p1").await;
+    same(&redis, "one page", &[("n1", 1), ("n1|p1", 1)]);
+    connected_page(&n2, &c, "p2").await;
+    n1.admit_page(&c, &LIMITS).await.unwrap();
+    same(
+        &redis,
+        "a page on each node, a socket not yet identified",
+        &[("n1", 2), ("n1|p1", 1), ("n2", 1), ("n2|p2", 1)],
+    );
+    let one_page = toolmark_broker::AdmitLimits {
+        max_connections: 100,
+        max_pages_per_conversation: 1,
+    };
+    assert!(
+        n1.admit_page(&c, &one_page).await.is_err(),
+        "past the limit"
+    );
+    same(
+        &redis,
+        "a socket refused past the limit",
+        &[("n1", 2), ("n1|p1", 1), ("n2", 1), ("n2|p2", 1)],
+    );
+    n1.release_page(&c, None, &crate::support::release())
+        .await
+        .unwrap();
+    n2.release_page(&c, Some("p2"), &crate::support::release())
+        .await
+        .unwrap();
+    same(&redis, "two sockets released", &[("n1", 1), ("n1|p1", 1)]);
+    connected_page(&n2, &c, "p2").await;
+    // Redis loses its data: each node writes its pages again, summary and all.
+    redis.restart();
+    eventually(
+        Duration::from_secs(10),
+        "both nodes wrote their pages again",
+        || {
+            let (socks, summary) = sockets_and_summary(&redis, "sum");
+            async move { (socks.len() == 4 && summary == socks).then_some(()) }
+        },
+    )
+    .await;
+    same(
+        &redis,
+        "after Redis lost its data",
+        &[("n1", 1), ("n1|p1", 1), ("n2", 1), ("n2|p2", 1)],
+    );
+    // Node 2 stops without releasing its page; started again under its id, it clears the
+    // counts of its previous life from both.
+    n2.close().await;
+    drop(n2);
+    let (n2, _) = node_on_own_redis(&redis, "n2", opts).await;
+    same(&redis, "node 2 started again", &[("n1", 1), ("n1|p1", 1)]);
+    // A call still reaches the page on node 1 from node 2.
+    let (id, _w) = call(
+        &(n2.clone() as toolmark_broker::SharedBroker),
+        &c,
+        "p1",
+        Duration::from_secs(5),
+    )
+    .await;
+    n1.submit_result(&page(&c, "p1"), &id, &ok()).await.unwrap();
+    n1.close().await;
+    n2.close().await;
+}

@@ -1,7 +1,9 @@
--- Counts one more socket of this node; returns the whole per-node hash.
+-- Counts one more socket of this node; returns the whole per-node hash. With the conversation's
+-- hash (a page socket), its sockets' summary moves too (`summary_add`).
 --
--- KEYS: counts
--- ARGV: field (the node), ttl (ms)
+-- KEYS: counts, conv?
+-- ARGV: field (the node, or `<node>|<clientId>`), ttl (ms)
 redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if KEYS[2] then summary_add(KEYS[2], {ARGV[1]}, 1, ARGV[2]) end
 return redis.call('HGETALL', KEYS[1])

@@ -1,5 +1,6 @@
 -- A page socket closed, released once under its name: counts it down (<node>, and
--- <node>|<clientId> for an identified socket; fields reaching 0 removed). Its page is gone when
+-- <node>|<clientId> for an identified socket; fields reaching 0 removed), in the sockets hash
+-- and in the conversation's summary of it (`summary_add`). Its page is gone when
 -- no socket of its clientId is left on a live node (`model::Presence`); with an outbox key, the
 -- page's leaving is then recorded there, to be announced as page.disconnected. A gone page
 -- that is not the current one keeps its manifest for the grace, and a conversation's gone page
@@ -18,6 +19,7 @@ if ARGV[2] ~= '' then table.insert(fields, ARGV[1] .. '|' .. ARGV[2]) end
 for _, field in ipairs(fields) do
   if redis.call('HINCRBY', KEYS[1], field, -1) <= 0 then redis.call('HDEL', KEYS[1], field) end
 end
+summary_add(KEYS[3], fields, -1, nil)
 local gone = 0
 local live = set_of(ARGV, 10, #ARGV)
 local socks = ARGV[2] ~= '' and sockets(KEYS[1]) or {}

@@ -95,9 +95,11 @@ pub static PUT_MANIFEST: Lua = Lua::new("put_manifest", lua!("put_manifest"));
 /// `conv_read.lua`: [`ConvRead`].
 pub static CONV_READ: Lua = Lua::new("conv_read", lua!(prelude "conv_read"));
 /// `count_up.lua`: [`CountUp`].
-pub static COUNT_UP: Lua = Lua::new("count_up", lua!("count_up"));
+pub static COUNT_UP: Lua = Lua::new("count_up", lua!(prelude "count_up"));
 /// `count_down.lua`: [`CountDown`].
-pub static COUNT_DOWN: Lua = Lua::new("count_down", lua!("count_down"));
+pub static COUNT_DOWN: Lua = Lua::new("count_down", lua!(prelude "count_down"));
+/// `own_sockets.lua`: [`OwnSockets`].
+pub static OWN_SOCKETS: Lua = Lua::new("own_sockets", lua!(prelude "own_sockets"));
 /// `leave.lua`: [`Leave`].
 pub static LEAVE: Lua = Lua::new("leave", lua!(prelude "leave"));
 /// `refresh.lua`: [`Refresh`].
@@ -140,7 +142,7 @@ pub static TRAFFIC_READ: Lua = Lua::new("traffic_read", lua!("traffic_read"));
 pub static TOOLS_SEEN: Lua = Lua::new("tools_seen", lua!("tools_seen"));
 
 /// Every script, loaded on every primary before the node uses them.
-pub static ALL: [&Lua; 33] = [
+pub static ALL: [&Lua; 34] = [
     &BIND,
     &PLACE,
     &RESULT,
@@ -155,6 +157,7 @@ pub static ALL: [&Lua; 33] = [
     &CONV_READ,
     &COUNT_UP,
     &COUNT_DOWN,
+    &OWN_SOCKETS,
     &LEAVE,
     &REFRESH,
     &DRAINED,

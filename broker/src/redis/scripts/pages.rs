@@ -3,8 +3,8 @@
 //! alive.
 
 use super::{
-    ANNOUNCED, Args, CONV_READ, COUNT_DOWN, COUNT_UP, DRAINED, LEAVE, Lua, Outbox, PUT_MANIFEST,
-    REFRESH, ScriptArgs,
+    ANNOUNCED, Args, CONV_READ, COUNT_DOWN, COUNT_UP, DRAINED, LEAVE, Lua, OWN_SOCKETS, Outbox,
+    PUT_MANIFEST, REFRESH, ScriptArgs,
 };
 
 /// `put_manifest.lua`: a page's latest manifest kept, the page made current.
@@ -95,7 +95,9 @@ impl ScriptArgs for ConvRead {
 pub struct CountUp {
     /// KEYS: the count hash.
     pub counts: String,
-    /// The field: this node.
+    /// KEYS: the conversation's hash, whose sockets' summary moves too (a page socket).
+    pub conv: Option<String>,
+    /// The field: this node, or `<node>|<clientId>`.
     pub field: String,
     /// Time to live, ms.
     pub ttl: i64,
@@ -107,10 +109,11 @@ impl ScriptArgs for CountUp {
     }
 
     fn args(self) -> Args {
-        Args::new()
-            .key("counts", self.counts)
-            .arg("field", self.field)
-            .arg("ttl", self.ttl)
+        let mut a = Args::new().key("counts", self.counts);
+        if let Some(conv) = self.conv {
+            a = a.key("conv", conv);
+        }
+        a.arg("field", self.field).arg("ttl", self.ttl)
     }
 }
 
@@ -119,6 +122,8 @@ impl ScriptArgs for CountUp {
 pub struct CountDown {
     /// KEYS: the count hash.
     pub counts: String,
+    /// KEYS: the conversation's hash, whose sockets' summary moves too (a page socket).
+    pub conv: Option<String>,
     /// The fields counted down.
     pub fields: Vec<String>,
 }
@@ -129,9 +134,41 @@ impl ScriptArgs for CountDown {
     }
 
     fn args(self) -> Args {
+        let mut a = Args::new().key("counts", self.counts);
+        if let Some(conv) = self.conv {
+            a = a.key("conv", conv);
+        }
+        a.args("fields", self.fields)
+    }
+}
+
+/// `own_sockets.lua`: this node's socket counts of a conversation put anew (none: cleared).
+#[derive(Debug, Clone)]
+pub struct OwnSockets {
+    /// KEYS: the conversation's sockets hash.
+    pub sockets: String,
+    /// KEYS: the conversation's hash (its sockets' summary).
+    pub conv: String,
+    /// This node.
+    pub node: String,
+    /// Time to live, ms.
+    pub ttl: i64,
+    /// Field, count, …
+    pub counts: Vec<String>,
+}
+
+impl ScriptArgs for OwnSockets {
+    fn lua() -> &'static Lua {
+        &OWN_SOCKETS
+    }
+
+    fn args(self) -> Args {
         Args::new()
-            .key("counts", self.counts)
-            .args("fields", self.fields)
+            .key("sockets", self.sockets)
+            .key("conv", self.conv)
+            .arg("node", self.node)
+            .arg("ttl", self.ttl)
+            .args("counts", self.counts)
     }
 }
 

@@ -31,7 +31,7 @@ local want, back, need = ARGV[21], ARGV[22], ARGV[23] == '1'
 local nlive = tonumber(ARGV[24])
 local live = set_of(ARGV, 25, 24 + nlive)
 local dead = set_of(ARGV, 25 + nlive, #ARGV)
-local st = conv_state(conv, sockets_key, manifest_prefix, live, false)
+local st = conv_state(conv, sockets_key, manifest_prefix, live, false, ARGV[13] == '1')
 local unknown = {}
 for _, node in ipairs(st.skipped) do
   if not dead[node] then table.insert(unknown, node) end

@@ -5,6 +5,16 @@
 --   0, `{node, client, n}`, `client` false for a node's own count (a field without `|`), else
 --   the page load's clientId (`<node>|<clientId>`). Every script that reads the hash reads it
 --   here.
+-- summary_sockets(s), summary_add(conv, fields, delta, ttl), summary_set(conv, node, counts,
+--   ttl): the conversation's sockets again, in one field `@` of its hash (`<field> <n>` per
+--   line, the fields those of the sockets hash), so that a call's placement reads the
+--   conversation in one command. Every count a node of this release moves in the sockets hash
+--   it moves here too, in the same script; a node of 0.4.0 or older moves only the sockets
+--   hash, which stays the whole truth for every other reader. `summary_sockets` parses it as
+--   `sockets` does; `summary_add` moves `fields` by `delta` (a line reaching 0 goes, and the
+--   field with the last); `summary_set` puts `node`'s lines anew (`counts`: field, n, …; none to
+--   take them out). With `ttl`, a field written gives the hash that expiry (never a hash made
+--   without one).
 -- set_of(list, first, last): the set of list[first..last] (node ids from ARGV).
 -- left(gone, prefix, current, client, now, grace, ttl): page load `client` of a conversation is
 --   gone (no socket on a live node): recorded in its gone set (clientId → when, ms), and its
@@ -21,7 +31,7 @@
 -- to_nodes(nodes, prefix, suffix, message): SPUBLISHes message on each node's channel of this
 --   partition (prefix .. node .. suffix), which shares the script's slot; returns how many
 --   subscribers received it.
--- conv_state(conv, socks, manifests, live, all): the conversation as the agent API sees it,
+-- conv_state(conv, socks, manifests, live, all, summary): the conversation as the agent API sees it,
 --   counting only sockets of live nodes, with D23's choice of the current page
 --   (`model::current_page`). With `all`, every identified page's manifest `seq` and `rev` are
 --   read (`st.info`), and the current page's `seq` comes from them (only a current page without
@@ -30,7 +40,10 @@
 --   `<clientId>\n<seq>`, written by put_manifest beside `current` when a manifest makes its page
 --   current, and it holds only while it names the current page and the conversation's manifest
 --   counter `seq` still (a manifest written since, by any node of any release, moves the
---   counter); otherwise the manifests are read as with `all`.
+--   counter); otherwise the manifests are read as with `all`. With `summary` (no node of 0.4.0
+--   or older is live, so every live node keeps it), the sockets are read from the hash's `@`
+--   with the rest, in one HMGET, when they show the current page on a live node and `cm` is
+--   right; else from the sockets hash as always.
 -- gcra(key, interval, burst, want, back): gives `back` unspent calls back to a tenant's rate
 --   (never past now), then takes up to `want`, as many as the bucket holds now: `taken, 0`, or
 --   `0, µs` until one would be allowed.
@@ -70,21 +83,66 @@
 --   A traced call's page message (`t\n<traceparent>\n…`) also leaves its trace context in
 --   `<call>:tp` for the call's time to live: what the webhook of its `call.result` and a sweep's
 --   timeout link to (`Calls::call_trace`).
+local function socket_entry(out, field, n)
+  if n > 0 then
+    local bar = string.find(field, '|', 1, true)
+    if bar then
+      table.insert(out, {node = string.sub(field, 1, bar - 1), client = string.sub(field, bar + 1), n = n})
+    else
+      table.insert(out, {node = field, client = false, n = n})
+    end
+  end
+end
 local function sockets(key)
   local out = {}
   local flat = redis.call('HGETALL', key)
-  for i = 1, #flat, 2 do
-    local field, n = flat[i], tonumber(flat[i + 1])
-    if n > 0 then
-      local bar = string.find(field, '|', 1, true)
-      if bar then
-        table.insert(out, {node = string.sub(field, 1, bar - 1), client = string.sub(field, bar + 1), n = n})
-      else
-        table.insert(out, {node = field, client = false, n = n})
-      end
-    end
+  for i = 1, #flat, 2 do socket_entry(out, flat[i], tonumber(flat[i + 1])) end
+  return out
+end
+local function summary_parse(s)
+  local out = {}
+  if s then
+    for field, n in string.gmatch(s, '([^\n ]+) (%-?%d+)') do table.insert(out, {field, tonumber(n)}) end
   end
   return out
+end
+local function summary_sockets(s)
+  local out = {}
+  for _, e in ipairs(summary_parse(s)) do socket_entry(out, e[1], e[2]) end
+  return out
+end
+local function summary_write(conv, list, ttl)
+  local parts = {}
+  for _, e in ipairs(list) do
+    if e[2] > 0 then table.insert(parts, e[1] .. ' ' .. string.format('%d', e[2])) end
+  end
+  if #parts == 0 then
+    redis.call('HDEL', conv, '@')
+  else
+    redis.call('HSET', conv, '@', table.concat(parts, '\n'))
+    if ttl then redis.call('PEXPIRE', conv, ttl) end
+  end
+end
+local function summary_add(conv, fields, delta, ttl)
+  local list = summary_parse(redis.call('HGET', conv, '@'))
+  for _, field in ipairs(fields) do
+    local found = false
+    for _, e in ipairs(list) do
+      if e[1] == field then e[2] = e[2] + delta; found = true; break end
+    end
+    if not found then table.insert(list, {field, delta}) end
+  end
+  summary_write(conv, list, ttl)
+end
+local function summary_set(conv, node, counts, ttl)
+  local list = {}
+  for _, e in ipairs(summary_parse(redis.call('HGET', conv, '@'))) do
+    local bar = string.find(e[1], '|', 1, true)
+    local owner = bar and string.sub(e[1], 1, bar - 1) or e[1]
+    if owner ~= node then table.insert(list, e) end
+  end
+  for i = 1, #counts, 2 do table.insert(list, {counts[i], tonumber(counts[i + 1])}) end
+  summary_write(conv, list, ttl)
 end
 local function set_of(list, first, last)
   local s = {}
@@ -105,10 +163,22 @@ local function to_nodes(nodes, prefix, suffix, message)
   end
   return reached
 end
-local function conv_state(conv, socks_key, manifests, live, all)
+local function conv_state(conv, socks_key, manifests, live, all, summary)
   local st = {total = 0, identified = 0, pages = {}, info = {}, skipped = {}, nodes = {}}
   local unknown = {}
-  for _, s in ipairs(sockets(socks_key)) do
+  local h, socks
+  if summary then
+    h = redis.call('HMGET', conv, 'current', 'drained', 'seq', 'cm', '@')
+    if h[1] and h[4] == h[1] .. '\n' .. (h[3] or '') then
+      local s = summary_sockets(h[5])
+      for _, e in ipairs(s) do
+        if e.client == h[1] and live[e.node] then socks = s; break end
+      end
+    end
+  else
+    h = redis.call('HMGET', conv, 'current', 'drained', 'seq', 'cm')
+  end
+  for _, s in ipairs(socks or sockets(socks_key)) do
     if not s.client then table.insert(st.nodes, s.node) end
     if not live[s.node] then
       unknown[s.node] = true
@@ -119,7 +189,6 @@ local function conv_state(conv, socks_key, manifests, live, all)
       st.total = st.total + s.n
     end
   end
-  local h = redis.call('HMGET', conv, 'current', 'drained', 'seq', 'cm')
   local current = h[1]
   st.effective = current
   st.drained = h[2]
