@@ -11,6 +11,8 @@
 -- a slot move, the node not yet subscribed again), nothing is bound, the rate token is given
 -- back and the answer is {'unreached'}: the agent is told 503, never a timeout for a frame no
 -- page received.
+-- The conversation is read in one command when `one_string` says no node of 0.4.0 or older is
+-- live (the sockets from the conversation's summary of them, `conv_state`).
 -- Returns {'ok', held}, {'stale'}, {'unknown', nodes…}, {'no_page', held},
 -- {'unreached', held} or {'rate', µs}; `held` the tokens taken for the node's reserve.
 --
