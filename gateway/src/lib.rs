@@ -83,10 +83,7 @@ fn router(app: AppState, mcp: &hosted_mcp::McpState, dev_mode: bool) -> Router {
     r.fallback(|| async { http::Problem::not_found("Route") })
         .method_not_allowed_fallback(|| async { http::Problem::method_not_allowed() })
         .layer(DefaultBodyLimit::max(toolmark_config::MAX_FRAME_BYTES))
-        .layer(axum::middleware::from_fn_with_state(
-            app.clone(),
-            ops::count_request,
-        ))
+        .layer(ops::CountRequests(app.clone()))
         .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(ops::request_span))
         .with_state(app)
 }

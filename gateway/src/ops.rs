@@ -70,58 +70,159 @@ impl Credential {
     }
 }
 
-/// Counts every answered request in `toolmark_http_requests_total` and its duration (to the
+/// The layer that counts every answered request in `toolmark_http_requests_total` and its duration (to the
 /// response head) in `toolmark_http_request_duration_seconds`, by route template, and writes
 /// its access log line (target `toolmark_gateway::access`, level info: the route, the method,
 /// the status, the duration, the tenant and the credential's id (`apiKey:<id>`,
 /// `mcpToken:<id>`, `oauth:<sub>`); `RUST_LOG=info,toolmark_gateway::access=off`
 /// turns the lines off).
-pub async fn count_request(
-    axum::extract::State(app): axum::extract::State<AppState>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let started = std::time::Instant::now();
-    let route = req
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map_or("unmatched", |p| crate::metrics::intern(p.as_str()));
-    let method = req.method().clone();
-    let credential = Credential::default();
-    let mut req = req;
-    req.extensions_mut().insert(credential.clone());
+///
+/// A tower layer with a future of its own, not `axum::middleware::from_fn`: that boxes the
+/// middleware's future (over 1 KiB with the request in it) and the inner service's, two large
+/// allocations per request on the agent's hot path (`docs/benchmarks.md`, "Where the agent's
+/// node spends").
+#[derive(Clone)]
+pub struct CountRequests(pub AppState);
+
+impl<S> tower_layer::Layer<S> for CountRequests {
+    type Service = CountRequest<S>;
+
+    fn layer(&self, inner: S) -> CountRequest<S> {
+        CountRequest {
+            app: self.0.clone(),
+            inner,
+        }
+    }
+}
+
+/// [`CountRequests`] around a service.
+#[derive(Clone)]
+pub struct CountRequest<S> {
+    app: AppState,
+    inner: S,
+}
+
+/// What [`CountRequest`] keeps of a request until its answer is out.
+struct Seen {
+    app: AppState,
+    started: std::time::Instant,
+    route: &'static str,
+    method: axum::http::Method,
+    credential: Credential,
     // Reference-counted: the path is read for the tenant only once the answer is out.
-    let uri = req.uri().clone();
-    let res = next.run(req).await;
-    let seconds = started.elapsed().as_secs_f64();
-    let status = res.status().as_u16();
-    app.metrics.http_request(route, &method, status, seconds);
-    let tenant = tenant_of(route, uri.path());
-    // Counted for tenants that exist only: a made-up id in a path grows no map.
-    if let Some(code) = res.extensions().get::<crate::http::problem::ProblemCode>()
-        && crate::traces::on()
-    {
-        // The request's span (this middleware runs inside it) says why it was refused.
-        crate::traces::mark_error(&tracing::Span::current(), code.0);
+    uri: axum::http::Uri,
+}
+
+impl<S> tower_service::Service<axum::extract::Request> for CountRequest<S>
+where
+    S: tower_service::Service<
+            axum::extract::Request,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        >,
+{
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = Counted<S::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
     }
-    if let (Some(code), Some(t)) = (
-        res.extensions().get::<crate::http::problem::ProblemCode>(),
-        tenant,
-    ) && let Some(known) = app.tenants.get(t)
-    {
-        app.traffic.refused(t, known.incarnation, code.0);
+
+    fn call(&mut self, mut req: axum::extract::Request) -> Self::Future {
+        let started = std::time::Instant::now();
+        let route = req
+            .extensions()
+            .get::<axum::extract::MatchedPath>()
+            .map_or("unmatched", |p| crate::metrics::intern(p.as_str()));
+        let credential = Credential::default();
+        req.extensions_mut().insert(credential.clone());
+        let seen = Seen {
+            app: self.app.clone(),
+            started,
+            route,
+            method: req.method().clone(),
+            credential,
+            uri: req.uri().clone(),
+        };
+        Counted {
+            inner: self.inner.call(req),
+            seen: Some(seen),
+        }
     }
-    tracing::info!(
-        target: "toolmark_gateway::access",
-        route,
-        method = %method,
-        status,
-        duration_ms = seconds * 1000.0,
-        tenant = tenant.unwrap_or(""),
-        credential = credential.0.get().map_or("", String::as_str),
-        "request"
-    );
-    res
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`CountRequest`]: the inner service's, then the count and the line.
+    pub struct Counted<F> {
+        #[pin]
+        inner: F,
+        seen: Option<Seen>,
+    }
+}
+
+impl<F> std::future::Future for Counted<F>
+where
+    F: std::future::Future<Output = Result<axum::response::Response, std::convert::Infallible>>,
+{
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        let Ok(res) = std::task::ready!(this.inner.poll(cx));
+        if let Some(seen) = this.seen.take() {
+            seen.answered(&res);
+        }
+        std::task::Poll::Ready(Ok(res))
+    }
+}
+
+impl Seen {
+    /// Counts the answered request and writes its access line.
+    fn answered(self, res: &axum::response::Response) {
+        let Seen {
+            app,
+            started,
+            route,
+            method,
+            credential,
+            uri,
+        } = self;
+        let seconds = started.elapsed().as_secs_f64();
+        let status = res.status().as_u16();
+        app.metrics.http_request(route, &method, status, seconds);
+        let tenant = tenant_of(route, uri.path());
+        // Counted for tenants that exist only: a made-up id in a path grows no map.
+        if let Some(code) = res.extensions().get::<crate::http::problem::ProblemCode>()
+            && crate::traces::on()
+        {
+            // The request's span (this layer runs inside it) says why it was refused.
+            crate::traces::mark_error(&tracing::Span::current(), code.0);
+        }
+        if let (Some(code), Some(t)) = (
+            res.extensions().get::<crate::http::problem::ProblemCode>(),
+            tenant,
+        ) && let Some(known) = app.tenants.get(t)
+        {
+            app.traffic.refused(t, known.incarnation, code.0);
+        }
+        tracing::info!(
+            target: "toolmark_gateway::access",
+            route,
+            method = %method,
+            status,
+            duration_ms = seconds * 1000.0,
+            tenant = tenant.unwrap_or(""),
+            credential = credential.0.get().map_or("", String::as_str),
+            "request"
+        );
+    }
 }
 
 /// The span of one HTTP request, child of the caller's `traceparent` when it sent one.

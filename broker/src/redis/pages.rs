@@ -330,7 +330,8 @@ impl RedisBroker {
 impl RedisBroker {
     /// Counts one more socket of this node in the count hash `key` (and, for a page socket,
     /// in the summary of the conversation's hash `conv`; `client` counts the socket under its
-    /// page load); every node's counts.
+    /// page load); every node's counts (none with `client`: an identification is counted, not
+    /// checked against a limit).
     async fn count_up(
         &self,
         key: &str,
@@ -345,6 +346,8 @@ impl RedisBroker {
                 None => self.node.id.clone(),
             },
             ttl: millis(self.conn.opts.retention.conversations),
+            // A page identified is counted, not checked: its counts are not read back.
+            quiet: client.is_some(),
         })
         .await
         .map(pairs)

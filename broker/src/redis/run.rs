@@ -34,15 +34,17 @@ impl RedisBroker {
         &self,
         lua: &Lua,
         name: &'static str,
-        keys: Vec<String>,
-        args: Vec<String>,
+        keys: Vec<bytes::Bytes>,
+        args: Vec<bytes::Bytes>,
     ) -> Result<Value, BrokerError> {
         if !self.conn.client.is_connected() {
             return Err(BrokerError::Unavailable { retry_after: RETRY });
         }
         let script = lua.script();
         let started = Instant::now();
-        let keys = fred::types::MultipleKeys::from(keys);
+        // Each attempt sends a copy: the short values are slices of one buffer (`Args`), so a
+        // copy costs a reference count per value, not an allocation.
+        let keys: Vec<fred::types::Key> = keys.into_iter().map(fred::types::Key::from).collect();
         let args: Vec<Value> = args.into_iter().map(Value::from).collect();
         let answer = self
             .again(name, || async {

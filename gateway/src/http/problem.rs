@@ -30,7 +30,7 @@ pub const CODES: &[(&str, &str)] = &[
 ];
 
 /// The `code` of a problem answer, kept on the response for the middleware that counts
-/// refusals per tenant (`crate::ops::count_request`).
+/// refusals per tenant (`crate::ops::CountRequests`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProblemCode(pub &'static str);
 

@@ -29,24 +29,42 @@ use super::Lua;
 
 /// The values of one run of a script, each under its name (the names are kept only where they
 /// are checked: debug builds and tests).
+///
+/// Short values (keys, numbers, ids) are written back to back into one buffer and sent as
+/// slices of it: one allocation for all of them, and a copy for a retry costs a reference
+/// count each, not an allocation each (`run.rs` keeps the values for a command sent again).
+/// A long value (a page message, an outcome) is moved as it is, never copied.
 #[derive(Debug)]
 pub struct Args {
-    keys: Vec<String>,
-    argv: Vec<String>,
+    short: Vec<u8>,
+    keys: Vec<Part>,
+    argv: Vec<Part>,
     #[cfg(any(debug_assertions, test))]
     key_names: Vec<&'static str>,
     #[cfg(any(debug_assertions, test))]
     arg_names: Vec<&'static str>,
 }
 
+/// Where one value is: in the buffer of short values, or its own.
+#[derive(Debug)]
+pub enum Part {
+    Short(u32, u32),
+    Own(bytes::Bytes),
+}
+
 /// Room made for a script's keys and arguments at once: more than any script takes but a few,
 /// so that building them is one allocation each, not one per doubling.
 const KEYS_ROOM: usize = 8;
 const ARGV_ROOM: usize = 24;
+/// Room made for the short values: a placement's keys and arguments fit.
+const SHORT_ROOM: usize = 512;
+/// Longer values are moved, not copied into the buffer.
+pub const SHORT: usize = 256;
 
 impl Default for Args {
     fn default() -> Self {
         Args {
+            short: Vec::with_capacity(SHORT_ROOM),
             keys: Vec::with_capacity(KEYS_ROOM),
             argv: Vec::with_capacity(ARGV_ROOM),
             #[cfg(any(debug_assertions, test))]
@@ -63,11 +81,12 @@ impl Args {
     }
 
     /// The next key.
-    pub fn key(mut self, name: &'static str, key: impl Into<String>) -> Self {
+    pub fn key(mut self, name: &'static str, key: impl Arg) -> Self {
         #[cfg(any(debug_assertions, test))]
         self.key_names.push(name);
         let _ = name;
-        self.keys.push(key.into());
+        let part = key.put(&mut self.short);
+        self.keys.push(part);
         self
     }
 
@@ -76,14 +95,18 @@ impl Args {
         #[cfg(any(debug_assertions, test))]
         self.arg_names.push(name);
         let _ = name;
-        self.argv.push(value.into_arg());
+        let part = value.put(&mut self.short);
+        self.argv.push(part);
         self
     }
 
     /// Any number of arguments under one name (`name...` in the header).
-    pub fn args(mut self, name: &'static str, values: impl IntoIterator<Item = String>) -> Self {
+    pub fn args<A: Arg>(mut self, name: &'static str, values: impl IntoIterator<Item = A>) -> Self {
         let before = self.argv.len();
-        self.argv.extend(values);
+        for v in values {
+            let part = v.put(&mut self.short);
+            self.argv.push(part);
+        }
         #[cfg(any(debug_assertions, test))]
         self.arg_names
             .extend(std::iter::repeat_n(name, self.argv.len() - before));
@@ -91,9 +114,19 @@ impl Args {
         self
     }
 
-    /// What Redis is sent.
-    pub fn into_parts(self) -> (Vec<String>, Vec<String>) {
-        (self.keys, self.argv)
+    /// What Redis is sent: the keys, the arguments.
+    pub fn into_parts(self) -> (Vec<bytes::Bytes>, Vec<bytes::Bytes>) {
+        let short = bytes::Bytes::from(self.short);
+        let whole = |parts: Vec<Part>| -> Vec<bytes::Bytes> {
+            parts
+                .into_iter()
+                .map(|p| match p {
+                    Part::Short(from, to) => short.slice(from as usize..to as usize),
+                    Part::Own(b) => b,
+                })
+                .collect()
+        };
+        (whole(self.keys), whole(self.argv))
     }
 
     /// Whether the names agree with `lua`'s header, in order and in number.
@@ -122,29 +155,55 @@ impl Args {
     }
 }
 
-/// A value a script is sent: a string moved as it is (a page message is not copied), a number
-/// written in decimal.
+/// A value a script is sent: a short one written into the buffer of short values, a long
+/// string moved as it is (a page message is not copied), a number written in decimal.
 pub trait Arg {
-    fn into_arg(self) -> String;
+    /// Writes the value into `short` or keeps it apart, and says where it is.
+    fn put(self, short: &mut Vec<u8>) -> Part;
+}
+
+/// `text` written at the end of `short`.
+fn copied(short: &mut Vec<u8>, text: &[u8]) -> Part {
+    let from = short.len();
+    short.extend_from_slice(text);
+    span(from, short.len())
+}
+
+fn span(from: usize, to: usize) -> Part {
+    // A script's short values are a few hundred bytes: never past u32.
+    Part::Short(
+        u32::try_from(from).unwrap_or(u32::MAX),
+        u32::try_from(to).unwrap_or(u32::MAX),
+    )
 }
 
 impl Arg for String {
-    fn into_arg(self) -> String {
-        self
+    fn put(self, short: &mut Vec<u8>) -> Part {
+        if self.len() > SHORT {
+            Part::Own(bytes::Bytes::from(self))
+        } else {
+            copied(short, self.as_bytes())
+        }
     }
 }
 
 impl Arg for &str {
-    fn into_arg(self) -> String {
-        self.to_owned()
+    fn put(self, short: &mut Vec<u8>) -> Part {
+        copied(short, self.as_bytes())
+    }
+}
+
+impl Arg for &String {
+    fn put(self, short: &mut Vec<u8>) -> Part {
+        copied(short, self.as_bytes())
     }
 }
 
 macro_rules! decimal {
     ($($t:ty),*) => {$(
         impl Arg for $t {
-            fn into_arg(self) -> String {
-                self.to_string()
+            fn put(self, short: &mut Vec<u8>) -> Part {
+                copied(short, itoa::Buffer::new().format(self).as_bytes())
             }
         }
     )*};
@@ -302,6 +361,38 @@ mod tests {
         assert_eq!(header(&code("call", "none")).unwrap().argv, Vec::new());
         assert!(header(&code("call", "the live node ids")).is_err());
         assert!(header("return 1").is_err());
+    }
+
+    #[test]
+    fn values_keep_their_order_short_ones_share_one_buffer_and_long_ones_are_moved() {
+        let long = "m".repeat(SHORT + 1);
+        let at = long.as_ptr();
+        let borrowed = "k2".to_owned();
+        let (keys, argv) = Args::new()
+            .key("a", "k1")
+            .key("b", &borrowed)
+            .arg("x", 42_u64)
+            .arg("y", long)
+            .arg("z", "")
+            .args("w", ["-7".to_owned(), "v".to_owned()])
+            .into_parts();
+        let text = |v: &[bytes::Bytes]| -> Vec<String> {
+            v.iter()
+                .map(|b| String::from_utf8(b.to_vec()).unwrap())
+                .collect()
+        };
+        assert_eq!(text(&keys), ["k1", "k2"]);
+        let got = text(&argv);
+        assert_eq!(got[0], "42");
+        assert_eq!(got[1].len(), SHORT + 1);
+        assert_eq!(&got[2..], ["", "-7", "v"]);
+        // The long value is the string it was given, not a copy.
+        assert_eq!(argv[1].as_ptr(), at);
+        // The short ones are back to back in one buffer.
+        let start = keys[0].as_ptr() as usize;
+        assert_eq!(keys[1].as_ptr() as usize, start + 2);
+        assert_eq!(argv[0].as_ptr() as usize, start + 4);
+        assert_eq!(argv[4].as_ptr() as usize, start + 8);
     }
 
     #[test]

@@ -131,9 +131,9 @@ impl ScriptArgs for Place {
     }
 
     fn args(self) -> Args {
-        let mut a = self.bind.named(Args::new()).key("conv", self.conv.clone());
+        let mut a = self.bind.named(Args::new()).key("conv", &self.conv);
         a = match &self.rate {
-            Some(r) => a.key("rate", r.rate.clone()),
+            Some(r) => a.key("rate", &r.rate),
             None => a.key("rate", self.conv),
         };
         let mut a = a

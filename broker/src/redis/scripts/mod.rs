@@ -190,7 +190,7 @@ pub trait ScriptArgs {
 
     /// What Redis is sent; in a debug build (every test), first checked against the script's
     /// header: a mismatch panics, naming the script and both orders.
-    fn keys_argv(self) -> (Vec<String>, Vec<String>)
+    fn keys_argv(self) -> (Vec<bytes::Bytes>, Vec<bytes::Bytes>)
     where
         Self: Sized,
     {

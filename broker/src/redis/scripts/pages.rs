@@ -101,6 +101,8 @@ pub struct CountUp {
     pub field: String,
     /// Time to live, ms.
     pub ttl: i64,
+    /// Whether the script returns nothing (no limit is checked against the counts).
+    pub quiet: bool,
 }
 
 impl ScriptArgs for CountUp {
@@ -113,7 +115,8 @@ impl ScriptArgs for CountUp {
         if let Some(conv) = self.conv {
             a = a.key("conv", conv);
         }
-        a.arg("field", self.field).arg("ttl", self.ttl)
+        let a = a.arg("field", self.field).arg("ttl", self.ttl);
+        if self.quiet { a.arg("quiet", "1") } else { a }
     }
 }
 
