@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use toolmark_policy::ToolFacts;
-use toolmark_proto::{AgentMessage, Call, Describe, Hints};
+use toolmark_proto::{AgentMessage, Call, CallRef, Describe, Hints};
 
 use crate::{CallBinding, CallKind, CallerRef, ConvKey, ConversationState, Outcome};
 
@@ -262,18 +262,6 @@ impl std::fmt::Debug for ToolGate {
 impl CallRequest {
     /// The binding and the protocol frame of this call sent to `target`, waited for on `node`.
     pub fn bind_to(&self, target: &CallTarget, node: &str) -> (CallBinding, AgentMessage) {
-        let binding = CallBinding {
-            id: self.id.clone(),
-            conv: self.conv.clone(),
-            client_id: target.client_id.clone(),
-            tool: self.tool.clone(),
-            kind: self.kind,
-            deadline_ms: self.deadline_ms,
-            node: node.to_owned(),
-            untrusted: target.untrusted.contains(&self.tool),
-            respond_async: self.respond_async,
-            caller: self.caller.clone(),
-        };
         let frame = match self.kind {
             CallKind::Call => AgentMessage::Call(Call {
                 client_id: target.client_id.clone(),
@@ -288,6 +276,43 @@ impl CallRequest {
                 tool: self.tool.clone(),
             }),
         };
-        (binding, frame)
+        (self.binding_for(target, node), frame)
+    }
+
+    /// The binding of this call sent to `target`, waited for on `node`.
+    pub fn binding_for(&self, target: &CallTarget, node: &str) -> CallBinding {
+        CallBinding {
+            id: self.id.clone(),
+            conv: self.conv.clone(),
+            client_id: target.client_id.clone(),
+            tool: self.tool.clone(),
+            kind: self.kind,
+            deadline_ms: self.deadline_ms,
+            node: node.to_owned(),
+            untrusted: target.untrusted.contains(&self.tool),
+            respond_async: self.respond_async,
+            caller: self.caller.clone(),
+        }
+    }
+
+    /// The protocol frame of this call sent to `target`, as JSON text: [`Self::bind_to`]'s
+    /// frame, written from the request's own fields (its input is not copied).
+    pub fn frame_json(&self, target: &CallTarget) -> String {
+        match self.kind {
+            CallKind::Call => CallRef {
+                client_id: &target.client_id,
+                id: &self.id,
+                rev: self.rev.or(target.rev),
+                tool: &self.tool,
+                input: &self.input,
+            }
+            .to_json(),
+            CallKind::Describe => AgentMessage::Describe(Describe {
+                client_id: target.client_id.clone(),
+                id: self.id.clone(),
+                tool: self.tool.clone(),
+            })
+            .to_json(),
+        }
     }
 }

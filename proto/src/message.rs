@@ -52,21 +52,68 @@ pub struct Confirmed {
     pub result: ToolResult,
 }
 
-/// `call`: run a tool as caller `inapp`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+/// `call`: run a tool as caller `inapp`. Serialized as [`CallRef`] of its fields.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Call {
     /// The addressed page load.
     pub client_id: String,
     /// Unguessable request id, bound before sending.
     pub id: String,
     /// The manifest revision the agent saw (D18).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rev: Option<u64>,
     /// Full tool name.
     pub tool: String,
     /// Tool input; `{}` when the tool takes none.
     pub input: Value,
+}
+
+/// A `call` message's fields, borrowed: the one wire form of [`Call`], and what a node that
+/// sends a call it keeps serializes without copying its input ([`CallRef::to_json`]).
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallRef<'a> {
+    /// The addressed page load.
+    pub client_id: &'a str,
+    /// Unguessable request id, bound before sending.
+    pub id: &'a str,
+    /// The manifest revision the agent saw (D18).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rev: Option<u64>,
+    /// Full tool name.
+    pub tool: &'a str,
+    /// Tool input; `{}` when the tool takes none.
+    pub input: &'a Value,
+}
+
+impl CallRef<'_> {
+    /// The `call` message as one JSON text frame: the same text as
+    /// `AgentMessage::Call(..).to_json()` of the same fields.
+    pub fn to_json(&self) -> String {
+        let mut out = Vec::with_capacity(128);
+        match envelope(&mut serde_json::Serializer::new(&mut out), "call", self) {
+            // serde_json writes UTF-8 only.
+            Ok(()) => String::from_utf8(out).unwrap_or_else(|_| unreachable_serialization()),
+            Err(_) => unreachable_serialization(),
+        }
+    }
+}
+
+impl<'a> From<&'a Call> for CallRef<'a> {
+    fn from(c: &'a Call) -> Self {
+        CallRef {
+            client_id: &c.client_id,
+            id: &c.id,
+            rev: c.rev,
+            tool: &c.tool,
+            input: &c.input,
+        }
+    }
+}
+
+impl Serialize for Call {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        CallRef::from(self).serialize(s)
+    }
 }
 
 /// `describe`: fetch a full manifest entry.
@@ -244,6 +291,33 @@ impl<'de> Deserialize<'de> for AgentMessage {
             Ok(Message::ToPage(m)) => Ok(m),
             Ok(Message::ToAgent(_)) => Err(serde::de::Error::custom("wrong direction")),
             Err(e) => Err(serde::de::Error::custom(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_borrowed_call_is_the_same_frame_as_a_call() {
+        for rev in [None, Some(7)] {
+            let call = Call {
+                client_id: "c-1".into(),
+                id: "r-1".into(),
+                rev,
+                tool: "todo.add".into(),
+                input: json!({"text": "milk \"2\"", "n": [1, 2]}),
+            };
+            let owned = AgentMessage::Call(call.clone()).to_json();
+            assert_eq!(CallRef::from(&call).to_json(), owned);
+            let mut want = json!({"protocol": 1, "type": "call", "clientId": "c-1", "id": "r-1",
+                "tool": "todo.add", "input": {"text": "milk \"2\"", "n": [1, 2]}});
+            if let Some(r) = rev {
+                want["rev"] = json!(r);
+            }
+            assert_eq!(serde_json::from_str::<Value>(&owned).unwrap(), want);
         }
     }
 }

@@ -21,11 +21,12 @@ use crate::{
 };
 
 impl RedisBroker {
-    /// The arguments of `bind.lua` for `binding` and its page message.
+    /// The arguments of `bind.lua` for `binding` and its page message (`frame`: its protocol
+    /// frame's JSON text).
     pub(super) fn bind_args(
         &self,
         binding: &CallBinding,
-        frame: &AgentMessage,
+        frame: &str,
         trace: Option<&str>,
     ) -> Bind {
         let conv = &binding.conv;
@@ -45,9 +46,9 @@ impl RedisBroker {
                 // A node of 0.4.0 or older cannot read the traced form: while one is live,
                 // the page's node starts a trace of its own.
                 Some(t) if !self.node.live.legacy_ids() => {
-                    codec::traced_page_message(conv, &binding.client_id, &frame.to_json(), t)
+                    codec::traced_page_message(conv, &binding.client_id, frame, t)
                 }
-                _ => codec::page_message(conv, &binding.client_id, &frame.to_json()),
+                _ => codec::page_message(conv, &binding.client_id, frame),
             },
             cancel: codec::cancel_message(binding),
             ttl: binding.deadline_ms.saturating_sub(now_ms())
@@ -233,7 +234,10 @@ impl Calls for RedisBroker {
             .calls
             .waiters
             .wait(&binding.id, partition::of_conv(&binding.conv));
-        if let Err(e) = self.run(self.bind_args(&binding, &frame, None)).await {
+        if let Err(e) = self
+            .run(self.bind_args(&binding, &frame.to_json(), None))
+            .await
+        {
             self.calls.waiters.forget(&binding.id);
             return Err(e);
         }

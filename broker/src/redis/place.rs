@@ -146,9 +146,9 @@ impl RedisBroker {
                 digests: Vec::new(),
             };
             let target = expected.target.as_ref().unwrap_or(&fallback);
-            let (binding, frame) = req.bind_to(target, &self.node.id);
+            let binding = req.binding_for(target, &self.node.id);
             let place = Place {
-                bind: self.bind_args(&binding, &frame, req.trace.as_deref()),
+                bind: self.bind_args(&binding, &req.frame_json(target), req.trace.as_deref()),
                 conv: self.conn.keys.conv(&req.conv),
                 rate: take.map(|t| {
                     let (interval, burst) = limits::gcra_args(req.calls_per_second);
@@ -166,7 +166,7 @@ impl RedisBroker {
                 expected_seq: expected.seq.clone(),
                 now: now_ms(),
                 grace: model::millis(model::RECONNECT_GRACE),
-                live: self.node.live.ids(),
+                live: self.node.live.nodes(),
                 dead: self.node.live.dead(),
             };
             let rx = self

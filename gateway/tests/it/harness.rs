@@ -277,6 +277,64 @@ impl Gateway {
         }
     }
 
+    /// Starts a node from `text` on a thread of its own, with a runtime of one thread: every
+    /// task of the node runs there, so what that thread allocates is the node's alone
+    /// ([`Allocations`]). Stopped as any other node (its drop).
+    pub fn start_on_own_thread(text: &str, node_id: &str) -> (Gateway, Allocations) {
+        let overrides = Overrides {
+            node_id: Some(node_id.to_owned()),
+            ..Overrides::default()
+        };
+        let config = Settings::load(text, [], &overrides).expect("test config is valid");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let (asks, mut asked) = tokio::sync::mpsc::unbounded_channel::<Count>();
+        std::thread::Builder::new()
+            .name(node_id.to_owned())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let node = rt.spawn(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                    toolmark_gateway::run(listener, config, None, async move {
+                        let _ = rx.await;
+                    })
+                    .await
+                    .expect("gateway runs");
+                });
+                // The node's tasks run while this thread is inside the runtime: waiting for
+                // the next count, or counting.
+                while let Some(Count {
+                    started,
+                    until,
+                    reply,
+                }) = rt.block_on(asked.recv())
+                {
+                    let counted = allocation_counter::measure(|| {
+                        rt.block_on(async move {
+                            let _ = started.send(());
+                            let _ = until.await;
+                        });
+                    });
+                    let _ = reply.send(counted);
+                }
+                let _ = rt.block_on(node);
+            })
+            .unwrap();
+        let gateway = Gateway {
+            admin: None,
+            addr,
+            http: http_client(),
+            stop: Some(tx),
+            task: None,
+        };
+        (gateway, Allocations(asks))
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
@@ -426,6 +484,51 @@ pub async fn refused_at(addr: SocketAddr, tenant: &str, token: &str, origin: Opt
         Err(_) => panic!("the socket was admitted where a refusal was expected"),
         Ok(Some(Ok(Message::Close(Some(CloseFrame { code, .. }))))) => code.into(),
         Ok(other) => panic!("unexpected first frame {other:?}"),
+    }
+}
+
+/// What a node on a thread of its own ([`Gateway::start_on_own_thread`]) allocates.
+pub struct Allocations(tokio::sync::mpsc::UnboundedSender<Count>);
+
+/// One count asked of a node's thread.
+struct Count {
+    started: oneshot::Sender<()>,
+    until: oneshot::Receiver<()>,
+    reply: oneshot::Sender<allocation_counter::AllocationInfo>,
+}
+
+/// A count under way: [`Counting::stop`] ends it.
+pub struct Counting {
+    until: oneshot::Sender<()>,
+    reply: oneshot::Receiver<allocation_counter::AllocationInfo>,
+}
+
+impl Allocations {
+    /// Starts counting what the node's thread allocates, once it counts.
+    pub async fn start(&self) -> Counting {
+        let (started, counting) = oneshot::channel();
+        let (until, stop) = oneshot::channel();
+        let (reply, counted) = oneshot::channel();
+        self.0
+            .send(Count {
+                started,
+                until: stop,
+                reply,
+            })
+            .expect("the node's thread runs");
+        counting.await.expect("the node's thread counts");
+        Counting {
+            until,
+            reply: counted,
+        }
+    }
+}
+
+impl Counting {
+    /// What the node's thread allocated since [`Allocations::start`].
+    pub async fn stop(self) -> allocation_counter::AllocationInfo {
+        let _ = self.until.send(());
+        self.reply.await.expect("the node's thread counted")
     }
 }
 

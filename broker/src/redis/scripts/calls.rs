@@ -101,8 +101,9 @@ pub struct Place {
     pub now: u64,
     /// The reconnect grace, ms.
     pub grace: u64,
-    /// The live node ids (sent after their count).
-    pub live: Vec<String>,
+    /// The live node ids (sent after their count): the node's snapshot of the live set, not
+    /// a copy of it.
+    pub live: std::sync::Arc<std::collections::HashSet<String>>,
     /// The nodes known dead.
     pub dead: Vec<String>,
 }
@@ -157,7 +158,7 @@ impl ScriptArgs for Place {
                 .arg("need", ""),
         };
         a.arg("nlive", self.live.len())
-            .args("live", self.live)
+            .args("live", self.live.iter())
             .args("dead", self.dead)
     }
 }
