@@ -34,7 +34,7 @@ const READ_BUFFER: usize = 1024;
 const WRITE_BATCH: usize = 8 * 1024;
 /// Most frames one batch takes, so that a page far behind still gets its pings and probes
 /// between batches.
-const FRAMES_PER_WRITE: usize = 16;
+pub(crate) const FRAMES_PER_WRITE: usize = 16;
 /// Invalid frames tolerated within [`STRIKE_WINDOW`] before closing with 1008.
 const MAX_STRIKES: usize = 20;
 const STRIKE_WINDOW: Duration = Duration::from_secs(60);

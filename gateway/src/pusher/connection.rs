@@ -61,6 +61,8 @@ struct Connection {
 enum Flow {
     Continue,
     Send(String),
+    /// A frame of a subscription: sent with those already waiting behind it.
+    Frame(String),
     Close(u16, &'static str),
     Gone,
 }
@@ -188,12 +190,7 @@ impl Connection {
                     Flow::Close(code::NO_ACTIVITY, "no subscription")
                 }
                 Some((channel, slot, frame)) = self.frames.next(), if !self.frames.is_empty() => {
-                    match (self.subs.get(&channel), frame) {
-                        (Some(s), Delivery::Frame(f)) if s.slot == slot => Flow::Send(protocol::message(&channel, &f)),
-                        (Some(s), Delivery::Full) if s.slot == slot => Flow::Close(code::OVER_CAPACITY, "cannot keep up"),
-                        (Some(s), Delivery::Revoked) if s.slot == slot => Flow::Close(code::UNAUTHORIZED, "revoked"),
-                        _ => Flow::Continue, // an ended subscription
-                    }
+                    self.delivered(&channel, slot, frame)
                 }
                 _ = tick.tick() => {
                     if last_seen.elapsed() > ACTIVITY * 3 {
@@ -221,9 +218,16 @@ impl Connection {
                     }
                 }
             };
+            let flow = match flow {
+                Flow::Frame(text) => match self.send_frames(socket, text).await {
+                    Ok(then) => then,
+                    Err(_) => return,
+                },
+                other => other,
+            };
             match flow {
                 Flow::Continue => {}
-                Flow::Send(text) => {
+                Flow::Send(text) | Flow::Frame(text) => {
                     if socket.send(Message::Text(text.into())).await.is_err() {
                         return;
                     }
@@ -247,6 +251,53 @@ impl Connection {
             }
             was_empty = empty;
         }
+    }
+
+    /// What a subscription's delivery asks of the connection.
+    fn delivered(&self, channel: &Arc<str>, slot: u64, frame: Delivery) -> Flow {
+        match (self.subs.get(channel), frame) {
+            (Some(s), Delivery::Frame(f)) if s.slot == slot => {
+                Flow::Frame(protocol::message(channel, &f))
+            }
+            (Some(s), Delivery::Full) if s.slot == slot => {
+                Flow::Close(code::OVER_CAPACITY, "cannot keep up")
+            }
+            (Some(s), Delivery::Revoked) if s.slot == slot => {
+                Flow::Close(code::UNAUTHORIZED, "revoked")
+            }
+            _ => Flow::Continue, // an ended subscription
+        }
+    }
+
+    /// Sends `first` and the frames of its subscriptions already waiting behind it (at most
+    /// `FRAMES_PER_WRITE` in all, as a page socket does), then flushes: under load the frames
+    /// leave in one write instead of one each, and a lone frame leaves at once. What a
+    /// delivery taken here asks beyond a frame (a close) comes back, to be done after them.
+    async fn send_frames(
+        &mut self,
+        socket: &mut WebSocket,
+        first: String,
+    ) -> Result<Flow, axum::Error> {
+        use futures_util::{FutureExt as _, SinkExt as _};
+        socket.feed(Message::Text(first.into())).await?;
+        let mut then = Flow::Continue;
+        for _ in 1..crate::page::socket::FRAMES_PER_WRITE {
+            // Only what is ready now: the loop's `select!` polls the subscriptions again (and
+            // waits on them) before the task sleeps.
+            let Some(Some((channel, slot, frame))) = self.frames.next().now_or_never() else {
+                break;
+            };
+            match self.delivered(&channel, slot, frame) {
+                Flow::Frame(text) => socket.feed(Message::Text(text.into())).await?,
+                Flow::Continue => {}
+                other => {
+                    then = other;
+                    break;
+                }
+            }
+        }
+        socket.flush().await?;
+        Ok(then)
     }
 
     async fn on_text(&mut self, text: &str) -> Flow {

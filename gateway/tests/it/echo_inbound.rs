@@ -418,3 +418,48 @@ async fn inbound_has_a_message_rate_per_conversation() {
     let other = EchoPage::new(gw.acme(), "u1", "c2");
     assert_eq!(other.manifest(1).await.status, 202);
 }
+
+/// Frames that wait behind one another on an Echo socket leave in batches (as a page socket's
+/// do): a burst of calls to one Echo page reaches it whole, each call once, and every call is
+/// answered.
+#[tokio::test]
+async fn a_burst_of_calls_reaches_an_echo_page_whole_each_call_once() {
+    const CALLS: usize = 40;
+    let gw = Gateway::start().await;
+    let mut echo = Echo::connect(gw.addr, ACME_PUSHER_KEY).await;
+    echo.subscribe(&channel("u1", "c1")).await;
+    let page = EchoPage::new(gw.acme(), "u1", "c1");
+    let a = page.manifest(1).await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    gw.acme().wait_current("u1", "c1", &page.client_id).await;
+
+    let pending: Vec<JoinHandle<Answer>> = (0..CALLS)
+        .map(|i| {
+            gw.acme().call_later(
+                "u1",
+                "c1",
+                json!({"tool": "todo.add", "input": {"text": format!("item {i}")}}),
+            )
+        })
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut texts = std::collections::BTreeSet::new();
+    while seen.len() < CALLS {
+        let call = echo.message().await;
+        assert_eq!(call["type"], "call", "{call}");
+        let id = call["id"].as_str().unwrap().to_owned();
+        assert!(seen.insert(id.clone()), "call {id} reached the page twice");
+        texts.insert(call["input"]["text"].as_str().unwrap().to_owned());
+        let a = page.answer(&id, json!({"status": "ok", "data": id})).await;
+        assert_eq!(a.status, 202, "{}", a.body);
+    }
+    assert_eq!(texts.len(), CALLS);
+    for p in pending {
+        let outcome = p.await.unwrap();
+        assert_eq!(outcome.status, 200, "{}", outcome.body);
+    }
+    assert!(
+        echo.try_message(Duration::from_millis(200)).await.is_none(),
+        "a frame beyond the calls"
+    );
+}
