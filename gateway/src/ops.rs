@@ -79,8 +79,8 @@ impl Credential {
 ///
 /// A tower layer with a future of its own, not `axum::middleware::from_fn`: that boxes the
 /// middleware's future (over 1 KiB with the request in it) and the inner service's, two large
-/// allocations per request on the agent's hot path (`docs/benchmarks.md`, "Where the agent's
-/// node spends").
+/// allocations per request on the agent's hot path (`docs/architecture.md`, "What a call
+/// costs").
 #[derive(Clone)]
 pub struct CountRequests(pub AppState);
 
