@@ -262,21 +262,31 @@ impl std::fmt::Debug for ToolGate {
 impl CallRequest {
     /// The binding and the protocol frame of this call sent to `target`, waited for on `node`.
     pub fn bind_to(&self, target: &CallTarget, node: &str) -> (CallBinding, AgentMessage) {
-        let frame = match self.kind {
-            CallKind::Call => AgentMessage::Call(Call {
-                client_id: target.client_id.clone(),
-                id: self.id.clone(),
-                rev: self.rev.or(target.rev),
-                tool: self.tool.clone(),
-                input: self.input.clone(),
-            }),
+        (self.binding_for(target, node), self.frame(target))
+    }
+
+    /// The protocol frame of this call sent to `target`.
+    fn frame(&self, target: &CallTarget) -> AgentMessage {
+        match self.kind {
+            CallKind::Call => AgentMessage::Call(Call::from(self.call_to(target))),
             CallKind::Describe => AgentMessage::Describe(Describe {
                 client_id: target.client_id.clone(),
                 id: self.id.clone(),
                 tool: self.tool.clone(),
             }),
-        };
-        (self.binding_for(target, node), frame)
+        }
+    }
+
+    /// A `call` frame's fields for `target`, borrowed from the request: the revision is the
+    /// agent's, else the target page's.
+    fn call_to<'a>(&'a self, target: &'a CallTarget) -> CallRef<'a> {
+        CallRef {
+            client_id: &target.client_id,
+            id: &self.id,
+            rev: self.rev.or(target.rev),
+            tool: &self.tool,
+            input: &self.input,
+        }
     }
 
     /// The binding of this call sent to `target`, waited for on `node`.
@@ -296,23 +306,11 @@ impl CallRequest {
     }
 
     /// The protocol frame of this call sent to `target`, as JSON text: [`Self::bind_to`]'s
-    /// frame, written from the request's own fields (its input is not copied).
+    /// frame, a `call` written from the request's own fields (its input is not copied).
     pub fn frame_json(&self, target: &CallTarget) -> String {
         match self.kind {
-            CallKind::Call => CallRef {
-                client_id: &target.client_id,
-                id: &self.id,
-                rev: self.rev.or(target.rev),
-                tool: &self.tool,
-                input: &self.input,
-            }
-            .to_json(),
-            CallKind::Describe => AgentMessage::Describe(Describe {
-                client_id: target.client_id.clone(),
-                id: self.id.clone(),
-                tool: self.tool.clone(),
-            })
-            .to_json(),
+            CallKind::Call => self.call_to(target).to_json(),
+            CallKind::Describe => self.frame(target).to_json(),
         }
     }
 }

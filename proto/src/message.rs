@@ -89,11 +89,23 @@ impl CallRef<'_> {
     /// The `call` message as one JSON text frame: the same text as
     /// `AgentMessage::Call(..).to_json()` of the same fields.
     pub fn to_json(&self) -> String {
-        let mut out = Vec::with_capacity(128);
-        match envelope(&mut serde_json::Serializer::new(&mut out), "call", self) {
-            // serde_json writes UTF-8 only.
-            Ok(()) => String::from_utf8(out).unwrap_or_else(|_| unreachable_serialization()),
-            Err(_) => unreachable_serialization(),
+        serde_json::to_string(&Envelope {
+            protocol: crate::PROTOCOL_VERSION,
+            kind: "call",
+            body: self,
+        })
+        .unwrap_or_else(|_| unreachable_serialization())
+    }
+}
+
+impl From<CallRef<'_>> for Call {
+    fn from(c: CallRef<'_>) -> Self {
+        Call {
+            client_id: c.client_id.to_owned(),
+            id: c.id.to_owned(),
+            rev: c.rev,
+            tool: c.tool.to_owned(),
+            input: c.input.clone(),
         }
     }
 }

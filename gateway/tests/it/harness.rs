@@ -253,21 +253,11 @@ impl Gateway {
 
     /// Starts a gateway from a whole TOML text.
     pub async fn start_config(text: &str, node_id: Option<String>) -> Gateway {
-        let overrides = Overrides {
-            node_id,
-            ..Overrides::default()
-        };
-        let config = Settings::load(text, [], &overrides).expect("test config is valid");
+        let config = node_settings(text, node_id);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            toolmark_gateway::run(listener, config, None, async move {
-                let _ = rx.await;
-            })
-            .await
-            .expect("gateway runs");
-        });
+        let task = tokio::spawn(serve_until(listener, config, rx));
         Gateway {
             admin: None,
             addr,
@@ -281,11 +271,7 @@ impl Gateway {
     /// task of the node runs there, so what that thread allocates is the node's alone
     /// ([`Allocations`]). Stopped as any other node (its drop).
     pub fn start_on_own_thread(text: &str, node_id: &str) -> (Gateway, Allocations) {
-        let overrides = Overrides {
-            node_id: Some(node_id.to_owned()),
-            ..Overrides::default()
-        };
-        let config = Settings::load(text, [], &overrides).expect("test config is valid");
+        let config = node_settings(text, Some(node_id.to_owned()));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -300,11 +286,7 @@ impl Gateway {
                     .unwrap();
                 let node = rt.spawn(async move {
                     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                    toolmark_gateway::run(listener, config, None, async move {
-                        let _ = rx.await;
-                    })
-                    .await
-                    .expect("gateway runs");
+                    Box::pin(serve_until(listener, config, rx)).await;
                 });
                 // The node's tasks run while this thread is inside the runtime: waiting for
                 // the next count, or counting.
@@ -485,6 +467,28 @@ pub async fn refused_at(addr: SocketAddr, tenant: &str, token: &str, origin: Opt
         Ok(Some(Ok(Message::Close(Some(CloseFrame { code, .. }))))) => code.into(),
         Ok(other) => panic!("unexpected first frame {other:?}"),
     }
+}
+
+/// A node's settings from a whole TOML text, under `node_id` when given.
+fn node_settings(text: &str, node_id: Option<String>) -> Settings {
+    let overrides = Overrides {
+        node_id,
+        ..Overrides::default()
+    };
+    Settings::load(text, [], &overrides).expect("test config is valid")
+}
+
+/// Serves a node on `listener` until `stop` fires (or its sender goes).
+async fn serve_until(
+    listener: tokio::net::TcpListener,
+    config: Settings,
+    stop: oneshot::Receiver<()>,
+) {
+    toolmark_gateway::run(listener, config, None, async move {
+        let _ = stop.await;
+    })
+    .await
+    .expect("gateway runs");
 }
 
 /// What a node on a thread of its own ([`Gateway::start_on_own_thread`]) allocates.
