@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use toolmark_policy::ToolFacts;
+use toolmark_proto::pin::Digest;
 use toolmark_proto::{AgentMessage, Call, CallRef, Describe, Hints};
 
 use crate::{CallBinding, CallKind, CallerRef, ConvKey, ConversationState, Outcome};
@@ -115,7 +116,7 @@ pub struct CallTarget {
     /// tool, listed or not, has neither, as [`ToolFacts::default`]).
     pub hinted: Vec<(String, ToolFacts)>,
     /// Each tool's pin digest, as its manifest defines it (made once per manifest entry).
-    pub digests: Vec<(String, String)>,
+    pub digests: Vec<(String, Digest)>,
 }
 
 impl CallTarget {
@@ -159,7 +160,7 @@ impl CallTarget {
                 state
                     .tools
                     .iter()
-                    .map(|t| (t.name.clone(), t.digest().to_owned()))
+                    .map(|t| (t.name.clone(), t.digest()))
                     .collect()
             } else {
                 Vec::new()
@@ -168,11 +169,11 @@ impl CallTarget {
     }
 
     /// The pin digest of `tool` as the page's manifest defines it (none: not listed).
-    pub fn digest(&self, tool: &str) -> Option<&str> {
+    pub fn digest(&self, tool: &str) -> Option<Digest> {
         self.digests
             .iter()
             .find(|(name, _)| name == tool)
-            .map(|(_, d)| d.as_str())
+            .map(|(_, d)| *d)
     }
 
     /// What the page's manifest says of `tool` (nothing for a tool it does not list).
@@ -208,7 +209,7 @@ type Allows = dyn Fn(&str, ToolFacts) -> bool + Send + Sync;
 
 /// What a [`ToolGate`] asks of the tenant's pins: whether the tool of this name, whose
 /// definition has this digest (none: not listed), is pinned.
-type Pinned = dyn Fn(&str, Option<&str>) -> bool + Send + Sync;
+type Pinned = dyn Fn(&str, Option<Digest>) -> bool + Send + Sync;
 
 impl ToolGate {
     /// A gate that lets through what `allows` does.
@@ -223,7 +224,7 @@ impl ToolGate {
     #[must_use]
     pub fn with_pins(
         mut self,
-        pinned: impl Fn(&str, Option<&str>) -> bool + Send + Sync + 'static,
+        pinned: impl Fn(&str, Option<Digest>) -> bool + Send + Sync + 'static,
     ) -> Self {
         self.pinned = Some(Arc::new(pinned));
         self

@@ -7,7 +7,9 @@
 //! (`tenants[].tools`), the admin API (`PUT /admin/v1/tenants/{id}/tools`) and the stored
 //! record.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+use toolmark_proto::pin::Digest;
 
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +72,7 @@ impl PinsConfig {
                 format!("at most {MAX_PINS} pinned definitions"),
             ));
         }
-        let mut set = BTreeSet::new();
+        let mut pinned: BTreeMap<String, BTreeSet<Digest>> = BTreeMap::new();
         for (j, t) in self.tools.iter().enumerate() {
             if !toolmark_proto::is_valid_tool_name(&t.name) {
                 return Err(ConfigError::new(
@@ -78,27 +80,19 @@ impl PinsConfig {
                     "a tool name: ^[A-Za-z0-9_.-]{1,128}$",
                 ));
             }
-            if !is_digest(&t.digest) {
+            let Some(digest) = Digest::parse(&t.digest) else {
                 return Err(ConfigError::new(
                     format!("{at}.tools[{j}].digest"),
                     "\"sha256:\" followed by 64 lower-case hex digits",
                 ));
-            }
-            set.insert((t.name.clone(), t.digest.clone()));
+            };
+            pinned.entry(t.name.clone()).or_default().insert(digest);
         }
         Ok(Pins {
             mode: self.mode,
-            pinned: set,
+            pinned,
         })
     }
-}
-
-fn is_digest(s: &str) -> bool {
-    s.strip_prefix("sha256:").is_some_and(|h| {
-        h.len() == 64
-            && h.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
 }
 
 /// A tenant's pins, checked.
@@ -106,18 +100,18 @@ fn is_digest(s: &str) -> bool {
 pub struct Pins {
     /// The mode.
     pub mode: PinMode,
-    /// (name, digest) pinned.
-    pub pinned: BTreeSet<(String, String)>,
+    /// The digests pinned for each name.
+    pub pinned: BTreeMap<String, BTreeSet<Digest>>,
 }
 
 impl Pins {
     /// Whether the definition `digest` of `name` is pinned.
-    pub fn holds(&self, name: &str, digest: &str) -> bool {
-        self.pinned.contains(&(name.to_owned(), digest.to_owned()))
+    pub fn holds(&self, name: &str, digest: Digest) -> bool {
+        self.pinned.get(name).is_some_and(|d| d.contains(&digest))
     }
 
     /// Whether a tool of this definition is served: always, but in `enforce` only pinned.
-    pub fn admits(&self, name: &str, digest: Option<&str>) -> bool {
+    pub fn admits(&self, name: &str, digest: Option<Digest>) -> bool {
         self.mode != PinMode::Enforce || digest.is_some_and(|d| self.holds(name, d))
     }
 
@@ -128,9 +122,11 @@ impl Pins {
             tools: self
                 .pinned
                 .iter()
-                .map(|(name, digest)| PinnedTool {
-                    name: name.clone(),
-                    digest: digest.clone(),
+                .flat_map(|(name, digests)| {
+                    digests.iter().map(|d| PinnedTool {
+                        name: name.clone(),
+                        digest: d.to_string(),
+                    })
                 })
                 .collect(),
         }
@@ -153,10 +149,12 @@ mod tests {
             }],
         };
         let p = c.parse("tenants[0].tools").unwrap();
-        assert!(p.admits("cart.add", Some(D)));
-        assert!(!p.admits("cart.add", Some(&D.replace('0', "1"))));
-        assert!(!p.admits("debug.exfiltrate", Some(D)));
+        let d = Digest::parse(D).unwrap();
+        assert!(p.admits("cart.add", Some(d)));
+        assert!(!p.admits("cart.add", Digest::parse(&D.replace('0', "1"))));
+        assert!(!p.admits("debug.exfiltrate", Some(d)));
         assert!(!p.admits("cart.add", None));
+        assert_eq!(p.config(), c, "written back as given");
         let report = PinsConfig {
             mode: PinMode::Report,
             ..c.clone()

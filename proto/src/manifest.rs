@@ -106,8 +106,8 @@ impl ToolManifestSummary {
     }
 
     /// The digest that pins this definition ([`crate::pin::digest`]), made once per entry.
-    pub fn digest(&self) -> &str {
-        self.digest.0.get_or_init(|| crate::pin::digest(self))
+    pub fn digest(&self) -> crate::pin::Digest {
+        *self.digest.0.get_or_init(|| crate::pin::digest(self))
     }
 }
 

@@ -4,14 +4,61 @@
 //! function is the integration kit's (`examples/pins/`, in JavaScript), so a tenant computes
 //! its pin list from its own tool definitions at build time.
 
+use std::fmt;
+
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 
 use crate::ToolManifestSummary;
 
+/// The written form's prefix.
+const PREFIX: &str = "sha256:";
+
+/// A pin digest: the 32 bytes of the SHA-256, kept as bytes (a page's manifest keeps one per
+/// tool for as long as the page is open) and written as `sha256:` + 64 lower-case hex digits
+/// wherever it is shown (events, the admin API, the config file).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Digest(pub [u8; 32]);
+
+impl Digest {
+    /// Reads the written form; `None` unless it is `sha256:` + 64 lower-case hex digits.
+    pub fn parse(text: &str) -> Option<Self> {
+        let hex = text.strip_prefix(PREFIX)?;
+        if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return None;
+        }
+        let mut bytes = [0; 32];
+        hex::decode_to_slice(hex, &mut bytes).ok()?;
+        Some(Digest(bytes))
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut hex = [0; 64];
+        // 64 bytes hold 32 bytes' hex exactly; the digits are ASCII.
+        hex::encode_to_slice(self.0, &mut hex).map_err(|_| fmt::Error)?;
+        f.write_str(PREFIX)?;
+        f.write_str(std::str::from_utf8(&hex).map_err(|_| fmt::Error)?)
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl Serialize for Digest {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// A digest made once and kept beside its entry; entries are equal whatever their memo holds.
 #[derive(Debug, Clone, Default)]
-pub struct Memo(pub(crate) std::sync::OnceLock<String>);
+pub struct Memo(pub(crate) std::sync::OnceLock<Digest>);
 
 impl PartialEq for Memo {
     fn eq(&self, _: &Self) -> bool {
@@ -34,16 +81,16 @@ pub fn pinned_definition(t: &ToolManifestSummary) -> Value {
     Value::Object(o)
 }
 
-/// The digest of a JSON value: `sha256:<hex>` of its JCS serialization.
-pub fn digest_of(v: &Value) -> String {
+/// The digest of a JSON value: the SHA-256 of its JCS serialization.
+pub fn digest_of(v: &Value) -> Digest {
     // JCS serializes any JSON value; a failure is a number JCS cannot write (none from JSON
     // text), kept out of every pin by hashing nothing.
     let canonical = serde_jcs::to_vec(v).unwrap_or_default();
-    format!("sha256:{}", hex::encode(Sha256::digest(&canonical)))
+    Digest(Sha256::digest(&canonical).into())
 }
 
 /// The digest of a manifest entry.
-pub fn digest(t: &ToolManifestSummary) -> String {
+pub fn digest(t: &ToolManifestSummary) -> Digest {
     digest_of(&pinned_definition(t))
 }
 
@@ -53,8 +100,28 @@ mod tests {
 
     use super::*;
 
-    fn sha(text: &str) -> String {
-        format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+    fn sha(text: &str) -> Digest {
+        Digest(Sha256::digest(text.as_bytes()).into())
+    }
+
+    /// Written as `sha256:` + lower-case hex, read back only in that form.
+    #[test]
+    fn a_digest_is_written_and_read_as_sha256_hex() {
+        let d = sha("");
+        let text = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+        assert_eq!(d.to_string(), text);
+        assert_eq!(serde_json::to_value(d).unwrap(), json!(text));
+        assert_eq!(Digest::parse(text), Some(d));
+        for bad in [
+            &text.to_uppercase(),
+            &text.replace("sha256:", "sha512:"),
+            &text[..text.len() - 1],
+            &format!("{text}0"),
+            "sha256:",
+            &text.replace('e', "g"),
+        ] {
+            assert_eq!(Digest::parse(bad), None, "{bad}");
+        }
     }
 
     /// Known vectors: what JCS writes for each edge, hashed.

@@ -4,6 +4,7 @@
 //! `tenants[].tools` and is read-only here.
 
 use toolmark_config::pins::PinsConfig;
+use toolmark_proto::pin::Digest;
 
 use super::*;
 
@@ -72,7 +73,7 @@ pub(crate) async fn seen_tools(
         .map(|t| {
             json!({
                 "name": t.name,
-                "pinned": tenant.pins.holds(&t.name, &t.digest),
+                "pinned": Digest::parse(&t.digest).is_some_and(|d| tenant.pins.holds(&t.name, d)),
                 "digest": t.digest,
                 "firstSeen": rfc3339(t.first_ms),
                 "lastSeen": rfc3339(t.last_ms),

@@ -325,10 +325,7 @@ async fn announce_pins(
 async fn record_seen(pages: &PageState, conv: &ConvKey, m: &toolmark_proto::Manifest) {
     let due = pages.seen.due(
         &conv.tenant,
-        m.tools
-            .iter()
-            .map(|t| (t.name.clone(), t.digest().to_owned()))
-            .collect(),
+        m.tools.iter().map(|t| (t.name.as_str(), t.digest())),
     );
     if due.is_empty() {
         return;

@@ -29,7 +29,7 @@ fn digest(entry: &Value) -> String {
     ToolManifestSummary::from_value(entry.clone())
         .unwrap()
         .digest()
-        .to_owned()
+        .to_string()
 }
 
 /// Two admin nodes, tenant `shop` created on node 1, a page of it on node 1 presenting
