@@ -190,7 +190,7 @@ impl Pages for MemoryBroker {
         let Some(c) = st.convs.get_mut(conv) else {
             return Ok(vec![mark; names.len()]);
         };
-        let kept = &mut c.announced;
+        let kept = c.announced.get_or_insert_default();
         Ok(names
             .iter()
             .map(|name| {
@@ -231,9 +231,11 @@ pub(super) struct Conv {
     /// page's, goes `retention.gone_manifests` later, at most [`model::GONE_MANIFESTS_KEPT`] at
     /// once ([`bound_gone`]), as on Redis.
     pub(super) left: HashMap<String, Instant>,
-    /// Names announced once for the conversation's life ([`crate::Pages::announce_once`]): a
-    /// vector, empty without an allocation for the many conversations that announce nothing.
-    pub(super) announced: Vec<String>,
+    /// Names announced once for the conversation's life ([`crate::Pages::announce_once`]):
+    /// boxed, one word in the table of conversations (for the many that announce nothing)
+    /// where a vector takes three.
+    #[allow(clippy::box_collection)]
+    pub(super) announced: Option<Box<Vec<String>>>,
 }
 
 /// The gone page loads of `c` other than its current page keep their manifests for `grace`
