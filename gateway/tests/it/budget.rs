@@ -3,7 +3,8 @@
 //! `MONITOR` recording every command, the scripts' own included, while calls of one kind run
 //! one after another. Each kind's round trips, scripts, commands and bytes kept per call are
 //! held to the budget table of `docs/architecture.md`, which this test reads: a change that
-//! costs more fails here, not in a benchmark's noise.
+//! costs more fails here, not in a benchmark's noise. Each node's allocations per call are
+//! counted too, and the page's node's per page set up.
 
 use std::collections::BTreeMap;
 
@@ -102,6 +103,8 @@ fn count(lines: &[String]) -> Counted {
 
 struct Bench {
     redis: RedisProc,
+    /// The page's node's address.
+    pages_at: std::net::SocketAddr,
     prefix: String,
     _nodes: Vec<Gateway>,
     page: Page,
@@ -135,6 +138,7 @@ async fn bench() -> Bench {
     agent.wait_current("u1", "c1", &page.client_id).await;
     Bench {
         redis,
+        pages_at: pages_node.addr,
         prefix,
         _nodes: vec![pages_node, agents_node],
         page,
@@ -242,6 +246,45 @@ impl Bench {
         }
     }
 
+    /// Allocations on the page's node per page set up: a page of a conversation of its own
+    /// opens its socket, identifies and sends a manifest of two tools, stored once the agent's
+    /// node reads it as the conversation's current page; counted in batches of `BATCH / 3`, the
+    /// batch with the fewest speaks (the pages close once their batch is counted).
+    async fn measure_setups(&mut self, pages_node: std::net::SocketAddr) -> f64 {
+        let batch = BATCH / 3;
+        let mut fewest = f64::MAX;
+        for round in 0..5 {
+            let counting = self.allocations[1].start().await;
+            let mut open = Vec::new();
+            for i in 0..batch {
+                let conversation = format!("setup-{round}-{i}");
+                let mut page = page_at(pages_node, "acme", "u1", &conversation).await;
+                page.manifest(
+                    1,
+                    json!([
+                        tool("todo.add", json!({})),
+                        tool("signup.submit", json!({}))
+                    ]),
+                )
+                .await;
+                self.agent
+                    .wait_current("u1", &conversation, &page.client_id)
+                    .await;
+                open.push(page);
+            }
+            let allocated = counting.stop().await;
+            #[allow(clippy::cast_precision_loss)]
+            let per_page = allocated.count_total as f64 / batch as f64;
+            // The first round is warm-up (a conversation's first page, the tenant's first
+            // reads): not counted.
+            if round > 0 {
+                fewest = fewest.min(per_page);
+            }
+            drop(open);
+        }
+        fewest
+    }
+
     /// Bytes Redis keeps for each finished call of the conversation (`MEMORY USAGE` of its
     /// keys), on average over the calls made so far.
     fn bytes_per_finished_call(&self) -> f64 {
@@ -317,6 +360,24 @@ fn budgets() -> BTreeMap<String, Budget> {
     out
 }
 
+/// The page set-up's row ("`set-up`", allocations on the page's node) of the second table of
+/// "What a call costs".
+fn setup_budget() -> f64 {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/architecture.md"
+    ))
+    .unwrap();
+    doc.lines()
+        .find_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells.len() == 4 && cells[1].starts_with("`set-up`"))
+                .then(|| cells[2].replace(',', "").parse::<f64>().ok())
+                .flatten()
+        })
+        .expect("docs/architecture.md has the `set-up` row of a page's allocations")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_kind_of_call_costs_what_its_budget_says() {
     if toolmark_testkit::redis::mode() != toolmark_testkit::redis::Mode::Memory {
@@ -387,6 +448,18 @@ async fn each_kind_of_call_costs_what_its_budget_says() {
                 ));
             }
         }
+    }
+    let row = setup_budget();
+    let setup = b.measure_setups(b.pages_at).await;
+    eprintln!("set-up: {setup:.1} allocations per page on the page's node, budget {row}");
+    if setup > row {
+        over.push(format!(
+            "set-up: {setup:.1} allocations per page on the page's node against {row}"
+        ));
+    } else if setup < row * 0.8 {
+        over.push(format!(
+            "set-up: {setup:.1} allocations per page on the page's node, a fifth under {row}: lower the row"
+        ));
     }
     assert!(
         over.is_empty(),
