@@ -250,7 +250,8 @@ impl Bench {
     /// opens its socket, identifies and sends a manifest of two tools, stored once the agent's
     /// node reads it as the conversation's current page; counted in batches of `BATCH / 3`, the
     /// batch with the fewest speaks (the pages close once their batch is counted).
-    async fn measure_setups(&mut self, pages_node: std::net::SocketAddr) -> f64 {
+    async fn measure_setups(&mut self) -> f64 {
+        let pages_node = self.pages_at;
         let batch = BATCH / 3;
         let mut fewest = f64::MAX;
         for round in 0..5 {
@@ -360,6 +361,28 @@ fn budgets() -> BTreeMap<String, Budget> {
     out
 }
 
+/// Holds `got` allocations per `per` on `node` to its row: more fails, and so does a fifth
+/// less (the row comes down).
+fn check_allocations(
+    what: &str,
+    per: &str,
+    node: &str,
+    got: f64,
+    row: f64,
+    over: &mut Vec<String>,
+) {
+    eprintln!("{what}: {got:.1} allocations per {per} on the {node}, budget {row}");
+    if got > row {
+        over.push(format!(
+            "{what}: {got:.1} allocations per {per} on the {node} against {row}"
+        ));
+    } else if got < row * 0.8 {
+        over.push(format!(
+            "{what}: {got:.1} allocations per {per} on the {node}, a fifth under {row}: lower the row"
+        ));
+    }
+}
+
 /// The page set-up's row ("`set-up`", allocations on the page's node) of the second table of
 /// "What a call costs".
 fn setup_budget() -> f64 {
@@ -428,16 +451,7 @@ async fn each_kind_of_call_costs_what_its_budget_says() {
             ("agent's node", cost.agent_allocations, agent_allocations),
             ("page's node", cost.page_allocations, page_allocations),
         ] {
-            eprintln!("{kind}: {got:.1} allocations per call on the {node}, budget {row}");
-            if got > row {
-                over.push(format!(
-                    "{kind}: {got:.1} allocations per call on the {node} against {row}"
-                ));
-            } else if got < row * 0.8 {
-                over.push(format!(
-                    "{kind}: {got:.1} allocations per call on the {node}, a fifth under {row}: lower the row"
-                ));
-            }
+            check_allocations(kind, "call", node, got, row, &mut over);
         }
         if let Some(bytes) = bytes {
             let kept = b.bytes_per_finished_call();
@@ -449,18 +463,15 @@ async fn each_kind_of_call_costs_what_its_budget_says() {
             }
         }
     }
-    let row = setup_budget();
-    let setup = b.measure_setups(b.pages_at).await;
-    eprintln!("set-up: {setup:.1} allocations per page on the page's node, budget {row}");
-    if setup > row {
-        over.push(format!(
-            "set-up: {setup:.1} allocations per page on the page's node against {row}"
-        ));
-    } else if setup < row * 0.8 {
-        over.push(format!(
-            "set-up: {setup:.1} allocations per page on the page's node, a fifth under {row}: lower the row"
-        ));
-    }
+    let setup = b.measure_setups().await;
+    check_allocations(
+        "set-up",
+        "page",
+        "page's node",
+        setup,
+        setup_budget(),
+        &mut over,
+    );
     assert!(
         over.is_empty(),
         "not as budgeted (docs/architecture.md, \"What a call costs\"): {over:#?}"
