@@ -5,7 +5,8 @@
 //! every [`REREAD_EVERY`]); each record is opened into the same [`TenantSettings`] a
 //! `[[tenants]]` entry gives, and each change is handed to the caller.
 //!
-//! A catalog whose revision went back (below the one this process last read) lost its data:
+//! A catalog whose revision went back (below the highest this process knows it reached: a read
+//! of every record, or a record's version read on a change notification) lost its data:
 //! a Redis restarted without persistence, a `FLUSHALL`, a failover to a replica behind. A
 //! follower never takes that for the tenants' deletion: it writes back the records it holds
 //! ([`Catalog::restore`], with the ids it saw deleted, so that no deleted record comes back)
@@ -13,6 +14,7 @@
 //! held them lives, and no page of theirs is closed for it.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -47,7 +49,14 @@ pub struct Follower {
     loaded: Mutex<BTreeMap<String, (Record, Arc<TenantSettings>)>>,
     /// Ids seen deleted: id → the catalog's revision when it was seen gone.
     gone: Mutex<BTreeMap<String, u64>>,
+    /// The catalog's revision at this process's last read of every record: the once-a-second
+    /// check reads every record again when the catalog's has moved from it.
     revision: Mutex<u64>,
+    /// The highest revision this process knows the catalog reached: that of a read of every
+    /// record, a record's version (its write's revision) read on a change notification, the
+    /// revision read with a deletion. A catalog found below it lost its data, even when no read
+    /// of every record happened between the change and the loss.
+    highest: AtomicU64,
     /// When the catalog last answered a read (none yet: the process has not its records).
     read_at: Mutex<Option<std::time::Instant>>,
 }
@@ -61,6 +70,7 @@ impl Follower {
             loaded: Mutex::default(),
             gone: Mutex::default(),
             revision: Mutex::new(0),
+            highest: AtomicU64::new(0),
             read_at: Mutex::default(),
         }
     }
@@ -99,11 +109,20 @@ impl Follower {
         *self.revision.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The catalog was found at revision `found`, below what this process read: it lost its
-    /// data. Writes back what this process holds; `false` when that failed (nothing is taken
-    /// from the catalog then: what was loaded stays).
+    fn highest(&self) -> u64 {
+        self.highest.load(Ordering::Acquire)
+    }
+
+    /// The catalog was read at `revision` (or had reached it).
+    fn reached(&self, revision: u64) {
+        self.highest.fetch_max(revision, Ordering::AcqRel);
+    }
+
+    /// The catalog was found at revision `found`, below the highest this process knows it
+    /// reached: it lost its data. Writes back what this process holds; `false` when that failed
+    /// (nothing is taken from the catalog then: what was loaded stays).
     async fn heal(&self, found: u64) -> bool {
-        let seen = self.seen();
+        let seen = self.highest();
         let held: Vec<Record> = self.lock().values().map(|(r, _)| r.clone()).collect();
         let gone: Vec<(String, u64)> = self
             .gone
@@ -199,7 +218,7 @@ impl Follower {
                     return Vec::new();
                 }
             };
-            if read.0 >= self.seen() {
+            if read.0 >= self.highest() {
                 break read;
             }
             if healed || !self.heal(read.0).await {
@@ -215,6 +234,7 @@ impl Follower {
             .filter_map(|id| self.apply(id, next.get(id), revision))
             .collect();
         *self.revision.lock().unwrap_or_else(PoisonError::into_inner) = revision;
+        self.reached(revision);
         self.answered();
         changes
     }
@@ -225,7 +245,10 @@ impl Follower {
             Ok(None) if self.lock().contains_key(id) => {
                 // Gone: deleted, or lost with the catalog's data. The revision tells.
                 match self.catalog.revision().await {
-                    Ok(at) if at >= self.seen() => self.apply(id, None, at).into_iter().collect(),
+                    Ok(at) if at >= self.highest() => {
+                        self.reached(at);
+                        self.apply(id, None, at).into_iter().collect()
+                    }
                     Ok(_) => self.load_all().await,
                     Err(e) => {
                         tracing::warn!(tenant = %id, error = %e, "catalog revision not read");
@@ -233,12 +256,33 @@ impl Follower {
                     }
                 }
             }
-            Ok(r) => self
-                .apply(id, r.as_ref(), self.seen())
-                .into_iter()
-                .collect(),
+            Ok(r) => {
+                if let Some(r) = &r {
+                    self.reached(r.version);
+                }
+                self.apply(id, r.as_ref(), self.seen())
+                    .into_iter()
+                    .collect()
+            }
             Err(e) => {
                 tracing::warn!(tenant = %id, error = %e, "stored tenant not read");
+                Vec::new()
+            }
+        }
+    }
+
+    /// The once-a-second check: every record read again when the catalog's revision moved
+    /// without a notification reaching this process, or went below the highest this process
+    /// knows it reached (it lost its data: [`Follower::load_all`] writes back what is held).
+    pub async fn check(&self) -> Vec<Change> {
+        match self.catalog.revision().await {
+            Ok(r) if r != self.seen() || r < self.highest() => self.load_all().await,
+            Ok(_) => {
+                self.answered();
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "catalog revision not read");
                 Vec::new()
             }
         }
@@ -262,20 +306,7 @@ impl Follower {
                     Err(RecvError::Lagged(_)) => self.load_all().await,
                     Err(RecvError::Closed) => return,
                 },
-                _ = tick.tick() => {
-                    let seen = self.seen();
-                    match self.catalog.revision().await {
-                        Ok(r) if r != seen => self.load_all().await,
-                        Ok(_) => {
-                            self.answered();
-                            Vec::new()
-                        }
-                        Err(e) => {
-                            tracing::debug!(error = %e, "catalog revision not read");
-                            Vec::new()
-                        }
-                    }
-                }
+                _ = tick.tick() => self.check().await,
             };
             if !batch.is_empty() {
                 changed(batch);

@@ -50,12 +50,17 @@ async fn broker(store: Store, prefix: &str, node: &str) -> Arc<dyn Catalog> {
         Store::Cluster => CLUSTER.get_or_init(RedisCluster::start).url(),
         _ => return Arc::new(MemoryBroker::new(node, Arc::new(NoPages))),
     };
+    on_redis(&url, prefix, node).await
+}
+
+/// A node's catalog on the Redis at `url`, under `prefix`.
+async fn on_redis(url: &str, prefix: &str, node: &str) -> Arc<dyn Catalog> {
     let opts = RedisOptions {
         prefix: prefix.to_owned(),
         ..RedisOptions::default()
     };
     RedisBroker::connect(
-        redis_url::parse(&url).unwrap(),
+        redis_url::parse(url).unwrap(),
         node,
         Arc::new(NoPages),
         opts,
@@ -544,4 +549,51 @@ async fn records_move_between_stores_and_a_second_run_changes_nothing() {
         .map(|(id, _)| id.split('-').next().unwrap().to_owned())
         .collect();
     assert_eq!(moved_ids, source_ids, "audit entries keep their times");
+}
+
+/// A node that heard of a tenant by its change notification alone (no read of every record
+/// since, which happens once a second at most) still takes a wipe that follows for the loss it
+/// is: the once-a-second check writes the tenant back, and the node keeps serving it. The
+/// revision it compares with is the highest it knows the catalog reached (the record's version),
+/// not that of its last read of every record (0 here, as the wiped catalog's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wipe_right_after_a_change_is_healed_by_a_node_that_only_heard_of_the_change() {
+    let redis = RedisProc::start(&[]);
+    let prefix = format!("s{}", uuid::Uuid::new_v4().simple());
+    let (admin, node) = (
+        on_redis(&redis.url(), &prefix, "n1").await,
+        on_redis(&redis.url(), &prefix, "n2").await,
+    );
+    let follower =
+        toolmark_store::follower::Follower::new(node, toolmark_config::Sealer::generate().0);
+    assert!(follower.load_all().await.is_empty(), "an empty catalog");
+    let body =
+        r#"{"id":"kept","createdMs":1,"allowedOrigins":["https://app.example"],"limits":{}}"#;
+    let version = admin.put("kept", body, Expect::Absent).await.unwrap();
+    let heard = follower.load_one("kept").await;
+    assert!(
+        heard.len() == 1 && heard[0].tenant.is_some(),
+        "the node takes the tenant it heard of: {heard:?}"
+    );
+
+    assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK");
+    let changed = follower.check().await;
+    assert!(
+        changed.is_empty(),
+        "the node keeps serving the tenant: {changed:?}"
+    );
+    let back = admin
+        .record("kept")
+        .await
+        .unwrap()
+        .expect("the tenant is written back");
+    assert_eq!((back.version, back.body.as_str()), (version, body));
+    assert!(admin.revision().await.unwrap() >= version);
+    assert_eq!(follower.tenants().len(), 1);
+    // What is written next goes on from there.
+    let next = admin
+        .put("kept", body, Expect::Version(version))
+        .await
+        .unwrap();
+    assert!(next > version);
 }
