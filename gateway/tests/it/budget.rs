@@ -16,10 +16,15 @@ use crate::harness::{
     Allocations, Gateway, Page, config_with, fresh_prefix, page_at, redis_broker, tool,
 };
 
-/// Calls of each kind counted.
+/// Calls of each kind counted, at least.
 const CALLS: usize = 60;
 /// Calls of each batch whose allocations are counted apart.
-const BATCH: usize = 15;
+const BATCH: usize = 5;
+/// Batches whose allocations speak for a call (or page set-up), at least: those clear of the
+/// nodes' clocks.
+const CLEAR: usize = 4;
+/// Batches run at most, looking for those clear of the nodes' clocks.
+const MOST_BATCHES: usize = 40;
 
 /// What one kind of call cost, per call.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,12 +59,29 @@ fn is_bucket(line: &str) -> bool {
     line.contains(":rate\"")
 }
 
+/// Whether a command a client sent (not one a script ran) is one a node sends on its own
+/// clock, whatever its calls: its heartbeat and live set, its traffic entry, the tenant
+/// catalog's revision check and its subscription probes (`p\n<partition>` published on its
+/// own channels). They run together once a second and allocate about 1,500 times on the
+/// node's thread (the test build), so a batch of calls that saw them does not speak for the
+/// calls' allocations.
+fn is_background(line: &str) -> bool {
+    [":nodes", ":traffic\"", "{catalog}"]
+        .iter()
+        .any(|k| line.contains(k))
+        || (line.contains("PUBLISH\" ") && line.contains("\" \"p\\n"))
+}
+
+/// Whether a node's clock ran between two marks (`MONITOR`'s lines between them).
+fn clock_ran(lines: &[String]) -> bool {
+    lines
+        .iter()
+        .any(|l| !l.contains(" lua]") && is_background(l))
+}
+
 fn count(lines: &[String]) -> Counted {
-    // What a node does on its own clock, whatever its calls: its heartbeat and live set, its
-    // traffic entry, the tenant catalog's revision check and its subscription probes
-    // (`p\n<partition>` on its own channels). A script's own commands follow its line in
-    // `MONITOR` (it runs atomically): those of a background script are its too.
-    let background = [":nodes", ":traffic\"", "{catalog}", "\" \"p\\n"];
+    // A script's own commands follow its line in `MONITOR` (it runs atomically): those of a
+    // background script are its too.
     let (mut trips, mut scripts, mut all, mut takes) = (0, 0, 0, 0);
     let mut names = BTreeMap::new();
     let mut in_background = false;
@@ -69,7 +91,7 @@ fn count(lines: &[String]) -> Counted {
         };
         let inside_script = l.contains(" lua]");
         if !inside_script {
-            in_background = background.iter().any(|k| l.contains(k));
+            in_background = is_background(l);
         }
         if name == "echo" || name == "monitor" || in_background {
             continue;
@@ -181,6 +203,7 @@ impl Bench {
             self.page
                 .answer(&id, json!({"status": "needs_confirmation", "confirmId": confirm_id, "summary": "Sign up?"}))
                 .await;
+            settled(&mut self.page).await;
             let res = pending.await.unwrap().unwrap();
             assert_eq!(res.status(), 200);
             self.page
@@ -189,101 +212,129 @@ impl Bench {
                     "confirmId": confirm_id, "result": {"status": "ok", "data": "signed up"}}),
                 )
                 .await;
+            settled(&mut self.page).await;
         } else {
             self.page
                 .answer(&id, json!({"status": "ok", "data": i}))
                 .await;
+            settled(&mut self.page).await;
             let res = pending.await.unwrap().unwrap();
             let want = if kind == "async" { 202 } else { 200 };
             assert_eq!(res.status(), want);
         }
     }
 
-    /// `CALLS` calls of `kind` after a few unmeasured ones, counted: the cost per call.
+    /// `CALLS` calls of `kind` or more, after a few unmeasured ones, counted: the cost per
+    /// call.
     async fn measure(&mut self, kind: &str) -> Cost {
         for i in 0..5 {
             self.call(kind, i).await;
         }
         let monitor = self.redis.monitor();
-        monitor.mark("from");
-        // Allocations are counted per batch of calls, and the batch with the fewest speaks for
-        // the call: a node's own clock (its heartbeat, its refreshes) allocates too, more often
-        // within the batches the slower the machine runs them.
-        let mut fewest = [(f64::MAX, 0.0); 2];
-        for batch in 0..CALLS / BATCH {
+        // Allocations are counted per batch of calls, and the middle of the batches clear of
+        // the nodes' clocks (`clock_ran`) speaks for the call: batches run until `CALLS` calls
+        // are made and `CLEAR` batches were clear, however slowly the machine runs them. The
+        // commands are counted over every batch.
+        let mut counted: [Vec<(u64, u64)>; 2] = [Vec::new(), Vec::new()];
+        let (mut calls, mut clear, mut batches) = (0, 0, 0);
+        while calls < CALLS || clear < CLEAR {
+            assert!(
+                batches < MOST_BATCHES,
+                "{kind}: {clear} of {batches} batches of calls ran clear of the nodes' clocks"
+            );
+            let (from, to) = (format!("{kind}-{batches}"), format!("{kind}-{batches}."));
+            monitor.mark(&from);
             let agent_counting = self.allocations[0].start().await;
             let page_counting = self.allocations[1].start().await;
-            for i in 0..BATCH {
-                self.call(kind, batch * BATCH + i).await;
+            for _ in 0..BATCH {
+                self.call(kind, calls).await;
+                calls += 1;
             }
             let page_allocated = page_counting.stop().await;
             let agent_allocated = agent_counting.stop().await;
-            for (f, a) in fewest.iter_mut().zip([agent_allocated, page_allocated]) {
-                #[allow(clippy::cast_precision_loss)]
-                let per_call = |n: u64| n as f64 / BATCH as f64;
-                if per_call(a.count_total) < f.0 {
-                    *f = (per_call(a.count_total), per_call(a.bytes_total));
-                }
+            monitor.mark(&to);
+            batches += 1;
+            if clock_ran(&monitor.all_lines(&from, &to)) {
+                continue;
+            }
+            clear += 1;
+            for (c, a) in counted.iter_mut().zip([agent_allocated, page_allocated]) {
+                c.push((a.count_total, a.bytes_total));
             }
         }
-        monitor.mark("to");
-        let lines = monitor.all_lines("from", "to");
+        #[allow(clippy::cast_precision_loss)]
+        let [agent, page] = counted.map(|mut c| {
+            let (count, bytes) = middle(&mut c);
+            (count / BATCH as f64, bytes / BATCH as f64)
+        });
+        let lines = monitor.all_lines(&format!("{kind}-0"), &format!("{kind}-{}.", batches - 1));
         let c = count(&lines);
         #[allow(clippy::cast_precision_loss)]
-        let per = |n: usize| n as f64 / CALLS as f64;
-        eprintln!("{kind}: {:?}", c.names);
+        let per = |n: usize| n as f64 / calls as f64;
+        eprintln!(
+            "{kind}: {:?} in {calls} calls, {clear} of {batches} batches clear",
+            c.names
+        );
         eprintln!(
             "{kind}: bytes allocated per call: agent's node {:.0}, page's node {:.0}",
-            fewest[0].1, fewest[1].1
+            agent.1, page.1
         );
         Cost {
             round_trips: per(c.trips),
             scripts: per(c.scripts),
             commands: per(c.commands),
             takes: per(c.takes),
-            agent_allocations: fewest[0].0,
-            page_allocations: fewest[1].0,
+            agent_allocations: agent.0,
+            page_allocations: page.0,
         }
     }
 
     /// Allocations on the page's node per page set up: a page of a conversation of its own
     /// opens its socket, identifies and sends a manifest of two tools, stored once the agent's
-    /// node reads it as the conversation's current page; counted in batches of `BATCH / 3`, the
-    /// batch with the fewest speaks (the pages close once their batch is counted).
+    /// node reads it as the conversation's current page. Each page is counted apart, and the
+    /// middle of those clear of the nodes' clocks speaks; the first two are warm-up (a tenant's
+    /// first reads). The pages stay open until all are counted: a page's close is work of its
+    /// own, which would land in the next one's count.
     async fn measure_setups(&mut self) -> f64 {
         let pages_node = self.pages_at;
-        let batch = BATCH / 3;
-        let mut fewest = f64::MAX;
-        for round in 0..5 {
+        let monitor = self.redis.monitor();
+        let mut counted = Vec::new();
+        let mut open = Vec::new();
+        let mut clear = 0;
+        for round in 0.. {
+            assert!(
+                round < MOST_BATCHES,
+                "{clear} of {round} pages' set-ups ran clear of the nodes' clocks"
+            );
+            if clear == CLEAR {
+                break;
+            }
+            let (from, to) = (format!("setup-{round}"), format!("setup-{round}."));
+            let conversation = format!("setup-{round}");
+            monitor.mark(&from);
             let counting = self.allocations[1].start().await;
-            let mut open = Vec::new();
-            for i in 0..batch {
-                let conversation = format!("setup-{round}-{i}");
-                let mut page = page_at(pages_node, "acme", "u1", &conversation).await;
-                page.manifest(
-                    1,
-                    json!([
-                        tool("todo.add", json!({})),
-                        tool("signup.submit", json!({}))
-                    ]),
-                )
+            let mut page = page_at(pages_node, "acme", "u1", &conversation).await;
+            page.manifest(
+                1,
+                json!([
+                    tool("todo.add", json!({})),
+                    tool("signup.submit", json!({}))
+                ]),
+            )
+            .await;
+            self.agent
+                .wait_current("u1", &conversation, &page.client_id)
                 .await;
-                self.agent
-                    .wait_current("u1", &conversation, &page.client_id)
-                    .await;
-                open.push(page);
-            }
             let allocated = counting.stop().await;
-            #[allow(clippy::cast_precision_loss)]
-            let per_page = allocated.count_total as f64 / batch as f64;
-            // The first round is warm-up (a conversation's first page, the tenant's first
-            // reads): not counted.
-            if round > 0 {
-                fewest = fewest.min(per_page);
+            monitor.mark(&to);
+            open.push(page);
+            if round < 2 || clock_ran(&monitor.all_lines(&from, &to)) {
+                continue;
             }
-            drop(open);
+            clear += 1;
+            counted.push((allocated.count_total, allocated.bytes_total));
         }
-        fewest
+        middle(&mut counted).0
     }
 
     /// Bytes Redis keeps for each finished call of the conversation (`MEMORY USAGE` of its
@@ -476,4 +527,36 @@ async fn each_kind_of_call_costs_what_its_budget_says() {
         over.is_empty(),
         "not as budgeted (docs/architecture.md, \"What a call costs\"): {over:#?}"
     );
+}
+
+/// The middle of counts `(allocations, bytes)` by allocations: the mean of the middle two of
+/// an even number.
+fn middle(counts: &mut [(u64, u64)]) -> (f64, f64) {
+    counts.sort_unstable();
+    let n = counts.len();
+    assert!(n > 0, "nothing counted");
+    let (a, b) = (counts[(n - 1) / 2], counts[n / 2]);
+    #[allow(clippy::cast_precision_loss)]
+    let mean = |x: u64, y: u64| (x + y) as f64 / 2.0;
+    (mean(a.0, b.0), mean(a.1, b.1))
+}
+
+/// Once the page's node has handled every frame the page sent: its socket reads them in order,
+/// and answers a ping only once it has handled those before it.
+async fn settled(page: &mut Page) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{Bytes, Message};
+    let mark = Bytes::from(uuid::Uuid::new_v4().to_string());
+    page.ws
+        .send(Message::Ping(mark.clone()))
+        .await
+        .expect("the page's socket is open");
+    let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
+    loop {
+        match tokio::time::timeout_at(deadline, page.ws.next()).await {
+            Ok(Some(Ok(Message::Pong(got)))) if got == mark => return,
+            Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {}
+            other => panic!("the page's node never answered the ping: {other:?}"),
+        }
+    }
 }
