@@ -300,15 +300,13 @@ impl Bench {
         let monitor = self.redis.monitor();
         let mut counted = Vec::new();
         let mut open = Vec::new();
-        let mut clear = 0;
-        for round in 0.. {
+        let (mut clear, mut round) = (0, 0);
+        while clear < CLEAR {
             assert!(
                 round < MOST_BATCHES,
                 "{clear} of {round} pages' set-ups ran clear of the nodes' clocks"
             );
-            if clear == CLEAR {
-                break;
-            }
+            round += 1;
             let (from, to) = (format!("setup-{round}"), format!("setup-{round}."));
             let conversation = format!("setup-{round}");
             monitor.mark(&from);
@@ -328,7 +326,7 @@ impl Bench {
             let allocated = counting.stop().await;
             monitor.mark(&to);
             open.push(page);
-            if round < 2 || clock_ran(&monitor.all_lines(&from, &to)) {
+            if round <= 2 || clock_ran(&monitor.all_lines(&from, &to)) {
                 continue;
             }
             clear += 1;
