@@ -33,6 +33,15 @@ pub(super) fn push_tag(s: &mut String, k: u16) {
     s.push('}');
 }
 
+/// The partition `k` of a hash tag `{p<k>}` ([`push_tag`]), none for any other text.
+pub(super) fn parse_tag(tag: &str) -> Option<u16> {
+    let k = tag.strip_prefix("{p")?.strip_suffix('}')?;
+    if k.is_empty() || !k.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    k.parse().ok()
+}
+
 /// `:{p<k>}`: the end of a node's channel name in partition `k` (after the node's id).
 pub fn channel_suffix(k: u16) -> String {
     let mut s = String::with_capacity(9);
@@ -362,6 +371,25 @@ mod tests {
         // Not the lowercase hyphenated form: kept as sent.
         let upper = id.to_uppercase();
         assert_eq!(codec::compact_id(&upper), format!("~{upper}"));
+    }
+
+    /// A node's channel names its partition: read back from the channel a message came on.
+    #[test]
+    fn a_channels_partition_is_read_back_from_its_tag() {
+        let keys = Keys::new("tm");
+        let own = cat(&[&keys.node_channel_prefix(), "n1", ":"]);
+        for k in [0u16, 7, 63, 65_535] {
+            let channel = keys.node_channel("n1", k);
+            assert_eq!(
+                channel.strip_prefix(own.as_str()).and_then(parse_tag),
+                Some(k)
+            );
+        }
+        for bad in [
+            "", "{p}", "{p7", "p7}", "{p+7}", "{p 7}", "{p70000}", "{q7}", "{p7}x",
+        ] {
+            assert_eq!(parse_tag(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -340,6 +340,10 @@ impl RedisBroker {
 
     pub(super) async fn run_messages(self: Arc<Self>, shutdown: CancellationToken) {
         let mut rx = self.conn.subscriber.message_rx();
+        // Named once, not per message.
+        let own = super::keys::cat(&[&self.conn.keys.node_channel_prefix(), &self.node.id, ":"]);
+        let catalog = self.conn.keys.catalog_channel();
+        let events = self.conn.keys.events_channel_prefix();
         loop {
             let msg = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -356,16 +360,18 @@ impl RedisBroker {
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
             };
-            let channel = msg.channel.to_string();
-            let Some(payload) = msg.value.as_string() else {
+            let channel: &str = &msg.channel;
+            let Some(payload) = msg.value.as_str() else {
                 continue;
             };
-            if channel.starts_with(&self.conn.keys.node_channel_prefix()) {
+            if let Some(tag) = channel.strip_prefix(own.as_str()) {
+                if let Some(k) = super::keys::parse_tag(tag) {
+                    self.node.probes.heard(k);
+                }
                 self.on_node_message(&payload);
-            } else if channel == self.conn.keys.catalog_channel() {
-                let _ = self.events.catalog_changes.send(payload.to_string());
-            } else if let Some(tag) = channel.strip_prefix(&self.conn.keys.events_channel_prefix())
-            {
+            } else if channel == catalog {
+                let _ = self.events.catalog_changes.send(payload.into_owned());
+            } else if let Some(tag) = channel.strip_prefix(events.as_str()) {
                 let tenant = tag.trim_start_matches('{').trim_end_matches('}');
                 self.on_event(tenant, &payload);
             }

@@ -8,9 +8,11 @@
 //! - on every topology change the command client learns of (a `MOVED` it followed, a
 //!   reconnection), the subscriber's slot map is read again and every channel subscribed again
 //!   at its slot's owner (subscribing again where a subscription holds is harmless);
-//! - every [`PROBE_EVERY`] the node publishes a probe on its own channel of each partition: a
-//!   probe no subscriber received (`SPUBLISH` answers 0), or one a subscriber took that has not
-//!   come back for `state::probes::PROBE_SILENT`, has its channel subscribed again;
+//! - every [`PROBE_EVERY`] the node publishes a probe on its own channel of each partition
+//!   nothing came through since the last round (under load, a partition's calls prove its
+//!   channel and it is not probed): a probe no subscriber received (`SPUBLISH` answers 0), or
+//!   one a subscriber took that has not come back for `state::probes::PROBE_SILENT`, has its
+//!   channel subscribed again;
 //! - a round that failed to subscribe some channel again (its slot still moving, its master
 //!   not answering) is tried again at the next probe, every channel of it: an event channel
 //!   has no probe of its own;
@@ -89,30 +91,50 @@ impl RedisBroker {
     /// which no probe covers), else the channels whose probe no subscriber took or that stopped
     /// coming back. Then hands over what the lost channels may have carried meanwhile.
     async fn mend(&self, why: Why) {
-        let probes = (0..PARTITIONS).map(|k| {
+        // On the clock, a channel a message came through since the last round has shown it is
+        // subscribed where its publishers send: only the others are probed. A topology change
+        // or a reconnection probes every channel.
+        let probe: Vec<bool> = (0..PARTITIONS)
+            .map(|k| why != Why::Probe || self.node.probes.needs_probe(k))
+            .collect();
+        let probes = (0..PARTITIONS).filter(|k| probe[usize::from(*k)]).map(|k| {
             self.conn.client.spublish::<i64, _, _>(
                 self.conn.keys.node_channel(&self.node.id, k),
                 codec::probe(k),
             )
         });
-        let published = futures_util::future::join_all(probes).await;
+        let mut published = futures_util::future::join_all(probes).await.into_iter();
+        let probed: Vec<Option<Result<i64, fred::error::Error>>> = probe
+            .iter()
+            .map(|&p| if p { published.next() } else { None })
+            .collect();
+        let sent: Vec<&Result<i64, fred::error::Error>> = probed.iter().flatten().collect();
         if why == Why::Probe
-            && published
+            && !sent.is_empty()
+            && sent
                 .iter()
                 .all(|p| p.as_ref().is_err_and(|e| !run::moving(e)))
         {
             // Redis does not answer at all: nothing to mend until it does.
             return;
         }
-        let probed: Vec<Probed> = published
+        let probed: Vec<Probed> = probed
             .iter()
-            .map(|p| Probed {
-                lost: why == Why::Reconnected
-                    || match p {
-                        Ok(n) => *n == 0,
-                        Err(e) => run::moving(e),
-                    },
-                taken: matches!(p, Ok(n) if *n > 0),
+            .map(|p| match p {
+                None => Probed {
+                    lost: false,
+                    taken: false,
+                    heard: true,
+                },
+                Some(p) => Probed {
+                    lost: why == Why::Reconnected
+                        || match p {
+                            Ok(n) => *n == 0,
+                            Err(e) => run::moving(e),
+                        },
+                    taken: matches!(p, Ok(n) if *n > 0),
+                    heard: false,
+                },
             })
             .collect();
         let lost = self.node.probes.settle(&probed);

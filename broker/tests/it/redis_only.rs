@@ -437,6 +437,87 @@ async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_
     b.close().await;
 }
 
+/// Under load, a node's own calls prove the channels they come through, and its clock sends
+/// no probe there (issue 58: 64 probes a second the calls had already proven); a channel that
+/// falls silent is probed again at the next round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_carrying_calls_is_not_probed_and_one_fallen_silent_is() {
+    let redis = RedisProc::start(&[]);
+    let (b, _sink) = quiet_node(&redis, "heard").await;
+    eventually(Duration::from_secs(5), "the node is ready", || {
+        let b = b.clone();
+        async move { b.ready().await.ok() }
+    })
+    .await;
+    let c = conv();
+    connected_page(&b, &c, "p1").await;
+    let k = toolmark_broker::partition::of_conv(&c);
+    let other = (k + 1) % toolmark_broker::partition::PARTITIONS;
+    // Calls on the conversation's partition, placed and answered, every 20 ms.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let traffic = {
+        let (b, c, stop, answered) = (b.clone(), c.clone(), stop.clone(), answered.clone());
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let placed = b.place_call(request(&c, 1000)).await.unwrap();
+                b.submit_result(&page(&c, "p1"), &placed.binding.id, &ok())
+                    .await
+                    .unwrap();
+                answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    eventually(Duration::from_secs(10), "calls flow", || {
+        let n = answered.load(std::sync::atomic::Ordering::Relaxed);
+        async move { (n >= 5).then_some(()) }
+    })
+    .await;
+    let monitor = redis.monitor();
+    // The probes this node's clock sent on partition `p`'s channel between two marks.
+    let probes = |from: &str, to: &str, p: u16| {
+        let tail = format!(":{{p{p}}}\" \"p\\n{p}\"");
+        monitor
+            .client_lines(from, to)
+            .iter()
+            .filter(|l| l.contains("\"SPUBLISH\"") && l.ends_with(&tail))
+            .count()
+    };
+    // Marks every 100 ms until `until` holds of the last mark; that mark.
+    let mut marks = 0;
+    let mut mark_until = |until: &dyn Fn(&str) -> bool| -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            marks += 1;
+            let m = format!("m{marks}");
+            monitor.mark(&m);
+            if until(&m) {
+                return m;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no round of probes came"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    monitor.mark("flowing");
+    // One whole round of the clock with calls flowing, then four more counted.
+    let start = mark_until(&|m| probes("flowing", m, other) >= 1);
+    let end = mark_until(&|m| probes(&start, m, other) >= 4);
+    let carried = probes(&start, &end, k);
+    assert!(
+        carried <= 1,
+        "partition {k} carried calls and was probed in {carried} of 4 rounds"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    traffic.await.unwrap();
+    // Silent now: probed again.
+    mark_until(&|m| probes(&end, m, k) >= 1);
+    b.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_call_keeps_only_its_binding_state_and_outcome() {
     let redis = RedisProc::start(&[]);
