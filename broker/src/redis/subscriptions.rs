@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::bytes_utils::Str;
 use fred::interfaces::{ClusterInterface, EventInterface, PubsubInterface, StreamsInterface};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -65,6 +66,15 @@ impl RedisBroker {
     pub(super) async fn run_subscriptions(self: Arc<Self>, shutdown: CancellationToken) {
         let mut topology = self.conn.client.cluster_change_rx();
         let mut reconnects = self.conn.subscriber.reconnect_rx();
+        // Each partition's channel and probe, named once: a round clones them (a count each).
+        let targets: Vec<(Str, Str)> = (0..PARTITIONS)
+            .map(|k| {
+                (
+                    Str::from(self.conn.keys.node_channel(&self.node.id, k)),
+                    Str::from(codec::probe(k)),
+                )
+            })
+            .collect();
         let mut tick = tokio::time::interval(PROBE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -82,7 +92,7 @@ impl RedisBroker {
             }
             while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = topology.try_recv() {
             }
-            self.mend(why).await;
+            self.mend(why, &targets).await;
         }
     }
 
@@ -90,19 +100,23 @@ impl RedisBroker {
     /// after a topology change or a reconnection (event channels move with their tenant's slot,
     /// which no probe covers), else the channels whose probe no subscriber took or that stopped
     /// coming back. Then hands over what the lost channels may have carried meanwhile.
-    async fn mend(&self, why: Why) {
+    async fn mend(&self, why: Why, targets: &[(Str, Str)]) {
         // On the clock, a channel a message came through since the last round has shown it is
         // subscribed where its publishers send: only the others are probed. A topology change
         // or a reconnection probes every channel.
         let probe: Vec<bool> = (0..PARTITIONS)
             .map(|k| why != Why::Probe || self.node.probes.needs_probe(k))
             .collect();
-        let probes = (0..PARTITIONS).filter(|k| probe[usize::from(*k)]).map(|k| {
-            self.conn.client.spublish::<i64, _, _>(
-                self.conn.keys.node_channel(&self.node.id, k),
-                codec::probe(k),
-            )
-        });
+        let probes =
+            targets
+                .iter()
+                .zip(&probe)
+                .filter(|(_, p)| **p)
+                .map(|((channel, message), _)| {
+                    self.conn
+                        .client
+                        .spublish::<i64, _, _>(channel.clone(), message.clone())
+                });
         let mut published = futures_util::future::join_all(probes).await.into_iter();
         let probed: Vec<Option<Result<i64, fred::error::Error>>> = probe
             .iter()
