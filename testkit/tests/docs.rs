@@ -770,7 +770,7 @@ fn programs() -> BTreeMap<&'static str, BTreeSet<String>> {
 }
 
 /// Programs of others that the docs show with their own flags.
-const OTHER_PROGRAMS: [&str; 17] = [
+const OTHER_PROGRAMS: [&str; 18] = [
     "cargo",
     "helm",
     "kubectl",
@@ -788,6 +788,7 @@ const OTHER_PROGRAMS: [&str; 17] = [
     "openssl",
     "buildah",
     "make",
+    "perf",
 ];
 
 /// Whose flag follows `prefix` (the line up to the flag): the first program named in the last
