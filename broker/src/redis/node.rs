@@ -365,10 +365,7 @@ impl RedisBroker {
                 continue;
             };
             if let Some(tag) = channel.strip_prefix(own.as_str()) {
-                if let Some(k) = super::keys::parse_tag(tag) {
-                    self.node.probes.heard(k);
-                }
-                self.on_node_message(&payload);
+                self.on_node_message(&payload, super::keys::parse_tag(tag));
             } else if channel == catalog {
                 let _ = self.events.catalog_changes.send(payload.into_owned());
             } else if let Some(tag) = channel.strip_prefix(events.as_str()) {
@@ -378,8 +375,20 @@ impl RedisBroker {
         }
     }
 
-    pub(super) fn on_node_message(&self, payload: &str) {
-        match codec::parse_node_message(payload) {
+    /// A message on this node's channel of partition `k`. A page frame or an outcome shows the
+    /// channel delivers (its probe can wait, `state::probes`); a probe's own return does not
+    /// count, so an idle channel is still probed every round.
+    pub(super) fn on_node_message(&self, payload: &str, k: Option<u16>) {
+        let message = codec::parse_node_message(payload);
+        if let Some(k) = k
+            && matches!(
+                message,
+                Some(codec::NodeMessage::Page { .. } | codec::NodeMessage::Outcome { .. })
+            )
+        {
+            self.node.probes.heard(k);
+        }
+        match message {
             Some(codec::NodeMessage::Page {
                 conv,
                 client_id,

@@ -439,9 +439,9 @@ async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_
 
 /// Under load, a node's own calls prove the channels they come through, and its clock sends
 /// no probe there (issue 58: 64 probes a second the calls had already proven); a channel that
-/// falls silent is probed again at the next round.
+/// falls silent is probed again, every round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_channel_carrying_calls_is_not_probed_and_one_fallen_silent_is() {
+async fn a_channel_carrying_calls_is_not_probed_and_one_fallen_silent_is_every_round() {
     let redis = RedisProc::start(&[]);
     let (b, _sink) = quiet_node(&redis, "heard").await;
     eventually(Duration::from_secs(5), "the node is ready", || {
@@ -513,8 +513,29 @@ async fn a_channel_carrying_calls_is_not_probed_and_one_fallen_silent_is() {
     );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     traffic.await.unwrap();
-    // Silent now: probed again.
-    mark_until(&|m| probes(&end, m, k) >= 1);
+    // Silent now: probed again, and then every second (a probe's own return does not spare its
+    // channel the next round): at least 5 probes in the 6.5 s after the first (7 on time; a
+    // probe a round at most 4), read on `MONITOR`'s clock.
+    let at = |l: &String| -> f64 { l.split(' ').next().unwrap().parse().unwrap() };
+    let probed_at = |from: &str, to: &str| -> Vec<f64> {
+        let tail = format!(":{{p{k}}}\" \"p\\n{k}\"");
+        monitor
+            .client_lines(from, to)
+            .iter()
+            .filter(|l| l.contains("\"SPUBLISH\"") && l.ends_with(&tail))
+            .map(at)
+            .collect()
+    };
+    let last = mark_until(&|m| {
+        let t = probed_at(&end, m);
+        t.last().is_some_and(|l| l - t[0] > 6.5)
+    });
+    let times = probed_at(&end, &last);
+    let idle = times.iter().filter(|t| **t - times[0] <= 6.5).count();
+    assert!(
+        idle >= 5,
+        "partition {k}, silent, was probed {idle} times in 6.5 s: {times:?}"
+    );
     b.close().await;
 }
 

@@ -62,7 +62,7 @@ fn is_bucket(line: &str) -> bool {
 /// Whether a command a client sent (not one a script ran) is one a node sends on its own
 /// clock, whatever its calls: its heartbeat and live set, its traffic entry, the tenant
 /// catalog's revision check and its subscription probes (`p\n<partition>` published on its
-/// own channels). They run together once a second and allocate about 500 times on the node's
+/// own channels). They run together once a second and allocate about 800 times on the node's
 /// thread in one burst (the test build), so a batch of calls that saw them does not speak for
 /// the calls' allocations.
 fn is_background(line: &str) -> bool {

@@ -66,7 +66,8 @@ impl Probes {
         }
     }
 
-    /// A message (a page frame, an outcome, a probe) came through partition `k`'s channel.
+    /// A page frame or an outcome came through partition `k`'s channel (a probe's own return
+    /// does not count: an idle channel is probed every round).
     pub(in crate::redis) fn heard(&self, k: u16) {
         if let Some(h) = self.heard.get(usize::from(k))
             && !h.load(Ordering::Relaxed)
