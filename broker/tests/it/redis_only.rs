@@ -56,6 +56,20 @@ async fn quiet_node(
     (b, sink)
 }
 
+/// [`quiet_node`], once its start-up (its first probes) is over and it says it is ready.
+async fn ready_quiet_node(
+    redis: &RedisProc,
+    prefix: &str,
+) -> (toolmark_broker::SharedBroker, std::sync::Arc<Sink>) {
+    let (b, sink) = quiet_node(redis, prefix).await;
+    eventually(Duration::from_secs(5), "the node is ready", || {
+        let b = b.clone();
+        async move { b.ready().await.ok() }
+    })
+    .await;
+    (b, sink)
+}
+
 /// A UUID's 16 bytes in URL-safe base64: the compact form Redis keeps ids and clientIds in.
 fn compact(u: &str) -> String {
     use base64::Engine as _;
@@ -360,13 +374,8 @@ async fn delivery_comes_back_after_the_subscriber_connection_is_killed_and_readi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_trips() {
     let redis = RedisProc::start(&[]);
-    let (b, sink) = quiet_node(&redis, "sub").await;
     // The connection's own start-up (its heartbeat, its first probes) is over before counting.
-    eventually(Duration::from_secs(5), "the node is ready", || {
-        let b = b.clone();
-        async move { b.ready().await.ok() }
-    })
-    .await;
+    let (b, sink) = ready_quiet_node(&redis, "sub").await;
     let channels = || {
         redis
             .cli(&["pubsub", "shardchannels", "sub:*"])
@@ -443,12 +452,7 @@ async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_channel_carrying_calls_is_not_probed_and_one_fallen_silent_is_every_round() {
     let redis = RedisProc::start(&[]);
-    let (b, _sink) = quiet_node(&redis, "heard").await;
-    eventually(Duration::from_secs(5), "the node is ready", || {
-        let b = b.clone();
-        async move { b.ready().await.ok() }
-    })
-    .await;
+    let (b, _sink) = ready_quiet_node(&redis, "heard").await;
     let c = conv();
     connected_page(&b, &c, "p1").await;
     let k = toolmark_broker::partition::of_conv(&c);
@@ -970,12 +974,7 @@ async fn a_change_whose_node_never_emitted_its_events_is_announced_once_by_the_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_with_events_costs_two_round_trips_more_and_a_plain_result_none() {
     let redis = RedisProc::start(&[]);
-    let (b, _) = quiet_node(&redis, "ev").await;
-    eventually(Duration::from_secs(5), "the node is ready", || {
-        let b = b.clone();
-        async move { b.ready().await.ok() }
-    })
-    .await;
+    let (b, _) = ready_quiet_node(&redis, "ev").await;
     let c = conv();
     let from = page(&c, "p1");
     connected_page(&b, &c, "p1").await;
