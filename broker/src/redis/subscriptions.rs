@@ -102,37 +102,33 @@ impl RedisBroker {
     /// coming back. Then hands over what the lost channels may have carried meanwhile.
     async fn mend(&self, why: Why, targets: &[(Str, Str)]) {
         // On the clock, a channel a message came through since the last round has shown it is
-        // subscribed where its publishers send: only the others are probed. A topology change
-        // or a reconnection probes every channel.
-        let probe: Vec<bool> = (0..PARTITIONS)
-            .map(|k| why != Why::Probe || self.node.probes.needs_probe(k))
-            .collect();
-        let probes =
-            targets
-                .iter()
-                .zip(&probe)
-                .filter(|(_, p)| **p)
-                .map(|((channel, message), _)| {
-                    self.conn
-                        .client
-                        .spublish::<i64, _, _>(channel.clone(), message.clone())
-                });
-        let mut published = futures_util::future::join_all(probes).await.into_iter();
-        let probed: Vec<Option<Result<i64, fred::error::Error>>> = probe
-            .iter()
-            .map(|&p| if p { published.next() } else { None })
-            .collect();
-        let sent: Vec<&Result<i64, fred::error::Error>> = probed.iter().flatten().collect();
+        // subscribed where its publishers send: no probe there (`None`). A topology change or a
+        // reconnection probes every channel.
+        let probes = (0..PARTITIONS).zip(targets).map(|(k, (channel, message))| {
+            let send = why != Why::Probe || self.node.probes.needs_probe(k);
+            async move {
+                if send {
+                    Some(
+                        self.conn
+                            .client
+                            .spublish::<i64, _, _>(channel.clone(), message.clone())
+                            .await,
+                    )
+                } else {
+                    None
+                }
+            }
+        });
+        let published = futures_util::future::join_all(probes).await;
+        let mut sent = published.iter().flatten().peekable();
         if why == Why::Probe
-            && !sent.is_empty()
-            && sent
-                .iter()
-                .all(|p| p.as_ref().is_err_and(|e| !run::moving(e)))
+            && sent.peek().is_some()
+            && sent.all(|p| p.as_ref().is_err_and(|e| !run::moving(e)))
         {
             // Redis does not answer at all: nothing to mend until it does.
             return;
         }
-        let probed: Vec<Probed> = probed
+        let probed: Vec<Probed> = published
             .iter()
             .map(|p| match p {
                 None => Probed {
