@@ -24,15 +24,16 @@ deps:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
-	$(CARGO) test --locked -p toolmark-testkit --test layering
+	$(CARGO) test --workspace --locked --test layering
 	CARGO="$(CARGO)" scripts/deny.sh
 
 ## unit: every Rust test of the workspace (unit, integration, property), then the gateway's
 ## suite again on a Redis and on a six-node Redis Cluster started by the tests themselves
+## (the workspace's build of it: scripts/test-target.sh says why not `cargo test -p`)
 unit:
 	$(CARGO) test --workspace --locked
-	TOOLMARK_TEST_BROKER=redis $(CARGO) test --locked -p toolmark-gateway --test it
-	TOOLMARK_TEST_BROKER=redis-cluster $(CARGO) test --locked -p toolmark-gateway --test it
+	TOOLMARK_TEST_BROKER=redis CARGO="$(CARGO)" scripts/test-target.sh toolmark-gateway it
+	TOOLMARK_TEST_BROKER=redis-cluster CARGO="$(CARGO)" scripts/test-target.sh toolmark-gateway it
 
 ## api: the OpenAPI document validated as OpenAPI 3.1 (a validator from the package registry)
 api:

@@ -26,4 +26,4 @@ if [ ! -x "$bin" ]; then
   rm -rf "$dir/src"
 fi
 echo "upgrade-test: previous release: $("$bin" --version)"
-TOOLMARK_PREVIOUS_GATEWAY="$bin" "$CARGO" test --locked -p toolmark-gateway --test it upgrade:: -- --ignored --test-threads 1
+TOOLMARK_PREVIOUS_GATEWAY="$bin" CARGO="$CARGO" scripts/test-target.sh toolmark-gateway it upgrade:: --ignored --test-threads 1
