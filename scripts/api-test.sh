@@ -26,7 +26,7 @@ fi
 echo "api-test: docs/openapi.json is valid OpenAPI 3.1"
 "$venv/bin/openapi-spec-validator" docs/openapi.json
 
-cargo build --locked -q -p toolmark-gateway
+scripts/debug-bins.sh
 . scripts/dev-gateway.sh
 page=""
 cleanup() {

@@ -16,7 +16,7 @@ command -v node >/dev/null || { echo "browser-test: node is missing; install wit
 
 node --test webmcp/test/
 
-cargo build --locked -q -p toolmark-gateway
+scripts/debug-bins.sh
 . scripts/dev-gateway.sh
 trap stop_dev_gateway EXIT
 start_dev_gateway

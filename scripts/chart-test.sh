@@ -52,7 +52,7 @@ ensure_venv
 
 # The gateway as this tree builds it (a no-op when it is up to date).
 say "building toolmark-gateway"
-$CARGO build --quiet --locked -p toolmark-gateway
+CARGO="$CARGO" scripts/debug-bins.sh
 GATEWAY=${CARGO_TARGET_DIR:-target}/debug/toolmark-gateway
 
 args=(--repo . --gateway "$GATEWAY" --hadolint "$VENV/bin/hadolint")

@@ -18,7 +18,7 @@ fi
 "$venv/bin/python" -c 'import websockets' 2>/dev/null ||
   "$venv/bin/pip" install --quiet --disable-pip-version-check websockets==17.4
 
-cargo build --locked -q -p toolmark-gateway
+scripts/debug-bins.sh
 . scripts/dev-gateway.sh
 trap stop_dev_gateway EXIT
 start_dev_gateway

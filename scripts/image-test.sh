@@ -26,7 +26,7 @@ command -v buildah >/dev/null || { say "buildah is missing; install with: apt-ge
 
 if [ "$BIN_DIR" = target/debug ]; then
   say "building the debug binaries"
-  $CARGO build --quiet --locked -p toolmark-gateway -p toolmark-worker -p toolmark-mcp
+  CARGO="$CARGO" scripts/debug-bins.sh
 fi
 for b in "${BINS[@]}"; do
   [ -x "$BIN_DIR/$b" ] || { say "$BIN_DIR/$b is missing"; exit 1; }

@@ -23,7 +23,7 @@ fi
 (cd "$e2e" && node -e 'for (const p of ["@modelcontextprotocol/sdk/package.json","@modelcontextprotocol/inspector/package.json","playwright-core/package.json","ws/package.json"]) require.resolve(p)' 2>/dev/null ||
   npm install --no-audit --no-fund --no-package-lock --silent)
 
-cargo build --locked -q -p toolmark-mcp -p toolmark-gateway
+scripts/debug-bins.sh
 export TOOLMARK_MCP="$PWD/target/debug/toolmark-mcp"
 
 . scripts/dev-gateway.sh

@@ -9,7 +9,7 @@ command -v node >/dev/null || { echo "pusher-test: node is missing; install with
 
 (cd gateway/tests/pusher && [ -d node_modules/pusher-js ] || npm install --no-audit --no-fund --silent --no-package-lock)
 
-cargo build --locked -q -p toolmark-gateway
+scripts/debug-bins.sh
 . scripts/dev-gateway.sh
 trap stop_dev_gateway EXIT
 start_dev_gateway

@@ -166,6 +166,7 @@ impl Pages for RedisBroker {
             grace: millis(self.conn.opts.retention.gone_manifests),
             kept: model::GONE_MANIFESTS_KEPT,
             ttl: millis(self.conn.opts.retention.conversations),
+            one_string: !self.node.live.legacy_ids(),
             live: self.node.live.ids(),
         });
         // The tenant's count is on another slot: taken down by the first attempt only.
@@ -240,6 +241,7 @@ impl RedisBroker {
                 conv: self.conn.keys.conv(conv),
                 sockets: self.conn.keys.sockets(conv),
                 manifest_prefix: self.conn.keys.manifest_prefix(conv),
+                one_string: !self.node.live.legacy_ids(),
                 live: self.node.live.ids(),
             })
             .await?,

@@ -423,6 +423,31 @@ async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_
         vec!["evalsha"; 50],
         "one round trip per result"
     );
+    // A conversation the node has not read yet: its first call reads it first, in one script
+    // of two commands (the conversation with its sockets' summary, then its page's manifest,
+    // its text with its seq), and is then placed as every later call is.
+    let fresh = &convs[8];
+    monitor.mark("fresh");
+    ids.push(b.place_call(request(fresh, 1000)).await.unwrap().binding.id);
+    monitor.mark("fresh placed");
+    ids.push(b.place_call(request(fresh, 1000)).await.unwrap().binding.id);
+    monitor.mark("again");
+    assert_eq!(
+        monitor.client_commands("fresh", "fresh placed"),
+        vec!["evalsha"; 2],
+        "the read, then the call"
+    );
+    let first = monitor.all_lines("fresh", "fresh placed");
+    let later = monitor.all_lines("fresh placed", "again");
+    assert_eq!(
+        first.len() - later.len(),
+        3,
+        "the conversation's read is 3 commands: {first:#?}\nwhere a later call is {later:#?}"
+    );
+    assert!(
+        !first.iter().any(|l| l.contains("\"HGETALL\"")),
+        "the sockets came from the conversation's summary: {first:#?}"
+    );
     eventually(
         Duration::from_secs(5),
         "every call reached the page",
@@ -437,7 +462,26 @@ async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_
         },
     )
     .await;
-    for c in &convs {
+    // A page leaving reads whether its page has sockets left from the conversation's summary
+    // of them, with its current page, in the command that moves the summary (issue 58).
+    monitor.mark("leave");
+    let gone = b
+        .release_page(&convs[0], Some("p1"), &crate::support::release())
+        .await
+        .unwrap();
+    monitor.mark("left");
+    assert!(
+        gone.page_gone,
+        "the page's only socket closed: the page is gone"
+    );
+    let leave = monitor.all_lines("leave", "left");
+    assert!(
+        !leave.iter().any(
+            |l| (l.contains("\"HGETALL\"") && l.contains(":socks\"")) || l.contains("\"HGET\"")
+        ),
+        "the leave read neither the sockets hash nor the current page apart: {leave:#?}"
+    );
+    for c in &convs[1..] {
         b.release_page(c, Some("p1"), &crate::support::release())
             .await
             .unwrap();
@@ -1228,6 +1272,65 @@ fn same(redis: &RedisProc, what: &str, expected: &[(&str, i64)]) {
         .collect();
     assert_eq!(socks, expected, "{what}: the sockets hash");
     assert_eq!(summary, expected, "{what}: the conversation's summary");
+}
+
+/// A page's leaving reads whether its page has sockets left from the conversation's summary
+/// (issue 58), and believes it only while the summary holds the leaving socket's lines: a
+/// summary that lost them (here its field deleted, as an expiry of the conversation's hash
+/// alone would) is not the whole truth, and the sockets hash is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_leaving_believes_the_summary_only_while_it_holds_the_leaving_socket() {
+    let redis = RedisProc::start(&[]);
+    let opts = RedisOptions {
+        heartbeat: Duration::from_millis(200),
+        prefix: "lv".into(),
+        ..RedisOptions::default()
+    };
+    let (n1, _) = node_on_own_redis(&redis, "n1", opts.clone()).await;
+    let n1: toolmark_broker::SharedBroker = n1;
+    let (n2, _) = node_on_own_redis(&redis, "n2", opts).await;
+    let n2: toolmark_broker::SharedBroker = n2;
+    let c = conv();
+    // One page load with a socket on each node, each node counting the other live.
+    connected_page(&n1, &c, "p1").await;
+    connected_page(&n2, &c, "p1").await;
+    for n in [&n1, &n2] {
+        eventually(Duration::from_secs(10), "both sockets seen live", || {
+            let n = n.clone();
+            let c = c.clone();
+            async move { (n.conversation(&c).await.ok()?.sockets == 2).then_some(()) }
+        })
+        .await;
+    }
+    let left = n1
+        .release_page(&c, Some("p1"), &crate::support::release())
+        .await
+        .unwrap();
+    assert!(!left.page_gone, "the page keeps its socket on node 2");
+    connected_page(&n1, &c, "p1").await;
+    // The summary loses its lines: the leaving is judged on the sockets hash.
+    let conv_key = redis
+        .cli(&["--scan", "--pattern", "lv:*:conv"])
+        .lines()
+        .next()
+        .expect("the conversation's hash")
+        .to_owned();
+    redis.cli(&["hdel", &conv_key, "@"]);
+    let left = n1
+        .release_page(&c, Some("p1"), &crate::support::release())
+        .await
+        .unwrap();
+    assert!(
+        !left.page_gone,
+        "a summary without the leaving socket's lines is not believed: the page keeps its socket on node 2"
+    );
+    let left = n2
+        .release_page(&c, Some("p1"), &crate::support::release())
+        .await
+        .unwrap();
+    assert!(left.page_gone, "the page's last socket left");
+    n1.close().await;
+    n2.close().await;
 }
 
 /// A call's placement reads a conversation's sockets from the summary in its hash (issue 58:

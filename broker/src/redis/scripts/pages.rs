@@ -72,6 +72,9 @@ pub struct ConvRead {
     pub sockets: String,
     /// Its manifest key prefix.
     pub manifest_prefix: String,
+    /// No node of 0.4.0 or older is live: the sockets may be read from the conversation's
+    /// summary of them.
+    pub one_string: bool,
     /// The live node ids.
     pub live: Vec<String>,
 }
@@ -86,6 +89,7 @@ impl ScriptArgs for ConvRead {
             .key("conv", self.conv)
             .key("sockets", self.sockets)
             .arg("manifest_prefix", self.manifest_prefix)
+            .arg("one_string", if self.one_string { "1" } else { "" })
             .args("live", self.live)
     }
 }
@@ -203,6 +207,9 @@ pub struct Leave {
     pub kept: usize,
     /// The conversation's time to live, ms.
     pub ttl: i64,
+    /// No node of 0.4.0 or older is live: the page's other sockets may be read from the
+    /// conversation's summary of them.
+    pub one_string: bool,
     /// The live node ids.
     pub live: Vec<String>,
 }
@@ -234,6 +241,7 @@ impl ScriptArgs for Leave {
             .arg("grace", self.grace)
             .arg("kept", self.kept)
             .arg("ttl", self.ttl)
+            .arg("one_string", if self.one_string { "1" } else { "" })
             .args("live", self.live)
     }
 }

@@ -12,9 +12,11 @@
 --   it moves here too, in the same script; a node of 0.4.0 or older moves only the sockets
 --   hash, which stays the whole truth for every other reader. `summary_sockets` parses it as
 --   `sockets` does; `summary_add` moves `fields` by `delta` (a line reaching 0 goes, and the
---   field with the last); `summary_set` puts `node`'s lines anew (`counts`: field, n, …; none to
---   take them out). With `ttl`, a field written gives the hash that expiry (never a hash made
---   without one).
+--   field with the last) and answers the lines after the move, the conversation's `current`
+--   (read in the same command) and whether every field had a line before it; `summary_set`
+--   puts `node`'s lines anew (`counts`: field, n, …; none to take them out). With `ttl`, a
+--   field written gives the hash that expiry (never a hash made without one).
+--   `summary_entries(lines)` parses `summary_add`'s lines as `sockets` parses the hash.
 -- set_of(list, first, last): the set of list[first..last] (node ids from ARGV).
 -- left(gone, prefix, current, client, now, grace, ttl): page load `client` of a conversation is
 --   gone (no socket on a live node): recorded in its gone set (clientId → when, ms), and its
@@ -31,7 +33,7 @@
 -- to_nodes(nodes, prefix, suffix, message): SPUBLISHes message on each node's channel of this
 --   partition (prefix .. node .. suffix), which shares the script's slot; returns how many
 --   subscribers received it.
--- conv_state(conv, socks, manifests, live, all, summary): the conversation as the agent API sees it,
+-- conv_state(conv, socks, manifests, live, all, summary, texts): the conversation as the agent API sees it,
 --   counting only sockets of live nodes, with D23's choice of the current page
 --   (`model::current_page`). With `all`, every identified page's manifest `seq` and `rev` are
 --   read (`st.info`), and the current page's `seq` comes from them (only a current page without
@@ -43,7 +45,8 @@
 --   counter); otherwise the manifests are read as with `all`. With `summary` (no node of 0.4.0
 --   or older is live, so every live node keeps it), the sockets are read from the hash's `@`
 --   with the rest, in one HMGET, when they show the current page on a live node and `cm` is
---   right; else from the sockets hash as always.
+--   right; else from the sockets hash as always. With `texts` (and `all`), the current page's
+--   manifest text is read in the same command as its `seq` (`st.text`, false without one).
 -- gcra(key, interval, burst, want, back): gives `back` unspent calls back to a tenant's rate
 --   (never past now), then takes up to `want`, as many as the bucket holds now: `taken, 0`, or
 --   `0, µs` until one would be allowed.
@@ -106,10 +109,13 @@ local function summary_parse(s)
   end
   return out
 end
-local function summary_sockets(s)
+local function summary_entries(list)
   local out = {}
-  for _, e in ipairs(summary_parse(s)) do socket_entry(out, e[1], e[2]) end
+  for _, e in ipairs(list) do socket_entry(out, e[1], e[2]) end
   return out
+end
+local function summary_sockets(s)
+  return summary_entries(summary_parse(s))
 end
 local function summary_write(conv, list, ttl)
   local parts = {}
@@ -124,15 +130,18 @@ local function summary_write(conv, list, ttl)
   end
 end
 local function summary_add(conv, fields, delta, ttl)
-  local list = summary_parse(redis.call('HGET', conv, '@'))
+  local h = redis.call('HMGET', conv, '@', 'current')
+  local list = summary_parse(h[1])
+  local all = true
   for _, field in ipairs(fields) do
     local found = false
     for _, e in ipairs(list) do
       if e[1] == field then e[2] = e[2] + delta; found = true; break end
     end
-    if not found then table.insert(list, {field, delta}) end
+    if not found then table.insert(list, {field, delta}); all = false end
   end
   summary_write(conv, list, ttl)
+  return list, h[2], all
 end
 local function summary_set(conv, node, counts, ttl)
   local list = {}
@@ -163,8 +172,8 @@ local function to_nodes(nodes, prefix, suffix, message)
   end
   return reached
 end
-local function conv_state(conv, socks_key, manifests, live, all, summary)
-  local st = {total = 0, identified = 0, pages = {}, info = {}, skipped = {}, nodes = {}}
+local function conv_state(conv, socks_key, manifests, live, all, summary, texts)
+  local st = {total = 0, identified = 0, pages = {}, info = {}, skipped = {}, nodes = {}, text = false}
   local unknown = {}
   local h, socks
   if summary then
@@ -198,7 +207,11 @@ local function conv_state(conv, socks_key, manifests, live, all, summary)
     st.seq = h[3]
   else
     for client, _ in pairs(st.pages) do
-      st.info[client] = redis.call('HMGET', manifests .. client, 's', 'r')
+      if texts then
+        st.info[client] = redis.call('HMGET', manifests .. client, 's', 'r', 'm')
+      else
+        st.info[client] = redis.call('HMGET', manifests .. client, 's', 'r')
+      end
     end
     if current and not keeps then
       local best, bestseq = nil, -1
@@ -210,8 +223,12 @@ local function conv_state(conv, socks_key, manifests, live, all, summary)
     end
     if st.effective then
       local known = st.info[st.effective]
-      if known then st.seq = known[1] or ''
-      else st.seq = redis.call('HGET', manifests .. st.effective, 's') or '' end
+      if not known then
+        if texts then known = redis.call('HMGET', manifests .. st.effective, 's', 'r', 'm')
+        else known = {redis.call('HGET', manifests .. st.effective, 's')} end
+      end
+      st.seq = known[1] or ''
+      st.text = known[3] or false
     end
   end
   for node, _ in pairs(unknown) do table.insert(st.skipped, node) end
