@@ -23,6 +23,16 @@ async fn on_own_redis(
     node_on_own_redis(redis, "n1", opts).await
 }
 
+/// Options for a test's node: a heartbeat of 200 ms (a node's peers counted live within a
+/// test's waits) and keys under `prefix`.
+fn quick(prefix: &str) -> RedisOptions {
+    RedisOptions {
+        heartbeat: Duration::from_millis(200),
+        prefix: prefix.into(),
+        ..RedisOptions::default()
+    }
+}
+
 /// [`on_own_redis`], the node named `id` (a second node on the same server).
 async fn node_on_own_redis(
     redis: &RedisProc,
@@ -196,9 +206,7 @@ async fn every_key_has_a_ttl_except_the_documented_ones() {
     let mut redis = RedisProc::start(&[]);
     let opts = RedisOptions {
         retention: short(),
-        heartbeat: Duration::from_millis(200),
-        prefix: "tm".into(),
-        ..RedisOptions::default()
+        ..quick("tm")
     };
     let (b, _) = on_own_redis(&redis, opts.clone()).await;
     let b: toolmark_broker::SharedBroker = b;
@@ -265,9 +273,7 @@ async fn a_conversations_pending_set_takes_its_expiry_from_the_node_holding_it_a
     let redis = RedisProc::start(&[]);
     let opts = RedisOptions {
         retention: short(),
-        heartbeat: Duration::from_millis(200),
-        prefix: "tm".into(),
-        ..RedisOptions::default()
+        ..quick("tm")
     };
     let (b, _) = on_own_redis(&redis, opts).await;
     let b: toolmark_broker::SharedBroker = b;
@@ -306,10 +312,8 @@ async fn a_conversations_pending_set_takes_its_expiry_from_the_node_holding_it_a
 async fn delivery_comes_back_after_the_subscriber_connection_is_killed_and_readiness_follows_it() {
     let redis = RedisProc::start(&[]);
     let opts = RedisOptions {
-        heartbeat: Duration::from_millis(200),
         command_timeout: Duration::from_millis(500),
-        prefix: "probe".into(),
-        ..RedisOptions::default()
+        ..quick("probe")
     };
     let (b, sink) = on_own_redis(&redis, opts).await;
     let b: toolmark_broker::SharedBroker = b;
@@ -645,11 +649,7 @@ async fn a_finished_call_keeps_only_its_binding_state_and_outcome() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_moving_from_a_node_of_the_previous_key_layout_keeps_its_manifest() {
     let redis = RedisProc::start(&[]);
-    let opts = RedisOptions {
-        heartbeat: Duration::from_millis(200),
-        prefix: "up".into(),
-        ..RedisOptions::default()
-    };
+    let opts = quick("up");
     let (b, _) = on_own_redis(&redis, opts).await;
     let b: toolmark_broker::SharedBroker = b;
     let c = conv();
@@ -883,10 +883,8 @@ async fn a_change_whose_node_never_emitted_its_events_is_announced_once_by_the_s
     let proxy = toolmark_testkit::fault::FaultProxy::to(&redis);
     let opts = RedisOptions {
         retention: short(),
-        heartbeat: Duration::from_millis(200),
-        prefix: "tm".into(),
         command_timeout: Duration::from_millis(500),
-        ..RedisOptions::default()
+        ..quick("tm")
     };
     let sink = std::sync::Arc::new(Sink::default());
     let lossy: toolmark_broker::SharedBroker = RedisBroker::connect(
@@ -1281,11 +1279,7 @@ fn same(redis: &RedisProc, what: &str, expected: &[(&str, i64)]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_leaving_believes_the_summary_only_while_it_holds_the_leaving_socket() {
     let redis = RedisProc::start(&[]);
-    let opts = RedisOptions {
-        heartbeat: Duration::from_millis(200),
-        prefix: "lv".into(),
-        ..RedisOptions::default()
-    };
+    let opts = quick("lv");
     let (n1, _) = node_on_own_redis(&redis, "n1", opts.clone()).await;
     let n1: toolmark_broker::SharedBroker = n1;
     let (n2, _) = node_on_own_redis(&redis, "n2", opts).await;
@@ -1340,11 +1334,7 @@ async fn a_page_leaving_believes_the_summary_only_while_it_holds_the_leaving_soc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_socket_count_a_node_moves_is_in_its_conversations_summary_too() {
     let mut redis = RedisProc::start(&[]);
-    let opts = RedisOptions {
-        heartbeat: Duration::from_millis(200),
-        prefix: "sum".into(),
-        ..RedisOptions::default()
-    };
+    let opts = quick("sum");
     let (n1, _) = on_own_redis(&redis, opts.clone()).await;
     let n1: toolmark_broker::SharedBroker = n1;
     let (n2, _) = node_on_own_redis(&redis, "n2", opts.clone()).await;

@@ -28,8 +28,6 @@ local live = set_of(ARGV, 11, #ARGV)
 local socks = {}
 if ARGV[2] ~= '' then
   if ARGV[10] == '1' and held then socks = summary_entries(lines) else socks = sockets(KEYS[1]) end
-end
-if ARGV[2] ~= '' then
   gone = 1
   for _, s in ipairs(socks) do
     if s.client == ARGV[2] and live[s.node] then
