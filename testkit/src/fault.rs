@@ -1,8 +1,8 @@
 //! Faults of a Redis as a client lives them, injected for real between the client and a real
 //! `redis-server`: [`FaultProxy`] is a TCP proxy that can stall (every byte held both ways, the
-//! sockets left open, as a stalled host or a partition does), drop the reply of the Nth command
-//! matching a pattern (the command is applied; its answer never comes back), and cut every
-//! connection. Commands and replies are read as RESP (RESP3, else RESP2, `redis-protocol`,
+//! sockets left open, as a stalled host or a partition does), now or right after the reply of
+//! the Nth command matching a pattern, drop the reply of the Nth command matching a pattern
+//! (the command is applied; its answer never comes back), and cut every connection. Commands and replies are read as RESP (RESP3, else RESP2, `redis-protocol`,
 //! the parser the Redis client crate uses), so a reply is dropped whole and the ones after it still
 //! reach their commands. With [`RedisProc::pause`] (`SIGSTOP`) and [`RedisProc::resume`]
 //! (`SIGCONT`) the server itself stalls.
@@ -25,14 +25,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One rule of [`FaultProxy::drop_reply`]: the reply of the `left`-th next command whose text
-/// contains `pattern` is dropped.
+/// One rule of [`FaultProxy::drop_reply`] or [`FaultProxy::stall_after_reply`]: what becomes of
+/// the reply of the `left`-th next command whose text contains `pattern`.
 #[derive(Debug)]
-struct DropRule {
+struct Rule {
     pattern: String,
     left: usize,
-    /// Cut the connection where the reply is dropped.
-    cut: bool,
+    then: Reply,
 }
 
 /// What becomes of one command's reply.
@@ -43,13 +42,15 @@ enum Reply {
     /// Dropped, and the connection cut there: a reply lost as TCP loses one, with its
     /// connection (a client that pipelines never reads a later reply as this one's).
     DropAndCut,
+    /// Passed, and the proxy stalls right after it ([`FaultProxy::stall`]).
+    PassThenStall,
 }
 
 #[derive(Debug, Default)]
 struct Shared {
     stalled: Mutex<bool>,
     resumed: Condvar,
-    rules: Mutex<Vec<DropRule>>,
+    rules: Mutex<Vec<Rule>>,
     /// Every socket of every connection, both sides, for [`FaultProxy::cut`].
     sockets: Mutex<Vec<TcpStream>>,
     dropped: AtomicUsize,
@@ -82,11 +83,7 @@ impl Shared {
                 }
             }
         }
-        match hit {
-            Some(i) if rules.remove(i).cut => Reply::DropAndCut,
-            Some(_) => Reply::Drop,
-            None => Reply::Pass,
-        }
+        hit.map_or(Reply::Pass, |i| rules.remove(i).then)
     }
 }
 
@@ -145,22 +142,29 @@ impl FaultProxy {
     /// The connection stays open, so a client that pipelines its commands would read the next
     /// reply as this one's: for those, [`FaultProxy::drop_reply_and_cut`].
     pub fn drop_reply(&self, pattern: &str, nth: usize) {
-        self.rule(pattern, nth, false);
+        self.rule(pattern, nth, Reply::Drop);
     }
 
     /// As [`FaultProxy::drop_reply`], and that connection is cut where the reply would have
     /// been: the command is applied, the client hears nothing of it but a closed connection
     /// (a reply lost as a real network loses one).
     pub fn drop_reply_and_cut(&self, pattern: &str, nth: usize) {
-        self.rule(pattern, nth, true);
+        self.rule(pattern, nth, Reply::DropAndCut);
     }
 
-    fn rule(&self, pattern: &str, nth: usize, cut: bool) {
+    /// The reply of the `nth` command from now whose text contains `pattern` reaches its client,
+    /// and the proxy stalls right after it, until [`FaultProxy::resume`]: what the client
+    /// sends next, on any connection, waits (a Redis lost between one command and the next).
+    pub fn stall_after_reply(&self, pattern: &str, nth: usize) {
+        self.rule(pattern, nth, Reply::PassThenStall);
+    }
+
+    fn rule(&self, pattern: &str, nth: usize, then: Reply) {
         assert!(nth >= 1, "nth counts from 1");
-        lock(&self.shared.rules).push(DropRule {
+        lock(&self.shared.rules).push(Rule {
             pattern: pattern.to_ascii_lowercase(),
             left: nth,
-            cut,
+            then,
         });
     }
 
@@ -257,6 +261,12 @@ fn serve(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
             down.pass();
             match reply {
                 Reply::Pass => out.write_all(bytes),
+                // Stalled before the client can have read it: nothing it sends after the
+                // reply gets through.
+                Reply::PassThenStall => {
+                    *lock(&down.stalled) = true;
+                    out.write_all(bytes)
+                }
                 Reply::Drop => {
                     down.dropped.fetch_add(1, Ordering::SeqCst);
                     Ok(())

@@ -2,11 +2,12 @@
 //! script (`model::check_result`), on its conversation's partition slot, with an async call's
 //! change in the outbox.
 
-use fred::interfaces::KeysInterface;
+use fred::interfaces::{KeysInterface, SortedSetsInterface};
 use fred::prelude::Expiration;
+use fred::types::SetOptions;
 use toolmark_proto::ToolResult;
 
-use super::reply::{RETRY, millis, rejection, strings};
+use super::reply::{RETRY, millis, rejection, strings, unavailable};
 use super::scripts::{Outbox, PageResult};
 use super::{RedisBroker, codec, keys};
 use crate::{
@@ -64,23 +65,9 @@ impl RedisBroker {
         match reply.first().map(String::as_str) {
             Some("ok" | "before") => {
                 if let Some(c) = result.confirm_id() {
-                    // Which conversation first used this page-minted id: only to tell a
-                    // `confirmed` from another conversation (mismatch) from an unknown one.
-                    let _: Result<Option<String>, _> = self
-                        .conn
-                        .client
-                        .set(
-                            self.conn.keys.confirm_index(c),
-                            "1",
-                            Some(Expiration::PX(millis(
-                                self.conn.opts.retention.confirmations,
-                            ))),
-                            Some(fred::types::SetOptions::NX),
-                            false,
-                        )
-                        .await;
-                    let member = codec::confirm_member(&from.conv, c, &from.client_id);
-                    self.watch_confirm(&member, now_ms()).await;
+                    self.note_confirmation(from, c)
+                        .await
+                        .map_err(SubmitError::Broker)?;
                 }
                 let [_, summary, deadline, node] = &reply[..] else {
                     return Err(SubmitError::Rejected(Rejection::UnknownId));
@@ -121,5 +108,46 @@ impl RedisBroker {
                 retry_after: RETRY,
             })),
         }
+    }
+
+    /// What a needs_confirmation's id needs beside the result script's keys (other slots of a
+    /// Cluster): the index of the conversation that first used it (only to tell a `confirmed`
+    /// from another conversation, `mismatch`, from an unknown id) and its watch in the
+    /// confirmation sweep's set (an abandoned confirmation expires with its event). Both at
+    /// once, one round trip; both only when absent, so a result submitted again writes neither
+    /// twice and the watch keeps its first time. An error is the broker's: the page's frame is
+    /// held and submitted again (the script answers `before`, and these are written again), where
+    /// a watch lost here would leave a confirmation no sweep ever finds.
+    async fn note_confirmation(
+        &self,
+        from: &PageIdentity,
+        confirm_id: &str,
+    ) -> Result<(), BrokerError> {
+        let retained = millis(self.conn.opts.retention.confirmations);
+        let member = codec::confirm_member(&from.conv, confirm_id, &from.client_id);
+        // Milliseconds since the epoch are exact in an f64.
+        #[allow(clippy::cast_precision_loss)]
+        let score = now_ms() as f64;
+        let client = &self.conn.client;
+        let (indexed, watched) = tokio::join!(
+            client.set::<Option<String>, _, _>(
+                self.conn.keys.confirm_index(confirm_id),
+                "1",
+                Some(Expiration::PX(retained)),
+                Some(SetOptions::NX),
+                false,
+            ),
+            client.zadd::<i64, _, _>(
+                self.conn.keys.pending_confirms(),
+                Some(SetOptions::NX),
+                None,
+                false,
+                false,
+                (score, member.as_str()),
+            ),
+        );
+        indexed.map_err(|e| unavailable(&e))?;
+        watched.map_err(|e| unavailable(&e))?;
+        Ok(())
     }
 }

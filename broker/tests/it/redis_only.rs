@@ -1404,3 +1404,65 @@ async fn every_socket_count_a_node_moves_is_in_its_conversations_summary_too() {
     n1.close().await;
     n2.close().await;
 }
+
+/// A page's `needs_confirmation` is accepted only with what its confirmation needs beside the
+/// result script's keys (in other slots of a Cluster): the index of its confirmId and its watch
+/// in the confirmation sweep's set, without which an abandoned confirmation would never expire.
+/// Redis lost right after the script answered: the submission is not reported accepted (the
+/// node holds the page's frame and submits it again); submitted again, it is, with both written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_needs_confirmation_is_accepted_only_once_its_confirmation_is_watched() {
+    let redis = RedisProc::start(&[]);
+    let proxy = toolmark_testkit::fault::FaultProxy::to(&redis);
+    let opts = RedisOptions {
+        command_timeout: Duration::from_millis(500),
+        ..quick("tm")
+    };
+    let b: toolmark_broker::SharedBroker = RedisBroker::connect(
+        redis_url::parse(&proxy.url()).unwrap(),
+        "n1",
+        std::sync::Arc::new(Sink::default()),
+        opts,
+    )
+    .await
+    .unwrap();
+    let c = conv();
+    connected_page(&b, &c, "p1").await;
+    let from = page(&c, "p1");
+    let (id, _w) = call(&b, &c, "p1", Duration::from_secs(30)).await;
+    let received = toolmark_broker::now_ms();
+    // The result script's reply (its command names the call) comes back; then Redis is lost.
+    proxy.stall_after_reply(&id, 1);
+    let first = b.submit_result(&from, &id, &needs("k1")).await;
+    assert!(
+        matches!(first, Err(toolmark_broker::SubmitError::Broker(_))),
+        "a result whose confirmation is not watched was reported accepted: {first:?}"
+    );
+    proxy.resume();
+    eventually(
+        Duration::from_secs(10),
+        "submitted again, it is accepted",
+        || {
+            let (b, from, id) = (b.clone(), from.clone(), id.clone());
+            async move {
+                b.submit_result_again(&from, &id, &needs("k1"), received)
+                    .await
+                    .ok()
+            }
+        },
+    )
+    .await;
+    let watched = redis.cli(&["--scan", "--pattern", "tm*pendingconfirms"]);
+    let watched = watched.trim();
+    assert!(!watched.is_empty(), "no confirmation sweep's set");
+    assert_eq!(redis.cli(&["ZCARD", watched]).trim(), "1");
+    assert_eq!(
+        redis
+            .cli(&["--scan", "--pattern", "tm*confirmidx:k1"])
+            .lines()
+            .count(),
+        1,
+        "the confirmId's index"
+    );
+    b.close().await;
+}

@@ -50,6 +50,12 @@ async fn a_confirmation_approved_while_redis_stalls_is_recorded_and_announced_on
     let (n1, n2) = two_nodes(&redis.url(), &redis.url()).await;
     let (mut page, mut events) = page_and_events(&n1, &n2).await;
     let confirm_id = needs_confirmation(&n2, &mut page).await;
+    // The agent has its answer once the result script ran; what node 1 writes for the
+    // confirmation after it is done once a frame the page sent later is announced (a page's
+    // frames are handled in order). Only then does Redis stall, under the `confirmed` alone.
+    page.manifest(2, tools()).await;
+    let ev = events.next_of("page.manifest").await;
+    assert_eq!(ev.data["data"]["rev"], 2, "{}", ev.data);
 
     redis.pause();
     page.send(confirmed(&page, &confirm_id)).await;
@@ -60,7 +66,7 @@ async fn a_confirmation_approved_while_redis_stalls_is_recorded_and_announced_on
     let ev = events.next_of("confirmation.resolved").await;
     assert_eq!(ev.data["data"]["confirmId"], confirm_id.as_str());
     assert_eq!(ev.data["data"]["outcome"]["data"], "signed up");
-    let log = log_until_manifest(&n2, &mut page, 2, tools()).await;
+    let log = log_until_manifest(&n2, &mut page, 3, tools()).await;
     assert_eq!(count(&log, "confirmation.resolved"), 1, "{log:?}");
     n1.wait_metric("toolmark_frames_holding", 0.0).await;
     assert_eq!(
