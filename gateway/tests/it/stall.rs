@@ -35,12 +35,18 @@ async fn two_nodes(page_url: &str, agent_url: &str) -> (Gateway, Gateway) {
     (n1, n2)
 }
 
-/// A page on node 1 that node 2 sees, and the tenant's event stream read on node 2.
+/// A page on node 1 that node 2 sees, and the tenant's event stream read on node 2. What node 1
+/// does after it stored the manifest (the tools seen) is done once a frame the page sent after
+/// it is announced (a page's frames are handled in order): only then may a test stall Redis,
+/// under its own frame alone.
 async fn page_and_events(n1: &Gateway, n2: &Gateway) -> (Page, Events) {
     let mut page = n1.page("acme", "u1", "c1").await;
     page.manifest(1, tools()).await;
     n2.acme().wait_current("u1", "c1", &page.client_id).await;
-    let events = n2.acme().events("", None).await;
+    let mut events = n2.acme().events("", None).await;
+    page.manifest(1, tools()).await;
+    let ev = events.next_of("page.manifest").await;
+    assert_eq!(ev.data["data"]["rev"], 1, "{}", ev.data);
     (page, events)
 }
 
