@@ -1,7 +1,7 @@
 //! The fault proxy against a real `redis-server`, spoken to in RESP by hand: a dropped reply is
 //! of a command the server applied, and the replies after it still reach their commands; a
-//! stall holds both ways and lets everything through in order; a cut closes; `SIGSTOP` stalls
-//! the server itself.
+//! stall holds both ways and lets everything through in order, and one can start right after a
+//! reply; a cut closes; `SIGSTOP` stalls the server itself.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -95,6 +95,34 @@ fn a_stall_holds_both_ways_and_lets_everything_through_in_order() {
     );
     proxy.resume();
     assert_eq!(read_for(&mut c, ANSWER, 15), "+OK\r\n$4\r\nheld\r\n");
+}
+
+#[test]
+fn a_stall_after_a_reply_lets_that_reply_through_and_holds_what_comes_next() {
+    let redis = RedisProc::start(&[]);
+    let proxy = FaultProxy::to(&redis);
+    let mut c = connect(proxy.port);
+    let mut other = connect(proxy.port);
+    proxy.stall_after_reply("set a", 1);
+    c.write_all(&resp(&["SET", "a", "1"])).unwrap();
+    assert_eq!(read_for(&mut c, ANSWER, 5), "+OK\r\n", "the matching reply");
+    c.write_all(&resp(&["SET", "b", "held"])).unwrap();
+    other.write_all(&resp(&["PING"])).unwrap();
+    assert_eq!(read_for(&mut c, QUIET, 1), "", "an answer after the reply");
+    assert_eq!(
+        read_for(&mut other, QUIET, 1),
+        "",
+        "another connection's answer"
+    );
+    assert_eq!(
+        redis.cli(&["exists", "b"]).trim(),
+        "0",
+        "a command after the reply reached the server"
+    );
+    proxy.resume();
+    assert_eq!(read_for(&mut c, ANSWER, 5), "+OK\r\n");
+    assert_eq!(read_for(&mut other, ANSWER, 7), "+PONG\r\n");
+    assert_eq!(redis.cli(&["get", "b"]).trim(), "held");
 }
 
 #[test]
