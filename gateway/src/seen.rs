@@ -80,6 +80,33 @@ impl SeenRecently {
     }
 }
 
+impl SeenRecently {
+    /// Forgets that `due` (what [`SeenRecently::due`] gave) of `tenant` were written: their write
+    /// failed, and the next page presenting them writes them again rather than a window later
+    /// (a definition first presented while Redis stalled would otherwise be missing from the
+    /// tenant's list until it is presented again after [`SEEN_EVERY`]).
+    pub fn forget(&self, tenant: &str, due: &[(String, String)]) {
+        let mut guard = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (written, count) = &mut *guard;
+        let Some(names) = written.get_mut(tenant) else {
+            return;
+        };
+        for (name, digest) in due {
+            let (Some(digests), Some(digest)) =
+                (names.get_mut(name.as_str()), Digest::parse(digest))
+            else {
+                continue;
+            };
+            if digests.remove(&digest).is_some() {
+                *count -= 1;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +146,19 @@ mod tests {
         );
         assert!(seen.due_at("t1", [("cart.add", a)], later).is_empty());
         assert_eq!(seen.0.lock().unwrap().1, 4, "the same definitions");
+    }
+
+    /// A write that failed is forgotten: the definitions are due again at once, the others not.
+    #[test]
+    fn a_definition_whose_write_failed_is_due_again() {
+        let seen = SeenRecently::default();
+        let a = Digest([1; 32]);
+        let failed = seen.due("t1", [("cart.add", a)]);
+        assert_eq!(seen.due("t1", [("cart.pay", a)]).len(), 1);
+        seen.forget("t1", &failed);
+        assert_eq!(seen.due("t1", [("cart.add", a), ("cart.pay", a)]), failed);
+        assert_eq!(seen.0.lock().unwrap().1, 2);
+        seen.forget("t2", &failed);
+        assert_eq!(seen.0.lock().unwrap().1, 2, "another tenant's");
     }
 }

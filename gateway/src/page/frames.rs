@@ -336,7 +336,8 @@ async fn record_seen(pages: &PageState, conv: &ConvKey, m: &toolmark_proto::Mani
             tracing::info!(tenant = %conv.tenant, dropped, "tool definitions seen: the oldest dropped past the bound")
         }
         Err(e) => {
-            tracing::warn!(tenant = %conv.tenant, error = %e, "tool definitions seen not recorded")
+            pages.seen.forget(&conv.tenant, &due);
+            tracing::warn!(tenant = %conv.tenant, error = %e, "tool definitions seen not recorded: written when a page presents them next")
         }
     }
 }
