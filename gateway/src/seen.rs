@@ -78,9 +78,7 @@ impl SeenRecently {
         }
         due
     }
-}
 
-impl SeenRecently {
     /// Forgets that `due` (what [`SeenRecently::due`] gave) of `tenant` were written: their write
     /// failed, and the next page presenting them writes them again rather than a window later
     /// (a definition first presented while Redis stalled would otherwise be missing from the

@@ -2,9 +2,10 @@
 //! `redis-server`: [`FaultProxy`] is a TCP proxy that can stall (every byte held both ways, the
 //! sockets left open, as a stalled host or a partition does), now or right after the reply of
 //! the Nth command matching a pattern, drop the reply of the Nth command matching a pattern
-//! (the command is applied; its answer never comes back), and cut every connection. Commands and replies are read as RESP (RESP3, else RESP2, `redis-protocol`,
-//! the parser the Redis client crate uses), so a reply is dropped whole and the ones after it still
-//! reach their commands. With [`RedisProc::pause`] (`SIGSTOP`) and [`RedisProc::resume`]
+//! (the command is applied; its answer never comes back), and cut every connection. Commands
+//! and replies are read as RESP (RESP3, else RESP2, `redis-protocol`, the parser the Redis
+//! client crate uses), so a reply is dropped whole and the ones after it still reach their
+//! commands. With [`RedisProc::pause`] (`SIGSTOP`) and [`RedisProc::resume`]
 //! (`SIGCONT`) the server itself stalls.
 //!
 //! The proxy serves one standalone server: a Cluster's clients follow its redirections to the
