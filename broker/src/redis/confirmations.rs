@@ -121,24 +121,32 @@ impl RedisBroker {
         }
     }
 
-    /// (Re)schedules the check of a pending confirmation (`tenant\nuser\nconversation\n
-    /// confirmId\nclientId`) at `at_ms`; best effort, the sweep finds it again otherwise.
-    pub(super) async fn watch_confirm(&self, member: &str, at_ms: u64) {
+    /// Schedules the check of a pending confirmation (`tenant\nuser\nconversation\n
+    /// confirmId\nclientId`) at `at_ms`: its first watch when `first` (kept if it is there
+    /// already, so a result submitted again does not move it), else a move of it (the sweep's,
+    /// best effort: a move lost leaves the watch where it was, and the sweep finds it again).
+    pub(super) async fn watch_confirm(
+        &self,
+        member: &str,
+        at_ms: u64,
+        first: bool,
+    ) -> Result<(), BrokerError> {
         // Milliseconds since the epoch are exact in an f64.
         #[allow(clippy::cast_precision_loss)]
         let score = at_ms as f64;
-        let _: Result<i64, _> = self
-            .conn
+        self.conn
             .client
-            .zadd(
+            .zadd::<i64, _, _>(
                 self.conn.keys.pending_confirms(),
-                None,
+                first.then_some(fred::types::SetOptions::NX),
                 None,
                 false,
                 false,
                 (score, member),
             )
-            .await;
+            .await
+            .map(drop)
+            .map_err(|e| unavailable(&e))
     }
 
     /// A confirmId binding from the id and summary of the call that carried it (kept with the
@@ -226,7 +234,7 @@ impl RedisBroker {
                         Some(since) => (since + grace_ms).clamp(now + 250, now + 2_000),
                         None => now + 2_000,
                     };
-                    self.watch_confirm(&member, next).await;
+                    let _ = self.watch_confirm(&member, next, false).await;
                 }
                 Some("expired") => {
                     let _: Result<i64, _> = self

@@ -2,7 +2,7 @@
 //! script (`model::check_result`), on its conversation's partition slot, with an async call's
 //! change in the outbox.
 
-use fred::interfaces::{KeysInterface, SortedSetsInterface};
+use fred::interfaces::KeysInterface;
 use fred::prelude::Expiration;
 use fred::types::SetOptions;
 use toolmark_proto::ToolResult;
@@ -123,31 +123,20 @@ impl RedisBroker {
         from: &PageIdentity,
         confirm_id: &str,
     ) -> Result<(), BrokerError> {
-        let retained = millis(self.conn.opts.retention.confirmations);
         let member = codec::confirm_member(&from.conv, confirm_id, &from.client_id);
-        // Milliseconds since the epoch are exact in an f64.
-        #[allow(clippy::cast_precision_loss)]
-        let score = now_ms() as f64;
-        let client = &self.conn.client;
         let (indexed, watched) = tokio::join!(
-            client.set::<Option<String>, _, _>(
+            self.conn.client.set::<Option<String>, _, _>(
                 self.conn.keys.confirm_index(confirm_id),
                 "1",
-                Some(Expiration::PX(retained)),
+                Some(Expiration::PX(millis(
+                    self.conn.opts.retention.confirmations
+                ))),
                 Some(SetOptions::NX),
                 false,
             ),
-            client.zadd::<i64, _, _>(
-                self.conn.keys.pending_confirms(),
-                Some(SetOptions::NX),
-                None,
-                false,
-                false,
-                (score, member.as_str()),
-            ),
+            self.watch_confirm(&member, now_ms(), true),
         );
         indexed.map_err(|e| unavailable(&e))?;
-        watched.map_err(|e| unavailable(&e))?;
-        Ok(())
+        watched
     }
 }

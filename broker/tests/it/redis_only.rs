@@ -80,6 +80,16 @@ async fn ready_quiet_node(
     (b, sink)
 }
 
+/// The key of the one conversation's hash under `prefix` on `redis`.
+fn conv_hash(redis: &RedisProc, prefix: &str) -> String {
+    redis
+        .cli(&["--scan", "--pattern", &format!("{prefix}:*:conv")])
+        .lines()
+        .next()
+        .expect("the conversation's hash")
+        .to_owned()
+}
+
 /// A UUID's 16 bytes in URL-safe base64: the compact form Redis keeps ids and clientIds in.
 fn compact(u: &str) -> String {
     use base64::Engine as _;
@@ -1233,12 +1243,7 @@ async fn a_manifest_an_older_node_wrote_is_what_a_call_is_checked_against() {
     })
     .await;
     assert_eq!(placed.binding.tool, "todo.list");
-    let conv_key = redis
-        .cli(&["--scan", "--pattern", "cm:*:conv"])
-        .lines()
-        .next()
-        .expect("the conversation's hash")
-        .to_owned();
+    let conv_key = conv_hash(&redis, "cm");
     let noted = redis.cli(&["hget", &conv_key, "cm"]);
     assert_eq!(
         noted.trim_end(),
@@ -1345,12 +1350,7 @@ async fn a_page_leaving_believes_the_summary_only_while_it_holds_the_leaving_soc
     assert!(!left.page_gone, "the page keeps its socket on node 2");
     connected_page(&n1, &c, "p1").await;
     // The summary loses its lines: the leaving is judged on the sockets hash.
-    let conv_key = redis
-        .cli(&["--scan", "--pattern", "lv:*:conv"])
-        .lines()
-        .next()
-        .expect("the conversation's hash")
-        .to_owned();
+    let conv_key = conv_hash(&redis, "lv");
     redis.cli(&["hdel", &conv_key, "@"]);
     let left = n1
         .release_page(&c, Some("p1"), &crate::support::release())
