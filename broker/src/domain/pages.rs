@@ -56,9 +56,12 @@ pub trait Pages: Send + Sync + std::fmt::Debug {
     async fn mark_drained(&self, conv: &ConvKey) -> Result<(), BrokerError>;
 
     /// Marks each of `names` announced in `conv` for the conversation's whole life (kept with
-    /// it, refreshed and gone with it), answering per name whether it was new (`mark`); with
-    /// `mark` false, unmarks them (an announcement that could not be emitted), answering whether
-    /// each was marked. A conversation keeps at most [`crate::model::ANNOUNCED_PER_CONVERSATION`]
+    /// it, refreshed and gone with it) by the announcement `by` (a name of it, unique among
+    /// every node's: its frame's), answering per name whether it is `by`'s to announce: not
+    /// marked before, or marked by `by` itself (asked again after an attempt whose reply was
+    /// lost, it is answered as the first time). With `mark` false, takes back `by`'s marks (an
+    /// announcement that could not be emitted), answering whether each was `by`'s; another's
+    /// mark stays. A conversation keeps at most [`crate::model::ANNOUNCED_PER_CONVERSATION`]
     /// names: past them, and for a conversation the broker no longer holds, a name is answered
     /// new without being kept.
     async fn announce_once(
@@ -66,6 +69,7 @@ pub trait Pages: Send + Sync + std::fmt::Debug {
         conv: &ConvKey,
         names: &[String],
         mark: bool,
+        by: &str,
     ) -> Result<Vec<bool>, BrokerError>;
 }
 

@@ -185,6 +185,7 @@ impl Pages for MemoryBroker {
         conv: &ConvKey,
         names: &[String],
         mark: bool,
+        by: &str,
     ) -> Result<Vec<bool>, BrokerError> {
         let mut st = lock(&self.pages);
         let Some(c) = st.convs.get_mut(conv) else {
@@ -194,15 +195,16 @@ impl Pages for MemoryBroker {
         Ok(names
             .iter()
             .map(|name| {
-                let at = kept.iter().position(|k| k == name);
+                let at = kept.iter().position(|(k, _)| k == name);
+                let ours = at.is_some_and(|i| kept[i].1 == by);
                 if !mark {
-                    return at.map(|i| kept.swap_remove(i)).is_some();
+                    return ours && at.map(|i| kept.swap_remove(i)).is_some();
                 }
                 if at.is_some() {
-                    return false;
+                    return ours;
                 }
                 if kept.len() < crate::model::ANNOUNCED_PER_CONVERSATION {
-                    kept.push(name.clone());
+                    kept.push((name.clone(), by.to_owned()));
                 }
                 true
             })
@@ -231,11 +233,11 @@ pub(super) struct Conv {
     /// page's, goes `retention.gone_manifests` later, at most [`model::GONE_MANIFESTS_KEPT`] at
     /// once ([`bound_gone`]), as on Redis.
     pub(super) left: HashMap<String, Instant>,
-    /// Names announced once for the conversation's life ([`crate::Pages::announce_once`]):
-    /// boxed, one word in the table of conversations (for the many that announce nothing)
-    /// where a vector takes three.
+    /// Names announced once for the conversation's life, each with the announcement that
+    /// marked it ([`crate::Pages::announce_once`]): boxed, one word in the table of
+    /// conversations (for the many that announce nothing) where a vector takes three.
     #[allow(clippy::box_collection)]
-    pub(super) announced: Option<Box<Vec<String>>>,
+    pub(super) announced: Option<Box<Vec<(String, String)>>>,
 }
 
 /// The gone page loads of `c` other than its current page keep their manifests for `grace`

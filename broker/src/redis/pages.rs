@@ -217,6 +217,7 @@ impl Pages for RedisBroker {
         conv: &ConvKey,
         names: &[String],
         mark: bool,
+        by: &str,
     ) -> Result<Vec<bool>, BrokerError> {
         if names.is_empty() {
             return Ok(Vec::new());
@@ -226,6 +227,7 @@ impl Pages for RedisBroker {
                 conv: self.conn.keys.conv(conv),
                 mark,
                 max: model::ANNOUNCED_PER_CONVERSATION,
+                by: by.to_owned(),
                 names: names.to_vec(),
             })
             .await?;

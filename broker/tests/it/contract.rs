@@ -487,44 +487,74 @@ async fn a_conversation_announces_a_name_once_for_its_whole_life(backend: Backen
     let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
     // A conversation the broker does not hold keeps nothing: every name is new, and stays so.
     assert_eq!(
-        b.announce_once(&c, &names(&["a"]), true).await.unwrap(),
+        b.announce_once(&c, &names(&["a"]), true, "f1")
+            .await
+            .unwrap(),
         [true]
     );
     assert_eq!(
-        b.announce_once(&c, &names(&["a"]), true).await.unwrap(),
+        b.announce_once(&c, &names(&["a"]), true, "f1")
+            .await
+            .unwrap(),
         [true]
     );
     connected_page(&b, &c, "p1").await;
     assert_eq!(
-        b.announce_once(&c, &names(&["a", "b"]), true)
+        b.announce_once(&c, &names(&["a", "b"]), true, "f1")
             .await
             .unwrap(),
         [true, true]
     );
     assert_eq!(
-        b.announce_once(&c, &names(&["a", "c"]), true)
+        b.announce_once(&c, &names(&["a", "c"]), true, "f2")
             .await
             .unwrap(),
         [false, true]
     );
-    // An announcement that could not be emitted is taken back, and is new again.
+    // The announcement that marked a name, asking again (its reply was lost), is answered as
+    // the first time; another is not, and cannot take the mark back.
     assert_eq!(
-        b.announce_once(&c, &names(&["c"]), false).await.unwrap(),
-        [true]
+        b.announce_once(&c, &names(&["a", "c"]), true, "f2")
+            .await
+            .unwrap(),
+        [false, true]
     );
     assert_eq!(
-        b.announce_once(&c, &names(&["c"]), false).await.unwrap(),
+        b.announce_once(&c, &names(&["c"]), true, "f1")
+            .await
+            .unwrap(),
         [false]
     );
     assert_eq!(
-        b.announce_once(&c, &names(&["c"]), true).await.unwrap(),
+        b.announce_once(&c, &names(&["c"]), false, "f1")
+            .await
+            .unwrap(),
+        [false]
+    );
+    // An announcement that could not be emitted is taken back, and is new again.
+    assert_eq!(
+        b.announce_once(&c, &names(&["c"]), false, "f2")
+            .await
+            .unwrap(),
+        [true]
+    );
+    assert_eq!(
+        b.announce_once(&c, &names(&["c"]), false, "f2")
+            .await
+            .unwrap(),
+        [false]
+    );
+    assert_eq!(
+        b.announce_once(&c, &names(&["c"]), true, "f1")
+            .await
+            .unwrap(),
         [true]
     );
     // Quiet for three times the conversation's TTL, its page held: the marks live with it.
     tokio::time::sleep(retention.conversations * 3).await;
     let _ = b.sweep_deadlines().await;
     assert_eq!(
-        b.announce_once(&c, &names(&["a", "b", "c"]), true)
+        b.announce_once(&c, &names(&["a", "b", "c"]), true, "f3")
             .await
             .unwrap(),
         [false, false, false]
@@ -533,12 +563,12 @@ async fn a_conversation_announces_a_name_once_for_its_whole_life(backend: Backen
     let many: Vec<String> = (0..model::ANNOUNCED_PER_CONVERSATION)
         .map(|i| format!("n{i}"))
         .collect();
-    let first = b.announce_once(&c, &many, true).await.unwrap();
+    let first = b.announce_once(&c, &many, true, "f2").await.unwrap();
     assert_eq!(
         first.iter().filter(|n| **n).count(),
         model::ANNOUNCED_PER_CONVERSATION,
     );
-    let again = b.announce_once(&c, &many, true).await.unwrap();
+    let again = b.announce_once(&c, &many, true, "f3").await.unwrap();
     let kept = again.iter().filter(|n| !**n).count();
     assert_eq!(
         kept,
@@ -546,7 +576,9 @@ async fn a_conversation_announces_a_name_once_for_its_whole_life(backend: Backen
         "the bound counts a, b, c"
     );
     assert_eq!(
-        b.announce_once(&c, &names(&["a"]), true).await.unwrap(),
+        b.announce_once(&c, &names(&["a"]), true, "f4")
+            .await
+            .unwrap(),
         [false]
     );
     // The conversation ends (its page gone, a TTL later): its marks go with it.
@@ -565,7 +597,7 @@ async fn a_conversation_announces_a_name_once_for_its_whole_life(backend: Backen
     .await;
     connected_page(&b, &c, "p2").await;
     assert_eq!(
-        b.announce_once(&c, &names(&["a", "b"]), true)
+        b.announce_once(&c, &names(&["a", "b"]), true, "f1")
             .await
             .unwrap(),
         [true, true],

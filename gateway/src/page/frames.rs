@@ -108,14 +108,27 @@ async fn on_manifest(
     m: &toolmark_proto::Manifest,
     frame: &mut crate::hold::Frame<'_>,
 ) -> Result<(), Refused> {
-    // What the conversation presented before, when the tenant's pins are watched.
+    // What the conversation presented before, when the tenant's pins are watched: read under
+    // the frame's hold, as it is stored (a read Redis does not answer would lose the
+    // `tool.changed` it tells of).
     let watched = pages
         .tenants
         .get(&conv.tenant)
         .filter(|t| t.pins.mode != PinMode::Off);
     let before = match &watched {
-        Some(_) => pages.broker.conversation(conv).await.ok().map(|s| s.tools),
-        None => None,
+        Some(_) => {
+            let read = frame
+                .until_known(&pages.metrics, conv, "manifest", |_| {
+                    pages.broker.conversation(conv)
+                })
+                .await;
+            match read {
+                Some(Ok(s)) => s.tools,
+                Some(Err(e)) => return Err(e.into()),
+                None => return Err(unanswered()),
+            }
+        }
+        None => Vec::new(),
     };
     // Stored again, a manifest is stored once: the page's latest, in the order its
     // socket sent them, announced once under the frame's name.
@@ -129,7 +142,7 @@ async fn on_manifest(
         Some(Ok(())) => {
             record_seen(pages, conv, m).await;
             if let Some(tenant) = watched {
-                announce_pins(pages, &tenant, conv, m, before.unwrap_or_default()).await;
+                announce_pins(pages, &tenant, conv, m, &before, frame).await;
             }
             Ok(())
         }
@@ -237,28 +250,20 @@ fn rejection_of<T>(submitted: &Option<Result<T, SubmitError>>) -> Option<&'stati
 /// digest for the conversation's whole life: the broker keeps the mark with the conversation,
 /// [`toolmark_broker::Pages::announce_once`]), and each tool the conversation had under another
 /// definition (`tool.changed` `{tool, before, after}`). Digests are made once per manifest
-/// entry. An event the broker does not take is logged (and its mark taken back, so that the
-/// next manifest announces it).
+/// entry. Each write is made under the frame's hold, as the manifest's own: a write Redis does
+/// not answer is made again (the marks under the frame's name, the events under names of the
+/// change, so that an attempt applied without its reply is neither lost nor announced twice).
+/// Past the hold, what is left is dropped (counted and logged by the hold) and a mark made for
+/// an event not emitted taken back, so that the next manifest announces it; the manifest stays
+/// stored.
 async fn announce_pins(
     pages: &PageState,
     tenant: &crate::tenants::Tenant,
     conv: &ConvKey,
     m: &toolmark_proto::Manifest,
-    before: Vec<toolmark_proto::ToolManifestSummary>,
+    before: &[toolmark_proto::ToolManifestSummary],
+    frame: &mut crate::hold::Frame<'_>,
 ) {
-    let emit = |kind: EventType, once: String, data: serde_json::Value| async move {
-        match pages
-            .broker
-            .emit_once(&conv.tenant, kind, conv, data, &once)
-            .await
-        {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::warn!(tenant = %conv.tenant, kind = kind.as_str(), error = %e, "pin event not emitted");
-                false
-            }
-        }
-    };
     let mut unpinned = Vec::new();
     for t in &m.tools {
         let digest = t.digest();
@@ -272,12 +277,10 @@ async fn announce_pins(
                 t.name,
                 old.digest()
             );
-            emit(
-                EventType::ToolChanged,
-                once,
-                serde_json::json!({"tool": t.name, "before": old.digest(), "after": digest}),
-            )
-            .await;
+            let data = serde_json::json!({"tool": t.name, "before": old.digest(), "after": digest});
+            if !emit_held(pages, conv, frame, EventType::ToolChanged, &once, data).await {
+                return;
+            }
         }
         if tenant.pins.mode == PinMode::Report && !tenant.pins.holds(&t.name, digest) {
             unpinned.push(t);
@@ -290,16 +293,25 @@ async fn announce_pins(
         .iter()
         .map(|t| format!("unpinned\u{1f}{}\u{1f}{}", t.name, t.digest()))
         .collect();
-    let new = match pages.broker.announce_once(conv, &names, true).await {
-        Ok(new) => new,
-        Err(e) => {
+    let by = frame.name("pins");
+    let marked = frame
+        .until_known(&pages.metrics, conv, "manifest", |_| {
+            pages.broker.announce_once(conv, &names, true, &by)
+        })
+        .await;
+    let new = match marked {
+        Some(Ok(new)) => new,
+        Some(Err(e)) => {
             return tracing::warn!(tenant = %conv.tenant, error = %e, "tool.unpinned not emitted");
         }
+        None => return,
     };
-    for ((t, name), new) in unpinned.iter().zip(&names).zip(new) {
-        if !new {
-            continue;
-        }
+    let mut announcing = unpinned
+        .iter()
+        .zip(&names)
+        .zip(new)
+        .filter_map(|(t, new)| new.then_some(t));
+    while let Some((t, name)) = announcing.next() {
         // Also under the broker's once-window: a node of 0.4.0 announces by that alone, and a
         // conversation past its bound of marks is announced within it.
         let once = format!(
@@ -311,12 +323,43 @@ async fn announce_pins(
         );
         let data =
             serde_json::json!({"tool": t.name, "digest": t.digest(), "clientId": m.client_id});
-        if !emit(EventType::ToolUnpinned, once, data).await {
-            let _ = pages
-                .broker
-                .announce_once(conv, std::slice::from_ref(name), false)
-                .await;
+        if !emit_held(pages, conv, frame, EventType::ToolUnpinned, &once, data).await {
+            // Not emitted: its mark and those of the ones after it are taken back.
+            let left: Vec<String> = std::iter::once(name)
+                .chain(announcing.map(|(_, name)| name))
+                .cloned()
+                .collect();
+            let _ = pages.broker.announce_once(conv, &left, false, &by).await;
+            return;
         }
+    }
+}
+
+/// Emits `data` as a `kind` event of `conv`, once under `once`, under the frame's hold.
+/// Whether it was recorded (now or by an attempt before whose reply was lost); an error or the
+/// hold's end is logged.
+async fn emit_held(
+    pages: &PageState,
+    conv: &ConvKey,
+    frame: &mut crate::hold::Frame<'_>,
+    kind: EventType,
+    once: &str,
+    data: serde_json::Value,
+) -> bool {
+    let emitted = frame
+        .until_known(&pages.metrics, conv, "manifest", |_| {
+            pages
+                .broker
+                .emit_once(&conv.tenant, kind, conv, data.clone(), once)
+        })
+        .await;
+    match emitted {
+        Some(Ok(_)) => true,
+        Some(Err(e)) => {
+            tracing::warn!(tenant = %conv.tenant, kind = kind.as_str(), error = %e, "pin event not emitted");
+            false
+        }
+        None => false,
     }
 }
 

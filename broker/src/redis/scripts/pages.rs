@@ -312,6 +312,8 @@ pub struct Announced {
     pub mark: bool,
     /// How many names a conversation keeps.
     pub max: usize,
+    /// The announcement marking them (its frame's name).
+    pub by: String,
     /// The names.
     pub names: Vec<String>,
 }
@@ -326,6 +328,7 @@ impl ScriptArgs for Announced {
             .key("conv", self.conv)
             .arg("mark", if self.mark { "1" } else { "0" })
             .arg("max", self.max)
+            .arg("by", self.by)
             .args("names", self.names)
     }
 }
