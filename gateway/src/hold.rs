@@ -11,7 +11,9 @@
 //! a frame held keeps the page's later frames behind it (in order, in the socket's buffers). The
 //! node bounds what it holds in count and bytes (`broker.stall_hold_frames`,
 //! `broker.stall_hold_bytes`); past a bound or the hold time a frame is dropped, counted
-//! (`toolmark_frames_dropped_total{reason}`) and logged at ERROR naming its conversation.
+//! (`toolmark_frames_dropped_total{reason}`) and logged at ERROR naming its conversation. A
+//! manifest's pin events, written after it is stored, are held with it, and dropped past the
+//! hold the same way as the frame `pins` (the manifest stays stored).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

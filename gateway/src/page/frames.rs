@@ -253,9 +253,11 @@ fn rejection_of<T>(submitted: &Option<Result<T, SubmitError>>) -> Option<&'stati
 /// entry. Each write is made under the frame's hold, as the manifest's own: a write Redis does
 /// not answer is made again (the marks under the frame's name, the events under names of the
 /// change, so that an attempt applied without its reply is neither lost nor announced twice).
-/// Past the hold, what is left is dropped (counted and logged by the hold) and a mark made for
-/// an event not emitted taken back, so that the next manifest announces it; the manifest stays
-/// stored.
+/// Past the hold (Redis away longer than `broker.stall_hold_secs`) what is left to announce is
+/// dropped, counted and logged at ERROR by the hold as the frame `pins` (the manifest stays
+/// stored): a `tool.changed` left is lost, and the marks of the `tool.unpinned` left are taken
+/// back in one more attempt, so that a later manifest announces them (where that attempt fails
+/// too, they stay unannounced in the conversation, logged).
 async fn announce_pins(
     pages: &PageState,
     tenant: &crate::tenants::Tenant,
@@ -295,7 +297,7 @@ async fn announce_pins(
         .collect();
     let by = frame.name("pins");
     let marked = frame
-        .until_known(&pages.metrics, conv, "manifest", |_| {
+        .until_known(&pages.metrics, conv, "pins", |_| {
             pages.broker.announce_once(conv, &names, true, &by)
         })
         .await;
@@ -304,7 +306,8 @@ async fn announce_pins(
         Some(Err(e)) => {
             return tracing::warn!(tenant = %conv.tenant, error = %e, "tool.unpinned not emitted");
         }
-        None => return,
+        // The last attempt may have marked them.
+        None => return take_back(pages, conv, &names, &by).await,
     };
     let mut announcing = unpinned
         .iter()
@@ -329,9 +332,16 @@ async fn announce_pins(
                 .chain(announcing.map(|(_, name)| name))
                 .cloned()
                 .collect();
-            let _ = pages.broker.announce_once(conv, &left, false, &by).await;
-            return;
+            return take_back(pages, conv, &left, &by).await;
         }
+    }
+}
+
+/// Takes back the marks `by` made of `names` (their events were not emitted): one attempt,
+/// the frame's hold being over; a failure is logged.
+async fn take_back(pages: &PageState, conv: &ConvKey, names: &[String], by: &str) {
+    if let Err(e) = pages.broker.announce_once(conv, names, false, by).await {
+        tracing::error!(tenant = %conv.tenant, user = %conv.user, conversation = %conv.conversation, definitions = names.len(), error = %e, "tool.unpinned marks not taken back: those definitions stay unannounced in this conversation");
     }
 }
 
@@ -347,7 +357,7 @@ async fn emit_held(
     data: serde_json::Value,
 ) -> bool {
     let emitted = frame
-        .until_known(&pages.metrics, conv, "manifest", |_| {
+        .until_known(&pages.metrics, conv, "pins", |_| {
             pages
                 .broker
                 .emit_once(&conv.tenant, kind, conv, data.clone(), once)

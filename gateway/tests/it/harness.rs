@@ -350,6 +350,23 @@ impl Gateway {
         wait_metric_at(&self.http, self.addr, series, value).await
     }
 
+    /// Waits until `series` reads `value` exactly: a gauge falling back to it, where
+    /// [`Gateway::wait_metric`] waits for a count to reach it.
+    pub async fn wait_metric_exactly(&self, series: &str, value: f64) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let got = self.metric(series).await;
+            if (got - value).abs() < f64::EPSILON {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{series} stayed at {got}, expected {value}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Connects a page of `tenant` with an HS256 token of the standard secrets.
     pub async fn page(&self, tenant: &str, user: &str, conversation: &str) -> Page {
         page_at(self.addr, tenant, user, conversation).await
