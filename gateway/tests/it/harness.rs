@@ -353,18 +353,10 @@ impl Gateway {
     /// Waits until `series` reads `value` exactly: a gauge falling back to it, where
     /// [`Gateway::wait_metric`] waits for a count to reach it.
     pub async fn wait_metric_exactly(&self, series: &str, value: f64) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let got = self.metric(series).await;
-            if (got - value).abs() < f64::EPSILON {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{series} stayed at {got}, expected {value}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_metric_when(&self.http, self.addr, series, value, |got| {
+            (got - value).abs() < f64::EPSILON
+        })
+        .await
     }
 
     /// Connects a page of `tenant` with an HS256 token of the standard secrets.
@@ -426,10 +418,22 @@ pub async fn metric_at(http: &reqwest::Client, addr: SocketAddr, series: &str) -
 
 /// Waits until `series` of the node at `addr` reaches at least `value`.
 pub async fn wait_metric_at(http: &reqwest::Client, addr: SocketAddr, series: &str, value: f64) {
+    wait_metric_when(http, addr, series, value, |got| got >= value).await
+}
+
+/// Waits until `series` of the node at `addr` reads a value `done` takes (`value` names it
+/// in the failure).
+async fn wait_metric_when(
+    http: &reqwest::Client,
+    addr: SocketAddr,
+    series: &str,
+    value: f64,
+    done: impl Fn(f64) -> bool,
+) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let got = metric_at(http, addr, series).await;
-        if got >= value {
+        if done(got) {
             return;
         }
         assert!(
@@ -609,6 +613,14 @@ pub struct Page {
     pub client_id: String,
     /// Request ids already received: like a real page, a repeat is ignored (rule 2).
     pub seen: std::collections::HashSet<String>,
+}
+
+/// The pin digest of a manifest entry, as the gateway makes it.
+pub fn digest(entry: &Value) -> String {
+    toolmark_proto::ToolManifestSummary::from_value(entry.clone())
+        .unwrap()
+        .digest()
+        .to_string()
 }
 
 pub fn tool(name: &str, hints: Value) -> Value {

@@ -12,7 +12,7 @@ use toolmark_testkit::fault::FaultProxy;
 use toolmark_testkit::redis::RedisProc;
 
 use crate::agent::{Events, confirmed, count, log_until_manifest, needs_confirmation};
-use crate::harness::{Gateway, Page, config_with, fresh_prefix, redis_broker};
+use crate::harness::{Gateway, Page, config_with, digest, fresh_prefix, redis_broker};
 use crate::nodes::tools;
 
 /// How long Redis stalls: three times the node's command timeout, so the frame's first
@@ -52,13 +52,6 @@ fn report_pins() -> String {
         "[tenants.tools]\nmode = \"report\"\ntools = [{}]\n",
         pinned.join(", ")
     )
-}
-
-fn digest(entry: &serde_json::Value) -> String {
-    toolmark_proto::ToolManifestSummary::from_value(entry.clone())
-        .unwrap()
-        .digest()
-        .to_string()
 }
 
 /// [`tools`] with `todo.add`'s description rewritten: a definition `acme` did not pin.
