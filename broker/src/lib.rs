@@ -50,7 +50,7 @@ pub use event::{
     is_event_id, next_event_page,
 };
 pub use model::{CONFIRM_ABANDON_GRACE, RECONNECT_GRACE, Retention};
-pub use placement::{CallRequest, CallTarget, CallerRate, Placed, ToolGate, facts_of};
+pub use placement::{CallRequest, CallTarget, CallView, CallerRate, Placed, ToolGate, facts_of};
 pub use traffic::{NodeTraffic, SharedTraffic, TrafficEntry};
 pub use types::{
     AdmitLimits, CallBinding, CallKind, CallRecord, CallState, CallerRef, ConfirmBinding, ConvKey,
@@ -101,7 +101,7 @@ pub trait Broker:
     async fn ready(&self) -> Result<(), BrokerError>;
 
     /// An agent's call: takes one call of the tenant's rate ([`Limits::take_call`]), reads the
-    /// conversation ([`Pages::conversation`]), and when a page takes calls
+    /// conversation ([`Broker::call_target`]), and when a page takes calls
     /// ([`CallTarget::of`]) binds and sends it ([`Calls::send_call`]). These steps, in this
     /// order, are the rule; an implementation may run them in fewer round trips.
     /// A caller's tool policy ([`CallRequest::gate`]) is asked first, against the page's
@@ -111,9 +111,7 @@ pub trait Broker:
     /// ([`CallRequest::resolve`]).
     async fn place_call(&self, mut req: CallRequest) -> Result<Placed, PlaceError> {
         if req.gate.is_some() || req.llm_name.is_some() {
-            let state = self.conversation(&req.conv).await?;
-            req.resolve(state.client_id.as_ref().map(|_| state.llm_names()))?;
-            req.permitted(CallTarget::current(&state).as_ref())?;
+            self.call_target(&mut req).await?;
         }
         if let Some(r) = &req.caller_rate {
             self.take_caller_call(&req.conv.tenant, &r.bucket, r.per_second)
@@ -121,17 +119,23 @@ pub trait Broker:
         }
         self.take_call(&req.conv.tenant, req.calls_per_second)
             .await?;
-        let state = self.conversation(&req.conv).await?;
-        req.resolve(state.client_id.as_ref().map(|_| state.llm_names()))?;
-        if req.gate.is_some() {
-            req.permitted(CallTarget::current(&state).as_ref())?;
-        }
-        let target = CallTarget::of(&state).ok_or(PlaceError::NoPage)?;
+        let target = self
+            .call_target(&mut req)
+            .await?
+            .ok_or(PlaceError::NoPage)?;
         let (binding, frame) = req.bind_to(&target, self.node_id());
         let waiter = self
             .send_traced_call(binding.clone(), frame, req.trace.as_deref())
             .await?;
         Ok(Placed { binding, waiter })
+    }
+
+    /// One read of [`Broker::place_call`]: the request checked against its conversation as it
+    /// is now ([`CallRequest::target_in`]), and the page it goes to when one takes calls. By
+    /// default from [`Pages::conversation`]; the memory broker reads it in place.
+    async fn call_target(&self, req: &mut CallRequest) -> Result<Option<CallTarget>, PlaceError> {
+        let state = self.conversation(&req.conv).await?;
+        req.target_in(state.call_view())
     }
 
     /// The orderly end of this node: its background tasks stop (the node leaves the live set)

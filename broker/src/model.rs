@@ -123,50 +123,69 @@ pub fn check_confirm_again(
     check_confirm(found, from_client)
 }
 
-/// The open sockets of one conversation on live nodes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Presence {
-    /// Sockets whose first frame named their clientId, per clientId.
-    pub identified: BTreeMap<String, u32>,
+/// The open sockets of one conversation on live nodes, as a broker keeps them: the rules of
+/// routing ([`current_page`]) and of confirmation expiry ([`sweep_confirm`]) read them through
+/// this, so a broker asks them of its own records without copying them ([`Presence`] is the
+/// plain form).
+pub trait Present {
+    /// Sockets whose first frame named their clientId, with their count, per clientId.
+    fn identified(&self) -> impl Iterator<Item = (&str, u32)>;
+
     /// Sockets that have not spoken yet (a reconnected page is silent until it has something to
     /// say) and Laravel Echo subscriptions (which never name a clientId).
-    pub unidentified: u32,
-}
+    fn unidentified(&self) -> u32;
 
-impl Presence {
     /// Every open socket.
-    pub fn sockets(&self) -> u32 {
-        self.identified.values().sum::<u32>() + self.unidentified
+    fn sockets(&self) -> u32 {
+        self.identified().map(|(_, n)| n).sum::<u32>() + self.unidentified()
     }
 
     /// Whether page load `client_id` may be behind one of the open sockets: one of them named
     /// it, or one has not named anything yet. The same rule serves routing and confirmation
     /// expiry.
-    pub fn possibly(&self, client_id: &str) -> bool {
-        self.unidentified > 0 || self.identified.get(client_id).is_some_and(|n| *n > 0)
+    fn possibly(&self, client_id: &str) -> bool {
+        self.unidentified() > 0 || self.identified().any(|(id, n)| id == client_id && n > 0)
+    }
+}
+
+/// The open sockets of one conversation on live nodes, as plain data.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Presence {
+    /// Sockets whose first frame named their clientId, per clientId.
+    pub identified: BTreeMap<String, u32>,
+    /// Sockets that have not spoken yet and Laravel Echo subscriptions.
+    pub unidentified: u32,
+}
+
+impl Present for Presence {
+    fn identified(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.identified.iter().map(|(id, n)| (id.as_str(), *n))
+    }
+
+    fn unidentified(&self) -> u32 {
+        self.unidentified
     }
 }
 
 /// D23: the page new calls go to. It is the page that sent the latest manifest (`current`)
-/// while it may still be connected ([`Presence::possibly`]); when it is certainly gone, the
+/// while it may still be connected ([`Present::possibly`]); when it is certainly gone, the
 /// connected page whose manifest arrived last (`manifest_seq` gives that order); when none has
 /// one, still `current` (the agent learns from `pages` that nobody is there).
-pub fn current_page(
-    current: Option<&str>,
-    presence: &Presence,
+pub fn current_page<'a>(
+    current: Option<&'a str>,
+    presence: &'a impl Present,
     manifest_seq: impl Fn(&str) -> Option<u64>,
-) -> Option<String> {
+) -> Option<&'a str> {
     let current = current?;
     if presence.possibly(current) {
-        return Some(current.to_owned());
+        return Some(current);
     }
     presence
-        .identified
-        .iter()
-        .filter(|(_, n)| **n > 0)
+        .identified()
+        .filter(|(_, n)| *n > 0)
         .filter_map(|(id, _)| manifest_seq(id).map(|seq| (seq, id)))
         .max()
-        .map_or_else(|| Some(current.to_owned()), |(_, id)| Some(id.clone()))
+        .map_or(Some(current), |(_, id)| Some(id))
 }
 
 /// Whether an agent call to a conversation is accepted, given what [`current_page`] chose,
@@ -193,7 +212,7 @@ pub enum ConfirmSweep {
 }
 
 /// Seed D23: only a page that is gone has its confirmIds treated as expired. A page counts as
-/// gone when no socket of its conversation may be it ([`Presence::possibly`]) for `grace`
+/// gone when no socket of its conversation may be it ([`Present::possibly`]) for `grace`
 /// without a break; any sign of it resets the clock.
 pub fn sweep_confirm(
     present: bool,
@@ -457,16 +476,16 @@ mod tests {
         };
         // b sent the latest manifest and is connected.
         let p = presence(&[("a", 1), ("b", 1)], 0);
-        assert_eq!(current_page(Some("b"), &p, seq).as_deref(), Some("b"));
+        assert_eq!(current_page(Some("b"), &p, seq), Some("b"));
         // b left: a, the latest connected page with a manifest.
         let p = presence(&[("a", 1)], 0);
-        assert_eq!(current_page(Some("b"), &p, seq).as_deref(), Some("a"));
+        assert_eq!(current_page(Some("b"), &p, seq), Some("a"));
         // A silent socket may be b coming back: b stays.
         let p = presence(&[("a", 1)], 1);
-        assert_eq!(current_page(Some("b"), &p, seq).as_deref(), Some("b"));
+        assert_eq!(current_page(Some("b"), &p, seq), Some("b"));
         // Nobody with a manifest: still b (the agent sees no pages).
         let p = presence(&[("z", 1)], 0);
-        assert_eq!(current_page(Some("b"), &p, seq).as_deref(), Some("b"));
+        assert_eq!(current_page(Some("b"), &p, seq), Some("b"));
         assert_eq!(current_page(None, &p, seq), None);
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use toolmark_policy::ToolFacts;
 use toolmark_proto::pin::Digest;
-use toolmark_proto::{AgentMessage, Call, CallRef, Describe, Hints};
+use toolmark_proto::{AgentMessage, Call, CallRef, Describe, Hints, ToolManifestSummary};
 
 use crate::{CallBinding, CallKind, CallerRef, ConvKey, ConversationState, Outcome};
 
@@ -92,6 +92,59 @@ impl CallRequest {
             Some(g) => g.check(&self.tool, target),
         }
     }
+
+    /// The request read against its conversation, `view`: resolved ([`CallRequest::resolve`])
+    /// and asked of its gate ([`CallRequest::permitted`]) against the current page's manifest,
+    /// then the page it goes to when one takes calls now ([`CallTarget::of`]).
+    pub fn target_in(
+        &mut self,
+        view: CallView<'_>,
+    ) -> Result<Option<CallTarget>, crate::PlaceError> {
+        self.resolve(view.client_id.map(|_| view.llm_names()))?;
+        if self.gate.is_some() {
+            self.permitted(CallTarget::current(view).as_ref())?;
+        }
+        Ok(CallTarget::of(view))
+    }
+}
+
+/// What placing a call reads of its conversation: a [`ConversationState`] without its pages,
+/// borrowed from wherever the broker holds it (the memory broker reads it in place, under its
+/// lock, rather than copying the manifest per call).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallView<'a> {
+    /// The current page, when it has a manifest.
+    pub client_id: Option<&'a str>,
+    /// Its manifest revision.
+    pub rev: Option<u64>,
+    /// Its manifest's tools.
+    pub tools: &'a [ToolManifestSummary],
+    /// Open sockets of the conversation.
+    pub sockets: u32,
+    /// How long ago a draining node closed the conversation's last sockets, while none is open.
+    pub reconnecting_for_ms: Option<u64>,
+}
+
+impl CallView<'_> {
+    /// The `(llmName, name)` of each tool of the current page's manifest.
+    pub fn llm_names(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.tools
+            .iter()
+            .map(|t| (t.llm_name.as_str(), t.name.as_str()))
+    }
+}
+
+impl ConversationState {
+    /// What placing a call reads of this conversation.
+    pub fn call_view(&self) -> CallView<'_> {
+        CallView {
+            client_id: self.client_id.as_deref(),
+            rev: self.rev,
+            tools: &self.tools,
+            sockets: self.sockets,
+            reconnecting_for_ms: self.reconnecting_for_ms,
+        }
+    }
 }
 
 /// What a placed call is bound to, and where its outcome arrives.
@@ -122,26 +175,29 @@ pub struct CallTarget {
 impl CallTarget {
     /// The target of a conversation read, when [`crate::model::accepts_calls`] says it takes
     /// calls: what binding the call needs (no pin digests: a gate asks [`CallTarget::current`]).
-    pub fn of(state: &ConversationState) -> Option<Self> {
+    pub fn of(state: CallView<'_>) -> Option<Self> {
         let accepted = crate::model::accepts_calls(
-            state.client_id.as_deref(),
+            state.client_id,
             state.sockets,
             state
                 .reconnecting_for_ms
                 .map(std::time::Duration::from_millis),
         );
-        Self::made(state, false).filter(|_| accepted)
+        if !accepted {
+            return None;
+        }
+        Self::made(state, false)
     }
 
     /// The conversation's current page, whether or not it takes calls now, with each tool's
     /// pin digest (what a [`ToolGate`] asks).
-    pub fn current(state: &ConversationState) -> Option<Self> {
+    pub fn current(state: CallView<'_>) -> Option<Self> {
         Self::made(state, true)
     }
 
-    fn made(state: &ConversationState, with_digests: bool) -> Option<Self> {
+    fn made(state: CallView<'_>, with_digests: bool) -> Option<Self> {
         Some(CallTarget {
-            client_id: state.client_id.clone()?,
+            client_id: state.client_id?.to_owned(),
             rev: state.rev,
             untrusted: state
                 .tools

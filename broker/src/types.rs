@@ -262,15 +262,6 @@ pub struct ConversationState {
     pub reconnecting_for_ms: Option<u64>,
 }
 
-impl ConversationState {
-    /// The `(llmName, name)` of each tool of the current page's manifest.
-    pub fn llm_names(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.tools
-            .iter()
-            .map(|t| (t.llm_name.as_str(), t.name.as_str()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,7 +31,7 @@ pub trait Confirmations: Send + Sync + std::fmt::Debug {
     ) -> Result<ConfirmBinding, SubmitError>;
 
     /// Confirmations still pending from pages that have been gone (no socket anywhere that may
-    /// be them, [`crate::model::Presence::possibly`]) for at least `grace` without a break
+    /// be them, [`crate::model::Present::possibly`]) for at least `grace` without a break
     /// ([`crate::model::sweep_confirm`]): marked used (a late `confirmed` is rejected), each with its
     /// `confirmation.resolved` ([`expired_confirmation`](crate::expired_confirmation)), and returned. Safe on every node;
     /// each is returned once.

@@ -39,12 +39,18 @@ impl Calls for MemoryBroker {
         let client_id = binding.client_id.clone();
         let id = binding.id.clone();
         let frame: Arc<str> = frame.to_json().into();
-        lock(&self.pages)
-            .convs
-            .entry(conv.clone())
-            .or_default()
-            .pending
-            .insert(binding.id.clone());
+        {
+            let mut st = lock(&self.pages);
+            if let Some(c) = st.convs.get_mut(&conv) {
+                c.pending.insert(id.clone());
+            } else {
+                st.convs
+                    .entry(conv.clone())
+                    .or_default()
+                    .pending
+                    .insert(id.clone());
+            }
+        }
         {
             let record = CallRecord {
                 binding,

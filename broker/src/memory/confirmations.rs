@@ -8,9 +8,8 @@ use async_trait::async_trait;
 use toolmark_proto::ToolResult;
 
 use super::call_table::{CallEntry, CallKey};
-use super::pages::presence;
 use super::{MemoryBroker, lock};
-use crate::model::{self, ConfirmSweep, Found};
+use crate::model::{self, ConfirmSweep, Found, Present};
 use crate::prelude::*;
 use crate::{BrokerError, ConfirmBinding, ConvKey, PageIdentity, Rejection, SubmitError, now_ms};
 
@@ -92,7 +91,7 @@ impl Confirmations for MemoryBroker {
             let present = st
                 .convs
                 .get(&b.conv)
-                .is_some_and(|c| presence(c).possibly(&b.client_id));
+                .is_some_and(|c| c.possibly(&b.client_id));
             match model::sweep_confirm(present, entry.absent_since, now, grace) {
                 ConfirmSweep::Keep { absent_since } => entry.absent_since = absent_since,
                 ConfirmSweep::Expire => {

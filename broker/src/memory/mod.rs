@@ -21,7 +21,10 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use crate::{Broker, BrokerError, CallRecord, CallState, Outcome, PageSink, now_ms};
+use crate::{
+    Broker, BrokerError, CallRecord, CallRequest, CallState, CallTarget, CallView, Outcome,
+    PageSink, PlaceError, now_ms,
+};
 
 pub use crate::model::Retention;
 use call_table::{CallEntry, CallKey, CallTable};
@@ -186,6 +189,17 @@ impl Broker for MemoryBroker {
 
     async fn ready(&self) -> Result<(), BrokerError> {
         Ok(())
+    }
+
+    /// Read under the conversations' lock, from the stored manifest: nothing of it is copied
+    /// but what the call's binding keeps.
+    async fn call_target(&self, req: &mut CallRequest) -> Result<Option<CallTarget>, PlaceError> {
+        let st = lock(&self.pages);
+        let view = st
+            .convs
+            .get(&req.conv)
+            .map_or_else(CallView::default, pages::Conv::call_view);
+        req.target_in(view)
     }
 
     /// The state lives in this process and ends with it: there is no connection to close.

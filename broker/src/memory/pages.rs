@@ -1,4 +1,4 @@
-//! Pages of the memory broker: admission, presence (`model::Presence`), manifests and D23's current
+//! Pages of the memory broker: admission, presence (`model::Present`), manifests and D23's current
 //! page.
 
 use std::collections::HashMap;
@@ -10,9 +10,11 @@ use toolmark_proto::Manifest;
 
 use super::recent::Recent;
 use super::{MemoryBroker, lock};
-use crate::model::{self, Presence};
+use crate::model::{self, Present};
 use crate::prelude::*;
-use crate::{AdmitError, AdmitLimits, BrokerError, ConvKey, ConversationState, PageInfo, PageLeft};
+use crate::{
+    AdmitError, AdmitLimits, BrokerError, CallView, ConvKey, ConversationState, PageInfo, PageLeft,
+};
 
 #[async_trait]
 impl Pages for MemoryBroker {
@@ -147,13 +149,11 @@ impl Pages for MemoryBroker {
         let Some(c) = st.convs.get(conv) else {
             return Ok(ConversationState::default());
         };
-        let current = effective_current(c)
-            .and_then(|id| c.manifests.get(&id))
-            .map(|(_, m)| m);
+        let v = c.call_view();
         Ok(ConversationState {
-            client_id: current.map(|m| m.client_id.clone()),
-            rev: current.map(|m| m.rev),
-            tools: current.map(|m| m.tools.clone()).unwrap_or_default(),
+            client_id: v.client_id.map(str::to_owned),
+            rev: v.rev,
+            tools: v.tools.to_vec(),
             pages: c
                 .pages
                 .iter()
@@ -163,13 +163,8 @@ impl Pages for MemoryBroker {
                     sockets: *n,
                 })
                 .collect(),
-            sockets: c.sockets,
-            reconnecting_for_ms: (c.sockets == 0)
-                .then(|| {
-                    c.drained_at
-                        .map(|t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX))
-                })
-                .flatten(),
+            sockets: v.sockets,
+            reconnecting_for_ms: v.reconnecting_for_ms,
         })
     }
 
@@ -272,11 +267,14 @@ pub(super) struct Conversations {
 }
 
 /// The conversation's open sockets as the model counts them.
-pub(super) fn presence(c: &Conv) -> Presence {
-    let identified: u32 = c.pages.values().sum();
-    Presence {
-        identified: c.pages.iter().map(|(id, n)| (id.clone(), *n)).collect(),
-        unidentified: c.sockets.saturating_sub(identified),
+impl Present for Conv {
+    fn identified(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.pages.iter().map(|(id, n)| (id.as_str(), *n))
+    }
+
+    fn unidentified(&self) -> u32 {
+        self.sockets
+            .saturating_sub(self.pages.values().sum::<u32>())
     }
 }
 
@@ -290,8 +288,27 @@ pub(super) fn insert_small<V>(map: &mut LiteMap<String, V>, key: String, value: 
 }
 
 /// D23's choice of the page new calls go to ([`model::current_page`]).
-pub(super) fn effective_current(c: &Conv) -> Option<String> {
-    model::current_page(c.current.as_deref(), &presence(c), |id| {
+pub(super) fn effective_current(c: &Conv) -> Option<&str> {
+    model::current_page(c.current.as_deref(), c, |id| {
         c.manifests.get(id).map(|(seq, _)| *seq)
     })
+}
+
+impl Conv {
+    /// What placing a call reads of this conversation, in place: the manifest of its current
+    /// page ([`effective_current`]) and its sockets.
+    pub(super) fn call_view(&self) -> CallView<'_> {
+        let current = effective_current(self)
+            .and_then(|id| self.manifests.get(id))
+            .map(|(_, m)| m);
+        CallView {
+            client_id: current.map(|m| m.client_id.as_str()),
+            rev: current.map(|m| m.rev),
+            tools: current.map_or(&[], |m| &m.tools),
+            sockets: self.sockets,
+            reconnecting_for_ms: (self.sockets == 0)
+                .then(|| self.drained_at.map(|t| model::millis(t.elapsed())))
+                .flatten(),
+        }
+    }
 }

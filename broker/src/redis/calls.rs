@@ -68,13 +68,14 @@ impl RedisBroker {
             Expected {
                 // The script itself decides whether the page takes calls
                 // (`model::accepts_calls`).
-                target: CallTarget::current(&state),
+                target: CallTarget::current(state.call_view()),
                 seq: if state.client_id.is_some() {
                     seq
                 } else {
                     String::new()
                 },
                 llm_names: state
+                    .call_view()
                     .llm_names()
                     .map(|(llm, name)| (llm.to_owned(), name.to_owned()))
                     .collect(),

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
-use toolmark_broker::model::{self, CallFacts, ConfirmFacts, Found, Presence};
+use toolmark_broker::model::{self, CallFacts, ConfirmFacts, Found, Presence, Present};
 use toolmark_broker::{CallState, ConvKey, PlaceError, Rejection, SharedBroker, SubmitError};
 use toolmark_proto::Manifest;
 
@@ -126,6 +126,7 @@ impl Reference {
         model::current_page(self.current.as_deref(), &self.presence(), |c| {
             self.manifests.get(c).copied()
         })
+        .map(str::to_owned)
     }
 }
 

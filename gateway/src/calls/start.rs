@@ -203,7 +203,7 @@ impl CallEngine {
             return Ok(());
         };
         let s = self.parts().broker.conversation(conv).await?;
-        match gate.check(tool, CallTarget::current(&s).as_ref()) {
+        match gate.check(tool, CallTarget::current(s.call_view()).as_ref()) {
             Ok(()) => Ok(()),
             Err(PlaceError::NotPinned) => Err(self.counted(CallError::NotPinned {
                 tool: tool.to_owned(),
