@@ -74,6 +74,19 @@ impl CallEntry {
         CallEntry::Finished(bytes.into_boxed_slice())
     }
 
+    /// A pending call packed as finished, kept until `kept_until`: what it was (none: it was
+    /// finished already). Its record is moved out, not copied.
+    pub(super) fn finish(&mut self, kept_until: Instant, own_node: &str) -> Option<PendingCall> {
+        let CallEntry::Pending(p) = self else {
+            return None;
+        };
+        let finished = CallEntry::finished(&p.record, kept_until, own_node);
+        match std::mem::replace(self, finished) {
+            CallEntry::Pending(p) => Some(*p),
+            CallEntry::Finished(_) => None,
+        }
+    }
+
     /// The call's record (decoded when it is packed).
     pub(super) fn record(&self, id: &str, own_node: &str) -> Option<CallRecord> {
         match self {

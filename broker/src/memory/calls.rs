@@ -84,7 +84,7 @@ impl Calls for MemoryBroker {
         id: &str,
         result: &ToolResult,
     ) -> Result<(), SubmitError> {
-        self.answer(from, id, result.clone(), now_ms()).map(|_| ())
+        self.answer(from, id, result.clone(), now_ms())
     }
 
     async fn submit_result_again(
@@ -111,7 +111,6 @@ impl Calls for MemoryBroker {
             }
         }
         self.answer(from, id, result.clone(), received_ms)
-            .map(|_| ())
     }
 
     async fn time_out(&self, conv: &ConvKey, id: &str) -> Result<Option<CallRecord>, BrokerError> {
@@ -128,14 +127,15 @@ impl Calls for MemoryBroker {
             }
             p.record.state = CallState::TimedOut;
             p.record.outcome = Some(Outcome::Timeout);
-            let record = p.record.clone();
-            let listeners = p.listeners();
-            self.announce_now(&crate::Change::Call(record.clone()));
             let kept_until = Instant::now() + self.retention.finished_calls;
-            *entry = CallEntry::finished(&record, kept_until, &self.node);
-            (record, listeners)
+            let Some(mut p) = entry.finish(kept_until, &self.node) else {
+                return Ok(None);
+            };
+            self.announce_now(&crate::Change::Call(p.record.clone()));
+            let listeners = p.listeners();
+            (p.record, listeners)
         };
-        tell(waiter, &Outcome::Timeout);
+        tell(waiter, Outcome::Timeout);
         let b = &record.binding;
         self.sink.deliver(&b.conv, &b.client_id, cancel_frame(b));
         Ok(Some(record))
@@ -237,7 +237,7 @@ impl MemoryBroker {
         id: &str,
         result: ToolResult,
         now_ms: u64,
-    ) -> Result<CallRecord, SubmitError> {
+    ) -> Result<(), SubmitError> {
         let (record, waiter) = {
             let mut calls = self.calls.shard(id);
             let Some(entry) = calls.get_mut(&CallKey::of(id)) else {
@@ -259,25 +259,28 @@ impl MemoryBroker {
             let CallEntry::Pending(p) = entry else {
                 return Err(SubmitError::Rejected(Rejection::Duplicate));
             };
-            p.record.state = CallState::Answered;
-            p.record.outcome = Some(Outcome::Result(result.clone()));
             // A call awaiting its confirmation is kept as long as the confirmation can be.
             let kept_for = if result.confirm_id().is_some() {
                 self.retention.confirmations
             } else {
                 self.retention.finished_calls
             };
-            let waiter = p.listeners();
-            let record = p.record.clone();
-            if record.binding.respond_async {
-                self.announce_now(&crate::Change::Call(record.clone()));
+            p.record.state = CallState::Answered;
+            p.record.outcome = Some(Outcome::Result(result));
+            let Some(mut p) = entry.finish(Instant::now() + kept_for, &self.node) else {
+                return Err(SubmitError::Rejected(Rejection::Duplicate));
+            };
+            if p.record.binding.respond_async {
+                self.announce_now(&crate::Change::Call(p.record.clone()));
             }
-            *entry = CallEntry::finished(&record, Instant::now() + kept_for, &self.node);
-            (record, waiter)
+            let listeners = p.listeners();
+            (p.record, listeners)
         };
         // The confirmation's binding, once the call's shard is let go (confirmations, then a
         // shard: the order every path takes both in).
-        if let Some(confirm_id) = result.confirm_id() {
+        if let Some(Outcome::Result(result)) = &record.outcome
+            && let Some(confirm_id) = result.confirm_id()
+        {
             let expires = Instant::now() + self.retention.confirmations;
             lock(&self.confirms)
                 .entry(confirm_id.to_owned())
@@ -299,16 +302,22 @@ impl MemoryBroker {
                     absent_since: None,
                 });
         }
-        tell(waiter, &Outcome::Result(result));
-        Ok(record)
+        if let Some(outcome) = record.outcome {
+            tell(waiter, outcome);
+        }
+        Ok(())
     }
 }
 
-/// Hands `outcome` to each of `listeners`.
-pub(super) fn tell(listeners: Vec<oneshot::Sender<Outcome>>, outcome: &Outcome) {
+/// Hands `outcome` to each of `listeners` (the last one takes it, the others a copy).
+pub(super) fn tell(mut listeners: Vec<oneshot::Sender<Outcome>>, outcome: Outcome) {
+    let Some(last) = listeners.pop() else {
+        return;
+    };
     for l in listeners {
         let _ = l.send(outcome.clone());
     }
+    let _ = last.send(outcome);
 }
 
 pub(super) fn cancel_frame(binding: &CallBinding) -> Arc<str> {

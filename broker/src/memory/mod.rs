@@ -124,7 +124,7 @@ impl MemoryBroker {
                 }
                 p.record.state = CallState::TimedOut;
                 p.record.outcome = Some(Outcome::Timeout);
-                tell(p.listeners(), &Outcome::Timeout);
+                tell(p.listeners(), Outcome::Timeout);
                 frames.push((
                     p.record.binding.conv.clone(),
                     p.record.binding.client_id.clone(),
