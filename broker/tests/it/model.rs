@@ -356,6 +356,16 @@ impl Case {
         let node = nodes[node % nodes.len()].clone();
         let expected = self.r.current_page();
         let accepts = model::accepts_calls(expected.as_deref(), self.r.presence().sockets(), None);
+        // The broker's own read for a placement (the memory broker's, in place under its lock)
+        // finds what a read of the conversation does.
+        let state = node.conversation(&self.c).await.unwrap();
+        let read = request(&self.c, 100_000).target_in(state.call_view());
+        let own = node.call_target(&mut request(&self.c, 100_000)).await;
+        prop_assert_eq!(
+            own.ok().flatten(),
+            read.ok().flatten(),
+            "the placement's read"
+        );
         match node.place_call(request(&self.c, 100_000)).await {
             Ok(placed) => {
                 prop_assert!(accepts, "placed with no page to take it");
