@@ -36,6 +36,9 @@ impl RedisBroker {
             pending: self.conn.keys.pending(conv),
             deadlines: self.conn.keys.deadlines(k),
             sockets: self.conn.keys.sockets(conv),
+            conv: self.conn.keys.conv(conv),
+            due: self.conn.keys.due(conv),
+            due_convs: self.conn.keys.due_convs(k),
             id: codec::compact_id(&binding.id),
             conv_ref: codec::conv_ref(conv),
             client: codec::compact_id(&binding.client_id),
@@ -135,6 +138,7 @@ impl RedisBroker {
         let reply = self
             .run(PendingFrames {
                 pending: self.conn.keys.pending(conv),
+                due: self.conn.keys.due(conv),
                 call_prefix: self.conn.keys.call_prefix(partition::of_conv(conv)),
             })
             .await?;
@@ -276,6 +280,7 @@ impl Calls for RedisBroker {
                     self.conn.keys.outbox(k),
                     &codec::Outboxed::Call(id.to_owned()),
                 ),
+                due: self.conn.keys.due(conv),
                 id: codec::compact_id(id),
                 outcome: serde_json::to_string(&Outcome::Timeout).unwrap_or_default(),
                 channel_prefix: self.conn.keys.node_channel_prefix(),

@@ -138,8 +138,9 @@ impl Keys {
     }
 
     /// The conversation hash: `current` clientId, the manifest counter `seq`, `drained`, the
-    /// current page's order `cm`, announced names `a:<name>`, and `@`, the summary of its
-    /// sockets hash (`own_sockets.lua`).
+    /// current page's order `cm`, announced names `a:<name>`, `@`, the summary of its
+    /// sockets hash (`own_sockets.lua`), and `due`, its score in [`Keys::due_convs`] while its
+    /// [`Keys::due`] set holds calls.
     pub fn conv(&self, c: &ConvKey) -> String {
         cat(&[&self.p, &conv_base(c), ":conv"])
     }
@@ -171,6 +172,14 @@ impl Keys {
     /// Ids of the conversation's calls that may still be pending ([`codec::compact_id`]s).
     pub fn pending(&self, c: &ConvKey) -> String {
         cat(&[&self.p, &conv_base(c), ":pending"])
+    }
+
+    /// The conversation's pending calls by deadline, a sorted set: compact id
+    /// ([`codec::compact_id`]) → deadline (ms). Kept for calls stored as one string (no node of
+    /// 0.4.0 or older live); a call stored as a hash is in [`Keys::pending`] and the partition's
+    /// [`Keys::deadlines`] instead.
+    pub fn due(&self, c: &ConvKey) -> String {
+        cat(&[&self.p, &conv_base(c), ":due"])
     }
 
     /// The tenant's event stream.
@@ -246,6 +255,17 @@ impl Keys {
         s.push_str(&self.p);
         push_tag(&mut s, k);
         s.push_str(":deadlines");
+        s
+    }
+
+    /// The conversations of partition `k` with pending calls in their [`Keys::due`] set, a
+    /// sorted set: conversation ([`codec::conv_ref`]) → a time no later than its earliest
+    /// deadline (what the deadline sweep reads; the conversation hash's `due` says the same).
+    pub fn due_convs(&self, k: u16) -> String {
+        let mut s = String::with_capacity(self.p.len() + 18);
+        s.push_str(&self.p);
+        push_tag(&mut s, k);
+        s.push_str(":dueconvs");
         s
     }
 
@@ -407,6 +427,8 @@ mod tests {
             k.sockets(&c),
             k.pending(&c),
             k.deadlines(p),
+            k.due(&c),
+            k.due_convs(p),
             k.node_channel("n1", p),
         ] {
             assert!(key.starts_with("tm:") && key.contains(&tag), "{key}");

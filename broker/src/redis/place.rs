@@ -149,7 +149,6 @@ impl RedisBroker {
             let binding = req.binding_for(target, &self.node.id);
             let place = Place {
                 bind: self.bind_args(&binding, &req.frame_json(target), req.trace.as_deref()),
-                conv: self.conn.keys.conv(&req.conv),
                 rate: take.map(|t| {
                     let (interval, burst) = limits::gcra_args(req.calls_per_second);
                     PlaceRate {

@@ -45,6 +45,7 @@ impl RedisBroker {
                     self.conn.keys.outbox(k),
                     &codec::Outboxed::Call(id.to_owned()),
                 ),
+                due: self.conn.keys.due(&from.conv),
                 conv_ref: codec::conv_ref(&from.conv),
                 client: from.client_id.clone(),
                 outcome,

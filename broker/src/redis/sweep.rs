@@ -5,10 +5,11 @@
 use fred::interfaces::{KeysInterface, SortedSetsInterface};
 use fred::prelude::Expiration;
 
+use super::reply::strings;
 use super::reply::unavailable;
-use super::scripts::Release;
+use super::scripts::{DueCalls, Release};
 use super::{RedisBroker, codec};
-use crate::partition::PARTITIONS;
+use crate::partition::{self, PARTITIONS};
 use crate::prelude::*;
 use crate::{BrokerError, CallRecord, now_ms};
 
@@ -41,8 +42,10 @@ impl RedisBroker {
     }
 
     /// Times out pending calls whose deadline passed with nobody left to do it (their node
-    /// died, or they were async): the due entries of every partition's deadline set, read at
-    /// once. Leased: one node sweeps at a time. Returns what it timed out.
+    /// died, or they were async): the calls due of the conversations due in every partition's
+    /// conversations by deadline, then the due entries of every partition's deadline set (calls
+    /// a node stored as hashes beside a node of 0.4.0), each read at once. Leased: one node
+    /// sweeps at a time. Returns what it timed out.
     pub async fn sweep(&self) -> Result<Vec<CallRecord>, BrokerError> {
         if !self.lease(self.conn.keys.sweep_lease()).await? {
             return Ok(Vec::new());
@@ -51,8 +54,9 @@ impl RedisBroker {
             self.release_lease(self.conn.keys.sweep_lease()).await;
             return Err(e);
         }
+        let max_ms = crate::deadline::sweep_due(now_ms());
         #[allow(clippy::cast_precision_loss)]
-        let max = crate::deadline::sweep_due(now_ms()) as f64;
+        let max = max_ms as f64;
         let reads = (0..PARTITIONS).map(|k| {
             self.conn.client.zrangebyscore::<Vec<String>, _, _, _>(
                 self.conn.keys.deadlines(k),
@@ -66,7 +70,7 @@ impl RedisBroker {
         for (k, r) in (0..PARTITIONS).zip(futures_util::future::join_all(reads).await) {
             due.extend(r.map_err(|e| unavailable(&e))?.into_iter().map(|m| (k, m)));
         }
-        let mut swept = Vec::new();
+        let mut swept = self.sweep_due_convs(max_ms).await?;
         for (k, member) in due {
             if let Some((conv, id)) = codec::parse_deadline_member(&member)
                 && let Some(r) = self.time_out(&conv, &id).await?
@@ -80,6 +84,51 @@ impl RedisBroker {
                 .await;
         }
         self.release_lease(self.conn.keys.sweep_lease()).await;
+        Ok(swept)
+    }
+
+    /// The calls stored as one string whose deadline (`max_ms`, the sweep's grace past it)
+    /// passed, timed out: the conversations due of every partition (`Keys::due_convs`), read
+    /// at once, then each conversation's calls due (`due.lua`, which also sets the
+    /// conversation's entry to its earliest deadline, or takes it out when it has no call).
+    async fn sweep_due_convs(&self, max_ms: u64) -> Result<Vec<CallRecord>, BrokerError> {
+        #[allow(clippy::cast_precision_loss)]
+        let max = max_ms as f64;
+        let reads = (0..PARTITIONS).map(|k| {
+            self.conn.client.zrangebyscore::<Vec<String>, _, _, _>(
+                self.conn.keys.due_convs(k),
+                "-inf",
+                max,
+                false,
+                Some((0, 100)),
+            )
+        });
+        let mut convs = Vec::new();
+        for r in futures_util::future::join_all(reads).await {
+            convs.extend(r.map_err(|e| unavailable(&e))?);
+        }
+        let mut swept = Vec::new();
+        for conv_ref in convs {
+            let Some(conv) = codec::parse_conv_ref(&conv_ref) else {
+                continue;
+            };
+            let k = partition::of_conv(&conv);
+            let ids = strings(
+                self.run(DueCalls {
+                    due: self.conn.keys.due(&conv),
+                    due_convs: self.conn.keys.due_convs(k),
+                    conv: self.conn.keys.conv(&conv),
+                    conv_ref,
+                    max: max_ms,
+                })
+                .await?,
+            );
+            for id in ids {
+                if let Some(r) = self.time_out(&conv, &codec::expand_id(&id)).await? {
+                    swept.push(r);
+                }
+            }
+        }
         Ok(swept)
     }
 }

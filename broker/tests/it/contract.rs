@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolmark_broker::{
-    ConvKey, EventType, Kept, Outcome, PlaceError, Rejection, Retention, SubmitError, model,
+    CallState, ConvKey, EventType, Kept, Outcome, PlaceError, Rejection, Retention, SubmitError,
+    model,
 };
 use toolmark_proto::Manifest;
 
@@ -1239,6 +1240,72 @@ async fn every_change_records_its_events_once(backend: Backend) {
     assert_eq!(b.retained("t", "0-0").await.unwrap().len(), 7);
 }
 contract!(every_change_records_its_events_once);
+
+/// The deadline sweep times out each call whose deadline (and the sweep's grace) passed, once,
+/// and no call due later: a conversation's first call, a call due before the others of its
+/// conversation, and a call after the sweep found the conversation with none left (on Redis,
+/// each changes where the partition's conversations by deadline hold the conversation).
+async fn the_sweep_times_out_each_call_past_its_deadline_once(backend: Backend) {
+    // A finished call kept longer than the sweep's grace, as always but in these tests.
+    let retention = Retention {
+        finished_calls: Duration::from_secs(30),
+        ..short()
+    };
+    let mut nodes = Nodes::new(backend, retention);
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    connected_page(&b, &c, "p1").await;
+    let (first, _w1) = call(&b, &c, "p1", Duration::from_millis(200)).await;
+    swept(&b, &c, first).await;
+    // The conversation has no call left; the next is due first again.
+    let (kept, _w2) = call(&b, &c, "p1", Duration::from_secs(60)).await;
+    let (sooner, _w3) = call(&b, &c, "p1", Duration::from_millis(200)).await;
+    swept(&b, &c, sooner).await;
+    let r = b
+        .call("t", &kept)
+        .await
+        .unwrap()
+        .expect("the call due later");
+    assert_eq!(r.state, CallState::Pending);
+    b.submit_result(&page(&c, "p1"), &kept, &ok())
+        .await
+        .unwrap();
+    let (last, _w4) = call(&b, &c, "p1", Duration::from_millis(200)).await;
+    swept(&b, &c, last).await;
+}
+contract!(the_sweep_times_out_each_call_past_its_deadline_once);
+
+/// Sweeps until the sweep times out call `id` of `c` (and nothing else), then checks that it
+/// is timed out once.
+async fn swept(b: &toolmark_broker::SharedBroker, c: &ConvKey, id: String) {
+    eventually(
+        Duration::from_secs(10),
+        "the sweep times the call out",
+        || {
+            let b = b.clone();
+            let id = id.clone();
+            async move {
+                let ids: Vec<String> = b
+                    .sweep_deadlines()
+                    .await
+                    .ok()?
+                    .into_iter()
+                    .map(|r| r.binding.id)
+                    .collect();
+                assert!(ids.iter().all(|i| *i == id), "{ids:?} swept, not {id}");
+                (ids == [id]).then_some(())
+            }
+        },
+    )
+    .await;
+    assert!(b.sweep_deadlines().await.unwrap().is_empty(), "swept once");
+    let r = b.call("t", &id).await.unwrap().expect("the call");
+    assert_eq!(r.state, CallState::TimedOut);
+    assert_eq!(
+        b.submit_result(&page(c, "p1"), &id, &ok()).await,
+        rejected(Rejection::Late)
+    );
+}
 
 /// A page socket's release asked again under its name (the node did not hear whether the first
 /// was applied) is applied once, answers the same, and announces its page's leaving once.

@@ -204,6 +204,7 @@ fn without_ttl_allowed(key: &str) -> bool {
         || key.ends_with(":nodes:any-id")
         || key.ends_with(":nodes:release")
         || key.ends_with(":deadlines")
+        || key.ends_with(":dueconvs")
         || key.ends_with(":pendingconfirms")
         || key.ends_with(":events")
         || key.ends_with(":events:bytes")
@@ -274,11 +275,12 @@ async fn every_key_has_a_ttl_except_the_documented_ones() {
     b.close().await;
 }
 
-/// A call gives its conversation's pending set no expiry (issue 58: one command less per
+/// A call gives its conversation's calls by deadline no expiry (issue 58: one command less per
 /// call): the node holding the conversation's page gives it the conversation's, at each
-/// refresh, and the set goes with the last call that ends.
+/// refresh, and the set goes with the last call that ends. The partition's conversations by
+/// deadline keep the conversation from its first call on, no later than its earliest deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_conversations_pending_set_takes_its_expiry_from_the_node_holding_it_and_goes_with_its_calls()
+async fn a_conversations_calls_by_deadline_take_their_expiry_from_the_node_holding_them_and_go_with_their_calls()
  {
     let redis = RedisProc::start(&[]);
     let opts = RedisOptions {
@@ -291,18 +293,36 @@ async fn a_conversations_pending_set_takes_its_expiry_from_the_node_holding_it_a
     connected_page(&b, &c, "p1").await;
     let (first, _w1) = call(&b, &c, "p1", Duration::from_secs(60)).await;
     let (second, _w2) = call(&b, &c, "p1", Duration::from_secs(60)).await;
-    let pending = || -> Vec<String> {
+    let scan = |pattern: &str| -> Vec<String> {
         redis
-            .cli(&["--scan", "--pattern", "tm:*:pending"])
+            .cli(&["--scan", "--pattern", pattern])
             .lines()
             .map(str::to_owned)
             .collect()
     };
-    let key = pending().pop().expect("the conversation's pending set");
+    assert!(
+        scan("tm:*:pending").is_empty(),
+        "no pending set: {:?}",
+        scan("tm:*")
+    );
+    let key = scan("tm:*:due")
+        .pop()
+        .expect("the conversation's calls by deadline");
+    assert_eq!(redis.cli(&["zcard", &key]).trim(), "2");
+    let convs = scan("tm:*:dueconvs")
+        .pop()
+        .expect("the partition's conversations");
+    let entry = redis.cli(&["zrange", &convs, "0", "-1", "withscores"]);
+    let earliest = redis.cli(&["zrange", &key, "0", "0", "withscores"]);
+    assert_eq!(
+        entry.lines().last(),
+        earliest.lines().last(),
+        "the conversation is held at its earliest deadline: {entry:?}, {earliest:?}"
+    );
     // The conversation's retention is 1.5 s: the node refreshes what it holds every 0.5 s.
     eventually(
         Duration::from_secs(10),
-        "the pending set has the conversation's expiry",
+        "the calls by deadline have the conversation's expiry",
         || {
             let ttl: i64 = redis.cli(&["pttl", &key]).trim().parse().unwrap_or(-3);
             async move { (ttl > 0 && ttl <= 1500).then_some(()) }
@@ -312,9 +332,9 @@ async fn a_conversations_pending_set_takes_its_expiry_from_the_node_holding_it_a
     b.submit_result(&page(&c, "p1"), &first, &ok())
         .await
         .unwrap();
-    assert_eq!(redis.cli(&["scard", &key]).trim(), "1");
+    assert_eq!(redis.cli(&["zcard", &key]).trim(), "1");
     b.time_out(&c, &second).await.unwrap();
-    assert!(pending().is_empty(), "the set outlived its calls");
+    assert!(scan("tm:*:due").is_empty(), "the set outlived its calls");
     b.close().await;
 }
 
@@ -484,15 +504,32 @@ async fn a_node_holds_one_subscription_per_partition_and_a_call_costs_two_round_
     );
     // Then the call, as a later call is: but for the tenant's rate, whose bucket a call reads
     // and writes when the node's reserve of tokens runs low or its lease has passed (time a
-    // busy machine may take between two calls, `rate::Reserves`).
+    // busy machine may take between two calls, `rate::Reserves`), and for the conversation's
+    // entry among its partition's conversations by deadline, which its first call writes (in
+    // the partition's set and in the conversation's `due`) and a later one due no earlier
+    // does not.
+    let entry = |l: &String| {
+        l.contains(" lua]")
+            && (l.contains(":dueconvs\"") || (l.contains("\"HSET\"") && l.contains("\"due\"")))
+    };
     let beside_rate = |lines: &[String]| {
         lines
             .iter()
             .filter(|l| {
                 !(l.contains(" lua]") && (l.contains(":rate\"") || l.contains("] \"TIME\"")))
+                    && !entry(l)
             })
             .count()
     };
+    assert_eq!(
+        first.iter().filter(|l| entry(l)).count(),
+        2,
+        "the first call enters its conversation among those by deadline: {first:#?}"
+    );
+    assert!(
+        !later.iter().any(entry),
+        "a later call does not: {later:#?}"
+    );
     assert_eq!(
         beside_rate(&first[read..]),
         beside_rate(&later),

@@ -2,8 +2,8 @@
 //! timed out, cancelled, watched and read; a confirmation accepted or expired.
 
 use super::{
-    Args, BIND, CANCEL, CONFIRM, EXPIRE_CONFIRM, Lua, Outbox, PENDING, PLACE, READ_CALL, RESULT,
-    ScriptArgs, TIMEOUT, WATCH,
+    Args, BIND, CANCEL, CONFIRM, DUE, EXPIRE_CONFIRM, Lua, Outbox, PENDING, PLACE, READ_CALL,
+    RESULT, ScriptArgs, TIMEOUT, WATCH,
 };
 
 /// `bind.lua`: stores a call's binding and publishes its page message to the nodes holding the
@@ -18,6 +18,12 @@ pub struct Bind {
     pub deadlines: String,
     /// KEYS: the conversation's sockets hash.
     pub sockets: String,
+    /// KEYS: the conversation's hash (its `due`).
+    pub conv: String,
+    /// KEYS: the conversation's calls by deadline (a call stored as one string).
+    pub due: String,
+    /// KEYS: the partition's conversations with calls by deadline.
+    pub due_convs: String,
     /// The call id, compact (`codec::compact_id`).
     pub id: String,
     /// The conversation (`codec::conv_ref`).
@@ -48,13 +54,21 @@ pub struct Bind {
 }
 
 impl Bind {
-    /// The binding's 4 keys and 13 arguments, first of [`Bind`]'s and [`Place`]'s.
-    fn named(self, a: Args) -> Args {
-        a.key("call", self.call)
-            .key("pending", self.pending)
-            .key("deadlines", self.deadlines)
-            .key("sockets", self.sockets)
-            .arg("id", self.id)
+    /// The binding's 7 keys, first of [`Bind`]'s and [`Place`]'s (short: copied, hence by
+    /// reference).
+    fn named_keys(&self, a: Args) -> Args {
+        a.key("call", &self.call)
+            .key("pending", &self.pending)
+            .key("deadlines", &self.deadlines)
+            .key("sockets", &self.sockets)
+            .key("conv", &self.conv)
+            .key("due", &self.due)
+            .key("due_convs", &self.due_convs)
+    }
+
+    /// The binding's 13 arguments, first of [`Bind`]'s and [`Place`]'s.
+    fn named_args(self, a: Args) -> Args {
+        a.arg("id", self.id)
             .arg("conv_ref", self.conv_ref)
             .arg("client", self.client)
             .arg("deadline", self.deadline)
@@ -76,17 +90,16 @@ impl ScriptArgs for Bind {
     }
 
     fn args(self) -> Args {
-        self.named(Args::new())
+        let a = self.named_keys(Args::new());
+        self.named_args(a)
     }
 }
 
 /// `place.lua`: an agent's call in one round trip (conversation read, rate, bind).
 #[derive(Debug, Clone)]
 pub struct Place {
-    /// The binding: the first 4 KEYS and 13 ARGV.
+    /// The binding: the first 7 KEYS and 13 ARGV.
     pub bind: Bind,
-    /// KEYS: the conversation's hash.
-    pub conv: String,
     /// The tenant's rate, when the script takes some of it (`KEYS` `rate`, `ARGV` `interval`,
     /// `burst`, `want`, `back` and `need`); without, the call's token was taken already (the
     /// conversation's key stands in for the rate's, and all five are '').
@@ -132,12 +145,14 @@ impl ScriptArgs for Place {
     }
 
     fn args(self) -> Args {
-        let mut a = self.bind.named(Args::new()).key("conv", &self.conv);
+        let mut a = self.bind.named_keys(Args::new());
         a = match &self.rate {
             Some(r) => a.key("rate", &r.rate),
-            None => a.key("rate", self.conv),
+            None => a.key("rate", &self.bind.conv),
         };
-        let mut a = a
+        let mut a = self
+            .bind
+            .named_args(a)
             .arg("manifest_prefix", self.manifest_prefix)
             .arg("expected_client", self.expected_client)
             .arg("expected_seq", self.expected_seq)
@@ -176,6 +191,8 @@ pub struct PageResult {
     pub deadlines: String,
     /// KEYS `outbox`, ARGV `outbox_name` and `outbox_entry`: the change of an async call.
     pub outbox: Outbox,
+    /// KEYS: the conversation's calls by deadline (a call stored as one string).
+    pub due: String,
     /// The conversation (`codec::conv_ref`).
     pub conv_ref: String,
     /// The clientId of the page that answered.
@@ -219,6 +236,7 @@ impl ScriptArgs for PageResult {
             .key("pending", self.pending)
             .key("deadlines", self.deadlines)
             .key("outbox", self.outbox.key)
+            .key("due", self.due)
             .arg("conv_ref", self.conv_ref)
             .arg("client", self.client)
             .arg("outcome", self.outcome)
@@ -254,6 +272,8 @@ pub struct Timeout {
     pub sockets: String,
     /// KEYS `outbox`, ARGV `outbox_name` and `outbox_entry`: the call's change.
     pub outbox: Outbox,
+    /// KEYS: the conversation's calls by deadline (a call stored as one string).
+    pub due: String,
     /// The call id, compact.
     pub id: String,
     /// The timeout outcome, as stored.
@@ -280,6 +300,7 @@ impl ScriptArgs for Timeout {
             .key("deadlines", self.deadlines)
             .key("sockets", self.sockets)
             .key("outbox", self.outbox.key)
+            .key("due", self.due)
             .arg("id", self.id)
             .arg("outcome", self.outcome)
             .arg("channel_prefix", self.channel_prefix)
@@ -357,8 +378,10 @@ impl ScriptArgs for ReadCall {
 /// `pending.lua`: the page messages of a conversation's pending calls.
 #[derive(Debug, Clone)]
 pub struct PendingFrames {
-    /// KEYS: the conversation's pending set.
+    /// KEYS: the conversation's pending set (calls stored as hashes).
     pub pending: String,
+    /// KEYS: the conversation's calls by deadline (calls stored as one string).
+    pub due: String,
     /// The call key prefix of the conversation's partition.
     pub call_prefix: String,
 }
@@ -371,7 +394,39 @@ impl ScriptArgs for PendingFrames {
     fn args(self) -> Args {
         Args::new()
             .key("pending", self.pending)
+            .key("due", self.due)
             .arg("call_prefix", self.call_prefix)
+    }
+}
+
+/// `due.lua`: a conversation's calls whose deadline passed, for the deadline sweep, and its
+/// entry of the partition's conversations by deadline set right.
+#[derive(Debug, Clone)]
+pub struct DueCalls {
+    /// KEYS: the conversation's calls by deadline.
+    pub due: String,
+    /// KEYS: the partition's conversations by deadline.
+    pub due_convs: String,
+    /// KEYS: the conversation's hash (its `due`).
+    pub conv: String,
+    /// The conversation (`codec::conv_ref`), as the partition's set holds it.
+    pub conv_ref: String,
+    /// The latest deadline due, ms since the epoch.
+    pub max: u64,
+}
+
+impl ScriptArgs for DueCalls {
+    fn lua() -> &'static Lua {
+        &DUE
+    }
+
+    fn args(self) -> Args {
+        Args::new()
+            .key("due", self.due)
+            .key("due_convs", self.due_convs)
+            .key("conv", self.conv)
+            .arg("conv_ref", self.conv_ref)
+            .arg("max", self.max)
     }
 }
 

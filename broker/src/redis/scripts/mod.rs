@@ -86,6 +86,8 @@ pub static WATCH: Lua = Lua::new("watch", lua!(prelude "watch"));
 pub static READ_CALL: Lua = Lua::new("read_call", lua!(prelude "read_call"));
 /// `pending.lua`: [`PendingFrames`].
 pub static PENDING: Lua = Lua::new("pending", lua!(prelude "pending"));
+/// `due.lua`: [`DueCalls`].
+pub static DUE: Lua = Lua::new("due", lua!("due"));
 /// `confirm.lua`: [`Confirm`].
 pub static CONFIRM: Lua = Lua::new("confirm", lua!(prelude "confirm"));
 /// `expire_confirm.lua`: [`ExpireConfirm`].
@@ -142,7 +144,7 @@ pub static TRAFFIC_READ: Lua = Lua::new("traffic_read", lua!("traffic_read"));
 pub static TOOLS_SEEN: Lua = Lua::new("tools_seen", lua!("tools_seen"));
 
 /// Every script, loaded on every primary before the node uses them.
-pub static ALL: [&Lua; 34] = [
+pub static ALL: [&Lua; 35] = [
     &BIND,
     &PLACE,
     &RESULT,
@@ -151,6 +153,7 @@ pub static ALL: [&Lua; 34] = [
     &WATCH,
     &READ_CALL,
     &PENDING,
+    &DUE,
     &CONFIRM,
     &EXPIRE_CONFIRM,
     &PUT_MANIFEST,

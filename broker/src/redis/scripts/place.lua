@@ -16,8 +16,8 @@
 -- Returns {'ok', held}, {'stale'}, {'unknown', nodes…}, {'no_page', held},
 -- {'unreached', held} or {'rate', µs}; `held` the tokens taken for the node's reserve.
 --
--- KEYS: call, pending, deadlines, sockets (the 4 of bind.lua), conv, rate (the conversation
---       again when no token is taken here)
+-- KEYS: call, pending, deadlines, sockets, conv, due, due_convs (the 7 of bind.lua), rate (the
+--       conversation again when no token is taken here)
 -- ARGV: id, conv_ref, client, deadline, node, summary, frame, cancel, ttl, deadline_member,
 --       channel_prefix, channel_suffix, one_string (the 13 of bind.lua), manifest_prefix,
 --       expected_client (or ''), expected_seq (or ''), now (ms), grace (reconnect grace, ms),
@@ -25,7 +25,7 @@
 --       (unspent ones given back first), need ('1' when the call's own token is among them),
 --       nlive (how many live node ids follow), live... (the live node ids), dead... (the node
 --       ids known dead)
-local call, pending, deadlines, sockets_key, conv, rate = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local sockets_key, conv, rate = KEYS[4], KEYS[5], KEYS[8]
 local frame, channel_prefix, channel_suffix = ARGV[7], ARGV[11], ARGV[12]
 local manifest_prefix, expected_client, expected_seq = ARGV[14], ARGV[15], ARGV[16]
 local now, grace, interval, burst = ARGV[17], ARGV[18], ARGV[19], ARGV[20]
@@ -55,5 +55,5 @@ if to_nodes(st.nodes, channel_prefix, channel_suffix, frame) == 0 and st.total >
   if interval ~= '' and need then gcra(rate, interval, burst, 0, 1) end
   return {'unreached', tostring(held)}
 end
-bind(call, pending, deadlines, ARGV)
+bind(KEYS, ARGV, st.due, true)
 return {'ok', tostring(held)}

@@ -47,6 +47,8 @@
 --   with the rest, in one HMGET, when they show the current page on a live node and `cm` is
 --   right; else from the sockets hash as always. With `texts` (and `all`), the current page's
 --   manifest text is read in the same command as its `seq` (`st.text`, false without one).
+--   With `summary`, `st.due` is the conversation's `due` (false without one), read in the same
+--   command: the time the partition's conversations by deadline hold it at (`bind`).
 -- gcra(key, interval, burst, want, back): gives `back` unspent calls back to a tenant's rate
 --   (never past now), then takes up to `want`, as many as the bucket holds now: `taken, 0`, or
 --   `0, µs` until one would be allowed.
@@ -76,12 +78,20 @@
 --   (`codec::parse_resolution` reads it); nothing when the call's key is gone.
 -- is_async(summary): whether a call's tool/kind/flags (`codec::call_summary`) mark it async: its
 --   outcome is announced as `call.result` (the flags end where the caller begins, at a `[`).
--- bind(call, pending, deadlines, a): stores a call's binding with its page message and its
---   cancel in one string with its expiry (`a[13]` '1'), or in one hash (while a node of 0.4.0
---   or older is live: it reads no other form), in the conversation's pending set and the
---   partition's deadline set (`a` is ARGV, whose first 13 values are the binding's, in the
---   order bind.lua lists them). The pending set gets no expiry here: every way a call ends
---   takes it out (a set whose last member goes is gone), and the node holding the
+-- bind(k, a, due, hash): stores a call's binding with its page message and its cancel in one string
+--   with its expiry (`a[13]` '1'), or in one hash (while a node of 0.4.0 or older is live: it
+--   reads no other form); `k` is KEYS and `a` ARGV, whose first 7 and 13 values are the
+--   binding's, in the order bind.lua lists them. A call stored as one string goes in its
+--   conversation's calls by deadline (`due`, member the compact id), and the conversation in
+--   its partition's conversations by deadline no later than that deadline: the conversation
+--   hash's `due` (read by the caller, `due`; false when it has none) says where it is, and
+--   both are written only when the call is due before it (a conversation's first call, or the
+--   first since the sweep found it with none, due.lua): a call writes one entry, not two
+--   (`hash` false: the conversation has no hash, and gets none; its calls wait in the
+--   partition's set for the sweep all the same). A
+--   call stored as a hash goes in the conversation's pending set and the partition's deadline
+--   set, as 0.4.0 reads them. Neither per-conversation set gets an expiry here: every way a
+--   call ends takes it out (a set whose last member goes is gone), and the node holding the
 --   conversation's pages gives it the conversation's expiry with the rest (refresh.lua).
 --   A traced call's page message (`t\n<traceparent>\n…`) also leaves its trace context in
 --   `<call>:tp` for the call's time to live: what the webhook of its `call.result` and a sweep's
@@ -177,7 +187,8 @@ local function conv_state(conv, socks_key, manifests, live, all, summary, texts)
   local unknown = {}
   local h, socks
   if summary then
-    h = redis.call('HMGET', conv, 'current', 'drained', 'seq', 'cm', '@')
+    h = redis.call('HMGET', conv, 'current', 'drained', 'seq', 'cm', '@', 'due')
+    st.due = h[6] or false
     if h[1] and h[4] == h[1] .. '\n' .. (h[3] or '') then
       local s = summary_sockets(h[5])
       for _, e in ipairs(s) do
@@ -315,15 +326,21 @@ local function is_async(summary)
   local flags = string.match(string.match(summary, '[^\n]*$'), '^[^%[]*')
   return string.find(flags, 'a', 1, true) ~= nil
 end
-local function bind(call, pending, deadlines, a)
+local function bind(k, a, due, hash)
+  local call = k[1]
   if a[13] == '1' then
     redis.call('SET', call, table.concat({'p', a[2], a[3], a[4], a[6], a[5], '', tostring(#a[8])}, '\n') .. '\n' .. a[8] .. a[7], 'PX', a[9])
+    redis.call('ZADD', k[6], a[4], a[1])
+    if not due or tonumber(a[4]) < tonumber(due) then
+      redis.call('ZADD', k[7], 'LT', a[4], a[2])
+      if hash then redis.call('HSET', k[5], 'due', a[4]) end
+    end
   else
     redis.call('HSET', call, 'v', a[2], 'c', a[3], 'd', a[4], 'n', a[5], 's', 'p', 't', a[6], 'f', a[7], 'x', a[8])
     redis.call('PEXPIRE', call, a[9])
+    redis.call('SADD', k[2], a[1])
+    redis.call('ZADD', k[3], a[4], a[10])
   end
-  redis.call('SADD', pending, a[1])
-  redis.call('ZADD', deadlines, a[4], a[10])
   if string.sub(a[7], 1, 2) == 't\n' then
     local trace = string.match(a[7], '^t\n([^\n]*)\n')
     if trace then redis.call('SET', call .. ':tp', trace, 'PX', a[9]) end

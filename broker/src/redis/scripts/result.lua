@@ -3,7 +3,8 @@
 -- message, the cancel and the waiting node go, and so does its deadline entry); stores the
 -- confirmId binding of a needs_confirmation (with the call's id and tool, so that the
 -- confirmation is announced with its tool however late it comes); sends the outcome to the
--- waiting node. An async call's change is recorded in the outbox, to be announced as
+-- waiting node; the call leaves its conversation's calls by deadline (stored as one string) or
+-- the pending set and the partition's deadline set (stored as a hash). An async call's change is recorded in the outbox, to be announced as
 -- call.result (`change::Change::Call`). A call key missing here is unknown_id.
 -- `received` is '' or, for a result submitted again after an unknown outcome, the ms at which
 -- the node received it: the deadline is judged then, and the same outcome already recorded is
@@ -11,7 +12,7 @@
 -- its confirmation (whose hash names the call's key, `ck`, for `resolve`).
 -- Returns {'ok' or 'before', tool/kind/flags, deadline, node} or a rejection's code.
 --
--- KEYS: call, confirm, pending, deadlines, outbox
+-- KEYS: call, confirm, pending, deadlines, outbox, due
 -- ARGV: conv_ref, client, outcome, confirm_id (or ''), confirm_ttl (ms), id, channel_prefix,
 --       channel_suffix, message (the outcome message), deadline_member, compact_id,
 --       compact_client (as the call's hash and the pending set hold them), received,
@@ -28,9 +29,14 @@ if f[5] == 't' then return {'late'} end
 local now = tonumber(ARGV[16])
 if ARGV[13] ~= '' and tonumber(ARGV[13]) < now then now = tonumber(ARGV[13]) end
 if now > tonumber(f[3]) then return {'late'} end
+local one_string = f[10]
 finish(KEYS[1], f, 'a', ARGV[3])
-redis.call('SREM', KEYS[3], ARGV[11])
-redis.call('ZREM', KEYS[4], ARGV[10])
+if one_string then
+  redis.call('ZREM', KEYS[6], ARGV[11])
+else
+  redis.call('SREM', KEYS[3], ARGV[11])
+  redis.call('ZREM', KEYS[4], ARGV[10])
+end
 if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('HSET', KEYS[2], 'k', ARGV[6], 't', f[6], 'c', ARGV[2], 'u', '0', 'ck', KEYS[1])
   redis.call('PEXPIRE', KEYS[2], ARGV[5])

@@ -4,20 +4,26 @@
 -- pending set too: the set has no expiry of its own while its conversation is held.
 -- Returns {'ok', conversation ref, clientId, deadline, node, tool/kind/flags} or the state.
 --
--- KEYS: call, pending, deadlines, sockets, outbox
+-- KEYS: call, pending, deadlines, sockets, outbox, due
 -- ARGV: id (compact), outcome (the timeout), channel_prefix, channel_suffix, message (the
 --       outcome message), deadline_member, outbox_name, outbox_entry
 local f = call_fields(KEYS[1])
 if not f[1] then
   redis.call('SREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[6], ARGV[1])
   return {'missing'}
 end
 if f[5] ~= 'p' then return {f[5]} end
 local cancel = page_part(KEYS[1], f, 'x')
+local one_string = f[10]
 finish(KEYS[1], f, 't', ARGV[2])
 redis.call('HSET', KEYS[5], ARGV[7], ARGV[8])
-redis.call('SREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[6])
+if one_string then
+  redis.call('ZREM', KEYS[6], ARGV[1])
+else
+  redis.call('SREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[6])
+end
 if cancel then to_nodes(socket_nodes(KEYS[4]), ARGV[3], ARGV[4], cancel) end
 redis.call('SPUBLISH', ARGV[3] .. f[4] .. ARGV[4], ARGV[5])
 to_watchers(f, ARGV[3], ARGV[4], ARGV[5])
