@@ -31,10 +31,13 @@ impl RedisBroker {
     ) -> Bind {
         let conv = &binding.conv;
         let k = partition::of_conv(conv);
+        let one_string = !self.node.live.legacy_ids();
+        // The sets 0.4.0 reads, only for a call stored as a hash (`bind` in `prelude.lua`).
+        let legacy = |key: String| (!one_string).then_some(key);
         Bind {
             call: self.conn.keys.call(k, &binding.id),
-            pending: self.conn.keys.pending(conv),
-            deadlines: self.conn.keys.deadlines(k),
+            pending: legacy(self.conn.keys.pending(conv)),
+            deadlines: legacy(self.conn.keys.deadlines(k)),
             sockets: self.conn.keys.sockets(conv),
             conv: self.conn.keys.conv(conv),
             due: self.conn.keys.due(conv),
@@ -56,10 +59,14 @@ impl RedisBroker {
             cancel: codec::cancel_message(binding),
             ttl: binding.deadline_ms.saturating_sub(now_ms())
                 + model::millis(self.conn.opts.retention.finished_calls),
-            deadline_member: codec::deadline_member(conv, &binding.id),
+            deadline_member: if one_string {
+                String::new()
+            } else {
+                codec::deadline_member(conv, &binding.id)
+            },
             channel_prefix: self.conn.keys.node_channel_prefix(),
             channel_suffix: keys::channel_suffix(k),
-            one_string: !self.node.live.legacy_ids(),
+            one_string,
         }
     }
 

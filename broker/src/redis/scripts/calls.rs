@@ -12,10 +12,11 @@ use super::{
 pub struct Bind {
     /// KEYS: the call's hash.
     pub call: String,
-    /// KEYS: the conversation's pending set.
-    pub pending: String,
-    /// KEYS: the partition's deadline set.
-    pub deadlines: String,
+    /// KEYS: the conversation's pending set, for a call stored as a hash (none: the
+    /// conversation's hash stands in for it, in the same slot, and is not touched as such).
+    pub pending: Option<String>,
+    /// KEYS: the partition's deadline set, for a call stored as a hash (none: as `pending`).
+    pub deadlines: Option<String>,
     /// KEYS: the conversation's sockets hash.
     pub sockets: String,
     /// KEYS: the conversation's hash (its `due`).
@@ -42,7 +43,8 @@ pub struct Bind {
     pub cancel: String,
     /// The call's time to live, ms.
     pub ttl: u64,
-    /// Its member of the deadline set (`codec::deadline_member`).
+    /// Its member of the deadline set (`codec::deadline_member`), for a call stored as a
+    /// hash ('' for one string).
     pub deadline_member: String,
     /// The start of every node's channel name (`Keys::node_channel_prefix`).
     pub channel_prefix: String,
@@ -58,8 +60,8 @@ impl Bind {
     /// reference).
     fn named_keys(&self, a: Args) -> Args {
         a.key("call", &self.call)
-            .key("pending", &self.pending)
-            .key("deadlines", &self.deadlines)
+            .key("pending", self.pending.as_ref().unwrap_or(&self.conv))
+            .key("deadlines", self.deadlines.as_ref().unwrap_or(&self.conv))
             .key("sockets", &self.sockets)
             .key("conv", &self.conv)
             .key("due", &self.due)
