@@ -25,8 +25,8 @@ pub use manifest::{
     Hints, Mode, ToolManifest, ToolManifestSummary, is_valid_llm_name, is_valid_tool_name,
 };
 pub use message::{
-    AgentMessage, Call, CallRef, Cancel, Changed, Confirmed, Describe, Manifest, PageMessage,
-    ResultMessage,
+    AgentMessage, Call, CallRef, Cancel, CancelRef, Changed, Confirmed, Describe, Manifest,
+    PageMessage, ResultMessage,
 };
 pub use result::{FieldChange, Issue, ToolResult};
 

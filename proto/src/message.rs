@@ -140,14 +140,49 @@ pub struct Describe {
     pub tool: String,
 }
 
-/// `cancel`: abort the in-flight call `id`; never answered.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+/// `cancel`: abort the in-flight call `id`; never answered. Serialized as [`CancelRef`] of its
+/// fields.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Cancel {
     /// The addressed page load.
     pub client_id: String,
     /// The call to abort.
     pub id: String,
+}
+
+/// A `cancel` message's fields, borrowed: the one wire form of [`Cancel`], and what a node
+/// that stores a call's cancel beside it serializes without copying its ids
+/// ([`CancelRef::to_json`]).
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelRef<'a> {
+    /// The addressed page load.
+    pub client_id: &'a str,
+    /// The call to abort.
+    pub id: &'a str,
+}
+
+impl CancelRef<'_> {
+    /// The `cancel` message as one JSON text frame: the same text as
+    /// `AgentMessage::Cancel(..).to_json()` of the same fields.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(&Envelope {
+            protocol: crate::PROTOCOL_VERSION,
+            kind: "cancel",
+            body: self,
+        })
+        .unwrap_or_else(|_| unreachable_serialization())
+    }
+}
+
+impl Serialize for Cancel {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        CancelRef {
+            client_id: &self.client_id,
+            id: &self.id,
+        }
+        .serialize(s)
+    }
 }
 
 /// A page → agent message.
@@ -331,5 +366,24 @@ mod tests {
             }
             assert_eq!(serde_json::from_str::<Value>(&owned).unwrap(), want);
         }
+    }
+
+    #[test]
+    fn a_borrowed_cancel_is_the_same_frame_as_a_cancel() {
+        let cancel = Cancel {
+            client_id: "c-\"1\"".into(),
+            id: "r-1".into(),
+        };
+        let owned = AgentMessage::Cancel(cancel.clone()).to_json();
+        let borrowed = CancelRef {
+            client_id: &cancel.client_id,
+            id: &cancel.id,
+        }
+        .to_json();
+        assert_eq!(borrowed, owned);
+        assert_eq!(
+            serde_json::from_str::<Value>(&owned).unwrap(),
+            json!({"protocol": 1, "type": "cancel", "clientId": "c-\"1\"", "id": "r-1"})
+        );
     }
 }

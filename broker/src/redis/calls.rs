@@ -32,12 +32,11 @@ impl RedisBroker {
         let conv = &binding.conv;
         let k = partition::of_conv(conv);
         let one_string = !self.node.live.legacy_ids();
-        // The sets 0.4.0 reads, only for a call stored as a hash (`bind` in `prelude.lua`).
-        let legacy = |key: String| (!one_string).then_some(key);
         Bind {
             call: self.conn.keys.call(k, &binding.id),
-            pending: legacy(self.conn.keys.pending(conv)),
-            deadlines: legacy(self.conn.keys.deadlines(k)),
+            // The sets 0.4.0 reads, only for a call stored as a hash (`bind` in `prelude.lua`).
+            pending: (!one_string).then(|| self.conn.keys.pending(conv)),
+            deadlines: (!one_string).then(|| self.conn.keys.deadlines(k)),
             sockets: self.conn.keys.sockets(conv),
             conv: self.conn.keys.conv(conv),
             due: self.conn.keys.due(conv),

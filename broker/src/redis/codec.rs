@@ -5,9 +5,10 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use toolmark_proto::{AgentMessage, Cancel};
+use toolmark_proto::CancelRef;
 use uuid::Uuid;
 
+use super::keys;
 use crate::{CallBinding, CallKind, CallerRef, Change, ConvKey, Outcome};
 use toolmark_proto::ToolResult;
 
@@ -43,10 +44,10 @@ pub fn traced_page_message(conv: &ConvKey, client_id: &str, frame: &str, trace: 
 
 /// The `cancel` of a call as the page gets it (built by `proto`), ready to publish.
 pub fn cancel_message(binding: &CallBinding) -> String {
-    let frame = AgentMessage::Cancel(Cancel {
-        client_id: binding.client_id.clone(),
-        id: binding.id.clone(),
-    })
+    let frame = CancelRef {
+        client_id: &binding.client_id,
+        id: &binding.id,
+    }
     .to_json();
     page_message(&binding.conv, &binding.client_id, &frame)
 }
@@ -90,9 +91,12 @@ pub fn probe(k: u16) -> String {
 pub fn compact_id(id: &str) -> String {
     match Uuid::try_parse(id) {
         Ok(u) if u.hyphenated().encode_lower(&mut Uuid::encode_buffer()) == id => {
-            URL_SAFE_NO_PAD.encode(u.as_bytes())
+            let mut s = String::with_capacity(22);
+            URL_SAFE_NO_PAD.encode_string(u.as_bytes(), &mut s);
+            s
         }
-        _ => format!("~{id}"),
+        // Built on every call for a clientId of another form: pushed, not formatted.
+        _ => keys::cat(&["~", id]),
     }
 }
 
