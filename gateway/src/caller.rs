@@ -141,10 +141,16 @@ impl Caller {
 
     /// The credential's id for logs (never its secret).
     pub fn log_id(&self) -> String {
-        match self {
-            Caller::ApiKey { id, .. } => format!("apiKey:{id}"),
-            Caller::McpToken { id, .. } => format!("mcpToken:{id}"),
-            Caller::OAuth { sub, .. } => format!("oauth:{sub}"),
-        }
+        let (kind, id) = match self {
+            Caller::ApiKey { id, .. } => ("apiKey:", id),
+            Caller::McpToken { id, .. } => ("mcpToken:", id),
+            Caller::OAuth { sub, .. } => ("oauth:", sub),
+        };
+        // Made for every request's access line: pushed, not formatted (the formatting
+        // machinery was 0.9 % of the agent's node in a profile, issue 58).
+        let mut s = String::with_capacity(kind.len() + id.len());
+        s.push_str(kind);
+        s.push_str(id);
+        s
     }
 }
