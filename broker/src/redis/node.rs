@@ -199,7 +199,6 @@ impl RedisBroker {
                     conv: self.conn.keys.conv(conv),
                     sockets: self.conn.keys.sockets(conv),
                     pending: self.conn.keys.pending(conv),
-                    due: self.conn.keys.due(conv),
                     ttl: ttl.clone(),
                     manifest_prefix: self.conn.keys.manifest_prefix(conv),
                     clients: clients.clone(),

@@ -1275,6 +1275,32 @@ async fn the_sweep_times_out_each_call_past_its_deadline_once(backend: Backend) 
 }
 contract!(the_sweep_times_out_each_call_past_its_deadline_once);
 
+/// A call whose conversation ended before its deadline (its pages gone, the conversation's
+/// retention passed) is still timed out by the sweep once its deadline passed: what keeps it
+/// for the sweep outlives the conversation (on Redis, its calls by deadline have no expiry).
+async fn a_call_outliving_its_conversation_is_still_swept(backend: Backend) {
+    let retention = Retention {
+        finished_calls: Duration::from_secs(30),
+        ..short()
+    };
+    let mut nodes = Nodes::new(backend, retention);
+    let (b, _) = nodes.node("n1").await;
+    let c = conv();
+    connected_page(&b, &c, "p1").await;
+    let (id, _w) = call(&b, &c, "p1", Duration::from_secs(5)).await;
+    b.release_page(&c, Some("p1"), &crate::support::release())
+        .await
+        .unwrap();
+    b.release_page(&c, None, &crate::support::release())
+        .await
+        .unwrap();
+    // The conversation's retention (1.5 s) passes, twice over, before the call's deadline (5 s).
+    tokio::time::sleep(retention.conversations * 2).await;
+    assert_eq!(b.conversation(&c).await.unwrap().sockets, 0);
+    swept(&b, &c, id).await;
+}
+contract!(a_call_outliving_its_conversation_is_still_swept);
+
 /// Sweeps until the sweep times out call `id` of `c` (and nothing else), then checks that it
 /// is timed out once.
 async fn swept(b: &toolmark_broker::SharedBroker, c: &ConvKey, id: String) {

@@ -205,6 +205,7 @@ fn without_ttl_allowed(key: &str) -> bool {
         || key.ends_with(":nodes:release")
         || key.ends_with(":deadlines")
         || key.ends_with(":dueconvs")
+        || key.ends_with(":due")
         || key.ends_with(":pendingconfirms")
         || key.ends_with(":events")
         || key.ends_with(":events:bytes")
@@ -275,13 +276,13 @@ async fn every_key_has_a_ttl_except_the_documented_ones() {
     b.close().await;
 }
 
-/// A call gives its conversation's calls by deadline no expiry (issue 58: one command less per
-/// call): the node holding the conversation's page gives it the conversation's, at each
-/// refresh, and the set goes with the last call that ends. The partition's conversations by
-/// deadline keep the conversation from its first call on, no later than its earliest deadline.
+/// A conversation's calls by deadline have no expiry, not even from the node holding its page
+/// (the deadline sweep is their bound: an expiry could end them before a call due later, whose
+/// node died, is swept), and the set goes with the last call that ends. The partition's
+/// conversations by deadline keep the conversation from its first call on, no later than its
+/// earliest deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_conversations_calls_by_deadline_take_their_expiry_from_the_node_holding_them_and_go_with_their_calls()
- {
+async fn a_conversations_calls_by_deadline_have_no_expiry_and_go_with_their_calls() {
     let redis = RedisProc::start(&[]);
     let opts = RedisOptions {
         retention: short(),
@@ -319,16 +320,22 @@ async fn a_conversations_calls_by_deadline_take_their_expiry_from_the_node_holdi
         earliest.lines().last(),
         "the conversation is held at its earliest deadline: {entry:?}, {earliest:?}"
     );
-    // The conversation's retention is 1.5 s: the node refreshes what it holds every 0.5 s.
+    // The conversation's retention is 1.5 s: the node refreshes what it holds every 0.5 s,
+    // the conversation's hash among it, and the calls by deadline not.
     eventually(
         Duration::from_secs(10),
-        "the calls by deadline have the conversation's expiry",
+        "the node refreshed the conversation",
         || {
-            let ttl: i64 = redis.cli(&["pttl", &key]).trim().parse().unwrap_or(-3);
+            let ttl: i64 = scan("tm:*:conv").pop().map_or(-3, |c| {
+                redis.cli(&["pttl", &c]).trim().parse().unwrap_or(-3)
+            });
             async move { (ttl > 0 && ttl <= 1500).then_some(()) }
         },
     )
     .await;
+    // Past the conversation's retention, refreshed all along: still no expiry.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(redis.cli(&["pttl", &key]).trim(), "-1", "no expiry");
     b.submit_result(&page(&c, "p1"), &first, &ok())
         .await
         .unwrap();

@@ -255,8 +255,6 @@ pub struct Refresh {
     pub sockets: String,
     /// KEYS: its pending calls' set.
     pub pending: String,
-    /// KEYS: its calls by deadline.
-    pub due: String,
     /// Time to live, ms.
     pub ttl: String,
     /// The conversation's manifest key prefix.
@@ -275,7 +273,6 @@ impl ScriptArgs for Refresh {
             .key("conv", self.conv)
             .key("sockets", self.sockets)
             .key("pending", self.pending)
-            .key("due", self.due)
             .arg("ttl", self.ttl)
             .arg("manifest_prefix", self.manifest_prefix)
             .args("clients", self.clients)

@@ -91,8 +91,11 @@
 --   partition's set for the sweep all the same). A
 --   call stored as a hash goes in the conversation's pending set and the partition's deadline
 --   set, as 0.4.0 reads them. Neither per-conversation set gets an expiry here: every way a
---   call ends takes it out (a set whose last member goes is gone), and the node holding the
---   conversation's pages gives it the conversation's expiry with the rest (refresh.lua).
+--   call ends takes it out (a set whose last member goes is gone); the node holding the
+--   conversation's pages gives the pending set the conversation's expiry with the rest
+--   (refresh.lua), and the calls by deadline have none: the deadline sweep, which reaches
+--   every conversation in the partition's set once its earliest deadline passed, is their
+--   bound (an expiry could end them before a call due later, whose node died, is swept).
 --   A traced call's page message (`t\n<traceparent>\n…`) also leaves its trace context in
 --   `<call>:tp` for the call's time to live: what the webhook of its `call.result` and a sweep's
 --   timeout link to (`Calls::call_trace`).

@@ -1,7 +1,8 @@
 -- Marks a pending call timed out (packed as a result is), records its change in the outbox (to
 -- be announced as call.timeout), sends the pages its stored cancel and the waiting node the
 -- outcome. A call whose key is gone (its retention passed before any sweep came) leaves the
--- pending set too: the set has no expiry of its own while its conversation is held.
+-- pending set and the calls by deadline too (neither has an expiry of its own while its
+-- conversation is held). A call leaves the one its form put it in (`bind`).
 -- Returns {'ok', conversation ref, clientId, deadline, node, tool/kind/flags} or the state.
 --
 -- KEYS: call, pending, deadlines, sockets, outbox, due
