@@ -89,12 +89,7 @@ impl CallRef<'_> {
     /// The `call` message as one JSON text frame: the same text as
     /// `AgentMessage::Call(..).to_json()` of the same fields.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(&Envelope {
-            protocol: crate::PROTOCOL_VERSION,
-            kind: "call",
-            body: self,
-        })
-        .unwrap_or_else(|_| unreachable_serialization())
+        envelope_json("call", self)
     }
 }
 
@@ -166,12 +161,7 @@ impl CancelRef<'_> {
     /// The `cancel` message as one JSON text frame: the same text as
     /// `AgentMessage::Cancel(..).to_json()` of the same fields.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(&Envelope {
-            protocol: crate::PROTOCOL_VERSION,
-            kind: "cancel",
-            body: self,
-        })
-        .unwrap_or_else(|_| unreachable_serialization())
+        envelope_json("cancel", self)
     }
 }
 
@@ -286,6 +276,16 @@ struct Envelope<'a, T> {
     kind: &'static str,
     #[serde(flatten)]
     body: &'a T,
+}
+
+/// `body` in its envelope as one JSON text frame (the borrowed forms' `to_json`).
+fn envelope_json<T: Serialize>(kind: &'static str, body: &T) -> String {
+    serde_json::to_string(&Envelope {
+        protocol: crate::PROTOCOL_VERSION,
+        kind,
+        body,
+    })
+    .unwrap_or_else(|_| unreachable_serialization())
 }
 
 fn envelope<S: Serializer, T: Serialize>(

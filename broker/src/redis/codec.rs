@@ -8,7 +8,6 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use toolmark_proto::CancelRef;
 use uuid::Uuid;
 
-use super::keys;
 use crate::{CallBinding, CallKind, CallerRef, Change, ConvKey, Outcome};
 use toolmark_proto::ToolResult;
 
@@ -96,7 +95,12 @@ pub fn compact_id(id: &str) -> String {
             s
         }
         // Built on every call for a clientId of another form: pushed, not formatted.
-        _ => keys::cat(&["~", id]),
+        _ => {
+            let mut s = String::with_capacity(1 + id.len());
+            s.push('~');
+            s.push_str(id);
+            s
+        }
     }
 }
 

@@ -55,21 +55,9 @@ impl RedisBroker {
             return Err(e);
         }
         let max_ms = crate::deadline::sweep_due(now_ms());
-        #[allow(clippy::cast_precision_loss)]
-        let max = max_ms as f64;
-        let reads = (0..PARTITIONS).map(|k| {
-            self.conn.client.zrangebyscore::<Vec<String>, _, _, _>(
-                self.conn.keys.deadlines(k),
-                "-inf",
-                max,
-                false,
-                Some((0, 100)),
-            )
-        });
-        let mut due = Vec::new();
-        for (k, r) in (0..PARTITIONS).zip(futures_util::future::join_all(reads).await) {
-            due.extend(r.map_err(|e| unavailable(&e))?.into_iter().map(|m| (k, m)));
-        }
+        let due = self
+            .due_members(|k| self.conn.keys.deadlines(k), max_ms)
+            .await?;
         let mut swept = self.sweep_due_convs(max_ms).await?;
         for (k, member) in due {
             if let Some((conv, id)) = codec::parse_deadline_member(&member)
@@ -92,23 +80,11 @@ impl RedisBroker {
     /// at once, then each conversation's calls due (`due.lua`, which also sets the
     /// conversation's entry to its earliest deadline, or takes it out when it has no call).
     async fn sweep_due_convs(&self, max_ms: u64) -> Result<Vec<CallRecord>, BrokerError> {
-        #[allow(clippy::cast_precision_loss)]
-        let max = max_ms as f64;
-        let reads = (0..PARTITIONS).map(|k| {
-            self.conn.client.zrangebyscore::<Vec<String>, _, _, _>(
-                self.conn.keys.due_convs(k),
-                "-inf",
-                max,
-                false,
-                Some((0, 100)),
-            )
-        });
-        let mut convs = Vec::new();
-        for r in futures_util::future::join_all(reads).await {
-            convs.extend(r.map_err(|e| unavailable(&e))?);
-        }
+        let convs = self
+            .due_members(|k| self.conn.keys.due_convs(k), max_ms)
+            .await?;
         let mut swept = Vec::new();
-        for conv_ref in convs {
+        for (_, conv_ref) in convs {
             let Some(conv) = codec::parse_conv_ref(&conv_ref) else {
                 continue;
             };
@@ -130,5 +106,30 @@ impl RedisBroker {
             }
         }
         Ok(swept)
+    }
+
+    /// The members scored up to `max_ms` (at most 100 a partition) of one sorted set per
+    /// partition (`key` of each), read at once, each with its partition.
+    async fn due_members(
+        &self,
+        key: impl Fn(u16) -> String,
+        max_ms: u64,
+    ) -> Result<Vec<(u16, String)>, BrokerError> {
+        #[allow(clippy::cast_precision_loss)]
+        let max = max_ms as f64;
+        let reads = (0..PARTITIONS).map(|k| {
+            self.conn.client.zrangebyscore::<Vec<String>, _, _, _>(
+                key(k),
+                "-inf",
+                max,
+                false,
+                Some((0, 100)),
+            )
+        });
+        let mut due = Vec::new();
+        for (k, r) in (0..PARTITIONS).zip(futures_util::future::join_all(reads).await) {
+            due.extend(r.map_err(|e| unavailable(&e))?.into_iter().map(|m| (k, m)));
+        }
+        Ok(due)
     }
 }

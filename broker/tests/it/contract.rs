@@ -1246,12 +1246,7 @@ contract!(every_change_records_its_events_once);
 /// conversation, and a call after the sweep found the conversation with none left (on Redis,
 /// each changes where the partition's conversations by deadline hold the conversation).
 async fn the_sweep_times_out_each_call_past_its_deadline_once(backend: Backend) {
-    // A finished call kept longer than the sweep's grace, as always but in these tests.
-    let retention = Retention {
-        finished_calls: Duration::from_secs(30),
-        ..short()
-    };
-    let mut nodes = Nodes::new(backend, retention);
+    let mut nodes = Nodes::new(backend, sweepable());
     let (b, _) = nodes.node("n1").await;
     let c = conv();
     connected_page(&b, &c, "p1").await;
@@ -1279,10 +1274,7 @@ contract!(the_sweep_times_out_each_call_past_its_deadline_once);
 /// retention passed) is still timed out by the sweep once its deadline passed: what keeps it
 /// for the sweep outlives the conversation (on Redis, its calls by deadline have no expiry).
 async fn a_call_outliving_its_conversation_is_still_swept(backend: Backend) {
-    let retention = Retention {
-        finished_calls: Duration::from_secs(30),
-        ..short()
-    };
+    let retention = sweepable();
     let mut nodes = Nodes::new(backend, retention);
     let (b, _) = nodes.node("n1").await;
     let c = conv();
@@ -1300,6 +1292,15 @@ async fn a_call_outliving_its_conversation_is_still_swept(backend: Backend) {
     swept(&b, &c, id).await;
 }
 contract!(a_call_outliving_its_conversation_is_still_swept);
+
+/// [`short`] retention, but for a finished call kept longer than the sweep's grace (as always
+/// but in these tests), so that the sweep finds a call past its deadline.
+fn sweepable() -> Retention {
+    Retention {
+        finished_calls: Duration::from_secs(30),
+        ..short()
+    }
+}
 
 /// Sweeps until the sweep times out call `id` of `c` (and nothing else), then checks that it
 /// is timed out once.

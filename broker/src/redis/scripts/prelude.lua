@@ -99,6 +99,10 @@
 --   A traced call's page message (`t\n<traceparent>\n…`) also leaves its trace context in
 --   `<call>:tp` for the call's time to live: what the webhook of its `call.result` and a sweep's
 --   timeout link to (`Calls::call_trace`).
+-- unlist(one_string, due, pending, deadlines, id, member): takes a call that ended out of the
+--   set(s) its form put it in (`bind`): its conversation's calls by deadline (`id`, compact)
+--   for a call stored as one string, else the pending set (`id`) and the partition's deadline
+--   set (`member`).
 local function socket_entry(out, field, n)
   if n > 0 then
     local bar = string.find(field, '|', 1, true)
@@ -347,6 +351,14 @@ local function bind(k, a, due, hash)
   if string.sub(a[7], 1, 2) == 't\n' then
     local trace = string.match(a[7], '^t\n([^\n]*)\n')
     if trace then redis.call('SET', call .. ':tp', trace, 'PX', a[9]) end
+  end
+end
+local function unlist(one_string, due, pending, deadlines, id, member)
+  if one_string then
+    redis.call('ZREM', due, id)
+  else
+    redis.call('SREM', pending, id)
+    redis.call('ZREM', deadlines, member)
   end
 end
 local function left(gone, prefix, current, client, now, grace, ttl)

@@ -31,12 +31,7 @@ if ARGV[13] ~= '' and tonumber(ARGV[13]) < now then now = tonumber(ARGV[13]) end
 if now > tonumber(f[3]) then return {'late'} end
 local one_string = f[10]
 finish(KEYS[1], f, 'a', ARGV[3])
-if one_string then
-  redis.call('ZREM', KEYS[6], ARGV[11])
-else
-  redis.call('SREM', KEYS[3], ARGV[11])
-  redis.call('ZREM', KEYS[4], ARGV[10])
-end
+unlist(one_string, KEYS[6], KEYS[3], KEYS[4], ARGV[11], ARGV[10])
 if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('HSET', KEYS[2], 'k', ARGV[6], 't', f[6], 'c', ARGV[2], 'u', '0', 'ck', KEYS[1])
   redis.call('PEXPIRE', KEYS[2], ARGV[5])

@@ -19,12 +19,7 @@ local cancel = page_part(KEYS[1], f, 'x')
 local one_string = f[10]
 finish(KEYS[1], f, 't', ARGV[2])
 redis.call('HSET', KEYS[5], ARGV[7], ARGV[8])
-if one_string then
-  redis.call('ZREM', KEYS[6], ARGV[1])
-else
-  redis.call('SREM', KEYS[2], ARGV[1])
-  redis.call('ZREM', KEYS[3], ARGV[6])
-end
+unlist(one_string, KEYS[6], KEYS[2], KEYS[3], ARGV[1], ARGV[6])
 if cancel then to_nodes(socket_nodes(KEYS[4]), ARGV[3], ARGV[4], cancel) end
 redis.call('SPUBLISH', ARGV[3] .. f[4] .. ARGV[4], ARGV[5])
 to_watchers(f, ARGV[3], ARGV[4], ARGV[5])
