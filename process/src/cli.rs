@@ -146,7 +146,7 @@ pub fn serve_as(
     let telemetry = crate::telemetry::init_as(binary, instance);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        // A worker out of ready work writes its log lines in one write.
+        // A worker's log lines join the process's batch (`log_writer`).
         .on_thread_park(crate::log_writer::on_park)
         .on_thread_stop(crate::log_writer::flush)
         .build()
@@ -157,5 +157,6 @@ pub fn serve_as(
     let code = runtime.block_on(main);
     drop(runtime);
     telemetry.shutdown();
+    crate::log_writer::flush();
     code
 }

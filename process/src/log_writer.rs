@@ -1,35 +1,44 @@
-//! Where log lines go: stderr, in one write per batch of lines on the runtime's worker
-//! threads. A worker's lines wait in a buffer of its own until it runs out of ready work and
-//! is about to park ([`on_park`], the runtime's hook), or until the buffer holds
-//! [`FLUSH_AT`] bytes; under load one write carries many access lines, and when the node is
-//! quiet a line goes out as soon as the task that logged it yields to an idle worker. No timer,
-//! no thread of its own. Every other thread (the main thread, the blocking pool, the OTLP
-//! exporter) writes each line at once.
+//! Where log lines go: stderr, in one write per batch of lines. A line logged on one of the
+//! runtime's worker threads joins the process's batch, which is written once it holds
+//! [`FLUSH_AT`] bytes or [`FLUSH_AFTER`] after its first line, whichever comes first (an
+//! access log's `buffer` and `flush`, as web servers have them): under load one write carries
+//! hundreds of access lines, on a quiet node a line waits at most [`FLUSH_AFTER`]. A thread
+//! of its own writes a batch whose time has come; it sleeps while no line waits. Every other
+//! thread (the main thread, the blocking pool, the OTLP exporter) writes the batch and its own
+//! line at once, so the lines keep the order they were logged in.
 //!
-//! A worker's lines are written when the thread stops (the runtime's hook, and the buffer's
-//! own drop at the thread's end) and before a panic's message, so that the message follows
-//! what was logged before it. A process killed outright loses the lines its workers had not
-//! written, at most one batch each.
+//! The batch is written when a worker thread stops (the runtime's hook, before the process
+//! ends) and before a panic's message, so that the message follows what was logged before it.
+//! A process killed outright loses the lines of its last [`FLUSH_AFTER`], at most.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::io::{self, Write};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::Thread;
+use std::time::Duration;
 
 use tracing_subscriber::fmt::MakeWriter;
 
-/// A worker's buffered lines are written once they reach this many bytes.
+/// The batch is written once it holds this many bytes.
 pub const FLUSH_AT: usize = 32 * 1024;
 
-/// A worker's unwritten lines; written when the thread ends.
-#[derive(Debug, Default)]
-struct Pending(Vec<u8>);
+/// The batch is written this long after its first line, at most.
+pub const FLUSH_AFTER: Duration = Duration::from_millis(100);
 
-impl Pending {
-    /// Adds a line; writes the batch to `out` once it holds [`FLUSH_AT`] bytes.
-    fn push(&mut self, line: &[u8], out: &mut impl Write) {
+/// Lines not written yet.
+#[derive(Debug, Default)]
+struct Batch(Vec<u8>);
+
+impl Batch {
+    /// Adds a line; writes the batch to `out` once it holds [`FLUSH_AT`] bytes. Whether the
+    /// line is the batch's first (its time starts).
+    fn push(&mut self, line: &[u8], out: &mut impl Write) -> bool {
+        let first = self.0.is_empty();
         self.0.extend_from_slice(line);
         if self.0.len() >= FLUSH_AT {
             self.write_to(out);
         }
+        first
     }
 
     /// Writes the batch to `out` in one write (stderr is unbuffered).
@@ -41,44 +50,63 @@ impl Pending {
     }
 }
 
-impl Drop for Pending {
-    fn drop(&mut self) {
-        self.write_to(&mut io::stderr().lock());
-    }
+/// The process's batch.
+static BATCH: Mutex<Batch> = Mutex::new(Batch(Vec::new()));
+
+fn batch() -> MutexGuard<'static, Batch> {
+    // A panic while holding it leaves whole lines only: the batch stays usable.
+    BATCH.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The thread that writes a batch [`FLUSH_AFTER`] after its first line: woken by that line,
+/// asleep while no line waits.
+fn flusher() -> &'static Thread {
+    static FLUSHER: OnceLock<Thread> = OnceLock::new();
+    FLUSHER.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("log-writer".into())
+            .spawn(|| {
+                loop {
+                    std::thread::park();
+                    std::thread::sleep(FLUSH_AFTER);
+                    flush();
+                }
+            })
+            .map(|handle| handle.thread().clone())
+            // No thread: each batch waits for its size, a worker's end or the next flush.
+            .unwrap_or_else(|_| std::thread::current())
+    })
 }
 
 thread_local! {
-    /// Set on a thread the runtime parks: its lines wait for the next park.
+    /// Set on a runtime worker thread (the first time the runtime parks it): its lines join
+    /// the batch.
     static BATCHING: Cell<bool> = const { Cell::new(false) };
-    static PENDING: RefCell<Pending> = const { RefCell::new(Pending(Vec::new())) };
 }
 
-/// The runtime's `on_thread_park` hook: the worker's lines go out in one write, and from now
-/// on its lines wait for its next park.
+/// The runtime's `on_thread_park` hook: from now on the worker's lines join the batch.
 pub fn on_park() {
     BATCHING.set(true);
-    flush();
 }
 
-/// Writes this thread's buffered lines now.
+/// Writes the batch now.
 pub fn flush() {
-    let _ = PENDING.try_with(|p| {
-        if let Ok(mut p) = p.try_borrow_mut() {
-            p.write_to(&mut io::stderr().lock());
-        }
-    });
+    batch().write_to(&mut io::stderr().lock());
 }
 
-/// Writes a panic's message after the lines its thread logged before it.
+/// Writes a panic's message after the lines logged before it.
 pub fn flush_before_panics() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        flush();
+        // Not while this thread holds the batch (a panic inside a write): its lines wait.
+        if let Ok(mut b) = BATCH.try_lock() {
+            b.write_to(&mut io::stderr().lock());
+        }
         previous(info);
     }));
 }
 
-/// The `tracing` writer of log lines: stderr, batched on worker threads.
+/// The `tracing` writer of log lines: stderr, in batches.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Stderr;
 
@@ -96,21 +124,18 @@ pub struct Line;
 
 impl Write for Line {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if !BATCHING.get() {
-            return io::stderr().write(buf);
-        }
-        let buffered = PENDING.try_with(|p| match p.try_borrow_mut() {
-            Ok(mut p) => {
-                p.push(buf, &mut io::stderr().lock());
-                true
+        let mut b = batch();
+        if BATCHING.get() {
+            if b.push(buf, &mut io::stderr().lock()) {
+                drop(b);
+                flusher().unpark();
             }
-            Err(_) => false,
-        });
-        if buffered == Ok(true) {
-            Ok(buf.len())
         } else {
-            io::stderr().write(buf)
+            let mut out = io::stderr().lock();
+            b.write_to(&mut out);
+            out.write_all(buf)?;
         }
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -120,46 +145,59 @@ impl Write for Line {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
 
     #[test]
     fn a_batch_is_written_whole_once_it_is_full_or_asked() {
         let mut out = Vec::new();
-        let mut pending = Pending::default();
-        pending.push(b"one\n", &mut out);
-        pending.push(b"two\n", &mut out);
+        let mut batch = Batch::default();
+        assert!(
+            batch.push(b"one\n", &mut out),
+            "the first line starts the batch"
+        );
+        assert!(!batch.push(b"two\n", &mut out));
         assert!(out.is_empty(), "held until asked");
-        pending.write_to(&mut out);
+        batch.write_to(&mut out);
         assert_eq!(out, b"one\ntwo\n");
         let line = vec![b'x'; FLUSH_AT / 4];
         for _ in 0..3 {
-            pending.push(&line, &mut out);
+            batch.push(&line, &mut out);
         }
         assert_eq!(out.len(), 8, "three quarters of a batch wait");
-        pending.push(&line, &mut out);
+        batch.push(&line, &mut out);
         assert_eq!(
             out.len(),
             8 + FLUSH_AT,
             "a full batch goes out without being asked"
         );
-        assert!(pending.0.is_empty());
-        std::mem::forget(pending);
+        assert!(batch.0.is_empty());
     }
 
     #[test]
-    fn a_thread_holds_its_lines_only_once_the_runtime_parked_it() {
+    fn a_workers_line_waits_in_the_batch_and_is_written_once_its_time_has_passed() {
         std::thread::spawn(|| {
-            let held = || PENDING.with_borrow(|p| p.0.len());
+            let waiting = || batch().0.len();
             let mut line = Line;
-            line.write_all(b"").unwrap();
             assert!(
                 !BATCHING.get(),
                 "a thread never parked writes each line at once"
             );
+            line.write_all(b"").unwrap();
+            assert_eq!(waiting(), 0);
             on_park();
+            let logged = Instant::now();
             line.write_all(b"held\n").unwrap();
-            assert_eq!(held(), 5);
-            PENDING.with_borrow_mut(|p| p.0.clear());
+            assert!(waiting() >= 5, "the line joined the batch");
+            // Written by the batch's own thread, with nothing else logged: within its time
+            // (with room for a busy machine), and not before.
+            let deadline = logged + FLUSH_AFTER * 50;
+            while waiting() > 0 {
+                assert!(Instant::now() < deadline, "the batch was never written");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert!(logged.elapsed() >= FLUSH_AFTER, "the batch waited its time");
         })
         .join()
         .unwrap();
