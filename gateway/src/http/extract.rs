@@ -47,10 +47,17 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8], limit: usize) -> Result<T, P
     if body.len() > limit {
         return Err(Problem::too_large(limit));
     }
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| path_problem("", e))?;
-    de.end().map_err(|e| Problem::invalid("", e.to_string()))?;
-    Ok(value)
+    // A body that parses is read once, without tracking where the parser is (a string per
+    // field it passes); one that does not is read again to say where it failed.
+    serde_json::from_slice(body).or_else(|first| {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let value: T =
+            serde_path_to_error::deserialize(&mut de).map_err(|e| path_problem("", e))?;
+        de.end().map_err(|e| Problem::invalid("", e.to_string()))?;
+        // Not reached: the same bytes parse the same way both times.
+        drop(value);
+        Err(Problem::invalid("", first.to_string()))
+    })
 }
 
 /// Deserializes a JSON value found at `base` (a pointer) of the request body.
@@ -110,4 +117,63 @@ pub fn check_ids(user: &str, conversation: &str) -> Result<(), Problem> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    struct Outer {
+        name: String,
+        inner: Vec<Inner>,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    struct Inner {
+        n: u32,
+    }
+
+    fn pointer(body: &str) -> Option<String> {
+        parse_json::<Outer>(body.as_bytes(), 1024)
+            .unwrap_err()
+            .pointer
+    }
+
+    #[test]
+    fn a_body_that_parses_is_read_and_one_that_does_not_is_pointed_at() {
+        assert_eq!(
+            parse_json::<Outer>(br#" {"name":"a","inner":[{"n":1}]} "#, 1024).unwrap(),
+            Outer {
+                name: "a".into(),
+                inner: vec![Inner { n: 1 }]
+            }
+        );
+        assert_eq!(
+            pointer(r#"{"name":"a","inner":[{"n":1},{"n":"x"}]}"#).as_deref(),
+            Some("/inner/1/n")
+        );
+        assert_eq!(
+            pointer(r#"{"name":"a","inner":[{}]}"#).as_deref(),
+            Some("/inner/0/n"),
+            "a missing field is pointed at itself"
+        );
+        assert_eq!(
+            pointer(r#"{"name":"a","inner":[],"extra":1}"#).as_deref(),
+            Some("/extra")
+        );
+        assert_eq!(
+            pointer(r#"{"name":"a","inner":[]} trailing"#).as_deref(),
+            Some(""),
+            "what follows the value is refused"
+        );
+        assert_eq!(
+            parse_json::<Outer>(&[b' '; 1025], 1024).unwrap_err().status,
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE
+        );
+    }
 }
