@@ -126,7 +126,8 @@ impl Write for Line {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let mut b = batch();
         if BATCHING.get() {
-            if b.push(buf, &mut io::stderr().lock()) {
+            // Stderr is locked only when the batch is written.
+            if b.push(buf, &mut io::stderr()) {
                 drop(b);
                 flusher().unpark();
             }
