@@ -51,10 +51,58 @@ impl Lua {
         self.name
     }
 
-    /// The script with its SHA1, as `EVALSHA` and `SCRIPT LOAD` take it.
+    /// The script with its SHA1, as `EVALSHA` and `SCRIPT LOAD` take it: after the prelude,
+    /// only the prelude's functions the script uses ([`needed_prelude`]).
     pub fn script(&self) -> &Script {
-        self.hashed.get_or_init(|| Script::from_lua(self.code))
+        self.hashed.get_or_init(|| match self.code.strip_prefix(PRELUDE) {
+            Some(body) => Script::from_lua(needed_prelude(PRELUDE, body) + body),
+            None => Script::from_lua(self.code),
+        })
     }
+}
+
+/// `prelude.lua`.
+const PRELUDE: &str = include_str!("prelude.lua");
+
+/// The functions of `prelude` (each a `local function` to the next) that `body` uses, directly
+/// or through another, in the prelude's order (each defined before its first use there). Redis
+/// runs a script's whole text on each `EVALSHA`, so a function defined there is a closure made
+/// and collected on every run: the place script used 8 of the prelude's 24.
+fn needed_prelude(prelude: &str, body: &str) -> String {
+    let mut functions: Vec<(&str, &str)> = Vec::new();
+    let mut rest = prelude;
+    while let Some(at) = rest.find("\nlocal function ") {
+        let from = &rest[at + 1..];
+        let end = from[1..].find("\nlocal function ").map_or(from.len(), |e| e + 2);
+        let name = &from["local function ".len()..];
+        let name = &name[..name.find('(').unwrap_or(name.len())];
+        functions.push((name, &from[..end]));
+        rest = &from[end - 1..];
+    }
+    let mut used = vec![false; functions.len()];
+    let mut texts = vec![body];
+    while let Some(text) = texts.pop() {
+        for (i, (name, code)) in functions.iter().enumerate() {
+            if !used[i] && names(text, name) {
+                used[i] = true;
+                texts.push(code);
+            }
+        }
+    }
+    functions
+        .iter()
+        .zip(used)
+        .filter(|(_, used)| *used)
+        .map(|((_, code), _)| *code)
+        .collect()
+}
+
+/// Whether `name` occurs in `text` as a whole word.
+fn names(text: &str, name: &str) -> bool {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    text.match_indices(name).any(|(at, _)| {
+        !word(text[..at].chars().next_back()) && !word(text[at + name.len()..].chars().next())
+    })
 }
 
 /// The code of `<file>.lua`, after the prelude with `prelude`.
@@ -232,7 +280,46 @@ impl Outbox {
 
 #[cfg(test)]
 mod tests {
-    use super::ALL;
+    use super::{ALL, PLACE, PRELUDE, needed_prelude};
+
+    #[test]
+    fn a_script_carries_the_prelude_functions_it_uses_and_no_other() {
+        let body = PLACE.code.strip_prefix(PRELUDE).expect("place has the prelude");
+        let code = needed_prelude(PRELUDE, body);
+        let defined: Vec<&str> = code
+            .lines()
+            .filter_map(|l| l.strip_prefix("local function "))
+            .map(|l| &l[..l.find('(').unwrap_or(l.len())])
+            .collect();
+        // What place.lua calls, and what those call (`conv_state` reads `sockets`, which
+        // parses with `socket_entry`); in the prelude's order.
+        assert_eq!(
+            defined,
+            [
+                "socket_entry",
+                "sockets",
+                "summary_parse",
+                "summary_entries",
+                "summary_sockets",
+                "set_of",
+                "to_nodes",
+                "conv_state",
+                "gcra",
+                "bind"
+            ]
+        );
+        // Each function whole: a body using all of them gets the prelude after its comments.
+        let all: String = PRELUDE
+            .lines()
+            .filter_map(|l| l.strip_prefix("local function "))
+            .collect();
+        let functions = &PRELUDE[PRELUDE.find("\nlocal function ").unwrap() + 1..];
+        assert_eq!(needed_prelude(PRELUDE, &all), functions);
+        assert!(code.contains("redis.call('ZADD', k[7], 'LT', a[4], a[2])"));
+        assert!(!code.contains("local function bound_gone"));
+        // A script without the prelude is its own code.
+        assert_eq!(needed_prelude(PRELUDE, "return 1\n"), "");
+    }
 
     #[test]
     fn every_script_has_its_own_name_and_code() {
