@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use fred::interfaces::{ClientLike, KeysInterface};
 
-use super::reply::{RETRY, strings, unavailable};
+use super::reply::{RETRY, parts, unavailable};
 use super::scripts::{Place, PlaceRate};
 use super::state::Expected;
 use super::{RedisBroker, limits};
@@ -174,7 +174,7 @@ impl RedisBroker {
                 .wait(&binding.id, partition::of_conv(&binding.conv));
             let sent = self.conn.client.is_connected();
             let reply = match self.run(place).await {
-                Ok(r) => strings(r),
+                Ok(r) => parts(&r, usize::MAX),
                 Err(e) => {
                     // Sent, but no answer: Redis may have placed it (or may yet, from its
                     // buffer). Not answered until known: the call's record says.

@@ -23,6 +23,14 @@ pub(super) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// A script's one-string reply (`place.lua`, `result.lua`) split into its lines, at most `n`
+/// (the last keeps the rest); nothing for a reply that is not a string.
+pub(super) fn parts(v: &Value, n: usize) -> Vec<String> {
+    v.as_str()
+        .map(|s| s.splitn(n, '\n').map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 /// A reply as strings (an array's items, or the one value).
 pub(super) fn strings(v: Value) -> Vec<String> {
     match v {

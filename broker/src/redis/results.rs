@@ -7,7 +7,7 @@ use fred::prelude::Expiration;
 use fred::types::SetOptions;
 use toolmark_proto::ToolResult;
 
-use super::reply::{RETRY, millis, rejection, strings, unavailable};
+use super::reply::{RETRY, millis, parts, rejection, unavailable};
 use super::scripts::{Outbox, PageResult};
 use super::{RedisBroker, codec, keys};
 use crate::{
@@ -62,7 +62,7 @@ impl RedisBroker {
                 now: now_ms(),
             })
             .await?;
-        let reply = strings(reply);
+        let reply = parts(&reply, 4);
         match reply.first().map(String::as_str) {
             Some("ok" | "before") => {
                 if let Some(c) = result.confirm_id() {
@@ -70,7 +70,7 @@ impl RedisBroker {
                         .await
                         .map_err(SubmitError::Broker)?;
                 }
-                let [_, summary, deadline, node] = &reply[..] else {
+                let [_, deadline, node, summary] = &reply[..] else {
                     return Err(SubmitError::Rejected(Rejection::UnknownId));
                 };
                 // Only an async call's change is announced (`call.result`): a sync call's

@@ -13,8 +13,9 @@
 -- page received.
 -- The conversation is read in one command when `one_string` says no node of 0.4.0 or older is
 -- live (the sockets from the conversation's summary of them, `conv_state`).
--- Returns {'ok', held}, {'stale'}, {'unknown', nodes…}, {'no_page', held},
--- {'unreached', held} or {'rate', µs}; `held` the tokens taken for the node's reserve.
+-- Returns one string, its parts on lines (`reply::parts`; a string costs Redis less to answer
+-- than a table): `ok\n<held>`, `stale`, `unknown\n<node>…`, `no_page\n<held>`,
+-- `unreached\n<held>` or `rate\n<µs>`; `held` the tokens taken for the node's reserve.
 --
 -- KEYS: call, pending, deadlines, sockets, conv, due, due_convs (the 7 of bind.lua), rate (the
 --       conversation again when no token is taken here)
@@ -38,22 +39,22 @@ local unknown = {}
 for _, node in ipairs(st.skipped) do
   if not dead[node] then table.insert(unknown, node) end
 end
-if #unknown > 0 then return {'unknown', unpack(unknown)} end
-if (st.effective or '') ~= expected_client or st.seq ~= expected_seq then return {'stale'} end
+if #unknown > 0 then return 'unknown\n' .. table.concat(unknown, '\n') end
+if (st.effective or '') ~= expected_client or st.seq ~= expected_seq then return 'stale' end
 local held = 0
 if interval ~= '' then
   local taken, wait = gcra(rate, interval, burst, want, back)
   held = taken
   if need then
-    if taken == 0 then return {'rate', tostring(wait)} end
+    if taken == 0 then return 'rate\n' .. wait end
     held = taken - 1
   end
 end
 local reconnecting = st.total == 0 and st.drained and tonumber(now) - tonumber(st.drained) < tonumber(grace)
-if not st.effective or (st.total == 0 and not reconnecting) then return {'no_page', tostring(held)} end
+if not st.effective or (st.total == 0 and not reconnecting) then return 'no_page\n' .. held end
 if to_nodes(st.nodes, channel_prefix, channel_suffix, frame) == 0 and st.total > 0 then
   if interval ~= '' and need then gcra(rate, interval, burst, 0, 1) end
-  return {'unreached', tostring(held)}
+  return 'unreached\n' .. held
 end
 bind(KEYS, ARGV, st.due, true)
-return {'ok', tostring(held)}
+return 'ok\n' .. held

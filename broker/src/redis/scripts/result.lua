@@ -10,7 +10,8 @@
 -- the node received it: the deadline is judged then, and the same outcome already recorded is
 -- 'before' (the earlier submission was applied). A needs_confirmation keeps its call as long as
 -- its confirmation (whose hash names the call's key, `ck`, for `resolve`).
--- Returns {'ok' or 'before', tool/kind/flags, deadline, node} or a rejection's code.
+-- Returns one string (`reply::parts`): `ok` or `before`, then the deadline, the node and the
+-- tool/kind/flags (three lines), on lines; or a rejection's code.
 --
 -- KEYS: call, confirm, pending, deadlines, outbox, due
 -- ARGV: conv_ref, client, outcome, confirm_id (or ''), confirm_ttl (ms), id, channel_prefix,
@@ -19,16 +20,16 @@
 --       outbox_name, outbox_entry, now (ms, the node's clock: the deadline is judged then, or at
 --       received when earlier)
 local f = call_fields(KEYS[1])
-if not f[1] then return {'unknown_id'} end
-if f[1] ~= ARGV[1] or f[2] ~= ARGV[12] then return {'mismatch'} end
+if not f[1] then return 'unknown_id' end
+if f[1] ~= ARGV[1] or f[2] ~= ARGV[12] then return 'mismatch' end
 if f[5] == 'a' then
-  if ARGV[13] ~= '' and f[7] == ARGV[3] then return {'before', f[6], f[3], f[4] or ''} end
-  return {'duplicate'}
+  if ARGV[13] ~= '' and f[7] == ARGV[3] then return 'before\n' .. f[3] .. '\n' .. (f[4] or '') .. '\n' .. f[6] end
+  return 'duplicate'
 end
-if f[5] == 't' then return {'late'} end
+if f[5] == 't' then return 'late' end
 local now = tonumber(ARGV[16])
 if ARGV[13] ~= '' and tonumber(ARGV[13]) < now then now = tonumber(ARGV[13]) end
-if now > tonumber(f[3]) then return {'late'} end
+if now > tonumber(f[3]) then return 'late' end
 local one_string = f[10]
 finish(KEYS[1], f, 'a', ARGV[3])
 unlist(one_string, KEYS[6], KEYS[3], KEYS[4], ARGV[11], ARGV[10])
@@ -40,4 +41,4 @@ end
 if is_async(f[6]) then redis.call('HSET', KEYS[5], ARGV[14], ARGV[15]) end
 redis.call('SPUBLISH', ARGV[7] .. f[4] .. ARGV[8], ARGV[9])
 to_watchers(f, ARGV[7], ARGV[8], ARGV[9])
-return {'ok', f[6], f[3], f[4]}
+return 'ok\n' .. f[3] .. '\n' .. (f[4] or '') .. '\n' .. f[6]
