@@ -92,3 +92,26 @@ pub(super) fn parse_event(id: &str, body: &str) -> Option<Event> {
     }
     .parse()
 }
+
+#[cfg(test)]
+mod tests {
+    use fred::types::Value;
+
+    use super::parts;
+
+    #[test]
+    fn a_scripts_one_string_reply_splits_into_its_lines() {
+        // result.lua's: the code, the deadline, the node, then the three lines of the summary
+        // kept whole.
+        let reply = Value::String("ok\n1765000000000\nnode-2\nfill\ncall\nu".into());
+        assert_eq!(
+            parts(&reply, 4),
+            ["ok", "1765000000000", "node-2", "fill\ncall\nu"]
+        );
+        // place.lua's, split on every line.
+        let reply = Value::String("unknown\nnode-3\nnode-4".into());
+        assert_eq!(parts(&reply, usize::MAX), ["unknown", "node-3", "node-4"]);
+        assert_eq!(parts(&Value::String("stale".into()), usize::MAX), ["stale"]);
+        assert!(parts(&Value::Null, 4).is_empty());
+    }
+}

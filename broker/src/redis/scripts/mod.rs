@@ -54,10 +54,11 @@ impl Lua {
     /// The script with its SHA1, as `EVALSHA` and `SCRIPT LOAD` take it: after the prelude,
     /// only the prelude's functions the script uses ([`needed_prelude`]).
     pub fn script(&self) -> &Script {
-        self.hashed.get_or_init(|| match self.code.strip_prefix(PRELUDE) {
-            Some(body) => Script::from_lua(needed_prelude(PRELUDE, body) + body),
-            None => Script::from_lua(self.code),
-        })
+        self.hashed
+            .get_or_init(|| match self.code.strip_prefix(PRELUDE) {
+                Some(body) => Script::from_lua(needed_prelude(PRELUDE, body) + body),
+                None => Script::from_lua(self.code),
+            })
     }
 }
 
@@ -73,7 +74,9 @@ fn needed_prelude(prelude: &str, body: &str) -> String {
     let mut rest = prelude;
     while let Some(at) = rest.find("\nlocal function ") {
         let from = &rest[at + 1..];
-        let end = from[1..].find("\nlocal function ").map_or(from.len(), |e| e + 2);
+        let end = from[1..]
+            .find("\nlocal function ")
+            .map_or(from.len(), |e| e + 2);
         let name = &from["local function ".len()..];
         let name = &name[..name.find('(').unwrap_or(name.len())];
         functions.push((name, &from[..end]));
@@ -284,7 +287,10 @@ mod tests {
 
     #[test]
     fn a_script_carries_the_prelude_functions_it_uses_and_no_other() {
-        let body = PLACE.code.strip_prefix(PRELUDE).expect("place has the prelude");
+        let body = PLACE
+            .code
+            .strip_prefix(PRELUDE)
+            .expect("place has the prelude");
         let code = needed_prelude(PRELUDE, body);
         let defined: Vec<&str> = code
             .lines()
