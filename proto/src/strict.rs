@@ -89,6 +89,11 @@ pub(crate) fn as_rev(v: &Value) -> Option<u64> {
     ((f.fract() == 0.0) && (0.0..=MAX_REV as f64).contains(&f)).then_some(f as u64)
 }
 
+/// Whether `s` is an id: 1 to 128 characters.
+pub(crate) fn is_id(s: &str) -> bool {
+    !s.is_empty() && (s.len() <= MAX_ID_CHARS || s.chars().count() <= MAX_ID_CHARS)
+}
+
 /// Whether `v` is the number 1 (`1` or `1.0`, as JSON Schema's `const: 1` compares).
 pub(crate) fn is_one(v: &Value) -> bool {
     v.as_number()
@@ -143,7 +148,7 @@ impl<'a> Obj<'a> {
     /// A required id: a string of 1 to 128 characters.
     pub(crate) fn id(&mut self, key: &'static str) -> Result<String, DecodeError> {
         let s = self.string(key)?;
-        if s.is_empty() || (s.len() > MAX_ID_CHARS && s.chars().count() > MAX_ID_CHARS) {
+        if !is_id(&s) {
             return Err(self
                 .at
                 .key(key)

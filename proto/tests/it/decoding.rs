@@ -116,3 +116,43 @@ fn long_numbers_round_trip_exactly() {
     let again = decode_to_agent(first.to_json().as_bytes(), &Limits::default()).unwrap();
     assert_eq!(first, again);
 }
+
+/// What the proptest's generated values cannot hold (a key twice, escapes, `1.0`), written as
+/// text: `decode_to_agent` answers as `validate` over the parsed value does.
+#[test]
+fn a_result_frame_written_oddly_reads_as_its_value_does() {
+    let long = "x".repeat(129);
+    let frames = [
+        r#"{"protocol":1,"type":"result","clientId":"c","id":"i","result":{"status":"ok"}}"#.to_owned(),
+        r#"{"protocol":1.0,"type":"result","clientId":"c\u00e9\n","id":"\"i\"","result":{"status":"ok","data":null}}"#.to_owned(),
+        r#"{"id":"i","result":{"status":"ok"},"clientId":"c","type":"result","protocol":1}"#.to_owned(),
+        r#"{"protocol":1,"type":"result","clientId":"a","clientId":"b","id":"i","result":{"status":"ok"}}"#.to_owned(),
+        r#"{"protocol":1,"type":"result","clientId":"c","id":"i","result":{"status":"ok"},"x":1}"#.to_owned(),
+        r#"{"protocol":2,"type":"result","clientId":"c","id":"i","result":{"status":"ok"}}"#.to_owned(),
+        r#"{"protocol":1,"type":"result","clientId":"","id":"i","result":{"status":"ok"}}"#.to_owned(),
+        format!(r#"{{"protocol":1,"type":"result","clientId":"c","id":"{long}","result":{{"status":"ok"}}}}"#),
+        r#"{"protocol":1,"type":"result","clientId":"c","id":"i","result":{"status":"nope"}}"#.to_owned(),
+        r#"{"protocol":1,"type":"result","clientId":"c","id":7,"result":{"status":"ok"}}"#.to_owned(),
+        r#"{"protocol":1,"type":"changed","clientId":"c","rev":3}"#.to_owned(),
+        r#"{"protocol":1,"type":"call","clientId":"c","id":"i","tool":"t","input":{}}"#.to_owned(),
+    ];
+    for raw in &frames {
+        let direct = decode_to_agent(raw.as_bytes(), &Limits::default());
+        let value: Value = serde_json::from_str(raw).unwrap();
+        let by_value = match validate(value, Direction::ToAgent) {
+            Ok(Message::ToAgent(m)) => Ok(m),
+            Ok(Message::ToPage(m)) => Err(DecodeError::WrongDirection {
+                kind: m.kind().into(),
+            }),
+            Err(e) => Err(e),
+        };
+        assert_eq!(direct, by_value, "{raw}");
+    }
+    // The first three are results, read whole.
+    for raw in &frames[..3] {
+        assert!(matches!(
+            decode_to_agent(raw.as_bytes(), &Limits::default()),
+            Ok(PageMessage::Result(_))
+        ));
+    }
+}

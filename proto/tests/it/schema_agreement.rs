@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
-use toolmark_proto::{Direction, schema, validate};
+use toolmark_proto::{DecodeError, Direction, Limits, Message, decode_to_agent, schema, validate};
 
 use crate::corpus::cases;
 
@@ -299,5 +299,20 @@ proptest! {
             let by_rust = validate(v.clone(), direction);
             prop_assert_eq!(by_schema, by_rust.is_ok(), "{:?} on {}: {:?}", direction, v, by_rust);
         }
+    }
+
+    /// A page's frame gets the same answer from `decode_to_agent`, which reads a `result`
+    /// straight into its fields, as from `validate` over its JSON value: the same message, or
+    /// the same refusal with the same pointer.
+    #[test]
+    fn a_result_frame_reads_the_same_either_way(v in damaged()) {
+        let raw = serde_json::to_vec(&v).unwrap();
+        let direct = decode_to_agent(&raw, &Limits::default());
+        let by_value = match validate(v.clone(), Direction::ToAgent) {
+            Ok(Message::ToAgent(m)) => Ok(m),
+            Ok(Message::ToPage(m)) => Err(DecodeError::WrongDirection { kind: m.kind().into() }),
+            Err(e) => Err(e),
+        };
+        prop_assert_eq!(direct, by_value, "{}", v);
     }
 }
