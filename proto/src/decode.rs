@@ -6,7 +6,7 @@ use serde_json::{Number, Value};
 
 use crate::manifest::parse_summary_value;
 use crate::result::parse_result;
-use crate::strict::{Obj, ROOT, is_id, is_one};
+use crate::strict::{Obj, ROOT, is_id, is_one, number_is_one};
 use crate::{
     AgentMessage, Call, Cancel, Changed, Confirmed, DecodeError, Describe, Limits, Manifest,
     PageMessage, ResultMessage, check_limits, is_valid_tool_name,
@@ -80,8 +80,7 @@ fn result_frame(raw: &[u8]) -> Option<PageMessage> {
         result: Value,
     }
     let f: Frame = serde_json::from_slice(raw).ok()?;
-    let one = f.protocol.as_u64() == Some(1) || f.protocol.as_f64() == Some(1.0);
-    if !one || !is_id(&f.client_id) || !is_id(&f.id) {
+    if !number_is_one(&f.protocol) || !is_id(&f.client_id) || !is_id(&f.id) {
         return None;
     }
     let result = parse_result(f.result, &ROOT.key("result")).ok()?;

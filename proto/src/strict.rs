@@ -1,7 +1,7 @@
 //! Small helpers for walking an untrusted `serde_json::Value` into typed values, moving
 //! sub-values out instead of cloning them and building a JSON pointer only when refusing.
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Number, Value};
 
 use crate::DecodeError;
 
@@ -96,8 +96,12 @@ pub(crate) fn is_id(s: &str) -> bool {
 
 /// Whether `v` is the number 1 (`1` or `1.0`, as JSON Schema's `const: 1` compares).
 pub(crate) fn is_one(v: &Value) -> bool {
-    v.as_number()
-        .is_some_and(|n| n.as_u64() == Some(1) || n.as_f64() == Some(1.0))
+    v.as_number().is_some_and(number_is_one)
+}
+
+/// [`is_one`] for a number already read.
+pub(crate) fn number_is_one(n: &Number) -> bool {
+    n.as_u64() == Some(1) || n.as_f64() == Some(1.0)
 }
 
 fn kind(v: &Value) -> &'static str {
