@@ -3,7 +3,7 @@
 //! `toolmark_process::lifecycle`: stop accepting, close pages with 1001, wait for pages, calls
 //! and jobs (their events reach the broker), stop the listener, close the broker.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -270,7 +270,7 @@ async fn serve_until_stopped(
         );
         (listener, state)
     });
-    let service = crate::router(app, &mcp, settings.dev_mode).into_make_service();
+    let router = crate::router(app, &mcp, settings.dev_mode);
     let (close_listener, closing) = oneshot::channel::<()>();
     let graceful = async {
         let _ = closing.await;
@@ -278,17 +278,13 @@ async fn serve_until_stopped(
     let server = match settings.server.tls.clone() {
         Some(acceptor) => {
             let listener = crate::tls::TlsListener::new(listener, acceptor)?;
-            tokio::spawn(
-                axum::serve(listener, service)
-                    .with_graceful_shutdown(graceful)
-                    .into_future(),
-            )
+            tokio::spawn(crate::http::connections::serve(listener, router, graceful))
         }
-        None => tokio::spawn(
-            axum::serve(crate::tcp::accepting(listener), service)
-                .with_graceful_shutdown(graceful)
-                .into_future(),
-        ),
+        None => tokio::spawn(crate::http::connections::serve(
+            crate::tcp::accepting(listener),
+            router,
+            graceful,
+        )),
     };
     ready();
     let admin_server = match admin {
@@ -296,11 +292,11 @@ async fn serve_until_stopped(
             let bound = listener.local_addr()?;
             toolmark_process::cli::announce_admin_listening("toolmark-gateway", bound);
             let stop = life.stopping().clone();
-            Some(tokio::spawn(
-                axum::serve(listener, crate::admin::router(state).into_make_service())
-                    .with_graceful_shutdown(async move { stop.cancelled().await })
-                    .into_future(),
-            ))
+            Some(tokio::spawn(crate::http::connections::serve(
+                listener,
+                crate::admin::router(state),
+                async move { stop.cancelled().await },
+            )))
         }
         None => None,
     };
@@ -311,7 +307,7 @@ async fn serve_until_stopped(
     }
     let _ = close_listener.send(());
     let served = match tokio::time::timeout(LISTENER_CLOSE, server).await {
-        Ok(Ok(result)) => result.map_err(RunError::Io),
+        Ok(Ok(())) => Ok(()),
         Ok(Err(join)) => {
             tracing::error!(error = %join, "server task failed");
             Ok(())
