@@ -46,9 +46,11 @@ pub async fn serve<L>(
     });
     let (open_tx, open) = watch::channel(());
     loop {
+        // Stopping first: no connection is accepted once the shutdown came.
         let (io, _) = tokio::select! {
-            conn = listener.accept() => conn,
+            biased;
             () = stop.closed() => break,
+            conn = listener.accept() => conn,
         };
         let service = TowerToHyperService::new(router.clone());
         let stop = stop.clone();
@@ -60,14 +62,16 @@ pub async fn serve<L>(
             let mut conn = pin!(builder.serve_connection_with_upgrades(TokioIo::new(io), service));
             let mut stopping = pin!(stop.closed().fuse());
             loop {
+                // Stopping first: a connection accepted as the shutdown came serves nothing.
                 tokio::select! {
+                    biased;
+                    () = &mut stopping => conn.as_mut().graceful_shutdown(),
                     result = conn.as_mut() => {
                         if let Err(e) = result {
                             tracing::trace!(error = %e, "connection ended with an error");
                         }
                         break;
                     }
-                    () = &mut stopping => conn.as_mut().graceful_shutdown(),
                 }
             }
             drop(open);
